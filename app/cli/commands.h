@@ -1,0 +1,14 @@
+#pragma once
+// Subcommands of kvscope-cli: each registers its options on the app and returns its runner.
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace kvscope::cli {
+
+/// A parsed subcommand's body; returns the process exit code.
+using Runner = std::function<int()>;
+
+Runner add_generate(CLI::App& app);
+
+}  // namespace kvscope::cli

@@ -1,0 +1,30 @@
+// kvscope-cli: the headless workbench. Errors print one line naming the file and the problem and
+// exit non-zero.
+#include <iostream>
+
+#include "commands.h"
+#include "kvscope/core/errors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvscope-cli: KV-cache compression workbench (headless)"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, kvscope::cli::Runner>> runners;
+  auto reg = [&](kvscope::cli::Runner r) { runners.emplace_back(app.get_subcommands({}).back(), std::move(r)); };
+  reg(kvscope::cli::add_generate(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [cmd, run] : runners)
+      if (cmd->parsed()) return run();
+  } catch (const kvscope::InputError& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,64 @@
+#include "model_options.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/errors.h"
+
+namespace kvscope::cli {
+
+void ModelOptions::add_to(CLI::App& cmd) {
+  auto* m = cmd.add_option("--model", model, "Model: Hugging Face directory or llama2.c .bin");
+  auto* r = cmd.add_option("--random-init", random_init, "config.json: random weights of that shape, built on the device");
+  m->excludes(r);
+  cmd.add_option("--tokenizer", tokenizer, "Tokenizer file overriding the model's own");
+  auto* p = cmd.add_option("--prompt", prompt, "Prompt text");
+  auto* pf = cmd.add_option("--prompt-file", prompt_file, "File holding the prompt text");
+  p->excludes(pf);
+  cmd.add_option("--bos", bos, "Prepend the model's BOS: auto (tokenizer convention) | always | never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd.add_option("--max-new-tokens", max_new_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
+  auto* g = cmd.add_flag("--greedy", greedy, "Greedy decoding (the default unless --temperature is given)");
+  cmd.add_option("--temperature", temperature, "Sampling temperature (> 0)")->excludes(g);
+  cmd.add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]");
+  cmd.add_option("--seed", seed, "Sampling seed");
+  cmd.add_option("--device", device, "cpu | cuda | cuda:i");
+  cmd.add_option("--dtype", dtype, "fp32 | bf16 | fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd.add_option("--prefill-chunk", prefill_chunk, "Prefill in blocks of this many tokens (0 = whole prompt)");
+  cmd.add_flag("--dump-last-logits", dump_last_logits, "Include float32 logits at the last prompt position");
+  cmd.add_flag("--json", json, "Print one JSON object");
+}
+
+Model ModelOptions::load() const {
+  if (model.empty() && random_init.empty()) throw InputError("give --model PATH or --random-init CONFIG.json");
+  const c10::Device dev(device);
+  if (dev.is_cuda() && !at::hasCUDA()) throw InputError("--device " + device + ": this build of kvscope has no CUDA (LibTorch is CPU-only)");
+  LoadOptions o{dev, parse_dtype(dtype), tokenizer};
+  return random_init.empty() ? load_model(model, o) : random_init_model(random_init, o, seed);
+}
+
+std::string ModelOptions::prompt_text() const {
+  if (prompt_file.empty()) return prompt;
+  std::ifstream in(prompt_file, std::ios::binary);
+  if (!in) throw InputError(prompt_file, "cannot read the prompt file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+BosMode ModelOptions::bos_mode() const {
+  return bos == "always" ? BosMode::kAlways : bos == "never" ? BosMode::kNever : BosMode::kAuto;
+}
+
+SamplingParams ModelOptions::sampling() const {
+  SamplingParams s;
+  s.greedy = greedy || temperature == 0;
+  s.temperature = temperature > 0 ? temperature : 1.0;
+  s.top_p = top_p;
+  s.seed = seed;
+  return s;
+}
+
+}  // namespace kvscope::cli

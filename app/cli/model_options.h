@@ -1,0 +1,29 @@
+#pragma once
+// Options shared by every subcommand that runs a model (generate, run, sweep).
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
+
+namespace kvscope::cli {
+
+struct ModelOptions {
+  std::string model, random_init, tokenizer, prompt, prompt_file, bos = "auto", device = "cpu", dtype = "fp32";
+  int64_t max_new_tokens = 64, prefill_chunk = 0;
+  bool greedy = false, dump_last_logits = false, json = false;
+  double temperature = 0, top_p = 1.0;
+  uint64_t seed = 0;
+
+  /// Registers --model/--random-init, --prompt/--prompt-file, --bos, sampling, --device, --dtype, ...
+  void add_to(CLI::App& cmd);
+  /// Loads the model (or builds the random one) on the requested device/dtype. Throws InputError.
+  Model load() const;
+  /// Prompt text from --prompt or --prompt-file. Throws InputError for an unreadable file.
+  std::string prompt_text() const;
+  BosMode bos_mode() const;
+  SamplingParams sampling() const;
+};
+
+}  // namespace kvscope::cli

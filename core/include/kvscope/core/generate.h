@@ -1,0 +1,49 @@
+#pragma once
+// The generation loop: prefill, then decode until a stop token or the token limit.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kvscope/core/engine.h"
+#include "kvscope/core/sampling.h"
+
+namespace kvscope {
+
+/// How to add the model's BOS token in front of the prompt.
+enum class BosMode { kAuto, kAlways, kNever };
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt_ids;  ///< already including any BOS
+  int64_t max_new_tokens = 64;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;  ///< generation ends (the stop token is not emitted) on any of these
+  int64_t prefill_chunk = 0;      ///< 0 = whole prompt at once
+};
+
+struct GenerateResult {
+  std::vector<int32_t> output_ids;
+  at::Tensor last_logits;  ///< fp32 [vocab] on CPU: logits at the last prompt position
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  int64_t decode_steps = 0;  ///< forward passes of one token each
+  double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
+};
+
+/// Runs `request` on a fresh cache. `on_token` (optional) sees each emitted id as it is chosen.
+GenerateResult generate(const Engine& engine, const GenerateRequest& request,
+                        const std::function<void(int32_t)>& on_token = {});
+
+/// Prompt ids for `text` with BOS handling: kAlways prepends config.bos_token_id, kAuto does so
+/// when the model's tokenizer convention adds one (Model::add_bos). Throws InputError if the
+/// result is empty or kAlways is asked of a model without a BOS id.
+std::vector<int32_t> prompt_ids(const Model& model, const std::string& text, BosMode bos);
+
+/// Text of `new_ids` as it reads after `context_ids` (handles tokenizers whose pieces render
+/// differently at the start of a text, e.g. SentencePiece / llama2.c leading spaces).
+std::string decode_continuation(const Tokenizer& tok, const std::vector<int32_t>& context_ids,
+                                const std::vector<int32_t>& new_ids);
+
+}  // namespace kvscope

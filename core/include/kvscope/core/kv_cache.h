@@ -1,0 +1,67 @@
+#pragma once
+// KvCache: per (layer, KV head) key/value storage for one sequence, with the true RoPE position of
+// every entry, so eviction never renumbers positions.
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "kvscope/core/model_config.h"
+
+namespace kvscope {
+
+/// Storage of one layer. Each KV head h owns the segment [offset[h], offset[h] + capacity[h]) of
+/// the flat buffers; its first length[h] rows are live. Keys are stored post-RoPE.
+struct LayerKv {
+  at::Tensor k;    // dtype [sum(capacity), head_dim]
+  at::Tensor v;    // dtype [sum(capacity), head_dim]
+  at::Tensor pos;  // int64 [sum(capacity)]: true token position of each entry
+  std::vector<int64_t> offset, capacity, length;  // per KV head, in entries
+  /// True when every head has the same capacity and length: the buffers view as [n_head_kv, cap, D].
+  bool uniform() const;
+};
+
+/// The cache of one sequence (batch 1) across all layers.
+class KvCache {
+ public:
+  /// Allocates `capacity` entries per (layer, KV head) on `device` in `dtype`.
+  KvCache(const ModelConfig& config, int64_t capacity, c10::Device device, c10::ScalarType dtype);
+
+  int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t n_head_kv() const { return n_head_kv_; }
+  int64_t head_dim() const { return head_dim_; }
+  const LayerKv& layer(int64_t l) const { return layers_[l]; }
+
+  /// Appends T entries to every head of layer l. k, v: [n_head_kv, T, head_dim] (dtype of the
+  /// cache); positions: int64 [T] on the cache device. Grows capacity (doubling) when full.
+  void append(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions);
+
+  /// Dense views of a uniform layer: [n_head_kv, length, head_dim] (and int64 [n_head_kv, length]).
+  /// Throws std::logic_error if the layer is ragged (use head_keys/head_values).
+  at::Tensor keys(int64_t l) const;
+  at::Tensor values(int64_t l) const;
+  at::Tensor positions(int64_t l) const;
+  /// Live entries of one KV head: [length[h], head_dim] and int64 [length[h]].
+  at::Tensor head_keys(int64_t l, int64_t h) const;
+  at::Tensor head_values(int64_t l, int64_t h) const;
+  at::Tensor head_positions(int64_t l, int64_t h) const;
+
+  /// Position the next appended token gets (one past the largest position seen).
+  int64_t next_position() const { return next_position_; }
+  void advance_position(int64_t n) { next_position_ += n; }
+
+  /// Bytes allocated for K and V (all layers, all heads).
+  int64_t bytes_allocated() const;
+  /// Bytes of live K and V entries: sum over (layer, head) of length * head_dim * 2 * itemsize.
+  int64_t bytes_live() const;
+
+ private:
+  void grow(int64_t l, int64_t min_capacity);
+  int64_t n_head_kv_, head_dim_;
+  int64_t next_position_ = 0;
+  std::vector<LayerKv> layers_;
+};
+
+}  // namespace kvscope

@@ -1,0 +1,95 @@
+#include "kvscope/core/engine.h"
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/attention.h"
+#include "kvscope/core/errors.h"
+#include "kvscope/core/rope.h"
+
+namespace kvscope {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+Engine::Engine(const Model& model) : model_(model) { inv_freq_ = rope_inv_freq(model.config).to(model.device); }
+
+KvCache Engine::new_cache(int64_t capacity) const { return KvCache(model_.config, capacity, model_.device, model_.dtype); }
+
+at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
+                                 KvCache& cache, bool self_only, const LayerObserver& observer) const {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& w = model_.weights.layers[l];
+  const int64_t T = x.size(0), H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
+  at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
+  at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);
+  // q and k heads rotate together: one RoPE pass over [T, n_head + n_head_kv, D].
+  at::Tensor qk = apply_rope(qkv.narrow(1, 0, (H + Hkv) * D).view({T, H + Hkv, D}), rope, c.rope_layout);
+  at::Tensor q = qk.narrow(1, 0, H), k = qk.narrow(1, H, Hkv);
+  at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({T, Hkv, D});
+  at::Tensor kh = k.transpose(0, 1), vh = v.transpose(0, 1);  // [Hkv, T, D]
+  cache.append(l, kh, vh, positions);
+  at::Tensor attn;
+  if (self_only) {
+    attn = gqa_causal_self_attention(q, kh, vh);
+  } else if (cache.layer(l).uniform()) {
+    attn = gqa_attention(q, cache.keys(l), cache.values(l));
+  } else {
+    // Ragged heads (head-wise budgets): one attention per KV head over its own entries.
+    const int64_t G = H / Hkv;
+    std::vector<at::Tensor> per_head;
+    for (int64_t g = 0; g < Hkv; ++g)
+      per_head.push_back(gqa_attention(q.narrow(1, g * G, G), cache.head_keys(l, g).unsqueeze(0),
+                                       cache.head_values(l, g).unsqueeze(0))
+                             .view({T, G, D}));
+    attn = at::cat(per_head, 1).view({T, H * D});
+  }
+  if (observer) observer(LayerEvent{l, q, cache});
+  at::Tensor out = x + at::linear(attn, w.w_o);
+  at::Tensor gu = at::linear(rms_norm(out, w.mlp_norm, c.rms_norm_eps), w.w_gate_up);
+  const int64_t I = c.intermediate_size;
+  at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+  return out + at::linear(act, w.w_down);
+}
+
+at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,
+                           const LayerObserver& observer) const {
+  const ModelConfig& c = model_.config;
+  if (ids.empty()) throw InputError("forward: empty token block (nothing to run)");
+  for (int32_t id : ids)
+    if (id < 0 || id >= c.vocab_size)
+      throw InputError("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const auto dev = model_.device;
+  at::Tensor tok = at::from_blob(const_cast<int32_t*>(ids.data()), {T}, at::kInt).to(dev, at::kLong);
+  at::Tensor positions = at::arange(cache.next_position(), cache.next_position() + T, at::TensorOptions().device(dev).dtype(at::kLong));
+  bool self_only = true;
+  for (int64_t l = 0; l < cache.n_layer(); ++l)
+    for (int64_t n : cache.layer(l).length) self_only = self_only && n == 0;
+  at::Tensor x = at::embedding(model_.weights.embed, tok);  // [T, hidden]
+  const RopeTable rope = rope_table(positions, inv_freq_, model_.dtype);
+  for (int64_t l = 0; l < c.n_layer; ++l) x = layer_forward(l, x, positions, rope, cache, self_only, observer);
+  cache.advance_position(T);
+  if (!all_logits) x = x.narrow(0, T - 1, 1);
+  at::Tensor logits = at::linear(rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head).to(at::kFloat);
+  return all_logits ? logits : logits.squeeze(0);
+}
+
+at::Tensor Engine::prefill(KvCache& cache, std::span<const int32_t> ids, int64_t chunk, bool all_logits,
+                           const LayerObserver& observer) const {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (chunk <= 0 || chunk >= T) return forward(cache, ids, all_logits, observer);
+  std::vector<at::Tensor> logits;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = std::min(chunk, T - t0);
+    const bool last = t0 + n == T;
+    at::Tensor lg = forward(cache, ids.subspan(t0, n), all_logits, observer);
+    if (all_logits) logits.push_back(lg);
+    else if (last) return lg;
+  }
+  return at::cat(logits, 0);
+}
+
+}  // namespace kvscope

@@ -1,0 +1,22 @@
+#include "json_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "kvscope/core/errors.h"
+
+namespace kvscope {
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, std::filesystem::exists(path) ? "cannot be read" : "no such file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(path, std::string("not valid JSON: ") + e.what());
+  }
+}
+
+}  // namespace kvscope

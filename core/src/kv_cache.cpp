@@ -1,0 +1,128 @@
+#include "kvscope/core/kv_cache.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+namespace kvscope {
+
+bool LayerKv::uniform() const {
+  for (size_t h = 1; h < length.size(); ++h)
+    if (length[h] != length[0] || capacity[h] != capacity[0] || offset[h] != offset[0] + int64_t(h) * capacity[0])
+      return false;
+  return true;
+}
+
+KvCache::KvCache(const ModelConfig& c, int64_t capacity, c10::Device device, c10::ScalarType dtype)
+    : n_head_kv_(c.n_head_kv), head_dim_(c.head_dim) {
+  capacity = std::max<int64_t>(capacity, 1);
+  const auto opts = at::TensorOptions().device(device).dtype(dtype);
+  layers_.resize(c.n_layer);
+  for (auto& L : layers_) {
+    L.k = at::empty({n_head_kv_ * capacity, head_dim_}, opts);
+    L.v = at::empty({n_head_kv_ * capacity, head_dim_}, opts);
+    L.pos = at::empty({n_head_kv_ * capacity}, opts.dtype(at::kLong));
+    for (int64_t h = 0; h < n_head_kv_; ++h) {
+      L.offset.push_back(h * capacity);
+      L.capacity.push_back(capacity);
+      L.length.push_back(0);
+    }
+  }
+}
+
+void KvCache::grow(int64_t l, int64_t min_capacity) {
+  LayerKv& L = layers_[l];
+  int64_t total = 0;
+  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_);
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    cap[h] = std::max(L.capacity[h], std::max(min_capacity, 2 * L.capacity[h]));
+    off[h] = total;
+    total += cap[h];
+  }
+  at::Tensor k = at::empty({total, head_dim_}, L.k.options()), v = at::empty({total, head_dim_}, L.v.options());
+  at::Tensor pos = at::empty({total}, L.pos.options());
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    const int64_t n = L.length[h];
+    if (n == 0) continue;
+    k.narrow(0, off[h], n).copy_(L.k.narrow(0, L.offset[h], n));
+    v.narrow(0, off[h], n).copy_(L.v.narrow(0, L.offset[h], n));
+    pos.narrow(0, off[h], n).copy_(L.pos.narrow(0, L.offset[h], n));
+  }
+  L.k = k;
+  L.v = v;
+  L.pos = pos;
+  L.capacity = cap;
+  L.offset = off;
+}
+
+void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions) {
+  LayerKv& L = layers_[l];
+  const int64_t T = k.size(1);
+  int64_t need = 0;
+  for (int64_t h = 0; h < n_head_kv_; ++h) need = std::max(need, L.length[h] + T);
+  bool fits = true;
+  for (int64_t h = 0; h < n_head_kv_; ++h) fits = fits && L.length[h] + T <= L.capacity[h];
+  if (!fits) grow(l, need);
+  if (L.uniform()) {
+    const int64_t cap = L.capacity[0], n = L.length[0];
+    L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(k);
+    L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(v);
+    L.pos.view({n_head_kv_, cap}).narrow(1, n, T).copy_(positions.unsqueeze(0).expand({n_head_kv_, T}));
+  } else {
+    for (int64_t h = 0; h < n_head_kv_; ++h) {
+      const int64_t at_row = L.offset[h] + L.length[h];
+      L.k.narrow(0, at_row, T).copy_(k[h]);
+      L.v.narrow(0, at_row, T).copy_(v[h]);
+      L.pos.narrow(0, at_row, T).copy_(positions);
+    }
+  }
+  for (int64_t h = 0; h < n_head_kv_; ++h) L.length[h] += T;
+}
+
+static void require_uniform(const LayerKv& L) {
+  if (!L.uniform()) throw std::logic_error("KvCache: dense view of a ragged layer (use the per-head accessors)");
+}
+
+at::Tensor KvCache::keys(int64_t l) const {
+  const LayerKv& L = layers_[l];
+  require_uniform(L);
+  return L.k.view({n_head_kv_, L.capacity[0], head_dim_}).narrow(1, 0, L.length[0]);
+}
+at::Tensor KvCache::values(int64_t l) const {
+  const LayerKv& L = layers_[l];
+  require_uniform(L);
+  return L.v.view({n_head_kv_, L.capacity[0], head_dim_}).narrow(1, 0, L.length[0]);
+}
+at::Tensor KvCache::positions(int64_t l) const {
+  const LayerKv& L = layers_[l];
+  require_uniform(L);
+  return L.pos.view({n_head_kv_, L.capacity[0]}).narrow(1, 0, L.length[0]);
+}
+at::Tensor KvCache::head_keys(int64_t l, int64_t h) const {
+  const LayerKv& L = layers_[l];
+  return L.k.narrow(0, L.offset[h], L.length[h]);
+}
+at::Tensor KvCache::head_values(int64_t l, int64_t h) const {
+  const LayerKv& L = layers_[l];
+  return L.v.narrow(0, L.offset[h], L.length[h]);
+}
+at::Tensor KvCache::head_positions(int64_t l, int64_t h) const {
+  const LayerKv& L = layers_[l];
+  return L.pos.narrow(0, L.offset[h], L.length[h]);
+}
+
+int64_t KvCache::bytes_allocated() const {
+  int64_t b = 0;
+  for (const auto& L : layers_) b += (L.k.numel() + L.v.numel()) * L.k.element_size();
+  return b;
+}
+
+int64_t KvCache::bytes_live() const {
+  int64_t b = 0;
+  for (const auto& L : layers_)
+    for (int64_t n : L.length) b += 2 * n * head_dim_ * L.k.element_size();
+  return b;
+}
+
+}  // namespace kvscope

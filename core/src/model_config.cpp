@@ -1,0 +1,137 @@
+#include "kvscope/core/model_config.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kvscope/core/errors.h"
+#include "json_file.h"
+
+namespace kvscope {
+namespace {
+
+using nlohmann::json;
+
+int64_t require_int(const json& j, const char* key, const std::filesystem::path& source) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer())
+    throw InputError(source, std::string("missing or non-integer field '") + key + "'");
+  return it->get<int64_t>();
+}
+
+RopeScaling parse_rope_scaling(const json& s, const std::filesystem::path& source) {
+  RopeScaling r;
+  if (s.is_null()) return r;
+  std::string type = s.value("rope_type", s.value("type", std::string("default")));
+  if (type == "default") return r;
+  r.factor = s.value("factor", 1.0);
+  if (type == "linear") {
+    r.type = RopeScaling::Type::kLinear;
+  } else if (type == "llama3") {
+    r.type = RopeScaling::Type::kLlama3;
+    r.low_freq_factor = s.value("low_freq_factor", 1.0);
+    r.high_freq_factor = s.value("high_freq_factor", 4.0);
+    r.original_max_position_embeddings = s.value("original_max_position_embeddings", int64_t{8192});
+  } else {
+    throw InputError(source, "unsupported rope scaling type '" + type + "' (supported: default, linear, llama3)");
+  }
+  if (r.factor <= 0) throw InputError(source, "rope scaling factor must be > 0");
+  return r;
+}
+
+std::vector<int32_t> ids_of(const json& v) {
+  std::vector<int32_t> out;
+  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  if (v.is_array())
+    for (const auto& e : v)
+      if (e.is_number_integer()) out.push_back(e.get<int32_t>());
+  return out;
+}
+
+}  // namespace
+
+int64_t ModelConfig::parameter_count() const {
+  const int64_t attn = hidden_size * head_dim * (2 * n_head + 2 * n_head_kv) +
+                       (qkv_bias ? head_dim * (n_head + 2 * n_head_kv) : 0);
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t per_layer = attn + mlp + 2 * hidden_size;
+  return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + hidden_size;
+}
+
+void ModelConfig::validate(const std::filesystem::path& source) const {
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0) throw InputError(source, std::string(name) + " must be > 0 (got " + std::to_string(v) + ")");
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(n_layer, "num_hidden_layers");
+  positive(n_head, "num_attention_heads");
+  positive(n_head_kv, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  if (n_head % n_head_kv != 0)
+    throw InputError(source, "num_attention_heads (" + std::to_string(n_head) +
+                                 ") is not a multiple of num_key_value_heads (" + std::to_string(n_head_kv) + ")");
+  if (head_dim % 2 != 0) throw InputError(source, "head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
+  if (rope_theta <= 0) throw InputError(source, "rope_theta must be > 0");
+}
+
+ModelConfig parse_hf_config_json(const json& j, const std::filesystem::path& source) {
+  if (!j.is_object()) throw InputError(source, "expected a JSON object");
+  ModelConfig c;
+  c.model_type = j.value("model_type", std::string());
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    throw InputError(source, "unknown model_type '" + c.model_type + "' (supported: llama, mistral, qwen2)");
+  c.vocab_size = require_int(j, "vocab_size", source);
+  c.hidden_size = require_int(j, "hidden_size", source);
+  c.intermediate_size = require_int(j, "intermediate_size", source);
+  c.n_layer = require_int(j, "num_hidden_layers", source);
+  c.n_head = require_int(j, "num_attention_heads", source);
+  c.n_head_kv = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_number_integer()
+                    ? j["num_key_value_heads"].get<int64_t>()
+                    : c.n_head;
+  c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
+                                                                           : (c.n_head > 0 ? c.hidden_size / c.n_head : 0);
+  c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
+  c.max_position_embeddings = j.value("max_position_embeddings", int64_t{4096});
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
+  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer())
+    c.sliding_window = j["sliding_window"].get<int64_t>();
+  // RoPE: transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters.
+  const json params = j.value("rope_parameters", json());
+  if (params.is_object()) {
+    c.rope_theta = params.value("rope_theta", j.value("rope_theta", 10000.0));
+    c.rope_scaling = parse_rope_scaling(params, source);
+  } else {
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.rope_scaling = parse_rope_scaling(j.value("rope_scaling", json()), source);
+  }
+  if (j.contains("bos_token_id")) {
+    auto b = ids_of(j["bos_token_id"]);
+    if (!b.empty()) c.bos_token_id = b.front();
+  }
+  if (j.contains("eos_token_id")) c.eos_token_ids = ids_of(j["eos_token_id"]);
+  c.weights_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
+  c.validate(source);
+  return c;
+}
+
+ModelConfig parse_hf_config(const std::filesystem::path& config_json) {
+  ModelConfig c = parse_hf_config_json(read_json_file(config_json), config_json);
+  const auto gen = config_json.parent_path() / "generation_config.json";
+  if (std::filesystem::exists(gen)) {
+    const json g = read_json_file(gen);
+    if (g.contains("eos_token_id"))
+      for (int32_t id : ids_of(g["eos_token_id"]))
+        if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+          c.eos_token_ids.push_back(id);
+    if (c.bos_token_id < 0 && g.contains("bos_token_id")) {
+      auto b = ids_of(g["bos_token_id"]);
+      if (!b.empty()) c.bos_token_id = b.front();
+    }
+  }
+  return c;
+}
+
+}  // namespace kvscope

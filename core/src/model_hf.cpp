@@ -1,0 +1,118 @@
+// Hugging Face Llama / Mistral / Qwen2 checkpoints (config.json + safetensors + tokenizer).
+#include <ATen/ATen.h>
+
+#include "kvscope/core/errors.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/safetensors.h"
+#include "json_file.h"
+
+namespace kvscope {
+namespace {
+
+at::Tensor to_target(const at::Tensor& t, const LoadOptions& o) { return t.to(o.device, o.dtype).contiguous(); }
+
+LayerWeights load_layer(const SafetensorsCheckpoint& ckpt, const ModelConfig& c, int64_t i, const LoadOptions& o) {
+  const std::string p = "model.layers." + std::to_string(i) + ".";
+  const int64_t q_rows = c.n_head * c.head_dim, kv_rows = c.n_head_kv * c.head_dim;
+  LayerWeights l;
+  l.attn_norm = to_target(ckpt.tensor(p + "input_layernorm.weight", {c.hidden_size}), o);
+  l.w_qkv = at::cat({to_target(ckpt.tensor(p + "self_attn.q_proj.weight", {q_rows, c.hidden_size}), o),
+                     to_target(ckpt.tensor(p + "self_attn.k_proj.weight", {kv_rows, c.hidden_size}), o),
+                     to_target(ckpt.tensor(p + "self_attn.v_proj.weight", {kv_rows, c.hidden_size}), o)});
+  if (c.qkv_bias)
+    l.b_qkv = at::cat({to_target(ckpt.tensor(p + "self_attn.q_proj.bias", {q_rows}), o),
+                       to_target(ckpt.tensor(p + "self_attn.k_proj.bias", {kv_rows}), o),
+                       to_target(ckpt.tensor(p + "self_attn.v_proj.bias", {kv_rows}), o)});
+  l.w_o = to_target(ckpt.tensor(p + "self_attn.o_proj.weight", {c.hidden_size, q_rows}), o);
+  l.mlp_norm = to_target(ckpt.tensor(p + "post_attention_layernorm.weight", {c.hidden_size}), o);
+  l.w_gate_up = at::cat({to_target(ckpt.tensor(p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}), o),
+                         to_target(ckpt.tensor(p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}), o)});
+  l.w_down = to_target(ckpt.tensor(p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}), o);
+  return l;
+}
+
+std::vector<int32_t> stop_ids(const ModelConfig& c) { return c.eos_token_ids; }
+
+/// Whether the checkpoint's tokenizer adds BOS by itself: tokenizer_config.json `add_bos_token`,
+/// else a TemplateProcessing post-processor that starts with a special token (Llama 3).
+bool tokenizer_adds_bos(const std::filesystem::path& dir) {
+  const auto cfg = dir / "tokenizer_config.json";
+  if (std::filesystem::exists(cfg)) {
+    const auto j = read_json_file(cfg);
+    if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) return j["add_bos_token"].get<bool>();
+  }
+  const auto tj = dir / "tokenizer.json";
+  if (!std::filesystem::exists(tj)) return false;
+  const auto j = read_json_file(tj);
+  const auto pp = j.value("post_processor", nlohmann::json());
+  auto starts_with_special = [](const nlohmann::json& p) {
+    return p.is_object() && p.value("type", "") == "TemplateProcessing" && p.contains("single") &&
+           p["single"].is_array() && !p["single"].empty() && p["single"][0].contains("SpecialToken");
+  };
+  if (starts_with_special(pp)) return true;
+  if (pp.is_object() && pp.value("type", "") == "Sequence" && pp.contains("processors"))
+    for (const auto& p : pp["processors"])
+      if (starts_with_special(p)) return true;
+  return false;
+}
+
+}  // namespace
+
+Model load_hf_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  Model m;
+  m.source = dir;
+  m.device = options.device;
+  m.dtype = options.dtype;
+  m.config = parse_hf_config(dir / "config.json");
+  const ModelConfig& c = m.config;
+  SafetensorsCheckpoint ckpt(dir);
+  m.weights.embed = to_target(ckpt.tensor("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}), options);
+  m.weights.final_norm = to_target(ckpt.tensor("model.norm.weight", {c.hidden_size}), options);
+  if (c.tie_word_embeddings || !ckpt.contains("lm_head.weight")) {
+    if (!c.tie_word_embeddings)
+      throw InputError(dir, "lm_head.weight is missing and config.json does not set tie_word_embeddings");
+    m.weights.lm_head = m.weights.embed;
+  } else {
+    m.weights.lm_head = to_target(ckpt.tensor("lm_head.weight", {c.vocab_size, c.hidden_size}), options);
+  }
+  for (int64_t i = 0; i < c.n_layer; ++i) m.weights.layers.push_back(load_layer(ckpt, c, i, options));
+  m.tokenizer = load_tokenizer(options.tokenizer.empty() ? dir : options.tokenizer);
+  m.stop_token_ids = stop_ids(c);
+  m.add_bos = tokenizer_adds_bos(dir);
+  return m;
+}
+
+Model random_init_model(const std::filesystem::path& config_json, const LoadOptions& o, uint64_t seed) {
+  Model m;
+  m.source = config_json;
+  m.device = o.device;
+  m.dtype = o.dtype;
+  m.config = parse_hf_config(config_json);
+  const ModelConfig& c = m.config;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto opts = at::TensorOptions().device(o.device).dtype(o.dtype);
+  if (o.device.is_cuda()) at::manual_seed(seed);  // device generators are seeded globally
+  auto randn = [&](std::vector<int64_t> shape) {
+    return o.device.is_cuda() ? at::randn(shape, opts).mul_(0.02) : at::randn(shape, gen, opts).mul_(0.02);
+  };
+  auto ones = [&](int64_t n) { return at::ones({n}, opts); };
+  const int64_t qkv_rows = (c.n_head + 2 * c.n_head_kv) * c.head_dim;
+  m.weights.embed = randn({c.vocab_size, c.hidden_size});
+  m.weights.final_norm = ones(c.hidden_size);
+  m.weights.lm_head = c.tie_word_embeddings ? m.weights.embed : randn({c.vocab_size, c.hidden_size});
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights l;
+    l.attn_norm = ones(c.hidden_size);
+    l.w_qkv = randn({qkv_rows, c.hidden_size});
+    if (c.qkv_bias) l.b_qkv = randn({qkv_rows});
+    l.w_o = randn({c.hidden_size, c.n_head * c.head_dim});
+    l.mlp_norm = ones(c.hidden_size);
+    l.w_gate_up = randn({2 * c.intermediate_size, c.hidden_size});
+    l.w_down = randn({c.hidden_size, c.intermediate_size});
+    m.weights.layers.push_back(std::move(l));
+  }
+  m.stop_token_ids = stop_ids(c);
+  return m;
+}
+
+}  // namespace kvscope

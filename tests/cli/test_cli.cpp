@@ -1,0 +1,98 @@
+// The kvscope-cli contract, exercised through the real binary on the embedded models.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <sys/wait.h>
+
+#include "../core/test_support.h"
+
+namespace kvscope {
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out;
+};
+
+/// Runs kvscope-cli with `args` (shell-quoted by the caller); stdout, plus stderr if `merge`.
+Result cli(const std::string& args, bool merge = false) {
+  const std::string cmd = std::string(KVSCOPE_CLI) + " " + args + (merge ? " 2>&1" : " 2>/dev/null");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 65536> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+TEST(CliGenerate, JsonMatchesGoldenIdsLogitsAndGreedy) {
+  for (const auto& path : test::pycode_goldens()) {
+    SCOPED_TRACE(path.filename().string());
+    const auto g = test::read_json(path);
+    const auto prompt = test::pycode_dir() / "golden/prompts" / g["prompt_file"].get<std::string>();
+    const Result r = cli("generate --model " + q(test::pycode_dir()) + " --prompt-file " + q(prompt) +
+                         " --bos always --max-new-tokens 32 --greedy --dump-last-logits --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["input_ids"], g["input_ids"]);
+    const auto golden = g["greedy_full"].get<std::vector<int>>();
+    EXPECT_EQ(j["output_ids"].get<std::vector<int>>(), std::vector<int>(golden.begin(), golden.begin() + 32));
+    const auto logits = j["last_logits"].get<std::vector<float>>();
+    const auto ref = g["last_logits"].get<std::vector<float>>();
+    ASSERT_EQ(logits.size(), ref.size());
+    double err = 0;
+    for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, double(std::abs(logits[i] - ref[i])));
+    EXPECT_LE(err, 1e-3);
+    EXPECT_TRUE(j["timings"].contains("prefill_ms"));
+    EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0);
+    EXPECT_TRUE(j["text"].is_string());
+  }
+}
+
+TEST(CliGenerate, Stories260KPrintsThePublishedStory) {
+  const Result r = cli("generate --model " + q(test::stories_dir() / "stories260K.bin") +
+                       " --prompt '' --bos always --max-new-tokens 256 --greedy --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string readme = test::read_text(test::stories_dir() / "README.md");
+  const auto begin = readme.find("```\n") + 4;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["text"].get<std::string>(), readme.substr(begin, readme.find("\n```", begin) - begin));
+}
+
+TEST(CliGenerate, SeededSamplingIsReproducible) {
+  const std::string args = "generate --model " + q(test::stories_dir()) +
+                           " --prompt 'Once upon a time' --max-new-tokens 20 --temperature 0.9 --top-p 0.9 --seed 5 --json";
+  const Result a = cli(args), b = cli(args);
+  ASSERT_EQ(a.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(a.out)["output_ids"], nlohmann::json::parse(b.out)["output_ids"]);
+  EXPECT_EQ(nlohmann::json::parse(a.out)["input_ids"][0], 1) << "llama2.c models take BOS by default (--bos auto)";
+}
+
+TEST(CliGenerate, BadInputsExitNonZeroNamingTheFile) {
+  const auto missing = std::filesystem::temp_directory_path() / "kvscope-no-such-model";
+  Result r = cli("generate --model " + q(missing) + " --prompt x", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find(missing.string() + ": no such file"), std::string::npos) << r.out;
+  r = cli("generate --model " + q(test::pycode_dir()) + " --prompt-file /nonexistent/prompt.txt", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("/nonexistent/prompt.txt"), std::string::npos) << r.out;
+  r = cli("generate --model " + q(test::pycode_dir()) + " --prompt x --device cuda:0 --dtype bf16", true);
+  if (r.exit_code != 0) EXPECT_NE(r.out.find("cuda"), std::string::npos) << r.out;
+  r = cli("generate --model " + q(test::pycode_dir()) + " --prompt '' --bos never", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("prompt is empty"), std::string::npos) << r.out;
+}
+
+TEST(CliGenerate, RandomInitBuildsTheConfiguredShape) {
+  const Result r = cli("generate --random-init " + q(test::pycode_dir() / "config.json") +
+                       " --max-new-tokens 4 --greedy --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"].size(), 4u);
+}
+
+}  // namespace
+}  // namespace kvscope
