@@ -1,0 +1,105 @@
+// bench_engine: prefill and decode throughput of the engine, batch 1, printed next to the decode
+// roofline = measured device copy bandwidth / (weight bytes + KV bytes read per token).
+//
+//   bench_engine --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 --contexts 4096,32768
+//   bench_engine --model assets/models/pycode-16m --device cuda --dtype bf16 --contexts 512,3500
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kvscope/core/engine.h"
+#include "kvscope/core/model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Forces completion of queued device work (a 1-element read-back).
+void sync(const at::Tensor& t) { (void)t.flatten()[0].item<float>(); }
+
+/// Device copy bandwidth in bytes/s, counting bytes read plus bytes written (METHOD.md).
+double copy_bandwidth(c10::Device dev) {
+  const int64_t n = int64_t{1} << 29;  // 1 GiB of bf16 per buffer
+  at::Tensor a = at::rand({n}, at::TensorOptions().device(dev).dtype(at::kBFloat16)), b = at::empty_like(a);
+  for (int i = 0; i < 3; ++i) b.copy_(a);
+  sync(b);
+  const int reps = dev.is_cuda() ? 20 : 3;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) b.copy_(a);
+  sync(b);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return 2.0 * n * 2 * reps / s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvscope engine benchmark"};
+  std::string model_path, random_init, device = "cpu", dtype = "bf16", contexts_arg = "4096", json_out;
+  int64_t decode_steps = 64, prefill_chunk = 0;
+  app.add_option("--model", model_path);
+  app.add_option("--random-init", random_init);
+  app.add_option("--device", device);
+  app.add_option("--dtype", dtype);
+  app.add_option("--contexts", contexts_arg, "comma-separated prompt lengths");
+  app.add_option("--decode-steps", decode_steps);
+  app.add_option("--prefill-chunk", prefill_chunk);
+  app.add_option("--json", json_out, "also write the results to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+
+  const c10::Device dev(device);
+  const kvscope::LoadOptions lo{dev, kvscope::parse_dtype(dtype), {}};
+  const kvscope::Model model =
+      random_init.empty() ? kvscope::load_model(model_path, lo) : kvscope::random_init_model(random_init, lo, 1);
+  const kvscope::Engine engine(model);
+  const auto& c = model.config;
+  const double bw = copy_bandwidth(dev);
+  // Bytes one decode step must read: every weight once, except the embedding table (one row)
+  // when it is not also the output head.
+  int64_t weight_bytes = model.weights.bytes();
+  if (!model.weights.lm_head.is_same(model.weights.embed)) weight_bytes -= model.weights.embed.numel() * model.weights.embed.element_size();
+  const int64_t itemsize = model.weights.embed.element_size();
+
+  std::printf("model %s  device %s  dtype %s  copy bandwidth %.0f GB/s  weights read/token %.2f GB\n",
+              (random_init.empty() ? model_path : random_init).c_str(), device.c_str(), dtype.c_str(), bw / 1e9, weight_bytes / 1e9);
+  std::printf("%8s %14s %14s %14s %12s %8s\n", "context", "prefill tok/s", "decode tok/s", "roofline tok/s", "bytes/token", "% roof");
+  nlohmann::json results = nlohmann::json::array();
+  std::mt19937 rng(0);
+  std::string item;
+  std::stringstream ss(contexts_arg);
+  while (std::getline(ss, item, ',')) {
+    const int64_t ctx = std::stoll(item);
+    std::vector<int32_t> ids(ctx);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % c.vocab_size);
+    // Warm-up on a short prompt (kernels, allocator), then the measured prefill.
+    {
+      kvscope::KvCache warm = engine.new_cache(64);
+      sync(engine.prefill(warm, std::span<const int32_t>(ids.data(), std::min<int64_t>(ctx, 64))));
+    }
+    kvscope::KvCache cache = engine.new_cache(ctx + decode_steps + 8);
+    auto t0 = Clock::now();
+    at::Tensor logits = engine.prefill(cache, ids, prefill_chunk);
+    sync(logits);
+    const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    int32_t tok = static_cast<int32_t>(logits.argmax().item<int64_t>());
+    for (int i = 0; i < 3; ++i) tok = static_cast<int32_t>(engine.forward(cache, std::span<const int32_t>(&tok, 1)).argmax().item<int64_t>());
+    t0 = Clock::now();
+    for (int64_t i = 0; i < decode_steps; ++i)
+      tok = static_cast<int32_t>(engine.forward(cache, std::span<const int32_t>(&tok, 1)).argmax().item<int64_t>());
+    const double decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double mean_ctx = ctx + 3 + decode_steps / 2.0;
+    const double kv_bytes = 2.0 * c.n_layer * c.n_head_kv * c.head_dim * itemsize * mean_ctx;
+    const double bytes = weight_bytes + kv_bytes;
+    const double roof = bw / bytes, dec = decode_steps / decode_s;
+    std::printf("%8lld %14.0f %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, ctx / prefill_s, dec, roof, bytes, 100 * dec / roof);
+    results.push_back({{"context", ctx}, {"prefill_tokens_per_s", ctx / prefill_s}, {"decode_tokens_per_s", dec},
+                       {"roofline_tokens_per_s", roof}, {"bytes_per_token", bytes}, {"copy_bandwidth_Bps", bw}});
+  }
+  if (!json_out.empty()) std::ofstream(json_out) << results.dump(1) << "\n";
+  return 0;
+}

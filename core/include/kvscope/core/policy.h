@@ -1,0 +1,110 @@
+#pragma once
+// Compression policies: the stage model, typed parameters described by a ParamSpec table, and the
+// registry that the CLI/GUI build once in main. See shared/specs/architecture.md "Pipeline".
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kvscope/core/model_config.h"
+
+namespace kvscope {
+
+/// Pipeline stages, in execution order (architecture.md S0..S7).
+enum class Stage { kHeadPattern, kScoring, kBudget, kRetention, kChannel, kDecodeSelection, kMaintenance, kMultiTurn };
+
+/// One parameter a policy declares: its short key (as written in a pipeline SPEC), range,
+/// default, help, and the paper + section it comes from.
+struct ParamSpec {
+  enum class Type { kInt, kFloat, kChoice, kBool };
+  std::string key;
+  Type type = Type::kInt;
+  double min = 0, max = 0;            ///< inclusive range for kInt / kFloat
+  std::string default_value;          ///< as text, e.g. "64", "0.2", "avg"
+  std::vector<std::string> choices;   ///< for kChoice
+  std::string help;
+  std::string paper_ref;              ///< e.g. "SnapKV (Li et al. 2024) §4.2"
+};
+
+/// Parameter values as given (key -> text). A policy's factory validates them against its
+/// ParamSpec and parses them into its typed Params struct once.
+using ParamValues = std::map<std::string, std::string>;
+
+/// Validates `values` against `spec` (unknown keys: the error lists the valid ones; out-of-range
+/// or unparsable values: the error names the key and the range) and returns the full set with
+/// defaults filled in. Throws InputError("<policy>: ...").
+ParamValues resolve_params(const std::string& policy, const std::vector<ParamSpec>& spec, const ParamValues& values);
+/// Typed getters over resolved values (keys must exist).
+int64_t param_int(const ParamValues& v, const std::string& key);
+double param_float(const ParamValues& v, const std::string& key);
+bool param_bool(const ParamValues& v, const std::string& key);
+
+/// What prefill-time policies see for one layer, after its attention ran on the whole prompt
+/// (the inputs kvpress passes to `press.score`).
+struct LayerPrefill {
+  const ModelConfig& config;
+  int64_t layer;
+  at::Tensor queries;  ///< [n_tok, n_head, head_dim] post-RoPE queries of the prompt
+  at::Tensor keys;     ///< [n_head_kv, n_tok, head_dim] post-RoPE keys
+  at::Tensor values;   ///< [n_head_kv, n_tok, head_dim]
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  virtual Stage stage() const = 0;
+  /// The resolved parameters this instance runs with (for sessions and display).
+  virtual ParamValues params() const = 0;
+};
+
+/// S1: importance of every prompt entry per KV head; higher = keep.
+class ScoringPolicy : public Policy {
+ public:
+  Stage stage() const override { return Stage::kScoring; }
+  /// fp32 [n_head_kv, n_tok] on the input device. Entries that must always stay (observation
+  /// window, sinks) get +inf-like scores (the maximum finite float) so any selection keeps them.
+  virtual at::Tensor score(const LayerPrefill& in) const = 0;
+};
+
+/// S2: turns scores into kept entries per KV head under a budget.
+class BudgetPolicy : public Policy {
+ public:
+  Stage stage() const override { return Stage::kBudget; }
+  /// scores: fp32 [n_head_kv, n_tok]; n_kept: the average kept entries per KV head for this layer
+  /// (kvpress: int(n_tok * (1 - compression_ratio))). Returns, per KV head, the sorted int64 indices
+  /// to keep (ragged lengths allowed; their sum must not exceed n_head_kv * n_kept).
+  virtual std::vector<at::Tensor> select(const at::Tensor& scores, int64_t n_kept, const LayerPrefill& in) const = 0;
+};
+
+/// The catalogue of policies: name -> stage, ParamSpec table, factory. Built once in main by
+/// register_builtin_policies and passed by const reference.
+class PolicyRegistry {
+ public:
+  using Factory = std::function<std::unique_ptr<Policy>(const ParamValues& resolved)>;
+  struct Entry {
+    std::string name;
+    Stage stage;
+    std::vector<ParamSpec> spec;
+    std::string summary;  ///< one line with the paper reference
+    Factory make;
+  };
+  void add(Entry e);
+  /// Throws InputError("unknown policy 'x' (known: ...)").
+  const Entry& at(const std::string& name) const;
+  /// Validates params against the spec and builds the policy.
+  std::unique_ptr<Policy> make(const std::string& name, const ParamValues& values) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, Entry> entries_;
+};
+
+/// Adds every built-in policy (scoring, budget allocation, ...) to `registry`.
+void register_builtin_policies(PolicyRegistry& registry);
+
+}  // namespace kvscope

@@ -1,0 +1,57 @@
+// "keydiff" scoring: KeyDiff (Park et al. 2025, arXiv 2504.15364), Eq. 8 (the efficient anchor form
+// used in all its experiments; methods.md §2.2): evict the keys closest in direction to the mean key.
+//
+//   μ_h        = mean_j ( k_{h,j} / ||k_{h,j}|| )         anchor=normalized (kvpress keydiff_press.py)
+//              = mean_j k_{h,j}                          anchor=raw (the paper's "unnormalized keys")
+//   score[h,j] = -cos(k_{h,j}, μ_h)
+//
+// Shapes: in.keys [n_head_kv, n_tok, D] (fp32 internally); returns fp32 [n_head_kv, n_tok]. No
+// queries are needed, so the score works on whatever the cache holds (block-wise prefill).
+//
+// The block-wise procedure of the paper (§3, methods.md §2.3: feed the prompt in blocks of M tokens,
+// after each block cut the cache back to N, reserving a `recent` share of N for the newest tokens)
+// is driven by the pipeline, not by score(): it reads this policy's params() "block" (M) and
+// "recent" (share of N). score() itself ignores them.
+#include <ATen/ATen.h>
+
+#include "kvscope/core/policies/builtin.h"
+
+namespace kvscope::policies {
+namespace {
+
+constexpr const char* kRef = "KeyDiff (Park et al. 2025) Eq. 8, §3";
+
+class KeyDiff : public ScoringBase {
+ public:
+  explicit KeyDiff(const ParamValues& v) : ScoringBase("keydiff", v), normalized_(v.at("anchor") == "normalized") {}
+  at::Tensor score(const LayerPrefill& in) const override {
+    check_layer_prefill("keydiff", in, /*needs_queries=*/false);
+    at::Tensor k = in.keys.to(at::kFloat);                                  // [Hkv, n, D]
+    // F.normalize(k, p=2, dim=-1): k / max(||k||, 1e-12)
+    at::Tensor a = normalized_ ? k / k.norm(2, {-1}, /*keepdim=*/true).clamp_min(1e-12) : k;
+    at::Tensor anchor = a.mean(1, /*keepdim=*/true).expand_as(k);          // [Hkv, n, D]
+    return at::cosine_similarity(k, anchor, -1, 1e-8).neg_();             // [Hkv, n]
+  }
+
+ private:
+  bool normalized_;
+};
+
+}  // namespace
+
+PolicyRegistry::Entry keydiff_entry() {
+  return {"keydiff", Stage::kScoring,
+          {choice_param("anchor", {"normalized", "raw"}, "normalized",
+                        "anchor: mean of L2-normalised keys (kvpress) or plain mean of the keys", kRef),
+           int_param("block", 1, 1 << 20, "128",
+                     "block-wise prefill block size M (read by the pipeline; score() ignores it)",
+                     "KeyDiff (Park et al. 2025) §3 / Eq. 6; M=128 per methods.md §2.1 [?]"),
+           float_param("recent", 0, 0.9, "0",
+                       "share of the cache budget N reserved for the most recent tokens (paper: 0, 0.1 or 0.2; read "
+                       "by the pipeline)",
+                       "KeyDiff (Park et al. 2025) sliding-window variant, methods.md §2.2")},
+          "keep keys least aligned with the mean key: -cos(k, mean k̂) (KeyDiff, Park et al. 2025 Eq. 8)",
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<KeyDiff>(v); }};
+}
+
+}  // namespace kvscope::policies

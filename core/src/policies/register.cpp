@@ -1,0 +1,26 @@
+// register_builtin_policies: every built-in scoring (S1) and budget (S2) policy. Each entry (name,
+// stage, ParamSpec table, one-line summary with its paper, factory) is defined beside its policy in
+// core/src/policies/<name>.cpp.
+#include "kvscope/core/policies/builtin.h"
+#include "kvscope/core/policy.h"
+
+namespace kvscope {
+
+void register_builtin_policies(PolicyRegistry& registry) {
+  using namespace policies;
+  // S1 scoring
+  registry.add(snapkv_entry());
+  registry.add(pyramidkv_entry());
+  registry.add(streamingllm_entry());
+  registry.add(h2o_entry());
+  registry.add(tova_entry());
+  registry.add(knorm_entry());
+  registry.add(keydiff_entry());
+  registry.add(random_entry());
+  // S2 budget allocation
+  registry.add(uniform_entry());
+  registry.add(pyramid_entry());
+  registry.add(adakv_entry());
+}
+
+}  // namespace kvscope

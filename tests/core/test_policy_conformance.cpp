@@ -1,0 +1,289 @@
+// Conformance of every registered policy: each scoring policy combined with each budget policy on
+// small random LayerPrefill inputs (several n_tok including 1 and 37; GQA groups 1 and 3). Checks
+// the contracts of policy.h: score shape/dtype, kept indices valid, sorted, unique, budget
+// respected, deterministic, everything kept when the budget covers the prompt; plus the
+// registry's table (specs, defaults) and resolve_params errors.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "kvscope/core/errors.h"
+#include "kvscope/core/policies/builtin.h"
+#include "kvscope/core/policy.h"
+
+namespace kvscope {
+namespace {
+
+PolicyRegistry builtin_registry() {
+  PolicyRegistry r;
+  register_builtin_policies(r);
+  return r;
+}
+
+std::vector<std::string> names_of(const PolicyRegistry& r, Stage stage) {
+  std::vector<std::string> out;
+  for (const auto& n : r.names())
+    if (r.at(n).stage == stage) out.push_back(n);
+  return out;
+}
+
+ModelConfig small_config(int64_t n_head_kv, int64_t group, int64_t n_layer) {
+  ModelConfig c;
+  c.n_layer = n_layer;
+  c.n_head_kv = n_head_kv;
+  c.n_head = n_head_kv * group;
+  c.head_dim = 16;
+  c.hidden_size = c.n_head * c.head_dim;
+  return c;
+}
+
+struct RandomPrefill {
+  at::Tensor q, k, v;
+};
+RandomPrefill random_prefill(const ModelConfig& c, int64_t n_tok, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  RandomPrefill r;
+  r.q = at::randn({n_tok, c.n_head, c.head_dim}, gen, at::TensorOptions().dtype(at::kFloat));
+  r.k = at::randn({c.n_head_kv, n_tok, c.head_dim}, gen, at::TensorOptions().dtype(at::kFloat));
+  r.v = at::randn({c.n_head_kv, n_tok, c.head_dim}, gen, at::TensorOptions().dtype(at::kFloat));
+  return r;
+}
+
+std::vector<int64_t> to_vec(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+TEST(PolicyConformance, RegistryHasTheBuiltins) {
+  const PolicyRegistry r = builtin_registry();
+  for (const char* n : {"snapkv", "pyramidkv", "streamingllm", "h2o", "tova", "knorm", "keydiff", "random"})
+    EXPECT_EQ(r.at(n).stage, Stage::kScoring) << n;
+  for (const char* n : {"uniform", "pyramid", "adakv"}) EXPECT_EQ(r.at(n).stage, Stage::kBudget) << n;
+}
+
+TEST(PolicyConformance, SpecsAreCompleteAndDefaultsResolve) {
+  const PolicyRegistry r = builtin_registry();
+  for (const auto& name : r.names()) {
+    SCOPED_TRACE(name);
+    const auto& e = r.at(name);
+    EXPECT_FALSE(e.summary.empty());
+    std::set<std::string> keys;
+    for (const auto& p : e.spec) {
+      EXPECT_TRUE(keys.insert(p.key).second) << "duplicate key " << p.key;
+      EXPECT_FALSE(p.help.empty()) << p.key;
+      EXPECT_FALSE(p.paper_ref.empty()) << p.key;
+      EXPECT_FALSE(p.default_value.empty()) << p.key;
+    }
+    const auto policy = r.make(name, {});
+    ASSERT_TRUE(policy);
+    EXPECT_EQ(policy->name(), name);
+    EXPECT_EQ(policy->stage(), e.stage);
+    const ParamValues pv = policy->params();
+    EXPECT_EQ(pv.size(), e.spec.size());
+    for (const auto& p : e.spec) EXPECT_EQ(pv.at(p.key), p.default_value) << p.key;
+  }
+  EXPECT_EQ(r.make("snapkv", {{"window", "64"}})->params().at("window"), "64");
+}
+
+TEST(PolicyConformance, EveryScoringWithEveryBudget) {
+  const PolicyRegistry r = builtin_registry();
+  const auto scorers = names_of(r, Stage::kScoring), budgets = names_of(r, Stage::kBudget);
+  ASSERT_FALSE(scorers.empty());
+  ASSERT_FALSE(budgets.empty());
+  const int64_t n_layer = 4, Hkv = 2;
+  uint64_t seed = 1;
+  for (const int64_t group : {1, 3}) {
+    const ModelConfig cfg = small_config(Hkv, group, n_layer);
+    for (const int64_t n_tok : {1, 2, 5, 37, 100}) {
+      // One random prefill per layer, as an engine observer would hand them over.
+      std::vector<LayerPrefill> layers;
+      for (int64_t l = 0; l < n_layer; ++l) {
+        const RandomPrefill rp = random_prefill(cfg, n_tok, seed++);
+        layers.push_back(LayerPrefill{cfg, l, rp.q, rp.k, rp.v});
+      }
+      for (const auto& sn : scorers) {
+        const auto sp = r.make(sn, {});
+        const auto& S = dynamic_cast<const ScoringPolicy&>(*sp);
+        std::vector<at::Tensor> scores;
+        for (const auto& lp : layers) {
+          SCOPED_TRACE(sn + " G=" + std::to_string(group) + " n_tok=" + std::to_string(n_tok));
+          at::Tensor s = S.score(lp);
+          ASSERT_EQ(s.scalar_type(), at::kFloat);
+          ASSERT_EQ(s.sizes(), (at::IntArrayRef{Hkv, n_tok}));
+          EXPECT_FALSE(s.isnan().any().item<bool>());
+          EXPECT_TRUE(at::equal(s, S.score(lp))) << "scores not deterministic";
+          scores.push_back(s);
+        }
+        for (const auto& bn : budgets) {
+          const auto bp = r.make(bn, {});
+          const auto& B = dynamic_cast<const BudgetPolicy&>(*bp);
+          for (const int64_t n_kept : {int64_t{0}, int64_t{1}, n_tok / 2, n_tok - 1, n_tok, n_tok + 3}) {
+            SCOPED_TRACE(sn + " + " + bn + " G=" + std::to_string(group) + " n_tok=" + std::to_string(n_tok) +
+                         " n_kept=" + std::to_string(n_kept));
+            int64_t model_total = 0;
+            for (size_t l = 0; l < layers.size(); ++l) {
+              const auto kept = B.select(scores[l], n_kept, layers[l]);
+              ASSERT_EQ(int64_t(kept.size()), Hkv);
+              const auto again = B.select(scores[l], n_kept, layers[l]);
+              int64_t layer_total = 0;
+              for (int64_t h = 0; h < Hkv; ++h) {
+                ASSERT_EQ(kept[h].scalar_type(), at::kLong);
+                ASSERT_EQ(kept[h].dim(), 1);
+                const auto v = to_vec(kept[h]);
+                for (size_t i = 0; i < v.size(); ++i) {
+                  ASSERT_GE(v[i], 0);
+                  ASSERT_LT(v[i], n_tok);
+                  if (i) ASSERT_LT(v[i - 1], v[i]) << "not sorted / not unique";
+                }
+                EXPECT_EQ(v, to_vec(again[h])) << "selection not deterministic";
+                if (n_kept >= n_tok) {
+                  std::vector<int64_t> all(n_tok);
+                  std::iota(all.begin(), all.end(), 0);
+                  EXPECT_EQ(v, all) << "budget >= n_tok must keep everything";
+                }
+                if (bn == "uniform") EXPECT_EQ(int64_t(v.size()), std::min(n_kept, n_tok));
+                layer_total += int64_t(v.size());
+              }
+              if (bn == "pyramid") {
+                // Per-layer budgets move memory between layers; per head at most n_tok.
+                EXPECT_LE(layer_total, Hkv * n_tok);
+              } else {
+                EXPECT_LE(layer_total, Hkv * std::max<int64_t>(0, n_kept)) << "layer " << l;
+              }
+              if (bn == "adakv") EXPECT_EQ(layer_total, Hkv * std::min(n_kept, n_tok));
+              model_total += layer_total;
+            }
+            // Over the whole model every budget policy respects the mean n_kept per head
+            // (pyramid up to its round-half-even of each layer's budget: +0.5 per layer).
+            EXPECT_LE(double(model_total), double(n_layer * Hkv) * (double(std::min(n_kept, n_tok)) + 0.5));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PolicyConformance, AlwaysKeptEntriesSurviveUniformSelection) {
+  const PolicyRegistry r = builtin_registry();
+  const ModelConfig cfg = small_config(2, 3, 2);
+  const RandomPrefill rp = random_prefill(cfg, 100, 7);
+  const LayerPrefill lp{cfg, 0, rp.q, rp.k, rp.v};
+  const auto uniform = r.make("uniform", {});
+  const auto& U = dynamic_cast<const BudgetPolicy&>(*uniform);
+  {  // snapkv: the observation window is always kept
+    const auto s = r.make("snapkv", {{"window", "8"}});
+    const auto kept = U.select(dynamic_cast<const ScoringPolicy&>(*s).score(lp), 20, lp);
+    for (const auto& k : kept) {
+      const auto v = to_vec(k);
+      ASSERT_EQ(v.size(), 20u);
+      EXPECT_EQ(std::vector<int64_t>(v.end() - 8, v.end()), (std::vector<int64_t>{92, 93, 94, 95, 96, 97, 98, 99}));
+    }
+  }
+  {  // streamingllm: sinks + most recent
+    const auto s = r.make("streamingllm", {{"sink", "4"}});
+    const auto kept = U.select(dynamic_cast<const ScoringPolicy&>(*s).score(lp), 10, lp);
+    for (const auto& k : kept) EXPECT_EQ(to_vec(k), (std::vector<int64_t>{0, 1, 2, 3, 94, 95, 96, 97, 98, 99}));
+  }
+  {  // tova: one set for all KV heads (layer-wide head mean), last token kept
+    const auto s = r.make("tova", {});
+    const auto kept = U.select(dynamic_cast<const ScoringPolicy&>(*s).score(lp), 30, lp);
+    EXPECT_EQ(to_vec(kept[0]), to_vec(kept[1]));
+    EXPECT_EQ(to_vec(kept[0]).back(), 99);
+  }
+  {  // h2o with recent window
+    const auto s = r.make("h2o", {{"recent", "5"}});
+    const auto kept = U.select(dynamic_cast<const ScoringPolicy&>(*s).score(lp), 12, lp);
+    for (const auto& k : kept) {
+      const auto v = to_vec(k);
+      EXPECT_EQ(std::vector<int64_t>(v.end() - 5, v.end()), (std::vector<int64_t>{95, 96, 97, 98, 99}));
+    }
+  }
+}
+
+TEST(PolicyConformance, H2OBlockedEqualsDenseAccumulation) {
+  // The blocked accumulation (query blocks of 16M / (n_head * n_tok) rows: 2 blocks here) must equal
+  // the plain n x n computation.
+  const PolicyRegistry r = builtin_registry();
+  const ModelConfig cfg = small_config(2, 3, 1);
+  const int64_t n = 2000;
+  const RandomPrefill rp = random_prefill(cfg, n, 11);
+  const LayerPrefill lp{cfg, 0, rp.q, rp.k, rp.v};
+  const auto h2o = r.make("h2o", {{"gqa", "sum"}});
+  const at::Tensor ours = dynamic_cast<const ScoringPolicy&>(*h2o).score(lp);
+  const at::Tensor dense = policies::causal_attention_probs(rp.q, rp.k, 0).sum(2).sum(1);  // [Hkv, n]
+  EXPECT_TRUE(at::allclose(ours, dense, 1e-5, 1e-6));
+}
+
+TEST(PolicyConformance, AdaKVGuaranteesTheSafeguardPerHead) {
+  const PolicyRegistry r = builtin_registry();
+  const ModelConfig cfg = small_config(2, 1, 1);
+  const int64_t n = 100;
+  const RandomPrefill rp = random_prefill(cfg, n, 3);
+  const LayerPrefill lp{cfg, 0, rp.q, rp.k, rp.v};
+  // Head 1's scores are all below head 0's: a pure global top-k would give it nothing.
+  at::Tensor s = at::stack({at::linspace(10, 20, n), at::linspace(0, 1, n)}).to(at::kFloat);
+  const auto ada = r.make("adakv", {{"alpha", "0.2"}}), ada0 = r.make("adakv", {{"alpha", "0"}});
+  const auto kept = dynamic_cast<const BudgetPolicy&>(*ada).select(s, 40, lp);
+  EXPECT_EQ(kept[1].numel(), 8);  // int(40 * 0.2): its own top 8
+  EXPECT_EQ(to_vec(kept[1]), (std::vector<int64_t>{92, 93, 94, 95, 96, 97, 98, 99}));
+  EXPECT_EQ(kept[0].numel(), 72);
+  const auto none = dynamic_cast<const BudgetPolicy&>(*ada0).select(s, 40, lp);
+  EXPECT_EQ(none[1].numel(), 0);
+  EXPECT_EQ(none[0].numel(), 80);
+}
+
+TEST(PolicyConformance, PyramidBudgetMatchesKvpressFormula) {
+  // kvpress PyramidKVPress on pycode-16m (8 layers), argparse_head (2589 tokens), window 64, beta 20.
+  using policies::pyramid_layer_budget;
+  // ratio 0.5: n_kept 1294 -> min 64.7, max 2523.3, step (max-min)/7.
+  EXPECT_EQ(pyramid_layer_budget(2589, 1294, 64, 20, 0, 8), 2523);
+  EXPECT_EQ(pyramid_layer_budget(2589, 1294, 64, 20, 7, 8), 65);
+  int64_t total = 0;
+  for (int l = 0; l < 8; ++l) total += pyramid_layer_budget(2589, 1294, 64, 20, l, 8);
+  EXPECT_NEAR(double(total) / 8, 1294, 0.5);
+  // ratio 0.75: n_kept 647 -> min 32.35 < window 64 -> falls back to the uniform budget.
+  for (int l = 0; l < 8; ++l) EXPECT_EQ(pyramid_layer_budget(2589, 647, 64, 20, l, 8), 647);
+  // max_num clamped to n - W: n 100, n_kept 80, W 8 -> max 92, min 68.
+  EXPECT_EQ(pyramid_layer_budget(100, 80, 8, 20, 0, 4), 92);
+  EXPECT_EQ(pyramid_layer_budget(100, 80, 8, 20, 3, 4), 68);
+}
+
+TEST(PolicyConformance, ResolveParamsErrors) {
+  const PolicyRegistry r = builtin_registry();
+  auto message = [&](const std::string& policy, const ParamValues& v) -> std::string {
+    try {
+      r.make(policy, v);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string m = message("snapkv", {{"windw", "64"}});
+  EXPECT_NE(m.find("windw"), std::string::npos) << m;
+  EXPECT_NE(m.find("window, kernel, pool, gqa"), std::string::npos) << "lists the valid keys: " << m;
+  m = message("snapkv", {{"window", "0"}});
+  EXPECT_NE(m.find("'window'"), std::string::npos) << m;
+  EXPECT_NE(m.find("outside"), std::string::npos) << m;
+  m = message("snapkv", {{"kernel", "4"}});
+  EXPECT_NE(m.find("odd"), std::string::npos) << m;
+  m = message("snapkv", {{"pool", "median"}});
+  EXPECT_NE(m.find("avg|max"), std::string::npos) << m;
+  m = message("snapkv", {{"window", "abc"}});
+  EXPECT_NE(m.find("not a number"), std::string::npos) << m;
+  m = message("adakv", {{"alpha", "1.5"}});
+  EXPECT_NE(m.find("'alpha'"), std::string::npos) << m;
+  m = message("streamingllm", {{"sink", "2.5"}});
+  EXPECT_NE(m.find("integer"), std::string::npos) << m;
+  m = message("knorm", {{"x", "1"}});
+  EXPECT_NE(m.find("(none)"), std::string::npos) << m;
+  m = message("snapkvv", {});
+  EXPECT_NE(m.find("unknown policy"), std::string::npos) << m;
+  EXPECT_NE(m.find("snapkv"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace kvscope
