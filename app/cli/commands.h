@@ -10,5 +10,6 @@ namespace kvscope::cli {
 using Runner = std::function<int()>;
 
 Runner add_generate(CLI::App& app);
+Runner add_run(CLI::App& app);
 
 }  // namespace kvscope::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<CLI::App*, kvscope::cli::Runner>> runners;
   auto reg = [&](kvscope::cli::Runner r) { runners.emplace_back(app.get_subcommands({}).back(), std::move(r)); };
   reg(kvscope::cli::add_generate(app));
+  reg(kvscope::cli::add_run(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

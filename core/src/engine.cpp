@@ -46,7 +46,7 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
                              .view({T, G, D}));
     attn = at::cat(per_head, 1).view({T, H * D});
   }
-  if (observer) observer(LayerEvent{l, q, cache});
+  if (observer) observer(LayerEvent{c, l, q, cache});
   at::Tensor out = x + at::linear(attn, w.w_o);
   at::Tensor gu = at::linear(rms_norm(out, w.mlp_norm, c.rms_norm_eps), w.w_gate_up);
   const int64_t I = c.intermediate_size;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -12,6 +13,23 @@ namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
+
+std::vector<std::vector<std::vector<int64_t>>> kept_positions(const KvCache& cache) {
+  std::vector<std::vector<std::vector<int64_t>>> out(cache.n_layer());
+  for (int64_t l = 0; l < cache.n_layer(); ++l)
+    for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
+      at::Tensor p = std::get<0>(cache.head_positions(l, h).to(at::kCPU).sort()).contiguous();
+      out[l].emplace_back(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+    }
+  return out;
+}
+
+/// KL(p_full || p_comp) and top-1 agreement of two fp32 logit vectors.
+void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp) {
+  at::Tensor lp = at::log_softmax(full.to(at::kDouble), -1), lq = at::log_softmax(comp.to(at::kDouble), -1);
+  f.kl.push_back((lp.exp() * (lp - lq)).sum().item<double>());
+  f.top1.push_back(full.argmax().item<int64_t>() == comp.argmax().item<int64_t>());
+}
 }  // namespace
 
 GenerateResult generate(const Engine& engine, const GenerateRequest& req, const std::function<void(int32_t)>& on_token) {
@@ -21,14 +39,37 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   KvCache cache = engine.new_cache(static_cast<int64_t>(req.prompt_ids.size()) + std::max<int64_t>(req.max_new_tokens, 1));
   auto is_stop = [&](int32_t id) { return std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end(); };
 
+  LayerObserver compress;
+  if (req.pipeline) {
+    req.budget.validate();
+    const int64_t n_kept = req.budget.kept_per_head(static_cast<int64_t>(req.prompt_ids.size()));
+    compress = [&, n_kept](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, req.max_new_tokens); };
+  }
   auto t0 = std::chrono::steady_clock::now();
-  at::Tensor logits = engine.prefill(cache, req.prompt_ids, req.prefill_chunk);
+  at::Tensor logits = engine.prefill(cache, req.prompt_ids, req.prefill_chunk, false, compress);
   res.last_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
   res.prefill_ms = ms_since(t0);
+  res.kept = kept_positions(cache);
+  res.cache_bytes_live = cache.bytes_live();
+  res.cache_bytes_allocated = cache.bytes_allocated();
   if (req.max_new_tokens <= 0) return res;
 
+  std::optional<KvCache> full;
+  at::Tensor full_logits;
+  if (req.reference_full) {
+    full.emplace(engine.new_cache(static_cast<int64_t>(req.prompt_ids.size()) + req.max_new_tokens));
+    full_logits = engine.prefill(*full, req.prompt_ids, req.prefill_chunk);
+  }
   int32_t next = sampler.next(res.last_logits);
   t0 = std::chrono::steady_clock::now();
+  double reference_ms = 0;
+  auto step_reference = [&](const at::Tensor& comp_logits) {
+    if (!full) return;
+    const auto r0 = std::chrono::steady_clock::now();
+    add_fidelity(res.fidelity, full_logits, comp_logits);
+    reference_ms += ms_since(r0);
+  };
+  step_reference(logits);
   while (!is_stop(next)) {
     res.output_ids.push_back(next);
     if (on_token) on_token(next);
@@ -37,8 +78,14 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     logits = engine.forward(cache, tok);
     ++res.decode_steps;
     next = sampler.next(logits);  // reads the result back: the step is complete
+    if (full) {
+      const auto r0 = std::chrono::steady_clock::now();
+      full_logits = engine.forward(*full, tok);
+      reference_ms += ms_since(r0);
+      step_reference(logits);
+    }
   }
-  res.decode_ms = ms_since(t0);
+  res.decode_ms = ms_since(t0) - reference_ms;
   return res;
 }
 

@@ -80,6 +80,42 @@ void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const 
   for (int64_t h = 0; h < n_head_kv_; ++h) L.length[h] += T;
 }
 
+void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t reserve) {
+  LayerKv& L = layers_[l];
+  if (static_cast<int64_t>(kept.size()) != n_head_kv_)
+    throw std::invalid_argument("KvCache::retain: " + std::to_string(kept.size()) + " index sets for " +
+                                std::to_string(n_head_kv_) + " KV heads");
+  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_), len(n_head_kv_);
+  int64_t total = 0;
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    len[h] = kept[h].numel();
+    if (len[h] > 0) {
+      const auto [lo, hi] = kept[h].aminmax();
+      if (lo.item<int64_t>() < 0 || hi.item<int64_t>() >= L.length[h])
+        throw std::invalid_argument("KvCache::retain: index out of range for layer " + std::to_string(l) + " head " +
+                                    std::to_string(h));
+    }
+    cap[h] = len[h] + std::max<int64_t>(reserve, 1);
+    off[h] = total;
+    total += cap[h];
+  }
+  at::Tensor k = at::empty({total, head_dim_}, L.k.options()), v = at::empty({total, head_dim_}, L.v.options());
+  at::Tensor pos = at::empty({total}, L.pos.options());
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    if (len[h] == 0) continue;
+    at::Tensor idx = kept[h].to(L.k.device(), at::kLong) + L.offset[h];
+    k.narrow(0, off[h], len[h]).copy_(L.k.index_select(0, idx));
+    v.narrow(0, off[h], len[h]).copy_(L.v.index_select(0, idx));
+    pos.narrow(0, off[h], len[h]).copy_(L.pos.index_select(0, idx));
+  }
+  L.k = k;
+  L.v = v;
+  L.pos = pos;
+  L.capacity = cap;
+  L.offset = off;
+  L.length = len;
+}
+
 static void require_uniform(const LayerKv& L) {
   if (!L.uniform()) throw std::logic_error("KvCache: dense view of a ragged layer (use the per-head accessors)");
 }

@@ -204,6 +204,30 @@ TEST(PolicyConformance, AlwaysKeptEntriesSurviveUniformSelection) {
   }
 }
 
+TEST(PolicyConformance, QueryScorersAcceptOnlyTheLastQueries) {
+  // Block-wise prefill hands over only the block's queries (the last T of n_tok); window scorers
+  // must give the same scores as with all queries when the window fits in the block.
+  const PolicyRegistry r = builtin_registry();
+  const ModelConfig cfg = small_config(2, 3, 1);
+  const RandomPrefill rp = random_prefill(cfg, 90, 5);
+  const LayerPrefill full{cfg, 0, rp.q, rp.k, rp.v};
+  const LayerPrefill tail{cfg, 0, rp.q.narrow(0, 50, 40), rp.k, rp.v};
+  for (const auto& [name, params] : std::vector<std::pair<std::string, ParamValues>>{
+           {"snapkv", {{"window", "16"}}}, {"pyramidkv", {{"window", "40"}}}, {"tova", {}}}) {
+    const auto p = r.make(name, params);
+    const auto& S = dynamic_cast<const ScoringPolicy&>(*p);
+    EXPECT_TRUE(at::allclose(S.score(full), S.score(tail))) << name;
+  }
+  // h2o accumulates only what it is given: the tail's attention equals the full sum minus the head's.
+  const auto h2o = r.make("h2o", {{"gqa", "sum"}});
+  const at::Tensor all = dynamic_cast<const ScoringPolicy&>(*h2o).score(full);
+  const at::Tensor last = dynamic_cast<const ScoringPolicy&>(*h2o).score(tail);
+  const at::Tensor first = policies::causal_attention_probs(rp.q.narrow(0, 0, 50), rp.k.narrow(1, 0, 50), 0);
+  at::Tensor expect = all.clone();
+  expect.narrow(1, 0, 50).sub_(first.sum(2).sum(1));
+  EXPECT_TRUE(at::allclose(last, expect, 1e-4, 1e-5));
+}
+
 TEST(PolicyConformance, H2OBlockedEqualsDenseAccumulation) {
   // The blocked accumulation (query blocks of 16M / (n_head * n_tok) rows: 2 blocks here) must equal
   // the plain n x n computation.

@@ -26,7 +26,10 @@ constexpr const char* kRef = "H2O (Zhang et al. 2023) §3-4, Alg. 1";
 class H2o : public ScoringBase {
  public:
   explicit H2o(const ParamValues& v)
-      : ScoringBase("h2o", v), gqa_(parse_gqa(v.at("gqa"))), mean_(v.at("norm") == "mean"), recent_(param_int(v, "recent")) {}
+      : ScoringBase("h2o", v),
+        gqa_(parse_gqa(v.at("gqa"))),
+        mean_(v.at("norm") == "mean"),
+        recent_(param_int(v, "recent")) {}
 
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("h2o", in, /*needs_queries=*/true);

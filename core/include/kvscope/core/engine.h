@@ -16,6 +16,7 @@ namespace kvscope {
 /// What a layer hands to an observer after its attention ran on a block of tokens (used by the
 /// compression pipeline and capture). q: post-RoPE queries [T, n_head, head_dim] of the block.
 struct LayerEvent {
+  const ModelConfig& config;
   int64_t layer;
   const at::Tensor& q;
   KvCache& cache;

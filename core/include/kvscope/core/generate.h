@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "kvscope/core/engine.h"
+#include "kvscope/core/pipeline.h"
 #include "kvscope/core/sampling.h"
 
 namespace kvscope {
@@ -21,6 +22,15 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  ///< generation ends (the stop token is not emitted) on any of these
   int64_t prefill_chunk = 0;      ///< 0 = whole prompt at once
+  const Pipeline* pipeline = nullptr;  ///< compress each layer after its prefill attention (null = full cache)
+  BudgetSpec budget;                   ///< used with `pipeline`
+  bool reference_full = false;         ///< also decode the same tokens with the full cache and report fidelity
+};
+
+/// Per decode step agreement of the compressed run with the full cache fed the same tokens.
+struct Fidelity {
+  std::vector<double> kl;    ///< KL(p_full || p_compressed) in nats, one per emitted token
+  std::vector<int> top1;     ///< 1 where both argmaxes agree
 };
 
 struct GenerateResult {
@@ -29,6 +39,11 @@ struct GenerateResult {
   double prefill_ms = 0;
   double decode_ms = 0;
   int64_t decode_steps = 0;  ///< forward passes of one token each
+  /// After prefill (and compression): true prompt positions kept, [layer][kv head] -> sorted list.
+  std::vector<std::vector<std::vector<int64_t>>> kept;
+  int64_t cache_bytes_live = 0;       ///< K+V bytes held after prefill (all layers and heads)
+  int64_t cache_bytes_allocated = 0;  ///< including the decode reserve
+  Fidelity fidelity;                  ///< filled when reference_full
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
 };
 

@@ -48,6 +48,13 @@ class KvCache {
   at::Tensor head_values(int64_t l, int64_t h) const;
   at::Tensor head_positions(int64_t l, int64_t h) const;
 
+  /// Physical eviction (retention mode "evict"): keeps, for every KV head h of layer l, only the
+  /// live entries whose row indices are kept[h] (int64, sorted, unique, < length[h]; any device),
+  /// with their true positions. The layer is re-packed into segments of kept[h].size() + reserve
+  /// entries, so memory is really freed (no padding: head-wise budgets make it ragged).
+  /// Throws std::invalid_argument on a wrong head count or an index out of range.
+  void retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t reserve);
+
   /// Position the next appended token gets (one past the largest position seen).
   int64_t next_position() const { return next_position_; }
   void advance_position(int64_t n) { next_position_ += n; }

@@ -1,0 +1,100 @@
+#include "generation.h"
+
+#include <iostream>
+#include <numeric>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "kvscope/core/engine.h"
+#include "kvscope/core/errors.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/pipeline.h"
+
+namespace kvscope::cli {
+
+void CompressionOptions::add_to(CLI::App& cmd) {
+  cmd.add_option("--pipeline", pipeline, "Stages: name[:key=value,...][+name[:...]]...  e.g. snapkv:window=64+adakv:alpha=0.2")
+      ->required();
+  auto* r = cmd.add_option("--compression-ratio", compression_ratio,
+                           "kvpress convention: fraction removed; n_kept = int(n_tok * (1 - R)) per KV head");
+  auto* b = cmd.add_option("--budget", budget, "Budget in --budget-unit");
+  r->excludes(b);
+  cmd.add_option("--budget-unit", budget_unit, "stored (entries per KV head) | fetched (per decode step per group) | fraction")
+      ->check(CLI::IsMember({"stored", "fetched", "fraction"}));
+  cmd.add_option("--reference", reference, "full: also decode with the full cache and report per-step fidelity")
+      ->check(CLI::IsMember({"full"}));
+}
+
+int execute_generation(const ModelOptions& opts, const CompressionOptions* comp) {
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  std::unique_ptr<Pipeline> pipeline;
+  GenerateRequest req;
+  if (comp) {
+    pipeline = std::make_unique<Pipeline>(registry, comp->pipeline);
+    if (comp->compression_ratio >= 0) req.budget = {BudgetSpec::Unit::kCompressionRatio, comp->compression_ratio};
+    else if (comp->budget >= 0) req.budget = {parse_budget_unit(comp->budget_unit), comp->budget};
+    else throw InputError("run: give --compression-ratio R or --budget N");
+    req.budget.validate();
+    req.pipeline = pipeline.get();
+    req.reference_full = comp->reference == "full";
+  }
+  const Model model = opts.load();
+  const Engine engine(model);
+  if (model.tokenizer) req.prompt_ids = prompt_ids(model, opts.prompt_text(), opts.bos_mode());
+  else req.prompt_ids.assign(1, model.config.bos_token_id >= 0 ? model.config.bos_token_id : 0);
+  req.max_new_tokens = opts.max_new_tokens;
+  req.sampling = opts.sampling();
+  req.stop_ids = model.stop_token_ids;
+  req.prefill_chunk = opts.prefill_chunk;
+
+  const bool stream = !opts.json && model.tokenizer;
+  std::vector<int32_t> shown = req.prompt_ids;
+  const GenerateResult res = generate(engine, req, [&](int32_t id) {
+    if (!stream) return;
+    std::cout << decode_continuation(*model.tokenizer, shown, {id}) << std::flush;
+    shown.push_back(id);
+  });
+  const auto& kl = res.fidelity.kl;
+  if (!opts.json) {
+    std::cout << "\n";
+    std::cerr << "prefill " << req.prompt_ids.size() << " tokens in " << res.prefill_ms << " ms, decode "
+              << res.decode_tokens_per_s() << " tokens/s, KV cache " << res.cache_bytes_live << " bytes";
+    if (!kl.empty())
+      std::cerr << ", mean KL(full||compressed) " << std::accumulate(kl.begin(), kl.end(), 0.0) / kl.size()
+                << ", top-1 agreement "
+                << std::accumulate(res.fidelity.top1.begin(), res.fidelity.top1.end(), 0.0) / kl.size();
+    std::cerr << "\n";
+    return 0;
+  }
+  nlohmann::json j;
+  j["input_ids"] = req.prompt_ids;
+  j["output_ids"] = res.output_ids;
+  j["text"] = model.tokenizer ? decode_continuation(*model.tokenizer, req.prompt_ids, res.output_ids) : "";
+  j["timings"] = {{"prefill_ms", res.prefill_ms}, {"decode_tokens_per_s", res.decode_tokens_per_s()}};
+  if (opts.dump_last_logits) {
+    at::Tensor l = res.last_logits.contiguous();
+    j["last_logits"] = std::vector<float>(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
+  }
+  if (comp) {
+    j["pipeline"] = pipeline->canonical();
+    j["kept"] = res.kept;
+    nlohmann::json budgets = nlohmann::json::array();
+    for (const auto& layer : res.kept) {
+      nlohmann::json row = nlohmann::json::array();
+      for (const auto& head : layer) row.push_back(head.size());
+      budgets.push_back(row);
+    }
+    j["budgets"] = budgets;
+    j["cache_bytes"] = {{"kv_live", res.cache_bytes_live}, {"kv_allocated", res.cache_bytes_allocated}};
+    if (req.reference_full)
+      j["fidelity"] = {{"kl", kl}, {"top1", res.fidelity.top1},
+                       {"mean_kl", kl.empty() ? 0.0 : std::accumulate(kl.begin(), kl.end(), 0.0) / kl.size()},
+                       {"top1_agreement", kl.empty() ? 1.0 : std::accumulate(res.fidelity.top1.begin(), res.fidelity.top1.end(), 0.0) / kl.size()}};
+  }
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,115 @@
+#include "kvscope/core/pipeline.h"
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/errors.h"
+
+namespace kvscope {
+namespace {
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i)
+    if (i == s.size() || s[i] == sep) {
+      out.emplace_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  return out;
+}
+
+}  // namespace
+
+std::vector<StageSpec> parse_pipeline_spec(std::string_view spec) {
+  std::vector<StageSpec> out;
+  for (const std::string& part : split(spec, '+')) {
+    const auto colon = part.find(':');
+    StageSpec s;
+    s.policy = part.substr(0, colon);
+    if (s.policy.empty()) throw InputError("pipeline '" + std::string(spec) + "': empty stage name");
+    if (colon != std::string::npos)
+      for (const std::string& kv : split(std::string_view(part).substr(colon + 1), ',')) {
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0)
+          throw InputError("pipeline '" + std::string(spec) + "': expected key=value in stage '" + s.policy + "', got '" + kv + "'");
+        if (!s.params.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second)
+          throw InputError("pipeline '" + std::string(spec) + "': parameter '" + kv.substr(0, eq) + "' given twice");
+      }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+int64_t BudgetSpec::kept_per_head(int64_t n_tok) const {
+  double kept = 0;
+  switch (unit) {
+    case Unit::kCompressionRatio: kept = static_cast<double>(n_tok) * (1.0 - value); break;
+    case Unit::kStored:
+    case Unit::kFetched: kept = value; break;
+    case Unit::kFraction: kept = static_cast<double>(n_tok) * value; break;
+  }
+  return std::clamp<int64_t>(static_cast<int64_t>(kept), 0, n_tok);
+}
+
+void BudgetSpec::validate() const {
+  const bool ok = unit == Unit::kCompressionRatio ? value >= 0 && value < 1
+                  : unit == Unit::kFraction       ? value > 0 && value <= 1
+                                                  : value >= 1;
+  if (!ok)
+    throw InputError(unit == Unit::kCompressionRatio ? "--compression-ratio must be in [0, 1)"
+                     : unit == Unit::kFraction      ? "--budget with --budget-unit fraction must be in (0, 1]"
+                                                    : "--budget must be >= 1 entry");
+}
+
+BudgetSpec::Unit parse_budget_unit(const std::string& text) {
+  if (text == "stored") return BudgetSpec::Unit::kStored;
+  if (text == "fetched") return BudgetSpec::Unit::kFetched;
+  if (text == "fraction") return BudgetSpec::Unit::kFraction;
+  throw InputError("unknown --budget-unit '" + text + "' (expected stored, fetched or fraction)");
+}
+
+Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
+  Stage last = Stage::kHeadPattern;
+  for (const StageSpec& s : parse_pipeline_spec(spec)) {
+    auto policy = registry.make(s.policy, s.params);
+    if (policy->stage() < last)
+      throw InputError("pipeline '" + std::string(spec) + "': stage '" + s.policy + "' comes after a later stage");
+    last = policy->stage();
+    if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get())) {
+      if (scorer_) throw InputError("pipeline '" + std::string(spec) + "': more than one scoring stage");
+      scorer_ = sc;
+    } else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get())) {
+      if (budget_) throw InputError("pipeline '" + std::string(spec) + "': more than one budget stage");
+      budget_ = b;
+    }
+    stages_.push_back(std::move(policy));
+  }
+  if (!scorer_) throw InputError("pipeline '" + std::string(spec) + "' has no scoring stage (e.g. snapkv, keydiff, tova)");
+  if (!budget_) {
+    auto uniform = registry.make("uniform", {});
+    budget_ = dynamic_cast<const BudgetPolicy*>(uniform.get());
+    stages_.push_back(std::move(uniform));
+  }
+}
+
+std::string Pipeline::canonical() const {
+  std::string out;
+  for (const auto& p : stages_) {
+    out += (out.empty() ? "" : "+") + p->name();
+    std::string kv;
+    for (const auto& [k, v] : p->params()) kv += (kv.empty() ? ":" : ",") + k + "=" + v;
+    out += kv;
+  }
+  return out;
+}
+
+void Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
+  KvCache& cache = ev.cache;
+  const int64_t n_tok = cache.layer(ev.layer).length[0];
+  if (n_kept >= n_tok) return;
+  const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
+  const at::Tensor scores = scorer_->score(in);
+  cache.retain(ev.layer, budget_->select(scores, n_kept, in), reserve);
+}
+
+}  // namespace kvscope

@@ -1,0 +1,70 @@
+#pragma once
+// Split-K ("flash-decoding") GQA attention for one decode token over a ragged per-KV-head cache.
+// Raw device pointers, no torch headers. All pointers are device pointers unless noted.
+//
+// Layout (matches kvscope::LayerKv): K and V are flat row-major [rows, head_dim] buffers; KV head h
+// owns rows offset[h] .. offset[h] + length[h] - 1 (dense variant) or, in the gather variant, the
+// rows offset[h] + index[h * index_stride + j] for j < length[h]. Query head i reads KV head i / G.
+//
+// Math: o[i] = softmax(scale * K_h q_i) V_h with fp32 accumulation and an online softmax, in two
+// passes: pass 1 runs one block per (KV head, split of the tokens) and writes unnormalised fp32
+// partials to a workspace; pass 2 combines the splits (skipped when there is a single split).
+// A head with length 0 gets o = 0.
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace kvscope::kernels {
+
+#ifndef KVSCOPE_KERNELS_DTYPE_DEFINED
+#define KVSCOPE_KERNELS_DTYPE_DEFINED
+/// Element type of the activations, weights and cache (the same across one call).
+enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+inline constexpr size_t dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+#endif
+
+struct DecodeAttentionArgs {
+  DType dtype = DType::kBFloat16;
+  int n_head = 0;     ///< query heads
+  int n_head_kv = 0;  ///< KV heads; n_head == n_head_kv * group
+  int group = 1;      ///< G: query heads per KV head (any G >= 1)
+  int head_dim = 0;   ///< D: 64 or 128
+  const void* q = nullptr;  ///< dtype, head i at q + i * q_stride (elements); rows 16-byte aligned
+  int64_t q_stride = 0;     ///< elements between query heads (usually head_dim)
+  const void* k = nullptr;  ///< dtype [rows, head_dim], contiguous, 16-byte aligned
+  const void* v = nullptr;  ///< dtype [rows, head_dim], contiguous, 16-byte aligned
+  const int64_t* offset = nullptr;  ///< int64 [n_head_kv]: first row of each KV head
+  const int64_t* length = nullptr;  ///< int64 [n_head_kv]: live rows (dense) or index count (gather)
+  /// Gather variant (sparse decode: RocketKV/Quest/top-k): int32 [n_head_kv, index_stride]; head h
+  /// attends to rows offset[h] + index[h * index_stride + j], j < length[h]. nullptr: dense.
+  /// Indices must lie in [0, capacity of head h); they need not be sorted or unique.
+  const int32_t* index = nullptr;
+  int64_t index_stride = 0;
+  float scale = 0.f;    ///< softmax scale, usually 1/sqrt(D)
+  void* o = nullptr;    ///< dtype [n_head, head_dim], contiguous; may not alias q
+};
+
+/// How pass 1 is cut. Computed on the host from the longest length (dense) or index count.
+struct DecodeAttentionPlan {
+  int n_split = 1;          ///< token splits per (KV head, head chunk)
+  int64_t chunk = 0;        ///< tokens per split (a multiple of 64)
+  int head_chunk = 1;       ///< query heads handled together per block (1, 2, 4 or 8)
+  size_t workspace_bytes = 0;  ///< fp32 partials; 0 when n_split == 1
+};
+
+/// Plans a launch. max_len: the longest length[h] (host value; an upper bound is fine).
+/// n_split_override > 0 forces the split count (tests, tuning); 0 picks it so that about
+/// 2 x (number of SMs) blocks run, with at least 128 tokens per split. sm_count 0 = query the
+/// current device (cached per device).
+DecodeAttentionPlan plan_decode_attention(int n_head, int n_head_kv, int head_dim, int64_t max_len,
+                                          int n_split_override = 0, int sm_count = 0);
+
+/// Runs both passes on `stream`. workspace: device memory of plan.workspace_bytes (may be null when
+/// that is 0), 16-byte aligned. The plan must come from plan_decode_attention with the same heads,
+/// head_dim and a max_len >= every length[h]. Returns cudaErrorInvalidValue on bad arguments
+/// (unsupported head_dim, G mismatch, misaligned pointers), else the launch error.
+cudaError_t decode_attention(const DecodeAttentionArgs& args, const DecodeAttentionPlan& plan, void* workspace,
+                             cudaStream_t stream);
+
+}  // namespace kvscope::kernels

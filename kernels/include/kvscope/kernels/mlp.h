@@ -1,0 +1,25 @@
+#pragma once
+// SwiGLU activation of the MLP (Shazeer 2020): out[r, i] = silu(gate[r, i]) * up[r, i], where
+// gate_up[r] = [gate (I) | up (I)] as produced by the fused gate/up projection. fp32 math, one
+// rounding to dtype. Raw device pointers, no torch headers.
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace kvscope::kernels {
+
+#ifndef KVSCOPE_KERNELS_DTYPE_DEFINED
+#define KVSCOPE_KERNELS_DTYPE_DEFINED
+/// Element type of the activations, weights and cache (the same across one call).
+enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+inline constexpr size_t dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+#endif
+
+/// gate_up: dtype [rows, 2 * inter] with row stride gu_stride (elements); out: dtype [rows, inter]
+/// with row stride out_stride. 16-byte vector path when inter % 8 == 0 and pointers / strides are
+/// 16-byte aligned, scalar otherwise. Returns cudaErrorInvalidValue on bad sizes.
+cudaError_t silu_mul(DType dtype, const void* gate_up, int64_t gu_stride, void* out, int64_t out_stride, int64_t rows,
+                     int64_t inter, cudaStream_t stream);
+
+}  // namespace kvscope::kernels
