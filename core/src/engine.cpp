@@ -4,6 +4,7 @@
 
 #include "kvscope/core/attention.h"
 #include "kvscope/core/errors.h"
+#include "kvscope/core/policy.h"
 #include "kvscope/core/rope.h"
 
 namespace kvscope {
@@ -19,7 +20,8 @@ Engine::Engine(const Model& model) : model_(model) { inv_freq_ = rope_inv_freq(m
 KvCache Engine::new_cache(int64_t capacity) const { return KvCache(model_.config, capacity, model_.device, model_.dtype); }
 
 at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
-                                 KvCache& cache, bool self_only, const LayerObserver& observer) const {
+                                 KvCache& cache, bool self_only, const LayerObserver& observer,
+                                 DecodeAttentionPolicy* decode_attention) const {
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t T = x.size(0), H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
@@ -32,7 +34,9 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
   at::Tensor kh = k.transpose(0, 1), vh = v.transpose(0, 1);  // [Hkv, T, D]
   cache.append(l, kh, vh, positions);
   at::Tensor attn;
-  if (self_only) {
+  if (decode_attention && T == 1) {
+    attn = decode_attention->attend(l, q[0], cache).reshape({1, H * D});
+  } else if (self_only) {
     attn = gqa_causal_self_attention(q, kh, vh);
   } else if (cache.layer(l).uniform()) {
     attn = gqa_attention(q, cache.keys(l), cache.values(l));
@@ -55,7 +59,7 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
 }
 
 at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,
-                           const LayerObserver& observer) const {
+                           const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const {
   const ModelConfig& c = model_.config;
   if (ids.empty()) throw InputError("forward: empty token block (nothing to run)");
   for (int32_t id : ids)
@@ -70,7 +74,7 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
     for (int64_t n : cache.layer(l).length) self_only = self_only && n == 0;
   at::Tensor x = at::embedding(model_.weights.embed, tok);  // [T, hidden]
   const RopeTable rope = rope_table(positions, inv_freq_, model_.dtype);
-  for (int64_t l = 0; l < c.n_layer; ++l) x = layer_forward(l, x, positions, rope, cache, self_only, observer);
+  for (int64_t l = 0; l < c.n_layer; ++l) x = layer_forward(l, x, positions, rope, cache, self_only, observer, decode_attention);
   cache.advance_position(T);
   if (!all_logits) x = x.narrow(0, T - 1, 1);
   at::Tensor logits = at::linear(rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head).to(at::kFloat);

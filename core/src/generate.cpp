@@ -40,9 +40,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   auto is_stop = [&](int32_t id) { return std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end(); };
 
   LayerObserver compress;
+  DecodeAttentionPolicy* decode_attention = req.pipeline ? req.pipeline->decode_attention() : nullptr;
   if (req.pipeline) {
-    req.budget.validate();
-    const int64_t n_kept = req.budget.kept_per_head(static_cast<int64_t>(req.prompt_ids.size()));
+    const int64_t n_kept = req.pipeline->begin_run(
+        RunBudget{req.budget, static_cast<int64_t>(req.prompt_ids.size()), req.max_new_tokens}, engine.model().config);
     compress = [&, n_kept](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, req.max_new_tokens); };
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -75,7 +76,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     if (on_token) on_token(next);
     if (static_cast<int64_t>(res.output_ids.size()) >= req.max_new_tokens) break;
     const int32_t tok[1] = {next};
-    logits = engine.forward(cache, tok);
+    logits = engine.forward(cache, tok, false, {}, decode_attention);
     ++res.decode_steps;
     next = sampler.next(logits);  // reads the result back: the step is complete
     if (full) {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/presets.h"
 
 namespace kvscope {
 namespace {
@@ -68,9 +69,26 @@ BudgetSpec::Unit parse_budget_unit(const std::string& text) {
   throw InputError("unknown --budget-unit '" + text + "' (expected stored, fetched or fraction)");
 }
 
+/// Stages of `spec` with preset names (presets.h) expanded in place.
+static std::vector<StageSpec> expand_presets(std::string_view spec) {
+  std::vector<StageSpec> out;
+  for (StageSpec& s : parse_pipeline_spec(spec)) {
+    const auto preset = preset_spec(s.policy);
+    if (!preset) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    if (!s.params.empty())
+      throw InputError("pipeline '" + std::string(spec) + "': preset '" + s.policy + "' takes no parameters (it is " + *preset +
+                       "; write those stages out to change them)");
+    for (StageSpec& e : parse_pipeline_spec(*preset)) out.push_back(std::move(e));
+  }
+  return out;
+}
+
 Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
   Stage last = Stage::kHeadPattern;
-  for (const StageSpec& s : parse_pipeline_spec(spec)) {
+  for (const StageSpec& s : expand_presets(spec)) {
     auto policy = registry.make(s.policy, s.params);
     if (policy->stage() < last)
       throw InputError("pipeline '" + std::string(spec) + "': stage '" + s.policy + "' comes after a later stage");
@@ -81,11 +99,15 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
     } else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get())) {
       if (budget_) throw InputError("pipeline '" + std::string(spec) + "': more than one budget stage");
       budget_ = b;
+    } else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get())) {
+      if (decode_) throw InputError("pipeline '" + std::string(spec) + "': more than one decode-time attention stage");
+      decode_ = d;
     }
     stages_.push_back(std::move(policy));
   }
-  if (!scorer_) throw InputError("pipeline '" + std::string(spec) + "' has no scoring stage (e.g. snapkv, keydiff, tova)");
-  if (!budget_) {
+  if (!scorer_ && !decode_)
+    throw InputError("pipeline '" + std::string(spec) + "' has no scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
+  if (scorer_ && !budget_) {
     auto uniform = registry.make("uniform", {});
     budget_ = dynamic_cast<const BudgetPolicy*>(uniform.get());
     stages_.push_back(std::move(uniform));
@@ -103,13 +125,24 @@ std::string Pipeline::canonical() const {
   return out;
 }
 
+int64_t Pipeline::begin_run(const RunBudget& budget, const ModelConfig& config) const {
+  budget.spec.validate();
+  if (decode_) {
+    decode_->configure(budget, config);
+    if (auto p = decode_->eviction_budget(budget)) return std::clamp<int64_t>(*p, 0, budget.n_prompt);
+  }
+  return budget.spec.kept_per_head(budget.n_prompt);
+}
+
 void Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
   KvCache& cache = ev.cache;
   const int64_t n_tok = cache.layer(ev.layer).length[0];
-  if (n_kept >= n_tok) return;
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
-  const at::Tensor scores = scorer_->score(in);
-  cache.retain(ev.layer, budget_->select(scores, n_kept, in), reserve);
+  if (scorer_ && n_kept < n_tok) {
+    const at::Tensor scores = scorer_->score(in);
+    cache.retain(ev.layer, budget_->select(scores, n_kept, in), reserve);
+  }
+  if (decode_) decode_->on_prefill(ev.layer, in, cache);
 }
 
 }  // namespace kvscope

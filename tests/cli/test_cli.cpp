@@ -1,7 +1,9 @@
 // The kvscope-cli contract, exercised through the real binary on the embedded models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <set>
 #include <cstdio>
 #include <filesystem>
 #include <sys/wait.h>
@@ -92,6 +94,83 @@ TEST(CliGenerate, RandomInitBuildsTheConfiguredShape) {
                        " --max-new-tokens 4 --greedy --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"].size(), 4u);
+}
+
+}  // namespace
+}  // namespace kvscope
+
+namespace kvscope {
+namespace {
+
+/// Mean Jaccard over layers x KV heads of two kept[layer][head] tables.
+double mean_jaccard(const nlohmann::json& a, const nlohmann::json& b) {
+  double sum = 0;
+  int n = 0;
+  for (size_t l = 0; l < a.size(); ++l)
+    for (size_t h = 0; h < a[l].size(); ++h) {
+      const auto x = a[l][h].get<std::vector<int>>(), y = b[l][h].get<std::vector<int>>();
+      std::vector<int> inter;
+      std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(inter));
+      sum += double(inter.size()) / double(x.size() + y.size() - inter.size());
+      ++n;
+    }
+  return sum / n;
+}
+
+std::string textwrap_run(const std::string& pipeline, const std::string& budget) {
+  return "run --model " + q(test::pycode_dir()) + " --prompt-file " +
+         q(test::pycode_dir() / "golden/prompts/textwrap_head.py") + " --bos always --greedy --json --pipeline '" +
+         pipeline + "' " + budget;
+}
+
+TEST(CliRun, AdaKvKeptSetsAndCacheBytesMatchKvpress) {
+  const auto g = test::read_json(test::pycode_dir() / "golden/textwrap_head.json");
+  const Result r = cli(textwrap_run("snapkv:window=64,kernel=5,pool=avg,gqa=mean+adakv:alpha=0.2", "--compression-ratio 0.75") +
+                       " --max-new-tokens 32");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& ref = g["kvpress"]["adakv_snapkv_w64_k5_a0.2@0.75"];
+  EXPECT_GE(mean_jaccard(j["kept"], ref["kept"]), 0.99);
+  EXPECT_EQ(j["output_ids"], ref["greedy"]) << "32 greedy tokens decoded from the compressed cache";
+  // Head-wise budgets are ragged and the cache holds exactly their sum (no padding).
+  int64_t entries = 0, n_tok = g["n_tokens"];
+  std::set<int64_t> distinct;
+  for (const auto& layer : j["budgets"])
+    for (const auto& b : layer) {
+      entries += b.get<int64_t>();
+      distinct.insert(b.get<int64_t>());
+    }
+  EXPECT_GT(distinct.size(), 1u);
+  EXPECT_EQ(entries, 8 * 2 * (n_tok * 25 / 100));  // n_kept = int(514 * 0.25) per head on average
+  EXPECT_EQ(j["cache_bytes"]["kv_live"].get<int64_t>(), entries * 2 * 64 * 4);  // K+V, head_dim 64, fp32
+}
+
+TEST(CliRun, ZeroCompressionIsLosslessAgainstTheFullReference) {
+  const Result r = cli(textwrap_run("snapkv", "--compression-ratio 0 --reference full --max-new-tokens 6"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["fidelity"]["kl"].size(), 6u);
+  EXPECT_NEAR(j["fidelity"]["mean_kl"].get<double>(), 0.0, 1e-9);
+  EXPECT_EQ(j["fidelity"]["top1_agreement"].get<double>(), 1.0);
+}
+
+TEST(CliRun, CompressionShowsUpInFidelity) {
+  const Result r = cli(textwrap_run("streamingllm:sink=4", "--budget 32 --budget-unit stored --reference full --max-new-tokens 8"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["budgets"][0][0], 32);
+  EXPECT_EQ(j["kept"][3][1][3], 3) << "sinks 0..3 kept";
+  EXPECT_GT(j["fidelity"]["mean_kl"].get<double>(), 1e-3);
+}
+
+TEST(CliRun, UnknownParameterListsTheValidOnes) {
+  const Result r = cli(textwrap_run("snapkv:windw=64", "--compression-ratio 0.5"), true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("unknown parameter 'windw' (valid: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("window"), std::string::npos) << r.out;
+  const Result u = cli(textwrap_run("snapkvv", "--compression-ratio 0.5"), true);
+  EXPECT_NE(u.exit_code, 0);
+  EXPECT_NE(u.out.find("unknown policy 'snapkvv' (known: "), std::string::npos) << u.out;
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ struct LayerEvent {
 };
 using LayerObserver = std::function<void(const LayerEvent&)>;
 
+class DecodeAttentionPolicy;
+
 class Engine {
  public:
   /// The engine borrows `model` (which must outlive it).
@@ -36,8 +38,9 @@ class Engine {
   /// and values to `cache`. Returns fp32 logits: [T, vocab] if all_logits, else [vocab] of the last
   /// token. `observer`, if set, is called once per layer after that layer's attention.
   /// Throws InputError on an empty block or an id outside [0, vocab).
+  /// `decode_attention`, if set, replaces dense attention for single-token blocks (decode steps).
   at::Tensor forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits = false,
-                     const LayerObserver& observer = {}) const;
+                     const LayerObserver& observer = {}, DecodeAttentionPolicy* decode_attention = nullptr) const;
 
   /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward.
   at::Tensor prefill(KvCache& cache, std::span<const int32_t> ids, int64_t chunk = 0, bool all_logits = false,
@@ -45,7 +48,8 @@ class Engine {
 
  private:
   at::Tensor layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
-                           KvCache& cache, bool self_only, const LayerObserver& observer) const;
+                           KvCache& cache, bool self_only, const LayerObserver& observer,
+                           DecodeAttentionPolicy* decode_attention) const;
   const Model& model_;
   at::Tensor inv_freq_;  // fp32 [head_dim/2] on the model device
 };

@@ -23,25 +23,6 @@ struct StageSpec {
 /// (empty stage, missing '=', duplicate key).
 std::vector<StageSpec> parse_pipeline_spec(std::string_view spec);
 
-/// How large the compressed cache may be (methods.md §6.4: "budget" differs between papers).
-struct BudgetSpec {
-  enum class Unit {
-    kCompressionRatio,  ///< kvpress: fraction removed; n_kept = int(n_tok * (1 - value)) per KV head
-    kStored,            ///< entries stored per KV head
-    kFetched,           ///< entries read per decode step per GQA group (= stored for eviction methods)
-    kFraction,          ///< fraction of the full cache kept
-  };
-  Unit unit = Unit::kCompressionRatio;
-  double value = 0.0;
-  /// Average entries kept per KV head after prefill of n_tok tokens, in [0, n_tok].
-  int64_t kept_per_head(int64_t n_tok) const;
-  /// Throws InputError for a value outside the unit's range.
-  void validate() const;
-};
-
-/// Parses "stored" | "fetched" | "fraction". Throws InputError.
-BudgetSpec::Unit parse_budget_unit(const std::string& text);
-
 class Pipeline {
  public:
   /// Builds the stages from `spec` with `registry`. A pipeline needs one scoring stage; budget
@@ -53,15 +34,23 @@ class Pipeline {
   std::string canonical() const;
   const std::vector<std::unique_ptr<Policy>>& stages() const { return stages_; }
 
+  /// Prepares a run: configures decode-time stages and returns the entries per KV head that
+  /// eviction keeps after prefill. Throws InputError for an invalid budget.
+  int64_t begin_run(const RunBudget& budget, const ModelConfig& config) const;
+
   /// Compresses layer `ev.layer` of `ev.cache` to `n_kept` entries per KV head on average
-  /// (physical eviction), leaving room for `reserve` appended entries per head.
-  /// No-op when n_kept >= n_tok.
+  /// (physical eviction, no-op when n_kept >= n_tok and there is no scoring stage), leaving room
+  /// for `reserve` appended entries per head, then lets the decode-time stage build its side stores.
   void compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const;
+
+  /// The decode-time attention stage (S4/S5), or null. Mutable: it owns per-run side stores.
+  DecodeAttentionPolicy* decode_attention() const { return decode_; }
 
  private:
   std::vector<std::unique_ptr<Policy>> stages_;
   const ScoringPolicy* scorer_ = nullptr;
   const BudgetPolicy* budget_ = nullptr;
+  DecodeAttentionPolicy* decode_ = nullptr;
 };
 
 }  // namespace kvscope

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,32 @@ int64_t param_int(const ParamValues& v, const std::string& key);
 double param_float(const ParamValues& v, const std::string& key);
 bool param_bool(const ParamValues& v, const std::string& key);
 
+/// How large the compressed cache may be (methods.md §6.4: "budget" differs between papers).
+struct BudgetSpec {
+  enum class Unit {
+    kCompressionRatio,  ///< kvpress: fraction removed; n_kept = int(n_tok * (1 - value)) per KV head
+    kStored,            ///< entries stored per KV head
+    kFetched,           ///< entries read per decode step per GQA group (= stored for eviction methods)
+    kFraction,          ///< fraction of the full cache kept
+  };
+  Unit unit = Unit::kCompressionRatio;
+  double value = 0.0;
+  /// Average entries kept per KV head after prefill of n_tok tokens, in [0, n_tok].
+  int64_t kept_per_head(int64_t n_tok) const;
+  /// Throws InputError for a value outside the unit's range.
+  void validate() const;
+};
+
+/// Parses "stored" | "fetched" | "fraction". Throws InputError.
+BudgetSpec::Unit parse_budget_unit(const std::string& text);
+
+/// The budget of one run, with the lengths it is converted against.
+struct RunBudget {
+  BudgetSpec spec;
+  int64_t n_prompt = 0;        ///< prompt tokens (S_p)
+  int64_t max_new_tokens = 0;  ///< n_gen
+};
+
 /// What prefill-time policies see for one layer, after its attention ran on the whole prompt
 /// (the inputs kvpress passes to `press.score`).
 struct LayerPrefill {
@@ -79,6 +106,31 @@ class BudgetPolicy : public Policy {
   /// (kvpress: int(n_tok * (1 - compression_ratio))). Returns, per KV head, the sorted int64 indices
   /// to keep (ragged lengths allowed; their sum must not exceed n_head_kv * n_kept).
   virtual std::vector<at::Tensor> select(const at::Tensor& scores, int64_t n_kept, const LayerPrefill& in) const = 0;
+};
+
+/// S4/S5 decode-time attention: replaces the dense attention of one decode step of one layer
+/// (channel pruning with recovery: SPARK, ThinK; sparse selection: RocketKV HSA, Quest, SparQ,
+/// Exact-TopK). An instance belongs to one run: it owns its side stores (page min/max, channel
+/// masks, recovery statistics) and is not shared between threads.
+class DecodeAttentionPolicy : public Policy {
+ public:
+  /// Called once per layer right after prefill compression with the layer's window context, so
+  /// side stores can be built from the retained cache (same LayerPrefill the scorers saw; its
+  /// keys/values are the pre-eviction tensors, the cache holds the retained ones).
+  virtual void on_prefill(int64_t layer, const LayerPrefill& in, const class KvCache& cache) = 0;
+  /// Entries per KV head that the eviction stages before this one should keep, when this policy
+  /// derives it from the run budget (RocketKV §3.6: stage-1 capacity P = C - n_gen); nullopt = the
+  /// budget's own kept_per_head(n_prompt).
+  virtual std::optional<int64_t> eviction_budget(const RunBudget& budget) const { return std::nullopt; }
+  /// Called once before prefill with the run's budget (token budgets k, k2, page size, ...).
+  virtual void configure(const RunBudget& budget, const ModelConfig& config) = 0;
+  /// One decode step of `layer`. q: [n_head, head_dim] post-RoPE query; the step's own key/value
+  /// are already appended to `cache`. Returns [n_head, head_dim] in q's dtype.
+  virtual at::Tensor attend(int64_t layer, const at::Tensor& q, const class KvCache& cache) = 0;
+  /// K/V/side-store bytes the last attend() read (all heads of that layer).
+  virtual int64_t bytes_read_last() const = 0;
+  /// Bytes of side stores held (all layers).
+  virtual int64_t side_store_bytes() const = 0;
 };
 
 /// The catalogue of policies: name -> stage, ParamSpec table, factory. Built once in main by

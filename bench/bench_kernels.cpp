@@ -1,0 +1,177 @@
+// bench_kernels: split-K decode attention (kernels/decode.h) against the memory roofline.
+// n_head 32, n_head_kv 8, head_dim 128, bf16 (Llama-3-8B shapes), n_tok 4K / 32K / 128K per KV
+// head. Reports the median time of many launches (CUDA events), the achieved K+V read bandwidth,
+// and a device-to-device copy's bandwidth (bytes read + written) as the ceiling. K/V sets rotate
+// so the L2 never holds a whole working set. Built only with KVSCOPE_HAVE_CUDA_KERNELS; otherwise
+// it prints a message and exits 0.
+//   bench_kernels [--splits]   (--splits: also sweep forced split counts)
+#include <cstdio>
+#include <cstring>
+
+#ifndef KVSCOPE_HAVE_CUDA_KERNELS
+int main() {
+  std::printf("bench_kernels: built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF); nothing to do\n");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kvscope/kernels/decode.h"
+
+namespace kk = kvscope::kernels;
+
+#define CHECK(call)                                                                                  \
+  do {                                                                                               \
+    const cudaError_t err_ = (call);                                                                 \
+    if (err_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
+  } while (0)
+
+namespace {
+
+double median(std::vector<double> xs) {
+  std::nth_element(xs.begin(), xs.begin() + xs.size() / 2, xs.end());
+  return xs[xs.size() / 2];
+}
+
+/// Median over `trials` of the mean time (ms) of `per_trial` back-to-back calls of fn(i).
+template <typename F>
+double time_ms(F&& fn, int trials, int per_trial) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 5; ++i) fn(i);  // warm-up
+  CHECK(cudaDeviceSynchronize());
+  std::vector<double> ms;
+  int call = 0;
+  for (int t = 0; t < trials; ++t) {
+    CHECK(cudaEventRecord(a));
+    for (int i = 0; i < per_trial; ++i) fn(call++);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float x = 0;
+    CHECK(cudaEventElapsedTime(&x, a, b));
+    ms.push_back(x / per_trial);
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  return median(ms);
+}
+
+/// Random bf16 bits (N(0,1)-ish values; never zeros).
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> out(n);
+  for (auto& x : out) {
+    const float f = nd(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool sweep = argc > 1 && std::strcmp(argv[1], "--splits") == 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    std::printf("bench_kernels: no CUDA device; nothing to do\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs, L2 %.0f MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
+
+  // Ceiling: a 1 GiB device-to-device copy, counting bytes read + written.
+  const size_t copy_bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  CHECK(cudaMalloc(&src, copy_bytes));
+  CHECK(cudaMalloc(&dst, copy_bytes));
+  CHECK(cudaMemset(src, 1, copy_bytes));
+  const double copy_ms = time_ms([&](int) { CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); }, 20, 3);
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  std::printf("device-to-device copy: %.1f GB/s (read + write)\n\n", copy_gbs);
+  CHECK(cudaFree(src));
+  CHECK(cudaFree(dst));
+
+  const int n_head = 32, n_head_kv = 8, group = n_head / n_head_kv, D = 128;
+  std::mt19937 rng(42);
+  std::printf("%8s %7s %7s %10s %9s %8s\n", "n_tok", "splits", "chunk", "time_us", "GB/s", "of_copy");
+  for (const int64_t n_tok : {int64_t{4096}, int64_t{32768}, int64_t{131072}}) {
+    const size_t rows = static_cast<size_t>(n_head_kv) * n_tok;
+    const size_t kv_bytes = 2 * rows * D * sizeof(uint16_t);  // K + V read once
+    // Enough K/V sets that their total exceeds 4x the L2 (at most 16 sets).
+    const int n_sets = static_cast<int>(std::clamp<size_t>(4 * prop.l2CacheSize / kv_bytes + 1, 1, 16));
+    std::vector<void*> ks(n_sets), vs(n_sets);
+    const std::vector<uint16_t> host = random_bf16(rows * D, rng);
+    for (int s = 0; s < n_sets; ++s) {
+      CHECK(cudaMalloc(&ks[s], rows * D * 2));
+      CHECK(cudaMalloc(&vs[s], rows * D * 2));
+      CHECK(cudaMemcpy(ks[s], host.data(), rows * D * 2, cudaMemcpyHostToDevice));
+      CHECK(cudaMemcpy(vs[s], host.data(), rows * D * 2, cudaMemcpyHostToDevice));
+    }
+    const std::vector<uint16_t> hq = random_bf16(static_cast<size_t>(n_head) * D, rng);
+    std::vector<int64_t> meta(2 * n_head_kv);
+    for (int h = 0; h < n_head_kv; ++h) {
+      meta[h] = h * n_tok;           // offset
+      meta[n_head_kv + h] = n_tok;   // length
+    }
+    void *q = nullptr, *o = nullptr, *dmeta = nullptr;
+    CHECK(cudaMalloc(&q, hq.size() * 2));
+    CHECK(cudaMalloc(&o, hq.size() * 2));
+    CHECK(cudaMalloc(&dmeta, meta.size() * 8));
+    CHECK(cudaMemcpy(q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dmeta, meta.data(), meta.size() * 8, cudaMemcpyHostToDevice));
+
+    std::vector<int> splits = {0};
+    if (sweep) splits.insert(splits.end(), {8, 16, 24, 32, 48, 64, 96, 128, 256});
+    for (int forced : splits) {
+      const kk::DecodeAttentionPlan plan = kk::plan_decode_attention(n_head, n_head_kv, D, n_tok, forced);
+      void* ws = nullptr;
+      if (plan.workspace_bytes) CHECK(cudaMalloc(&ws, plan.workspace_bytes));
+      kk::DecodeAttentionArgs a;
+      a.dtype = kk::DType::kBFloat16;
+      a.n_head = n_head;
+      a.n_head_kv = n_head_kv;
+      a.group = group;
+      a.head_dim = D;
+      a.q = q;
+      a.q_stride = D;
+      a.offset = static_cast<const int64_t*>(dmeta);
+      a.length = static_cast<const int64_t*>(dmeta) + n_head_kv;
+      a.scale = 0.08838834764831845f;
+      a.o = o;
+      const double ms = time_ms(
+          [&](int i) {
+            a.k = ks[i % n_sets];
+            a.v = vs[i % n_sets];
+            CHECK(kk::decode_attention(a, plan, ws, nullptr));
+          },
+          50, 20);
+      CHECK(cudaGetLastError());
+      const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
+      std::printf("%8lld %7d %7lld %10.2f %9.1f %7.0f%%%s\n", static_cast<long long>(n_tok), plan.n_split,
+                  static_cast<long long>(plan.chunk), ms * 1e3, gbs, 100.0 * gbs / copy_gbs, forced ? "" : "  (auto)");
+      if (ws) CHECK(cudaFree(ws));
+    }
+    for (int s = 0; s < n_sets; ++s) {
+      CHECK(cudaFree(ks[s]));
+      CHECK(cudaFree(vs[s]));
+    }
+    CHECK(cudaFree(q));
+    CHECK(cudaFree(o));
+    CHECK(cudaFree(dmeta));
+  }
+  return 0;
+}
+#endif

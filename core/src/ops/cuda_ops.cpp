@@ -1,0 +1,335 @@
+// LibTorch adapters over kvscope_kernels (see cuda_ops.h). Everything CUDA sits behind
+// KVSCOPE_HAVE_CUDA_KERNELS: <ATen/cuda/CUDAContext.h> exists only in a CUDA LibTorch.
+#include "ops/cuda_ops.h"
+
+#include <stdexcept>
+#include <string>
+
+#ifdef KVSCOPE_HAVE_CUDA_KERNELS
+#include <algorithm>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kvscope/kernels/decode.h"
+#include "kvscope/kernels/mlp.h"
+#include "kvscope/kernels/norm.h"
+#include "kvscope/kernels/rope.h"
+#endif
+
+namespace kvscope::ops {
+
+#ifdef KVSCOPE_HAVE_CUDA_KERNELS
+
+namespace {
+
+namespace kk = kvscope::kernels;
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+void check_cuda(cudaError_t err, const char* op) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(op) + ": " + cudaGetErrorString(err));
+}
+
+kk::DType kernel_dtype(const at::Tensor& t, const char* op) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return kk::DType::kFloat32;
+    case at::kBFloat16: return kk::DType::kBFloat16;
+    case at::kHalf: return kk::DType::kFloat16;
+    default: bad(std::string(op) + ": dtype must be fp32, bf16 or fp16");
+  }
+}
+
+/// Every tensor defined, on CUDA, on the device of the first, in the dtype of the first.
+void check_same(const char* op, std::initializer_list<const at::Tensor*> ts) {
+  const at::Tensor& first = **ts.begin();
+  for (const at::Tensor* t : ts) {
+    if (!t->defined()) bad(std::string(op) + ": undefined tensor");
+    if (!t->is_cuda()) bad(std::string(op) + ": tensors must be on a CUDA device");
+    if (t->device() != first.device()) bad(std::string(op) + ": tensors on different devices");
+    if (t->scalar_type() != first.scalar_type()) bad(std::string(op) + ": tensors of different dtypes");
+  }
+}
+
+/// A destination: `out` if defined (checked), else a fresh tensor.
+at::Tensor make_out(at::Tensor out, at::IntArrayRef sizes, const at::TensorOptions& opts, const char* op) {
+  if (!out.defined()) return at::empty(sizes, opts);
+  if (out.sizes() != sizes || !out.is_contiguous() || out.scalar_type() != opts.dtype().toScalarType() ||
+      out.device() != opts.device())
+    bad(std::string(op) + ": out must be a contiguous tensor of the result's shape, dtype and device");
+  return out;
+}
+
+/// Host int64 vectors concatenated, copied to `device` through pinned memory without blocking.
+at::Tensor upload(const std::vector<int64_t>& a, const std::vector<int64_t>& b, c10::Device device) {
+  at::Tensor host = at::empty({static_cast<int64_t>(a.size() + b.size())},
+                              at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  int64_t* p = host.data_ptr<int64_t>();
+  std::copy(a.begin(), a.end(), p);
+  std::copy(b.begin(), b.end(), p + a.size());
+  return host.to(device, /*non_blocking=*/true);
+}
+
+/// q as [n_head, D] with unit inner stride and 16-byte aligned rows (copied when not).
+at::Tensor as_heads(const at::Tensor& q, const char* op) {
+  at::Tensor q2 = q.dim() == 3 && q.size(0) == 1 ? q.select(0, 0) : q;
+  if (q2.dim() != 2) bad(std::string(op) + ": q must be [n_head, D] or [1, n_head, D]");
+  const bool aligned = reinterpret_cast<uintptr_t>(q2.data_ptr()) % 16 == 0 && (q2.stride(0) * q2.element_size()) % 16 == 0;
+  return q2.stride(1) == 1 && aligned ? q2 : q2.contiguous();
+}
+
+int64_t heads_of(const at::Tensor& q) { return q.dim() == 3 ? q.size(1) : q.size(0); }
+
+at::Tensor run_decode(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
+                      const at::Tensor& length_dev, const at::Tensor* index, int64_t max_len, int64_t group,
+                      double scale, int n_split, at::Tensor out) {
+  const char* op = "decode_attention";
+  check_same(op, {&q_in, &k, &v});
+  const at::Tensor q = as_heads(q_in, op);
+  const int64_t n_head = q.size(0), D = q.size(1);
+  if (D != 64 && D != 128) bad("decode_attention: head_dim must be 64 or 128");
+  if (k.dim() != 2 || v.dim() != 2 || k.size(1) != D || v.size(1) != D || !k.is_contiguous() || !v.is_contiguous())
+    bad("decode_attention: k and v must be contiguous [rows, head_dim]");
+  if (group <= 0 || n_head % group != 0) bad("decode_attention: n_head must be a multiple of group");
+  const int64_t n_head_kv = n_head / group;
+  for (const at::Tensor* t : {&offset_dev, &length_dev})
+    if (t->scalar_type() != at::kLong || t->numel() < n_head_kv || !t->is_contiguous() || t->device() != q.device())
+      bad("decode_attention: offset/length must be int64 [n_head_kv] on q's device");
+  if (index && (index->scalar_type() != at::kInt || index->dim() != 2 || index->size(0) != n_head_kv ||
+                index->stride(1) != 1 || index->device() != q.device()))
+    bad("decode_attention_gather: index must be int32 [n_head_kv, S] on q's device");
+  if (reinterpret_cast<uintptr_t>(k.data_ptr()) % 16 != 0 || reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 != 0)
+    bad("decode_attention: k and v must be 16-byte aligned");
+
+  const c10::cuda::CUDAGuard guard(q.device());
+  out = make_out(out, {n_head, D}, q.options(), op);
+  const kk::DecodeAttentionPlan plan = kk::plan_decode_attention(static_cast<int>(n_head), static_cast<int>(n_head_kv),
+                                                                 static_cast<int>(D), max_len, n_split);
+  at::Tensor ws;
+  if (plan.workspace_bytes > 0)
+    ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q.options().dtype(at::kByte));
+  kk::DecodeAttentionArgs a;
+  a.dtype = kernel_dtype(q, op);
+  a.n_head = static_cast<int>(n_head);
+  a.n_head_kv = static_cast<int>(n_head_kv);
+  a.group = static_cast<int>(group);
+  a.head_dim = static_cast<int>(D);
+  a.q = q.data_ptr();
+  a.q_stride = q.stride(0);
+  a.k = k.data_ptr();
+  a.v = v.data_ptr();
+  a.offset = offset_dev.data_ptr<int64_t>();
+  a.length = length_dev.data_ptr<int64_t>();
+  if (index) {
+    a.index = index->data_ptr<int32_t>();
+    a.index_stride = index->stride(0);
+  }
+  a.scale = static_cast<float>(scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D)));
+  a.o = out.data_ptr();
+  check_cuda(kk::decode_attention(a, plan, ws.defined() ? ws.data_ptr() : nullptr, at::cuda::getCurrentCUDAStream()),
+             op);
+  return out;
+}
+
+int64_t max_of(const std::vector<int64_t>& xs) {
+  int64_t m = 0;
+  for (int64_t x : xs) m = std::max(m, x);
+  return m;
+}
+
+/// x as 2-D [rows, hidden] with unit inner stride.
+at::Tensor as_rows(const at::Tensor& x) {
+  at::Tensor x2 = x.dim() == 1 ? x.unsqueeze(0) : x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+  return x2.stride(1) == 1 ? x2 : x2.contiguous();
+}
+
+}  // namespace
+
+bool cuda_kernels_available() { return true; }
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t group,
+                            double scale, int n_split, at::Tensor out) {
+  if (offset.size() != length.size()) bad("decode_attention: offset and length differ in size");
+  if (!q.is_cuda()) bad("decode_attention: tensors must be on a CUDA device");
+  const at::Tensor meta = upload(offset, length, q.device());
+  const int64_t n = static_cast<int64_t>(offset.size());
+  if (group <= 0 || heads_of(q) != n * group)
+    bad("decode_attention: n_head != group * offset.size()");
+  return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), nullptr, max_of(length), group, scale, n_split,
+                    std::move(out));
+}
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
+                            const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale, int n_split,
+                            at::Tensor out) {
+  return run_decode(q, k, v, offset_dev, length_dev, nullptr, max_len, group, scale, n_split, std::move(out));
+}
+
+at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale) {
+  return decode_attention(q, layer.k, layer.v, layer.offset, layer.length, group, scale);
+}
+
+at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const std::vector<int64_t>& offset, const at::Tensor& index,
+                                   const std::vector<int64_t>& count, int64_t group, double scale, int n_split,
+                                   at::Tensor out) {
+  if (offset.size() != count.size()) bad("decode_attention_gather: offset and count differ in size");
+  if (!q.is_cuda()) bad("decode_attention_gather: tensors must be on a CUDA device");
+  const int64_t n = static_cast<int64_t>(offset.size());
+  if (index.dim() == 2 && max_of(count) > index.size(1)) bad("decode_attention_gather: count exceeds index width");
+  if (group <= 0 || heads_of(q) != n * group)
+    bad("decode_attention_gather: n_head != group * offset.size()");
+  const at::Tensor meta = upload(offset, count, q.device());
+  return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), &index, max_of(count), group, scale, n_split,
+                    std::move(out));
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
+  check_same("rms_norm", {&x, &w});
+  const at::Tensor x2 = as_rows(x);
+  const int64_t hidden = x2.size(1);
+  if (w.numel() != hidden || !w.is_contiguous()) bad("rms_norm: weight must be contiguous [hidden]");
+  const c10::cuda::CUDAGuard guard(x.device());
+  out = make_out(out, x.sizes(), x.options(), "rms_norm");
+  check_cuda(kernels::rms_norm(kernel_dtype(x, "rms_norm"), x2.data_ptr(), x2.stride(0), w.data_ptr(), out.data_ptr(),
+                               hidden, x2.size(0), hidden, static_cast<float>(eps), at::cuda::getCurrentCUDAStream()),
+             "rms_norm");
+  return out;
+}
+
+at::Tensor add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, double eps,
+                        at::Tensor out) {
+  check_same("add_rms_norm", {&x, &residual, &w});
+  if (x.sizes() != residual.sizes() || !residual.is_contiguous())
+    bad("add_rms_norm: residual must be contiguous and of x's shape");
+  const at::Tensor x2 = as_rows(x);
+  const int64_t hidden = x2.size(1);
+  if (w.numel() != hidden || !w.is_contiguous()) bad("add_rms_norm: weight must be contiguous [hidden]");
+  const c10::cuda::CUDAGuard guard(x.device());
+  out = make_out(out, x.sizes(), x.options(), "add_rms_norm");
+  check_cuda(kernels::add_rms_norm(kernel_dtype(x, "add_rms_norm"), x2.data_ptr(), x2.stride(0), residual.data_ptr(),
+                                   hidden, w.data_ptr(), out.data_ptr(), hidden, x2.size(0), hidden,
+                                   static_cast<float>(eps), at::cuda::getCurrentCUDAStream()),
+             "add_rms_norm");
+  return out;
+}
+
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                 const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position) {
+  const char* op = "rope_append";
+  check_same(op, {&q, &k, &v, &cos, &sin, &k_cache, &v_cache});
+  const at::Tensor qh = q.dim() == 3 && q.size(0) == 1 ? q.select(0, 0) : q;
+  const at::Tensor kh = k.dim() == 3 && k.size(0) == 1 ? k.select(0, 0) : k;
+  const at::Tensor vh = v.dim() == 3 && v.size(0) == 1 ? v.select(0, 0) : v;
+  if (qh.dim() != 2 || kh.dim() != 2 || vh.dim() != 2) bad("rope_append: q, k, v must be [heads, D]");
+  const int64_t D = qh.size(1), n_head_kv = kh.size(0);
+  if (kh.size(1) != D || vh.size(1) != D || vh.size(0) != n_head_kv || D % 2 != 0)
+    bad("rope_append: q, k, v head_dim mismatch (or odd head_dim)");
+  if (qh.stride(1) != 1 || kh.stride(1) != 1 || vh.stride(1) != 1) bad("rope_append: q, k, v rows must be contiguous");
+  if (cos.numel() != D / 2 || sin.numel() != D / 2 || !cos.is_contiguous() || !sin.is_contiguous())
+    bad("rope_append: cos/sin must be contiguous with head_dim/2 elements");
+  if (k_cache.dim() != 2 || v_cache.dim() != 2 || k_cache.size(1) != D || v_cache.size(1) != D ||
+      !k_cache.is_contiguous() || !v_cache.is_contiguous())
+    bad("rope_append: caches must be contiguous [rows, head_dim]");
+  if (static_cast<int64_t>(offset.size()) != n_head_kv || static_cast<int64_t>(length.size()) != n_head_kv)
+    bad("rope_append: offset/length must have n_head_kv entries");
+  for (int64_t h = 0; h < n_head_kv; ++h)
+    if (offset[h] < 0 || length[h] < 0 || offset[h] + length[h] >= k_cache.size(0) ||
+        offset[h] + length[h] >= v_cache.size(0))
+      bad("rope_append: cache row out of range");
+  if (pos_cache.defined() &&
+      (pos_cache.scalar_type() != at::kLong || !pos_cache.is_contiguous() || pos_cache.device() != q.device() ||
+       pos_cache.numel() < k_cache.size(0)))
+    bad("rope_append: pos must be contiguous int64 [rows] on the same device");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const at::Tensor meta = upload(offset, length, q.device());
+  kk::RopeAppendArgs a;
+  a.dtype = kernel_dtype(q, op);
+  a.mode = layout == RopeLayout::kAdjacentPairs ? kk::RopeMode::kAdjacentPairs : kk::RopeMode::kRotateHalf;
+  a.n_head = static_cast<int>(qh.size(0));
+  a.n_head_kv = static_cast<int>(n_head_kv);
+  a.head_dim = static_cast<int>(D);
+  a.q = qh.data_ptr();
+  a.q_stride = qh.stride(0);
+  a.k = kh.data_ptr();
+  a.k_stride = kh.stride(0);
+  a.v = vh.data_ptr();
+  a.v_stride = vh.stride(0);
+  a.cos = cos.data_ptr();
+  a.sin = sin.data_ptr();
+  a.k_cache = k_cache.data_ptr();
+  a.v_cache = v_cache.data_ptr();
+  a.pos = pos_cache.defined() ? pos_cache.data_ptr<int64_t>() : nullptr;
+  a.offset = meta.data_ptr<int64_t>();
+  a.length = meta.data_ptr<int64_t>() + n_head_kv;
+  a.position = position;
+  check_cuda(kk::rope_append(a, at::cuda::getCurrentCUDAStream()), op);
+}
+
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout, const LayerKv& layer, int64_t position) {
+  for (size_t h = 0; h < layer.length.size(); ++h)
+    if (layer.length[h] >= layer.capacity[h]) bad("rope_append: KV head " + std::to_string(h) + " is full");
+  rope_append(q, k, v, cos, sin, layout, layer.k, layer.v, layer.pos, layer.offset, layer.length, position);
+}
+
+at::Tensor silu_mul(const at::Tensor& gate_up, at::Tensor out) {
+  check_same("silu_mul", {&gate_up});
+  const at::Tensor g2 = as_rows(gate_up);
+  if (g2.size(1) % 2 != 0) bad("silu_mul: last dim must be 2 * intermediate");
+  const int64_t inter = g2.size(1) / 2;
+  std::vector<int64_t> sizes(gate_up.sizes().begin(), gate_up.sizes().end());
+  sizes.back() = inter;
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  out = make_out(out, sizes, gate_up.options(), "silu_mul");
+  check_cuda(kernels::silu_mul(kernel_dtype(gate_up, "silu_mul"), g2.data_ptr(), g2.stride(0), out.data_ptr(), inter,
+                               g2.size(0), inter, at::cuda::getCurrentCUDAStream()),
+             "silu_mul");
+  return out;
+}
+
+#else  // !KVSCOPE_HAVE_CUDA_KERNELS
+
+namespace {
+[[noreturn]] void unavailable(const char* op) {
+  throw std::runtime_error(std::string(op) + ": kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
+}
+}  // namespace
+
+bool cuda_kernels_available() { return false; }
+
+at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&,
+                            const std::vector<int64_t>&, int64_t, double, int, at::Tensor) {
+  unavailable("decode_attention");
+}
+at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, int64_t, int64_t, double, int, at::Tensor) {
+  unavailable("decode_attention");
+}
+at::Tensor decode_attention(const at::Tensor&, const LayerKv&, int64_t, double) { unavailable("decode_attention"); }
+at::Tensor decode_attention_gather(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&,
+                                   const at::Tensor&, const std::vector<int64_t>&, int64_t, double, int, at::Tensor) {
+  unavailable("decode_attention_gather");
+}
+at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
+at::Tensor add_rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, at::Tensor) {
+  unavailable("add_rms_norm");
+}
+void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                 RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&,
+                 int64_t) {
+  unavailable("rope_append");
+}
+void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                 RopeLayout, const LayerKv&, int64_t) {
+  unavailable("rope_append");
+}
+at::Tensor silu_mul(const at::Tensor&, at::Tensor) { unavailable("silu_mul"); }
+
+#endif
+
+}  // namespace kvscope::ops

@@ -1,0 +1,76 @@
+#pragma once
+// LibTorch adapters over the CUDA kernels of kvscope_kernels (decode attention, RMSNorm, RoPE +
+// cache append, SwiGLU). Internal to kvscope_core (and its tests); this header needs no CUDA
+// headers. The bodies exist only in builds with KVSCOPE_HAVE_CUDA_KERNELS; elsewhere every
+// function but cuda_kernels_available() throws std::runtime_error.
+//
+// Common contract: every tensor on one CUDA device, one dtype among fp32 / bf16 / fp16; the kernels
+// run on at::cuda::getCurrentCUDAStream(). Errors: std::invalid_argument for bad shapes, dtypes or
+// devices; std::runtime_error for a failed launch (with the CUDA error string).
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kvscope/core/kv_cache.h"
+#include "kvscope/core/model_config.h"
+
+namespace kvscope::ops {
+
+/// True when this build carries the CUDA kernels (says nothing about a device being present).
+bool cuda_kernels_available();
+
+/// Split-K decode attention of one token over a ragged per-KV-head cache.
+/// q: [n_head, D] or [1, n_head, D] (rows of D contiguous, any head stride), D in {64, 128};
+/// k, v: [rows, D] contiguous (LayerKv::k / ::v); offset / length: per KV head (host), entries of
+/// head h are rows offset[h] .. offset[h] + length[h] - 1; n_head == group * offset.size().
+/// scale <= 0 means 1 / sqrt(D); n_split > 0 forces the split count (tests, tuning).
+/// out: optional [n_head, D] contiguous destination. Returns [n_head, D] in q's dtype.
+/// Uploads offset/length (pinned host memory, non-blocking) on every call.
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t group,
+                            double scale = 0.0, int n_split = 0, at::Tensor out = {});
+
+/// Same with offset / length already on the device (int64 [n_head_kv]) and a host upper bound
+/// max_len >= every length (plans the split count): no upload, no host sync.
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
+                            const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale = 0.0,
+                            int n_split = 0, at::Tensor out = {});
+
+/// Convenience over one layer of a KvCache (its live entries).
+at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale = 0.0);
+
+/// Sparse (index-gather) decode attention: head h attends to rows offset[h] + index[h][j] for
+/// j < count[h]. index: int32 [n_head_kv, S] on the device (S >= max count; entries past count[h]
+/// are ignored); indices must be < the capacity of head h.
+at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const std::vector<int64_t>& offset, const at::Tensor& index,
+                                   const std::vector<int64_t>& count, int64_t group, double scale = 0.0,
+                                   int n_split = 0, at::Tensor out = {});
+
+/// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim
+/// contiguous, any row stride) or [hidden]; w: [hidden]. out: optional, same shape, contiguous.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out = {});
+
+/// residual <- x + residual (in place, in dtype); returns rms_norm(residual). x, residual:
+/// [rows, hidden] (residual contiguous), w: [hidden]. out: optional destination.
+at::Tensor add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, double eps,
+                        at::Tensor out = {});
+
+/// RoPE for one token + cache append. q: [n_head, D] (or [1, n_head, D]) rotated in place; k:
+/// [n_head_kv, D] rotated in place; v: [n_head_kv, D]; cos, sin: D/2 elements in the dtype (e.g.
+/// RopeTable::cos of one position). Writes row offset[h] + length[h] of k_cache / v_cache and
+/// pos_cache (int64, may be undefined) for every KV head h. Lengths are NOT changed.
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                 const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position);
+
+/// Same into a LayerKv (throws std::invalid_argument when a head is full: length == capacity). The
+/// caller then increments layer.length and its own position counter.
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout, const LayerKv& layer, int64_t position);
+
+/// SwiGLU: gate_up [rows, 2I] (last dim contiguous, gate first) -> silu(gate) * up [rows, I].
+at::Tensor silu_mul(const at::Tensor& gate_up, at::Tensor out = {});
+
+}  // namespace kvscope::ops

@@ -1,0 +1,33 @@
+#include "kvscope/core/presets.h"
+
+namespace kvscope {
+
+const std::vector<Preset>& pipeline_presets() {
+  static const std::vector<Preset> presets = {
+      {"rocketkv", "snapkv:window=32,kernel=63,pool=max,gqa=sum+hsa", "--budget t --budget-unit fetched (256-4096)",
+       "RocketKV (Behnam et al. 2025) §3.3-3.6, App. A.3"},
+      {"hsa-only", "hsa:stage1=false", "--budget t --budget-unit fetched", "RocketKV §4.4 ablation (HSA alone)"},
+      {"ada-snapkv", "snapkv:window=32,kernel=7,pool=max,gqa=mean+adakv:alpha=0.2",
+       "--budget b --budget-unit stored (128-2048 per head)", "Ada-KV (Feng et al. 2024) §4.1"},
+      {"ada-pyramidkv", "pyramidkv+adakv:alpha=0.2", "--budget b --budget-unit stored", "Ada-KV §4.1 (Ada-Pyramid)"},
+      {"snapkv-paper", "snapkv:window=32,kernel=7,pool=max,gqa=mean", "--budget b --budget-unit stored",
+       "SnapKV (Li et al. 2024) §4; as Ada-KV and SPARK run it"},
+      {"snapkv-kvpress", "snapkv:window=64,kernel=5,pool=avg,gqa=mean", "--compression-ratio R",
+       "NVIDIA kvpress SnapKVPress defaults (the golden references)"},
+      {"keydiff-paper", "keydiff:anchor=normalized", "--budget N --budget-unit stored (2K-8K)",
+       "KeyDiff (Park et al. 2025) §3, Eq. 8"},
+      {"streamingllm-paper", "streamingllm:sink=4", "--budget b --budget-unit stored", "StreamingLLM (Xiao et al. 2024) §3"},
+      {"quest-paper", "quest", "--budget t --budget-unit fetched", "Quest (Tang et al. 2024), as RocketKV App. A.3 runs it"},
+      {"sparq-paper", "sparq", "--budget t --budget-unit fetched", "SparQ (Ribar et al. 2024), as RocketKV App. A.3 runs it"},
+      {"exacttopk", "exacttopk", "--budget t --budget-unit fetched", "RocketKV App. A.3 oracle"},
+  };
+  return presets;
+}
+
+std::optional<std::string> preset_spec(const std::string& name) {
+  for (const auto& p : pipeline_presets())
+    if (p.name == name) return p.spec;
+  return std::nullopt;
+}
+
+}  // namespace kvscope

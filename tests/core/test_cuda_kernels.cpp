@@ -1,0 +1,269 @@
+// The CUDA kernels (ops/cuda_ops.h) against their fp32 references (ops/reference_ops.h), on awkward
+// shapes, ragged per-head lengths and every dtype. Skipped without a CUDA device or without the
+// kernels in the build.
+//
+// Pass rule, per output: max|kernel - ref32| <= 2 * max|baseline - ref32| + floor, where baseline is
+// the same op computed by plain LibTorch in the dtype (the engine's path) and floor is one ulp of
+// the dtype (1e-5 for fp32) times max|ref32|. Outputs are poisoned with NaN first, so an element the
+// kernel never wrote fails; cache padding holds NaN, so a read past a head's live rows fails too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "../../core/src/ops/cuda_ops.h"
+#include "../../core/src/ops/reference_ops.h"
+
+namespace kvscope {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
+
+std::string name(at::ScalarType t) { return t == at::kFloat ? "fp32" : t == at::kBFloat16 ? "bf16" : "fp16"; }
+
+double ulp(at::ScalarType t) { return t == at::kFloat ? 1e-5 : t == at::kBFloat16 ? 1.0 / 256 : 1.0 / 2048; }
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+
+/// The pass rule above; `what` names the case in failures.
+void expect_close(const at::Tensor& got, const at::Tensor& ref, const at::Tensor& baseline, at::ScalarType dtype,
+                  const std::string& what) {
+  ASSERT_EQ(got.sizes(), ref.sizes()) << what;
+  ASSERT_TRUE(at::isfinite(got.to(at::kFloat)).all().item<bool>()) << what << ": non-finite output (unwritten?)";
+  const double err = max_abs_diff(got, ref), base = max_abs_diff(baseline, ref);
+  const double floor = ulp(dtype) * std::max(ref.abs().max().item<double>(), 1e-6);
+  EXPECT_LE(err, 2 * base + floor) << what << ": kernel error " << err << ", LibTorch " << name(dtype) << " error "
+                                   << base << ", floor " << floor;
+}
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!ops::cuda_kernels_available()) GTEST_SKIP() << "built without the CUDA kernels";
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  }
+  at::TensorOptions opts(at::ScalarType t) const { return at::TensorOptions().device(at::kCUDA).dtype(t); }
+};
+
+/// A ragged per-KV-head cache: head h holds length[h] live rows inside a segment of capacity[h]
+/// rows; rows past the live ones are NaN.
+struct RaggedCache {
+  std::vector<int64_t> offset, capacity, length;
+  at::Tensor k, v;  // [sum(capacity), D]
+};
+
+RaggedCache make_cache(int64_t n_head_kv, int64_t n_tok, int64_t D, at::ScalarType dt, std::mt19937& rng) {
+  RaggedCache c;
+  std::uniform_int_distribution<int64_t> len_dist(std::max<int64_t>(1, n_tok / 4), n_tok);
+  std::uniform_int_distribution<int64_t> slack(1, 9);
+  const int64_t longest = std::uniform_int_distribution<int64_t>(0, n_head_kv - 1)(rng);
+  int64_t rows = 0;
+  for (int64_t h = 0; h < n_head_kv; ++h) {
+    c.length.push_back(h == longest ? n_tok : len_dist(rng));
+    c.capacity.push_back(c.length.back() + slack(rng));
+    c.offset.push_back(rows);
+    rows += c.capacity.back();
+  }
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(dt);
+  c.k = at::full({rows, D}, kNaN, o);
+  c.v = at::full({rows, D}, kNaN, o);
+  for (int64_t h = 0; h < n_head_kv; ++h) {
+    c.k.narrow(0, c.offset[h], c.length[h]).copy_(at::randn({c.length[h], D}, o));
+    c.v.narrow(0, c.offset[h], c.length[h]).copy_(at::randn({c.length[h], D}, o));
+  }
+  return c;
+}
+
+TEST_F(CudaKernels, DecodeAttentionRaggedMatchesReference) {
+  std::mt19937 rng(1234);
+  const int64_t n_head_kv = 3;
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 128})
+      for (int64_t G : {1, 3, 4, 8})
+        for (int64_t n_tok : {1, 37, 1000, 32768}) {
+          at::manual_seed(rng());
+          const RaggedCache c = make_cache(n_head_kv, n_tok, D, dt, rng);
+          const int64_t H = n_head_kv * G;
+          const double q_scale = (rng() % 2) ? 1.0 : 4.0;  // 4: peaky softmax
+          // q as a strided view (heads 2D apart), as a slice of a fused projection would be.
+          const at::Tensor q = (at::randn({H, 2 * D}, opts(dt)) * q_scale).narrow(1, 0, D);
+          const at::Tensor ref = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G);
+          const at::Tensor base = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, dt);
+          for (int n_split : {0, 1, 5}) {
+            const std::string what = name(dt) + " D=" + std::to_string(D) + " G=" + std::to_string(G) +
+                                     " n_tok=" + std::to_string(n_tok) + " n_split=" + std::to_string(n_split);
+            at::Tensor out = at::full({H, D}, kNaN, opts(dt));
+            ops::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, n_split, out);
+            expect_close(out, ref, base, dt, what);
+          }
+        }
+}
+
+TEST_F(CudaKernels, DecodeAttentionEmptyHeadGivesZeros) {
+  const int64_t D = 128, G = 4;
+  std::mt19937 rng(7);
+  RaggedCache c = make_cache(3, 300, D, at::kBFloat16, rng);
+  c.length = {0, 300, 0};
+  const at::Tensor q = at::randn({3 * G, D}, opts(at::kBFloat16));
+  for (int n_split : {0, 1, 3}) {
+    at::Tensor out = at::full({3 * G, D}, kNaN, opts(at::kBFloat16));
+    ops::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, n_split, out);
+    EXPECT_TRUE(out.narrow(0, 0, G).eq(0).all().item<bool>()) << "n_split=" << n_split;
+    EXPECT_TRUE(out.narrow(0, 2 * G, G).eq(0).all().item<bool>()) << "n_split=" << n_split;
+    EXPECT_TRUE(at::isfinite(out.to(at::kFloat)).all().item<bool>()) << "n_split=" << n_split;
+  }
+}
+
+TEST_F(CudaKernels, DecodeAttentionGatherMatchesReference) {
+  std::mt19937 rng(99);
+  const int64_t n_head_kv = 3;
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 128})
+      for (int64_t G : {1, 3, 4, 8})
+        for (int64_t n_tok : {1, 37, 1000, 32768}) {
+          at::manual_seed(rng());
+          RaggedCache c = make_cache(n_head_kv, n_tok, D, dt, rng);
+          // Selections: count[h] distinct live rows in random order; the padding of each index row
+          // points at a NaN row (the segment's last), so reading past count[h] fails.
+          const int64_t S = n_tok + 3;
+          at::Tensor index = at::empty({n_head_kv, S}, at::kInt);
+          std::vector<int64_t> count;
+          for (int64_t h = 0; h < n_head_kv; ++h) {
+            count.push_back(std::uniform_int_distribution<int64_t>(1, c.length[h])(rng));
+            std::vector<int32_t> rows(c.length[h]);
+            std::iota(rows.begin(), rows.end(), 0);
+            std::shuffle(rows.begin(), rows.end(), rng);
+            rows.resize(count[h]);
+            rows.resize(S, static_cast<int32_t>(c.capacity[h] - 1));
+            std::copy(rows.begin(), rows.end(), index[h].data_ptr<int32_t>());
+          }
+          index = index.to(at::kCUDA);
+          const int64_t H = n_head_kv * G;
+          const at::Tensor q = at::randn({H, D}, opts(dt)) * 2;
+          const at::Tensor ref = ops::ref::decode_attention_gather(q, c.k, c.v, c.offset, index, count, G);
+          const at::Tensor base = ops::ref::decode_attention_gather(q, c.k, c.v, c.offset, index, count, G, 0.0, dt);
+          for (int n_split : {0, 1, 4}) {
+            const std::string what = "gather " + name(dt) + " D=" + std::to_string(D) + " G=" + std::to_string(G) +
+                                     " n_tok=" + std::to_string(n_tok) + " n_split=" + std::to_string(n_split);
+            at::Tensor out = at::full({H, D}, kNaN, opts(dt));
+            ops::decode_attention_gather(q, c.k, c.v, c.offset, index, count, G, 0.0, n_split, out);
+            expect_close(out, ref, base, dt, what);
+          }
+        }
+}
+
+TEST_F(CudaKernels, RmsNormMatchesReference) {
+  struct Shape {
+    int64_t rows, hidden;
+  };
+  // 4100: not a multiple of 8 (scalar path); 32768 rows: many blocks.
+  const Shape shapes[] = {{1, 64}, {1, 4096}, {37, 4100}, {1000, 2048}, {32768, 256}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Shape& s : shapes) {
+      const std::string what = name(dt) + " rows=" + std::to_string(s.rows) + " hidden=" + std::to_string(s.hidden);
+      // x as a view with a padded row stride.
+      const at::Tensor x = (at::randn({s.rows, s.hidden + 8}, opts(dt)) * 3).narrow(1, 0, s.hidden);
+      const at::Tensor w = 1 + 0.2 * at::randn({s.hidden}, opts(dt));
+      const double eps = 1e-5;
+      at::Tensor out = at::full({s.rows, s.hidden}, kNaN, opts(dt));
+      ops::rms_norm(x, w, eps, out);
+      expect_close(out, ops::ref::rms_norm(x, w, eps), ops::ref::rms_norm(x, w, eps, dt), dt, what);
+
+      // Fused residual add: residual <- x + residual exactly as LibTorch adds in the dtype.
+      const at::Tensor residual = at::randn({s.rows, s.hidden}, opts(dt)) * 2;
+      const at::Tensor before = residual.clone();
+      at::Tensor y = at::full({s.rows, s.hidden}, kNaN, opts(dt));
+      ops::add_rms_norm(x, residual, w, eps, y);
+      EXPECT_TRUE(at::equal(residual, x + before)) << what << ": residual sum";
+      const auto ref = ops::ref::add_rms_norm(x, before, w, eps);
+      const auto base = ops::ref::add_rms_norm(x, before, w, eps, dt);
+      expect_close(y, ref.second, base.second, dt, what + " (fused residual)");
+    }
+}
+
+TEST_F(CudaKernels, RopeAppendMatchesReference) {
+  std::mt19937 rng(5);
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 128})
+      for (int64_t G : {1, 3, 4, 8})
+        for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kAdjacentPairs})
+          for (int64_t position : {0, 37, 131071}) {
+            const std::string what = name(dt) + " D=" + std::to_string(D) + " G=" + std::to_string(G) +
+                                     (layout == RopeLayout::kRotateHalf ? " rotate-half" : " pairs") +
+                                     " pos=" + std::to_string(position);
+            at::manual_seed(rng());
+            const int64_t n_head_kv = 3, H = n_head_kv * G;
+            RaggedCache c = make_cache(n_head_kv, 50, D, dt, rng);
+            at::Tensor pos = at::full({c.k.size(0)}, -1, opts(at::kLong));
+            const at::Tensor k_before = c.k.clone(), v_before = c.v.clone();
+            // cos/sin as HF: fp32 angles, cast to the dtype.
+            at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, D, 2, opts(at::kFloat)) / D);
+            at::Tensor angles = inv_freq * static_cast<double>(position);
+            const at::Tensor cos = angles.cos().to(dt), sin = angles.sin().to(dt);
+            // q, k, v as views into one fused projection row, as the engine has them.
+            at::Tensor qkv = at::randn({(H + 2 * n_head_kv) * D}, opts(dt));
+            at::Tensor q = qkv.narrow(0, 0, H * D).view({H, D});
+            at::Tensor k = qkv.narrow(0, H * D, n_head_kv * D).view({n_head_kv, D});
+            at::Tensor v = qkv.narrow(0, (H + n_head_kv) * D, n_head_kv * D).view({n_head_kv, D});
+            const at::Tensor q0 = q.clone(), k0 = k.clone();
+            ops::rope_append(q, k, v, cos, sin, layout, c.k, c.v, pos, c.offset, c.length, position);
+            expect_close(q, ops::ref::rope(q0, cos, sin, layout), ops::ref::rope(q0, cos, sin, layout, dt), dt,
+                         what + " q");
+            expect_close(k, ops::ref::rope(k0, cos, sin, layout), ops::ref::rope(k0, cos, sin, layout, dt), dt,
+                         what + " k");
+            // The appended rows hold exactly the rotated k and the unchanged v; nothing else moved.
+            at::Tensor written = at::zeros({c.k.size(0)}, opts(at::kBool));
+            for (int64_t h = 0; h < n_head_kv; ++h) {
+              const int64_t row = c.offset[h] + c.length[h];
+              written[row] = true;
+              EXPECT_TRUE(at::equal(c.k[row], k[h])) << what << " k cache head " << h;
+              EXPECT_TRUE(at::equal(c.v[row], v[h])) << what << " v cache head " << h;
+              EXPECT_EQ(pos[row].item<int64_t>(), position) << what << " pos head " << h;
+            }
+            const at::Tensor keep = written.logical_not();
+            EXPECT_TRUE(at::equal(c.k.index({keep}).isnan(), k_before.index({keep}).isnan())) << what;
+            EXPECT_TRUE(at::equal(at::nan_to_num(c.k.index({keep})), at::nan_to_num(k_before.index({keep})))) << what;
+            EXPECT_TRUE(at::equal(at::nan_to_num(c.v.index({keep})), at::nan_to_num(v_before.index({keep})))) << what;
+            EXPECT_TRUE(pos.index({keep}).eq(-1).all().item<bool>()) << what;
+          }
+}
+
+TEST_F(CudaKernels, SiluMulMatchesReference) {
+  struct Shape {
+    int64_t rows, inter;
+  };
+  // 100: not a multiple of 8 (scalar path).
+  const Shape shapes[] = {{1, 64}, {1, 14336}, {37, 100}, {1000, 1408}, {32768, 128}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Shape& s : shapes) {
+      const std::string what = name(dt) + " rows=" + std::to_string(s.rows) + " inter=" + std::to_string(s.inter);
+      // gate_up as a view with a padded row stride; values spread over silu's curved range.
+      const at::Tensor gu = (at::randn({s.rows, 2 * s.inter + 16}, opts(dt)) * 4).narrow(1, 0, 2 * s.inter);
+      at::Tensor out = at::full({s.rows, s.inter}, kNaN, opts(dt));
+      ops::silu_mul(gu, out);
+      expect_close(out, ops::ref::silu_mul(gu), ops::ref::silu_mul(gu, dt), dt, what);
+    }
+}
+
+TEST_F(CudaKernels, RejectsBadArguments) {
+  const at::Tensor q = at::randn({8, 96}, opts(at::kBFloat16));  // head_dim 96: unsupported
+  const at::Tensor kv = at::randn({10, 96}, opts(at::kBFloat16));
+  EXPECT_THROW(ops::decode_attention(q, kv, kv, {0, 5}, {5, 5}, 4), std::invalid_argument);
+  const at::Tensor q2 = at::randn({8, 64}, opts(at::kBFloat16));
+  const at::Tensor kv2 = at::randn({10, 64}, opts(at::kBFloat16));
+  EXPECT_THROW(ops::decode_attention(q2, kv2, kv2, {0, 5}, {5, 5}, 3), std::invalid_argument);  // 8 != 2 * 3
+  EXPECT_THROW(ops::decode_attention(q2, kv2.to(at::kFloat), kv2, {0, 5}, {5, 5}, 4), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvscope
