@@ -1,8 +1,11 @@
 // bench_kernels: split-K decode attention (kernels/decode.h) against the memory roofline.
 // n_head 32, n_head_kv 8, head_dim 128, bf16 (Llama-3-8B shapes), n_tok 4K / 32K / 128K per KV
-// head. Reports the median time of many launches (CUDA events), the achieved K+V read bandwidth,
-// and a device-to-device copy's bandwidth (bytes read + written) as the ceiling. K/V sets rotate
-// so the L2 never holds a whole working set. Built only with KVSCOPE_HAVE_CUDA_KERNELS; otherwise
+// head. Reports the median time of many calls (CUDA events), both launched one by one on a stream
+// (host launch cost included when it exceeds the GPU time) and replayed from a CUDA graph (GPU
+// time), the achieved K+V read bandwidth of the graph time, and a device-to-device copy's
+// bandwidth (bytes read + written) as the ceiling. K/V sets rotate so the L2 never holds a whole
+// working set. Cases per n_tok: dense (every head n_tok rows), ragged (odd heads n_tok / 4) and
+// gather (2048 random rows a head); GB/s counts the K/V rows actually attended. Built only with KVSCOPE_HAVE_CUDA_KERNELS; otherwise
 // it prints a message and exits 0.
 //   bench_kernels [--splits]   (--splits: also sweep forced split counts)
 #include <cstdio>
@@ -66,6 +69,38 @@ double time_ms(F&& fn, int trials, int per_trial) {
   return median(ms);
 }
 
+/// Median over `trials` of the mean time (ms) of one call, the calls fn(0 .. per_trial - 1)
+/// captured once into a CUDA graph on `stream` and replayed.
+template <typename F>
+double time_graph_ms(F&& fn, cudaStream_t stream, int trials, int per_trial) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < per_trial; ++i) fn(i);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> ms;
+  for (int t = 0; t < trials; ++t) {
+    CHECK(cudaEventRecord(a, stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaEventRecord(b, stream));
+    CHECK(cudaEventSynchronize(b));
+    float x = 0;
+    CHECK(cudaEventElapsedTime(&x, a, b));
+    ms.push_back(x / per_trial);
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  return median(ms);
+}
+
 /// Random bf16 bits (N(0,1)-ish values; never zeros).
 std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -106,10 +141,13 @@ int main(int argc, char** argv) {
 
   const int n_head = 32, n_head_kv = 8, group = n_head / n_head_kv, D = 128;
   std::mt19937 rng(42);
-  std::printf("%8s %7s %7s %10s %9s %8s\n", "n_tok", "splits", "chunk", "time_us", "GB/s", "of_copy");
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::printf("%8s %7s %7s %7s %10s %10s %9s %8s\n", "n_tok", "case", "splits", "chunk", "stream_us", "graph_us", "GB/s",
+              "of_copy");
   for (const int64_t n_tok : {int64_t{4096}, int64_t{32768}, int64_t{131072}}) {
     const size_t rows = static_cast<size_t>(n_head_kv) * n_tok;
-    const size_t kv_bytes = 2 * rows * D * sizeof(uint16_t);  // K + V read once
+    const size_t kv_bytes = 2 * rows * D * sizeof(uint16_t);  // K + V of the dense case
     // Enough K/V sets that their total exceeds 4x the L2 (at most 16 sets).
     const int n_sets = static_cast<int>(std::clamp<size_t>(4 * prop.l2CacheSize / kv_bytes + 1, 1, 16));
     std::vector<void*> ks(n_sets), vs(n_sets);
@@ -121,48 +159,73 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(vs[s], host.data(), rows * D * 2, cudaMemcpyHostToDevice));
     }
     const std::vector<uint16_t> hq = random_bf16(static_cast<size_t>(n_head) * D, rng);
-    std::vector<int64_t> meta(2 * n_head_kv);
-    for (int h = 0; h < n_head_kv; ++h) {
-      meta[h] = h * n_tok;           // offset
-      meta[n_head_kv + h] = n_tok;   // length
-    }
-    void *q = nullptr, *o = nullptr, *dmeta = nullptr;
+    void *q = nullptr, *o = nullptr, *dmeta = nullptr, *dindex = nullptr;
     CHECK(cudaMalloc(&q, hq.size() * 2));
     CHECK(cudaMalloc(&o, hq.size() * 2));
-    CHECK(cudaMalloc(&dmeta, meta.size() * 8));
+    CHECK(cudaMalloc(&dmeta, 2 * n_head_kv * sizeof(int64_t)));
     CHECK(cudaMemcpy(q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(dmeta, meta.data(), meta.size() * 8, cudaMemcpyHostToDevice));
 
-    std::vector<int> splits = {0};
-    if (sweep) splits.insert(splits.end(), {8, 16, 24, 32, 48, 64, 96, 128, 256});
-    for (int forced : splits) {
-      const kk::DecodeAttentionPlan plan = kk::plan_decode_attention(n_head, n_head_kv, D, n_tok, forced);
-      void* ws = nullptr;
-      if (plan.workspace_bytes) CHECK(cudaMalloc(&ws, plan.workspace_bytes));
-      kk::DecodeAttentionArgs a;
-      a.dtype = kk::DType::kBFloat16;
-      a.n_head = n_head;
-      a.n_head_kv = n_head_kv;
-      a.group = group;
-      a.head_dim = D;
-      a.q = q;
-      a.q_stride = D;
-      a.offset = static_cast<const int64_t*>(dmeta);
-      a.length = static_cast<const int64_t*>(dmeta) + n_head_kv;
-      a.scale = 0.08838834764831845f;
-      a.o = o;
-      const double ms = time_ms(
-          [&](int i) {
-            a.k = ks[i % n_sets];
-            a.v = vs[i % n_sets];
-            CHECK(kk::decode_attention(a, plan, ws, nullptr));
-          },
-          50, 20);
-      CHECK(cudaGetLastError());
-      const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
-      std::printf("%8lld %7d %7lld %10.2f %9.1f %7.0f%%%s\n", static_cast<long long>(n_tok), plan.n_split,
-                  static_cast<long long>(plan.chunk), ms * 1e3, gbs, 100.0 * gbs / copy_gbs, forced ? "" : "  (auto)");
-      if (ws) CHECK(cudaFree(ws));
+    // Cases: dense uniform lengths (with the split sweep), ragged lengths (Ada-KV-like budgets:
+    // alternate heads keep a quarter), and index gather (2048 random rows a head, top-k decode).
+    const int64_t topk = std::min<int64_t>(2048, n_tok);
+    for (const char* kind : {"dense", "ragged", "gather"}) {
+      const bool gather = std::strcmp(kind, "gather") == 0;
+      std::vector<int64_t> meta(2 * n_head_kv);
+      int64_t live = 0, max_len = 0;
+      for (int h = 0; h < n_head_kv; ++h) {
+        meta[h] = h * n_tok;  // offset
+        meta[n_head_kv + h] = gather ? topk : (std::strcmp(kind, "ragged") == 0 && h % 2) ? n_tok / 4 : n_tok;
+        live += meta[n_head_kv + h];
+        max_len = std::max(max_len, meta[n_head_kv + h]);
+      }
+      CHECK(cudaMemcpy(dmeta, meta.data(), meta.size() * 8, cudaMemcpyHostToDevice));
+      if (gather) {
+        std::vector<int32_t> idx(static_cast<size_t>(n_head_kv) * topk);
+        std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n_tok - 1));
+        for (auto& x : idx) x = pick(rng);
+        CHECK(cudaMalloc(&dindex, idx.size() * 4));
+        CHECK(cudaMemcpy(dindex, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+      }
+      const double bytes = 2.0 * live * D * 2;  // K + V rows read
+      std::vector<int> splits = {0};
+      if (sweep && std::strcmp(kind, "dense") == 0) splits.insert(splits.end(), {8, 16, 24, 32, 48, 64, 96, 128, 256});
+      for (int forced : splits) {
+        const kk::DecodeAttentionPlan plan =
+            kk::plan_decode_attention(kk::DType::kBFloat16, n_head, n_head_kv, D, max_len, forced);
+        void* ws = nullptr;
+        if (plan.workspace_bytes) CHECK(cudaMalloc(&ws, plan.workspace_bytes));
+        kk::DecodeAttentionArgs a;
+        a.dtype = kk::DType::kBFloat16;
+        a.n_head = n_head;
+        a.n_head_kv = n_head_kv;
+        a.group = group;
+        a.head_dim = D;
+        a.q = q;
+        a.q_stride = D;
+        a.offset = static_cast<const int64_t*>(dmeta);
+        a.length = static_cast<const int64_t*>(dmeta) + n_head_kv;
+        if (gather) {
+          a.index = static_cast<const int32_t*>(dindex);
+          a.index_stride = topk;
+        }
+        a.scale = 0.08838834764831845f;
+        a.o = o;
+        auto call = [&](int i, cudaStream_t st) {
+          a.k = ks[i % n_sets];
+          a.v = vs[i % n_sets];
+          CHECK(kk::decode_attention(a, plan, ws, st));
+        };
+        const double ms_stream = time_ms([&](int i) { call(i, nullptr); }, 50, 20);
+        const double ms = time_graph_ms([&](int i) { call(i, stream); }, stream, 50, 20);
+        CHECK(cudaGetLastError());
+        const double gbs = bytes / (ms * 1e-3) / 1e9;
+        std::printf("%8lld %7s %7d %7lld %10.2f %10.2f %9.1f %7.0f%%%s\n", static_cast<long long>(n_tok), kind,
+                    plan.n_split, static_cast<long long>(plan.chunk), ms_stream * 1e3, ms * 1e3, gbs,
+                    100.0 * gbs / copy_gbs, forced ? "" : "  (auto)");
+        if (ws) CHECK(cudaFree(ws));
+      }
+      if (dindex) CHECK(cudaFree(dindex));
+      dindex = nullptr;
     }
     for (int s = 0; s < n_sets; ++s) {
       CHECK(cudaFree(ks[s]));
@@ -172,6 +235,7 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(o));
     CHECK(cudaFree(dmeta));
   }
+  CHECK(cudaStreamDestroy(stream));
   return 0;
 }
 #endif

@@ -44,10 +44,13 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   if (req.pipeline) {
     const int64_t n_kept = req.pipeline->begin_run(
         RunBudget{req.budget, static_cast<int64_t>(req.prompt_ids.size()), req.max_new_tokens}, engine.model().config);
-    compress = [&, n_kept](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, req.max_new_tokens); };
+    const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
+    compress = [&, n_kept, reserve](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, reserve); };
   }
   auto t0 = std::chrono::steady_clock::now();
-  at::Tensor logits = engine.prefill(cache, req.prompt_ids, req.prefill_chunk, false, compress);
+  // Block-wise prefill with a hard cap when the scorer asks for it (KeyDiff), else as requested.
+  const int64_t chunk = req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
+  at::Tensor logits = engine.prefill(cache, req.prompt_ids, chunk, false, compress);
   res.last_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
   res.prefill_ms = ms_since(t0);
   res.kept = kept_positions(cache);

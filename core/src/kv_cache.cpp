@@ -8,6 +8,8 @@
 namespace kvscope {
 
 bool LayerKv::uniform() const {
+  for (int64_t w : ring_window)
+    if (w > 0) return false;
   for (size_t h = 1; h < length.size(); ++h)
     if (length[h] != length[0] || capacity[h] != capacity[0] || offset[h] != offset[0] + int64_t(h) * capacity[0])
       return false;
@@ -28,6 +30,9 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity, c10::Device device, c10
       L.capacity.push_back(capacity);
       L.length.push_back(0);
     }
+    L.ring_sink.assign(n_head_kv_, 0);
+    L.ring_window.assign(n_head_kv_, 0);
+    L.ring_next.assign(n_head_kv_, 0);
   }
 }
 
@@ -36,7 +41,7 @@ void KvCache::grow(int64_t l, int64_t min_capacity) {
   int64_t total = 0;
   std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_);
   for (int64_t h = 0; h < n_head_kv_; ++h) {
-    cap[h] = std::max(L.capacity[h], std::max(min_capacity, 2 * L.capacity[h]));
+    cap[h] = L.ring_window[h] > 0 ? L.capacity[h] : std::max(min_capacity, 2 * L.capacity[h]);
     off[h] = total;
     total += cap[h];
   }
@@ -56,31 +61,68 @@ void KvCache::grow(int64_t l, int64_t min_capacity) {
   L.offset = off;
 }
 
+void KvCache::append_ring(int64_t l, int64_t h, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions) {
+  LayerKv& L = layers_[l];
+  const int64_t full = L.ring_sink[h] + L.ring_window[h];
+  for (int64_t t = 0; t < k.size(0); ++t) {
+    int64_t slot;
+    if (L.length[h] < full) {
+      slot = L.length[h]++;
+    } else {
+      slot = L.ring_next[h];
+      L.ring_next[h] = L.ring_sink[h] + (slot - L.ring_sink[h] + 1) % L.ring_window[h];
+    }
+    L.k[L.offset[h] + slot].copy_(k[t]);
+    L.v[L.offset[h] + slot].copy_(v[t]);
+    L.pos[L.offset[h] + slot].copy_(positions[t]);
+  }
+}
+
 void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions) {
   LayerKv& L = layers_[l];
   const int64_t T = k.size(1);
   int64_t need = 0;
   for (int64_t h = 0; h < n_head_kv_; ++h) need = std::max(need, L.length[h] + T);
   bool fits = true;
-  for (int64_t h = 0; h < n_head_kv_; ++h) fits = fits && L.length[h] + T <= L.capacity[h];
+  for (int64_t h = 0; h < n_head_kv_; ++h) fits = fits && (L.ring_window[h] > 0 || L.length[h] + T <= L.capacity[h]);
   if (!fits) grow(l, need);
   if (L.uniform()) {
     const int64_t cap = L.capacity[0], n = L.length[0];
     L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(k);
     L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(v);
     L.pos.view({n_head_kv_, cap}).narrow(1, n, T).copy_(positions.unsqueeze(0).expand({n_head_kv_, T}));
-  } else {
-    for (int64_t h = 0; h < n_head_kv_; ++h) {
-      const int64_t at_row = L.offset[h] + L.length[h];
-      L.k.narrow(0, at_row, T).copy_(k[h]);
-      L.v.narrow(0, at_row, T).copy_(v[h]);
-      L.pos.narrow(0, at_row, T).copy_(positions);
-    }
+    for (int64_t h = 0; h < n_head_kv_; ++h) L.length[h] += T;
+    return;
   }
-  for (int64_t h = 0; h < n_head_kv_; ++h) L.length[h] += T;
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    if (L.ring_window[h] > 0) {
+      append_ring(l, h, k[h], v[h], positions);
+      continue;
+    }
+    const int64_t at_row = L.offset[h] + L.length[h];
+    L.k.narrow(0, at_row, T).copy_(k[h]);
+    L.v.narrow(0, at_row, T).copy_(v[h]);
+    L.pos.narrow(0, at_row, T).copy_(positions);
+    L.length[h] += T;
+  }
 }
 
 void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t reserve) {
+  retain(l, kept, std::vector<int64_t>(n_head_kv_, std::max<int64_t>(reserve, 1)));
+}
+
+void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
+  LayerKv& L = layers_[l];
+  if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)
+    throw std::invalid_argument("KvCache::set_window: layer " + std::to_string(l) + " head " + std::to_string(h) +
+                                " holds " + std::to_string(L.length[h]) + " entries in " + std::to_string(L.capacity[h]) +
+                                " slots, ring of " + std::to_string(sink) + " + " + std::to_string(window));
+  L.ring_sink[h] = sink;
+  L.ring_window[h] = window;
+  L.ring_next[h] = sink;
+}
+
+void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, const std::vector<int64_t>& reserve) {
   LayerKv& L = layers_[l];
   if (static_cast<int64_t>(kept.size()) != n_head_kv_)
     throw std::invalid_argument("KvCache::retain: " + std::to_string(kept.size()) + " index sets for " +
@@ -95,7 +137,7 @@ void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t res
         throw std::invalid_argument("KvCache::retain: index out of range for layer " + std::to_string(l) + " head " +
                                     std::to_string(h));
     }
-    cap[h] = len[h] + std::max<int64_t>(reserve, 1);
+    cap[h] = len[h] + reserve[h];
     off[h] = total;
     total += cap[h];
   }
@@ -114,6 +156,9 @@ void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t res
   L.capacity = cap;
   L.offset = off;
   L.length = len;
+  L.ring_sink.assign(n_head_kv_, 0);
+  L.ring_window.assign(n_head_kv_, 0);
+  L.ring_next.assign(n_head_kv_, 0);
 }
 
 static void require_uniform(const LayerKv& L) {

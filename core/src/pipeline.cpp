@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "kvscope/core/errors.h"
 #include "kvscope/core/presets.h"
 
@@ -93,7 +95,10 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
     if (policy->stage() < last)
       throw InputError("pipeline '" + std::string(spec) + "': stage '" + s.policy + "' comes after a later stage");
     last = policy->stage();
-    if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get())) {
+    if (auto* hp = dynamic_cast<const HeadPatternPolicy*>(policy.get())) {
+      if (heads_) throw InputError("pipeline '" + std::string(spec) + "': more than one head-pattern stage");
+      heads_ = hp;
+    } else if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get())) {
       if (scorer_) throw InputError("pipeline '" + std::string(spec) + "': more than one scoring stage");
       scorer_ = sc;
     } else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get())) {
@@ -105,8 +110,10 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
     }
     stages_.push_back(std::move(policy));
   }
-  if (!scorer_ && !decode_)
-    throw InputError("pipeline '" + std::string(spec) + "' has no scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
+  if (!heads_ && !scorer_ && !decode_)
+    throw InputError("pipeline '" + std::string(spec) + "' has no head-pattern, scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
+  if (heads_ && scorer_)
+    throw InputError("pipeline '" + std::string(spec) + "': a head pattern with a scoring stage is not supported yet");
   if (scorer_ && !budget_) {
     auto uniform = registry.make("uniform", {});
     budget_ = dynamic_cast<const BudgetPolicy*>(uniform.get());
@@ -134,12 +141,40 @@ int64_t Pipeline::begin_run(const RunBudget& budget, const ModelConfig& config) 
   return budget.spec.kept_per_head(budget.n_prompt);
 }
 
+void Pipeline::apply_head_pattern(const LayerEvent& ev, int64_t reserve) const {
+  KvCache& cache = ev.cache;
+  const int64_t n_tok = cache.layer(ev.layer).length[0];
+  const auto dev = cache.layer(ev.layer).k.device();
+  std::vector<at::Tensor> kept;
+  std::vector<int64_t> reserves;
+  std::vector<HeadPlan> plans;
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
+    const HeadPlan p = heads_->plan(ev.layer, h);
+    plans.push_back(p);
+    const auto opts = at::TensorOptions().device(dev).dtype(at::kLong);
+    if (!p.streaming || n_tok <= p.sink + p.window) {
+      kept.push_back(at::arange(n_tok, opts));
+      reserves.push_back(p.streaming ? p.sink + p.window - n_tok : reserve);
+    } else {
+      kept.push_back(at::cat({at::arange(p.sink, opts), at::arange(n_tok - p.window, n_tok, opts)}));
+      reserves.push_back(0);
+    }
+  }
+  cache.retain(ev.layer, kept, reserves);
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h)
+    if (plans[h].streaming) cache.set_window(ev.layer, h, plans[h].sink, plans[h].window);
+}
+
 void Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
   KvCache& cache = ev.cache;
   const int64_t n_tok = cache.layer(ev.layer).length[0];
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
+  if (heads_) apply_head_pattern(ev, reserve);
   if (scorer_ && n_kept < n_tok) {
-    const at::Tensor scores = scorer_->score(in);
+    at::Tensor scores = scorer_->score(in);
+    // Recent-window share: the newest entries are always kept (KeyDiff sliding-window variant).
+    const int64_t n_recent = std::min<int64_t>(static_cast<int64_t>(scorer_->recent_share() * n_kept), n_tok);
+    if (n_recent > 0) scores.narrow(1, n_tok - n_recent, n_recent).fill_(std::numeric_limits<float>::max());
     cache.retain(ev.layer, budget_->select(scores, n_kept, in), reserve);
   }
   if (decode_) decode_->on_prefill(ev.layer, in, cache);

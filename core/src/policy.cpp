@@ -57,6 +57,8 @@ ParamValues resolve_params(const std::string& policy, const std::vector<ParamSpe
           throw InputError(policy + ": parameter '" + p.key + "' = '" + text + "' is not one of " + c);
         }
         break;
+      case ParamSpec::Type::kPath:
+        break;  // checked by the policy when it opens the file
       case ParamSpec::Type::kBool:
         if (text != "true" && text != "false" && text != "1" && text != "0")
           throw InputError(policy + ": parameter '" + p.key + "' must be true or false (got '" + text + "')");

@@ -14,7 +14,7 @@ const std::vector<Preset>& pipeline_presets() {
        "SnapKV (Li et al. 2024) §4; as Ada-KV and SPARK run it"},
       {"snapkv-kvpress", "snapkv:window=64,kernel=5,pool=avg,gqa=mean", "--compression-ratio R",
        "NVIDIA kvpress SnapKVPress defaults (the golden references)"},
-      {"keydiff-paper", "keydiff:anchor=normalized", "--budget N --budget-unit stored (2K-8K)",
+      {"keydiff-paper", "keydiff:anchor=normalized,block=128", "--budget N --budget-unit stored (2K-8K)",
        "KeyDiff (Park et al. 2025) §3, Eq. 8"},
       {"streamingllm-paper", "streamingllm:sink=4", "--budget b --budget-unit stored", "StreamingLLM (Xiao et al. 2024) §3"},
       {"quest-paper", "quest", "--budget t --budget-unit fetched", "Quest (Tang et al. 2024), as RocketKV App. A.3 runs it"},

@@ -105,7 +105,7 @@ at::Tensor run_decode(const at::Tensor& q_in, const at::Tensor& k, const at::Ten
 
   const c10::cuda::CUDAGuard guard(q.device());
   out = make_out(out, {n_head, D}, q.options(), op);
-  const kk::DecodeAttentionPlan plan = kk::plan_decode_attention(static_cast<int>(n_head), static_cast<int>(n_head_kv),
+  const kk::DecodeAttentionPlan plan = kk::plan_decode_attention(kernel_dtype(q, op), static_cast<int>(n_head), static_cast<int>(n_head_kv),
                                                                  static_cast<int>(D), max_len, n_split);
   at::Tensor ws;
   if (plan.workspace_bytes > 0)

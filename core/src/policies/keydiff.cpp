@@ -10,8 +10,7 @@
 //
 // The block-wise procedure of the paper (§3, methods.md §2.3: feed the prompt in blocks of M tokens,
 // after each block cut the cache back to N, reserving a `recent` share of N for the newest tokens)
-// is driven by the pipeline, not by score(): it reads this policy's params() "block" (M) and
-// "recent" (share of N). score() itself ignores them.
+// is driven by the pipeline through prefill_block() (M) and recent_share(); score() ignores them.
 #include <ATen/ATen.h>
 
 #include "kvscope/core/policies/builtin.h"
@@ -23,7 +22,11 @@ constexpr const char* kRef = "KeyDiff (Park et al. 2025) Eq. 8, §3";
 
 class KeyDiff : public ScoringBase {
  public:
-  explicit KeyDiff(const ParamValues& v) : ScoringBase("keydiff", v), normalized_(v.at("anchor") == "normalized") {}
+  explicit KeyDiff(const ParamValues& v)
+      : ScoringBase("keydiff", v), normalized_(v.at("anchor") == "normalized"), block_(param_int(v, "block")),
+        recent_(param_float(v, "recent")) {}
+  int64_t prefill_block() const override { return block_; }
+  double recent_share() const override { return recent_; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("keydiff", in, /*needs_queries=*/false);
     at::Tensor k = in.keys.to(at::kFloat);                                  // [Hkv, n, D]
@@ -35,6 +38,8 @@ class KeyDiff : public ScoringBase {
 
  private:
   bool normalized_;
+  int64_t block_;
+  double recent_;
 };
 
 }  // namespace
@@ -43,8 +48,9 @@ PolicyRegistry::Entry keydiff_entry() {
   return {"keydiff", Stage::kScoring,
           {choice_param("anchor", {"normalized", "raw"}, "normalized",
                         "anchor: mean of L2-normalised keys (kvpress) or plain mean of the keys", kRef),
-           int_param("block", 1, 1 << 20, "128",
-                     "block-wise prefill block size M (read by the pipeline; score() ignores it)",
+           int_param("block", 0, 1 << 20, "0",
+                     "block-wise prefill block size M with a hard cache cap (0 = whole prompt, as kvpress; the "
+                     "paper's runs: 128, preset keydiff-paper)",
                      "KeyDiff (Park et al. 2025) §3 / Eq. 6; M=128 per methods.md §2.1 [?]"),
            float_param("recent", 0, 0.9, "0",
                        "share of the cache budget N reserved for the most recent tokens (paper: 0, 0.1 or 0.2; read "

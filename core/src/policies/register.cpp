@@ -8,6 +8,8 @@ namespace kvscope {
 
 void register_builtin_policies(PolicyRegistry& registry) {
   using namespace policies;
+  // S0 head pattern
+  registry.add(heads_entry());
   // S1 scoring
   registry.add(snapkv_entry());
   registry.add(pyramidkv_entry());
@@ -21,6 +23,14 @@ void register_builtin_policies(PolicyRegistry& registry) {
   registry.add(uniform_entry());
   registry.add(pyramid_entry());
   registry.add(adakv_entry());
+  // S4 channel pruning
+  registry.add(spark_entry());
+  registry.add(think_entry());
+  // S5 decode-time selection
+  registry.add(hsa_entry());
+  registry.add(quest_entry());
+  registry.add(sparq_entry());
+  registry.add(exacttopk_entry());
 }
 
 }  // namespace kvscope

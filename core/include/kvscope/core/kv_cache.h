@@ -19,6 +19,10 @@ struct LayerKv {
   at::Tensor v;    // dtype [sum(capacity), head_dim]
   at::Tensor pos;  // int64 [sum(capacity)]: true token position of each entry
   std::vector<int64_t> offset, capacity, length;  // per KV head, in entries
+  /// Retention mode "window" (streaming heads, StreamingLLM §3 / DuoAttention): per head, 0 = off,
+  /// else the head is a ring buffer of ring_sink sink entries + ring_window recent entries; once
+  /// full, each append overwrites the oldest non-sink entry (slot ring_next).
+  std::vector<int64_t> ring_sink, ring_window, ring_next;
   /// True when every head has the same capacity and length: the buffers view as [n_head_kv, cap, D].
   bool uniform() const;
 };
@@ -54,6 +58,14 @@ class KvCache {
   /// entries, so memory is really freed (no padding: head-wise budgets make it ragged).
   /// Throws std::invalid_argument on a wrong head count or an index out of range.
   void retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t reserve);
+  /// Same with a reserve per KV head (streaming heads need none: their ring never grows).
+  void retain(int64_t l, const std::vector<at::Tensor>& kept, const std::vector<int64_t>& reserve);
+
+  /// Turns head h of layer l into a ring buffer of `sink` + `window` entries (retention mode
+  /// "window"). Its live entries must already be the sinks followed by the most recent ones, at
+  /// most sink + window of them, and its capacity at least that. Attention is order-free once RoPE
+  /// is applied, so overwriting in place is exact. Throws std::invalid_argument otherwise.
+  void set_window(int64_t l, int64_t h, int64_t sink, int64_t window);
 
   /// Position the next appended token gets (one past the largest position seen).
   int64_t next_position() const { return next_position_; }
@@ -66,6 +78,7 @@ class KvCache {
 
  private:
   void grow(int64_t l, int64_t min_capacity);
+  void append_ring(int64_t l, int64_t h, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions);
   int64_t n_head_kv_, head_dim_;
   int64_t next_position_ = 0;
   std::vector<LayerKv> layers_;

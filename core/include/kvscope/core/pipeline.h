@@ -43,11 +43,16 @@ class Pipeline {
   /// for `reserve` appended entries per head, then lets the decode-time stage build its side stores.
   void compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const;
 
+  /// Prefill block size the scoring stage asks for (KeyDiff block-wise prefill), 0 = whole prompt.
+  int64_t prefill_block() const { return scorer_ ? scorer_->prefill_block() : 0; }
+
   /// The decode-time attention stage (S4/S5), or null. Mutable: it owns per-run side stores.
   DecodeAttentionPolicy* decode_attention() const { return decode_; }
 
  private:
   std::vector<std::unique_ptr<Policy>> stages_;
+  void apply_head_pattern(const LayerEvent& ev, int64_t reserve) const;
+  const HeadPatternPolicy* heads_ = nullptr;
   const ScoringPolicy* scorer_ = nullptr;
   const BudgetPolicy* budget_ = nullptr;
   DecodeAttentionPolicy* decode_ = nullptr;

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kvscope/core/head_pattern.h"
 #include "kvscope/core/model_config.h"
 
 namespace kvscope {
@@ -21,7 +22,7 @@ enum class Stage { kHeadPattern, kScoring, kBudget, kRetention, kChannel, kDecod
 /// One parameter a policy declares: its short key (as written in a pipeline SPEC), range,
 /// default, help, and the paper + section it comes from.
 struct ParamSpec {
-  enum class Type { kInt, kFloat, kChoice, kBool };
+  enum class Type { kInt, kFloat, kChoice, kBool, kPath };
   std::string key;
   Type type = Type::kInt;
   double min = 0, max = 0;            ///< inclusive range for kInt / kFloat
@@ -89,6 +90,15 @@ class Policy {
   virtual ParamValues params() const = 0;
 };
 
+/// S0: an offline head pattern (DuoAttention, HS-SFT): per KV head dense, or streaming with sink
+/// tokens and a recent window that decode keeps as a ring buffer (retention mode "window").
+class HeadPatternPolicy : public Policy {
+ public:
+  Stage stage() const override { return Stage::kHeadPattern; }
+  /// Retention of one KV head. Throws std::out_of_range outside the pattern.
+  virtual HeadPlan plan(int64_t layer, int64_t kv_head) const = 0;
+};
+
 /// S1: importance of every prompt entry per KV head; higher = keep.
 class ScoringPolicy : public Policy {
  public:
@@ -96,6 +106,12 @@ class ScoringPolicy : public Policy {
   /// fp32 [n_head_kv, n_tok] on the input device. Entries that must always stay (observation
   /// window, sinks) get +inf-like scores (the maximum finite float) so any selection keeps them.
   virtual at::Tensor score(const LayerPrefill& in) const = 0;
+  /// Block-wise prefill with a hard cache cap (KeyDiff §3, Eq. 6): the prompt is fed in blocks of
+  /// this many tokens and the cache is cut back to the budget after each block. 0 = whole prompt.
+  virtual int64_t prefill_block() const { return 0; }
+  /// Share of the kept budget reserved for the most recent entries (KeyDiff's sliding-window
+  /// variant, methods.md §2.2). 0 = none.
+  virtual double recent_share() const { return 0.0; }
 };
 
 /// S2: turns scores into kept entries per KV head under a budget.

@@ -7,9 +7,11 @@
 // rows offset[h] + index[h * index_stride + j] for j < length[h]. Query head i reads KV head i / G.
 //
 // Math: o[i] = softmax(scale * K_h q_i) V_h with fp32 accumulation and an online softmax, in two
-// passes: pass 1 runs one block per (KV head, split of the tokens) and writes unnormalised fp32
-// partials to a workspace; pass 2 combines the splits (skipped when there is a single split).
-// A head with length 0 gets o = 0.
+// passes: pass 1 runs one block per (KV head, group of <= 8 query heads, split of the tokens),
+// streams K/V once with 16-byte cp.async loads through a per-thread shared-memory ring, and writes
+// unnormalised fp32 partials to a workspace; pass 2 (a programmatic dependent launch) combines the
+// splits; it is skipped when there is a single split. A head with length 0 gets o = 0.
+// Requires sm_90 (cp.async, griddepcontrol); K/V reads are not bounds-checked against capacity.
 #include <cstddef>
 #include <cstdint>
 
@@ -48,17 +50,17 @@ struct DecodeAttentionArgs {
 /// How pass 1 is cut. Computed on the host from the longest length (dense) or index count.
 struct DecodeAttentionPlan {
   int n_split = 1;          ///< token splits per (KV head, head chunk)
-  int64_t chunk = 0;        ///< tokens per split (a multiple of 64)
-  int head_chunk = 1;       ///< query heads handled together per block (1, 2, 4 or 8)
+  int64_t chunk = 0;        ///< tokens per split
+  int head_chunk = 1;       ///< query heads served together per block (1, 2, 4 or 8)
   size_t workspace_bytes = 0;  ///< fp32 partials; 0 when n_split == 1
 };
 
-/// Plans a launch. max_len: the longest length[h] (host value; an upper bound is fine).
-/// n_split_override > 0 forces the split count (tests, tuning); 0 picks it so that about
-/// 2 x (number of SMs) blocks run, with at least 128 tokens per split. sm_count 0 = query the
-/// current device (cached per device).
-DecodeAttentionPlan plan_decode_attention(int n_head, int n_head_kv, int head_dim, int64_t max_len,
-                                          int n_split_override = 0, int sm_count = 0);
+/// Plans a launch on the current device. max_len: the longest length[h] (host value; an upper
+/// bound is fine, a smaller one is not). n_split_override > 0 forces the split count (tests,
+/// tuning); 0 picks one full wave of pass-1 blocks (resident blocks per SM x SMs, read off the
+/// device and cached) with at least 128 tokens per split. Queries the device (first call only).
+DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv, int head_dim, int64_t max_len,
+                                          int n_split_override = 0);
 
 /// Runs both passes on `stream`. workspace: device memory of plan.workspace_bytes (may be null when
 /// that is 0), 16-byte aligned. The plan must come from plan_decode_attention with the same heads,

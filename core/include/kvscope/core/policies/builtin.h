@@ -120,10 +120,202 @@ PolicyRegistry::Entry random_entry();        // random.cpp
 PolicyRegistry::Entry uniform_entry();  // uniform.cpp
 PolicyRegistry::Entry pyramid_entry();  // pyramid.cpp
 PolicyRegistry::Entry adakv_entry();    // adakv.cpp
+PolicyRegistry::Entry heads_entry();    // heads.cpp
 
 /// Per-layer kept count of the "pyramid" budget (kvpress PyramidKVPress.get_layer_budget with
 /// n_tok·(1 - ratio) replaced by n_kept); see pyramid.cpp for the formula. window < 0 is invalid.
 int64_t pyramid_layer_budget(int64_t n_tok, int64_t n_kept, int64_t window, double beta, int64_t layer,
                              int64_t n_layer);
+
+}  // namespace kvscope::policies
+
+// ---- S5 decode-time selection (RocketKV HSA, Quest, SparQ, Exact-TopK) ------------------------
+// Policies in hsa.cpp, quest.cpp, sparq.cpp, exacttopk.cpp; their budgets in rocketkv_budget.h.
+
+namespace kvscope {
+class KvCache;
+}  // namespace kvscope
+
+namespace kvscope::policies {
+
+/// Indices of the k largest entries along the last dim of `scores` [..., n] (fp32; 0 <= k <= n),
+/// ties broken towards the lower index (stable sort), returned sorted ascending: int64 [..., k].
+/// Tokens of one page share a score (Quest, HSA), so the rule decides which rows of a partially
+/// taken page are read. Defined in exacttopk.cpp.
+at::Tensor topk_stable(const at::Tensor& scores, int64_t k);
+
+/// Exact attention of query heads over selected cache rows, in fp32 (Vaswani et al. 2017 §3.2.1):
+///   y[b,g] = softmax_i(q[b,g]·k[b,i] / sqrt(D)) over the selected i, then Σ_i p_i v[b,i].
+/// q: fp32 [B, G, D] (the G query heads of B KV heads); k, v: [B, N, D] cache rows, any dtype
+/// and strides; idx: int64 [B, 1, n] (one selection shared by the group), [B, G, n] (one per query
+/// head), or undefined (all N rows, dense); valid: optional bool of idx's shape, false = padding
+/// (masked out; every row of valid needs one true entry). Returns fp32 [B, G, D].
+/// Defined in exacttopk.cpp.
+at::Tensor selected_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
+                              const at::Tensor& valid = {});
+
+/// Page summaries of Quest (Tang et al. 2024 §3.2) and RocketKV HSA step 1 (§3.4): for every
+/// (layer, KV head), the element-wise min and max of the keys of each page of `page` consecutive
+/// cache entries in storage order (retained prompt entries, then decode appends); the last page
+/// may be partial (summarised over its real entries only, as the code's ±inf padding does).
+/// Stored as [n_head_kv, page capacity, D] in the cache dtype (RocketKV's code aligns pages on the
+/// head dim, [Hkv, 2D, pages]; the layout does not change any score). Defined in quest.cpp.
+class PageMinMax {
+ public:
+  /// Forgets every layer; pages of `page` (>= 1) entries.
+  void reset(int64_t n_layer, int64_t page);
+  int64_t page() const { return page_; }
+  /// Summarises layer l of `cache` from scratch (after prefill and eviction).
+  void rebuild(int64_t l, const KvCache& cache);
+  /// Brings layer l up to date: rebuilds it when never built or when a head shrank (eviction),
+  /// else recomputes only the pages that appended entries touched (normally the last one).
+  void sync(int64_t l, const KvCache& cache);
+  /// Live pages of (l, h): ceil(entries / page).
+  int64_t n_pages(int64_t l, int64_t h) const;
+  /// Views [B, n_pages(l, h0), D] of KV heads h0 .. h0+B-1 (which must have the same page count).
+  at::Tensor kmin(int64_t l, int64_t h0, int64_t B) const;
+  at::Tensor kmax(int64_t l, int64_t h0, int64_t B) const;
+  /// Bytes of live summaries: Σ over built (layer, head) of n_pages · 2 · D · itemsize.
+  int64_t bytes() const;
+
+ private:
+  struct Layer {
+    at::Tensor kmin, kmax;          // [Hkv, capacity pages, D]
+    std::vector<int64_t> covered;   // entries summarised per head
+    bool built = false;
+  };
+  void fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page);
+  void reserve(Layer& L, int64_t pages);
+  int64_t page_ = 1;
+  std::vector<Layer> layers_;
+};
+
+/// Base of the S5 policies: name and params, the per-layer dispatch of attend(), the selection
+/// record and the byte count. Defined in exacttopk.cpp.
+class DecodeSelectionBase : public DecodeAttentionPolicy {
+ public:
+  DecodeSelectionBase(std::string name, ParamValues params) : name_(std::move(name)), params_(std::move(params)) {}
+  std::string name() const override { return name_; }
+  ParamValues params() const override { return params_; }
+  Stage stage() const override { return Stage::kDecodeSelection; }
+  /// q: [n_head, D] (any float dtype). Views q as [n_head_kv, G, D] fp32 (query head h reads KV
+  /// head h / G), calls attend_heads once for a uniform layer (B = n_head_kv) or once per KV head of
+  /// a ragged one (B = 1, that head's own length), returns [n_head, D] in q's dtype.
+  /// Throws InputError on a shape mismatch, std::logic_error before configure().
+  at::Tensor attend(int64_t layer, const at::Tensor& q, const KvCache& cache) override;
+  /// K/V rows gathered (2·D·itemsize each; per KV head, the union over its query heads) plus
+  /// side-store bytes the last attend() read. Evaluates device counters (may synchronise).
+  int64_t bytes_read_last() const override;
+  /// Storage-order row indices each KV head attended in the last attend(): one int64 tensor per
+  /// KV head, [1, n] when the group shares its selection, [G, n] when each query head has its own
+  /// (exacttopk); rows sorted ascending; all rows when the step ran dense. Telemetry and tests.
+  std::vector<at::Tensor> last_selection() const;
+
+ protected:
+  /// Side-store maintenance before the heads of `layer` attend (e.g. page min/max of appends).
+  virtual void before_attend(int64_t layer, const KvCache& cache) {}
+  /// One decode step of KV heads h0 .. h0+B-1: q fp32 [B, G, D]; k, v [B, N, D] (cache dtype).
+  /// Returns fp32 [B, G, D]; adds side-store bytes to bytes_last_ and attends via attend_selected.
+  virtual at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v) = 0;
+  /// selected_attention + records the selection and counts the K/V rows it gathers.
+  at::Tensor attend_selected(int64_t h0, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& idx, const at::Tensor& valid = {});
+  bool configured_ = false;
+  int64_t bytes_last_ = 0;
+
+ private:
+  struct Selection {
+    int64_t h0, n_rows;
+    at::Tensor idx, valid;
+  };
+  std::string name_;
+  ParamValues params_;
+  std::vector<at::Tensor> bytes_pending_;  // int64 scalars on the device, summed in bytes_read_last
+  std::vector<Selection> selections_;
+};
+
+// S5 decode-time selection
+PolicyRegistry::Entry hsa_entry();        // hsa.cpp
+PolicyRegistry::Entry quest_entry();      // quest.cpp
+PolicyRegistry::Entry sparq_entry();      // sparq.cpp
+PolicyRegistry::Entry exacttopk_entry();  // exacttopk.cpp
+
+}  // namespace kvscope::policies
+
+// ---- S4 channel pruning (spark.cpp, think.cpp) ---------------------------------------------------
+
+namespace kvscope::policies {
+
+PolicyRegistry::Entry spark_entry();  // spark.cpp
+PolicyRegistry::Entry think_entry();  // think.cpp
+
+/// Shared decode path of the key-channel pruning policies ("spark", "think"; defined in spark.cpp).
+/// on_prefill (in the subclass) prunes the n_h entries each KV head holds right after eviction
+/// (rows 0..n_h-1 of cache.head_keys(l, h)) and records, per entry t, its kept-channel mask m_t and
+/// an additive logit term r_t (the recovery). One decode step then computes, per query head of group h,
+///
+///   s_t = ( (q ⊙ m_t)·k_t + r_t ) / sqrt(D)   for t < n_h (pruned at prefill)
+///   s_t = q·k_t / sqrt(D)                      for t >= n_h (appended during decode: never pruned,
+///                                              nor is a row a ring-buffer head has overwritten since)
+///   out = softmax_fp32(s) · V                  (values are not pruned)
+///
+/// Compute layout: the masked keys K ⊙ m are kept dense [n_h, D] (cache dtype) beside the cache,
+/// which is left untouched. Accounting assumes the pruned layout instead: side_store_bytes() is
+/// what the subclass reports as the pruned key storage (kept values + channel indices + recovery
+/// statistics); bytes_read_last() = that storage for the layer + dense K of decode-time entries + all
+/// V. The K bytes saved versus a dense cache are dense_key_bytes() - side_store_bytes().
+class ChannelPruningBase : public DecodeAttentionPolicy {
+ public:
+  ChannelPruningBase(std::string name, ParamValues params) : name_(std::move(name)), params_(std::move(params)) {}
+  std::string name() const override { return name_; }
+  ParamValues params() const override { return params_; }
+  Stage stage() const override { return Stage::kChannel; }
+  void configure(const RunBudget& budget, const ModelConfig& config) override;
+  at::Tensor attend(int64_t layer, const at::Tensor& q, const KvCache& cache) override;
+  int64_t bytes_read_last() const override { return bytes_read_last_; }
+  int64_t side_store_bytes() const override;
+
+  /// Entries of (layer, kv_head) pruned at prefill (0 before on_prefill ran for that layer).
+  int64_t pruned_entries(int64_t layer, int64_t kv_head) const;
+  /// bool [n_h, D]: kept key channels of the entries pruned at prefill (true = kept).
+  at::Tensor channel_mask(int64_t layer, int64_t kv_head) const;
+  /// fp32 [n_h]: the additive logit term r_t before the 1/sqrt(D) scaling (zeros without recovery).
+  at::Tensor recovery_bias(int64_t layer, int64_t kv_head) const;
+  /// fp32 [G, len_h]: the scaled logits s of one decode step for the G query heads q_group [G, D] of
+  /// kv_head over all len_h entries the cache holds for it now (formula above).
+  at::Tensor head_logits(int64_t layer, int64_t kv_head, const at::Tensor& q_group, const KvCache& cache) const;
+  /// Bytes the pruned entries' keys would take stored dense (n_h * D * itemsize, all layers and heads).
+  int64_t dense_key_bytes() const;
+
+ protected:
+  /// The pruned state of one (layer, KV head).
+  struct HeadStore {
+    int64_t n = 0;        ///< entries pruned at prefill
+    at::Tensor masked_k;  ///< [n, D] cache dtype: K ⊙ mask (compute copy, not accounted)
+    at::Tensor mask;      ///< bool [n, D]
+    at::Tensor bias;      ///< fp32 [n]
+    at::Tensor pos;       ///< int64 [n]: true positions of the pruned entries (set by set_head)
+    int64_t key_bytes = 0;    ///< accounted storage of the pruned keys, indices and statistics
+    int64_t dense_bytes = 0;  ///< n * D * itemsize
+  };
+  /// Replaces the store of (layer, kv_head) with `s`, whose n entries are rows 0..n-1 of the head in
+  /// `cache` now (their positions are recorded: a row a ring buffer later overwrites attends densely).
+  void set_head(int64_t layer, int64_t kv_head, HeadStore s, const KvCache& cache);
+  /// Bytes of one channel index: uint8 while D <= 256, else int16.
+  static int64_t index_bytes(int64_t head_dim) { return head_dim <= 256 ? 1 : 2; }
+
+ private:
+  const HeadStore* find(int64_t layer, int64_t kv_head) const;
+  std::string name_;
+  ParamValues params_;
+  std::vector<std::vector<HeadStore>> stores_;  // [layer][kv head]
+  std::vector<int64_t> steps_;                  // [layer]: attend() calls since the layer's stores were set
+  int64_t bytes_read_last_ = 0;
+};
+
+/// Channels kept per entry for pruning ratio lambda: T = floor((1 - lambda) * D) (SPARK §4.2), with a
+/// 1e-9 guard so that e.g. (1 - 0.75) * 64 gives 16, clamped to [0, D].
+int64_t kept_channels(double ratio, int64_t head_dim);
 
 }  // namespace kvscope::policies

@@ -1,0 +1,76 @@
+#include "kvscope/core/head_pattern.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "json_file.h"
+#include "kvscope/core/errors.h"
+
+namespace kvscope {
+
+int64_t HeadPattern::kept_entries(int64_t n_tok) const {
+  int64_t total = 0;
+  for (const auto& layer : layers)
+    for (const auto& h : layer) total += h.streaming ? std::min(n_tok, h.sink + h.window) : n_tok;
+  return total;
+}
+
+HeadPattern load_head_pattern(const std::filesystem::path& path) {
+  const nlohmann::json j = read_json_file(path);
+  if (!j.is_object() || j.value("format", "") != "kvscope.head_pattern.v1")
+    throw InputError(path, "not a kvscope head pattern (expected \"format\": \"kvscope.head_pattern.v1\")");
+  HeadPattern p;
+  p.method = j.value("method", "manual");
+  p.budget = j.value("budget", 0.0);
+  if (!j.contains("layers") || !j["layers"].is_array()) throw InputError(path, "missing \"layers\" array");
+  for (size_t l = 0; l < j["layers"].size(); ++l) {
+    const auto& layer = j["layers"][l];
+    if (!layer.contains("heads") || !layer["heads"].is_array())
+      throw InputError(path, "layer " + std::to_string(l) + ": missing \"heads\" array");
+    std::vector<HeadPlan> heads;
+    for (size_t h = 0; h < layer["heads"].size(); ++h) {
+      const auto& e = layer["heads"][h];
+      HeadPlan plan;
+      plan.streaming = e.value("streaming", false);
+      plan.sink = e.value("sink", int64_t{0});
+      plan.window = e.value("window", int64_t{0});
+      if (plan.streaming && (plan.sink < 0 || plan.window < 1))
+        throw InputError(path, "layer " + std::to_string(l) + " head " + std::to_string(h) +
+                                   ": a streaming head needs sink >= 0 and window >= 1");
+      heads.push_back(plan);
+    }
+    p.layers.push_back(std::move(heads));
+  }
+  return p;
+}
+
+HeadPattern load_head_pattern(const std::filesystem::path& path, const ModelConfig& c) {
+  HeadPattern p = load_head_pattern(path);
+  if (static_cast<int64_t>(p.layers.size()) != c.n_layer)
+    throw InputError(path, "has " + std::to_string(p.layers.size()) + " layers, the model " + std::to_string(c.n_layer));
+  for (size_t l = 0; l < p.layers.size(); ++l)
+    if (static_cast<int64_t>(p.layers[l].size()) != c.n_head_kv)
+      throw InputError(path, "layer " + std::to_string(l) + " has " + std::to_string(p.layers[l].size()) +
+                                 " heads, the model " + std::to_string(c.n_head_kv) + " KV heads");
+  return p;
+}
+
+void save_head_pattern(const std::filesystem::path& path, const HeadPattern& p) {
+  nlohmann::json j = {{"format", "kvscope.head_pattern.v1"}, {"method", p.method}, {"budget", p.budget},
+                      {"n_layer", p.layers.size()}, {"n_head_kv", p.layers.empty() ? 0 : p.layers[0].size()}};
+  j["layers"] = nlohmann::json::array();
+  for (const auto& layer : p.layers) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (const auto& h : layer)
+      heads.push_back(h.streaming ? nlohmann::json{{"streaming", true}, {"sink", h.sink}, {"window", h.window}}
+                                  : nlohmann::json{{"streaming", false}});
+    j["layers"].push_back({{"heads", heads}});
+  }
+  std::ofstream out(path);
+  if (!out) throw InputError(path, "cannot be written");
+  out << j.dump(1) << "\n";
+  if (!out) throw InputError(path, "write failed");
+}
+
+}  // namespace kvscope

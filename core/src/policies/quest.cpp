@@ -1,0 +1,189 @@
+// "quest" decode-time selection: Quest (Tang et al. 2024, "Query-Aware Sparsity for Efficient
+// Long-Context LLM Inference", ICML'24) §3.2-3.3, as RocketKV configures it for GQA (Behnam et al.
+// 2025, App. A.3; methods.md §1.8):
+//
+//   pages     consecutive `page` cache entries in storage order; Kmin/Kmax = element-wise min/max
+//             of their keys (PageMinMax, kept up to date as decode appends)
+//   u[h,P]    = Σ_j max(q_{h,j}·Kmax[P,j], q_{h,j}·Kmin[P,j])      upper bound of q_h·k over page P
+//   U[P]      = Σ_{h in group} u[h,P]                               GQA: group-accumulated (App. A.3)
+//   pages     top ceil(k/page) pages of U (ties: lower page first)
+//   y_h       = softmax(q_h K[rows]ᵀ / sqrt(D)) V[rows] over all rows of the selected pages
+//
+// Budget: RocketKV splits t evenly between approximation and attention, so k = t/2 tokens
+// (ceil(k/page) pages, at most k + page - 1 rows); the page size is not stated [?]: default 16
+// (Quest's own page size). With a fixed page size the approximation reads 2·D values per page,
+// which matches t/2 KV pairs only when page = 2·N/t. Shapes: q [n_head, D]; per KV head pages
+// [ceil(len_h / page), D]; fp32 scores. A head with ceil(k/page) >= its page count attends
+// densely.
+//
+// This file also defines PageMinMax (builtin.h), shared with "hsa".
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/kv_cache.h"
+#include "kvscope/core/policies/builtin.h"
+#include "kvscope/core/policies/rocketkv_budget.h"
+
+namespace kvscope::policies {
+
+// ---- PageMinMax --------------------------------------------------------------------------------
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+void PageMinMax::reset(int64_t n_layer, int64_t page) {
+  page_ = std::max<int64_t>(1, page);
+  layers_.assign(static_cast<size_t>(n_layer), Layer{});
+}
+
+void PageMinMax::reserve(Layer& L, int64_t pages) {
+  const int64_t cap = L.kmin.size(1);
+  if (pages <= cap) return;
+  const int64_t new_cap = std::max(pages, 2 * cap);
+  at::Tensor kmin = at::empty({L.kmin.size(0), new_cap, L.kmin.size(2)}, L.kmin.options());
+  at::Tensor kmax = at::empty_like(kmin);
+  kmin.narrow(1, 0, cap).copy_(L.kmin);
+  kmax.narrow(1, 0, cap).copy_(L.kmax);
+  L.kmin = kmin;
+  L.kmax = kmax;
+}
+
+void PageMinMax::fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page) {
+  // keys: [B, len, D] rows of heads h0 .. h0+B-1 (same len); recompute pages first_page .. end.
+  const int64_t B = keys.size(0), len = keys.size(1), D = keys.size(2);
+  const int64_t n_pages = ceil_div(len, page_);
+  if (first_page < n_pages) {
+    const int64_t start = first_page * page_, m = len - start, full = m / page_, rem = m % page_;
+    at::Tensor rows = keys.narrow(1, start, m);
+    at::Tensor mn = L.kmin.narrow(0, h0, B), mx = L.kmax.narrow(0, h0, B);
+    if (full > 0) {
+      at::Tensor r = rows.narrow(1, 0, full * page_).reshape({B, full, page_, D});
+      mn.narrow(1, first_page, full).copy_(r.amin(2));
+      mx.narrow(1, first_page, full).copy_(r.amax(2));
+    }
+    if (rem > 0) {
+      at::Tensor r = rows.narrow(1, full * page_, rem);
+      mn.select(1, first_page + full).copy_(r.amin(1));
+      mx.select(1, first_page + full).copy_(r.amax(1));
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) L.covered[h0 + b] = len;
+}
+
+void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
+  Layer& L = layers_.at(l);
+  const LayerKv& kv = cache.layer(l);
+  const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim();
+  int64_t pages = 1;
+  for (int64_t n : kv.length) pages = std::max(pages, ceil_div(n, page_));
+  pages += ceil_div(64, page_);  // room for some decode appends before the first growth
+  L.kmin = at::empty({Hkv, pages, D}, kv.k.options());
+  L.kmax = at::empty_like(L.kmin);
+  L.covered.assign(static_cast<size_t>(Hkv), 0);
+  L.built = true;
+  for (int64_t h = 0; h < Hkv; ++h) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);
+}
+
+void PageMinMax::sync(int64_t l, const KvCache& cache) {
+  Layer& L = layers_.at(l);
+  const LayerKv& kv = cache.layer(l);
+  const int64_t Hkv = cache.n_head_kv();
+  bool shrank = !L.built || static_cast<int64_t>(L.covered.size()) != Hkv;
+  for (int64_t h = 0; !shrank && h < Hkv; ++h) shrank = kv.length[h] < L.covered[h];
+  if (shrank) return rebuild(l, cache);
+  int64_t pages = 0;
+  bool same = true;
+  for (int64_t h = 0; h < Hkv; ++h) {
+    pages = std::max(pages, ceil_div(kv.length[h], page_));
+    same = same && L.covered[h] == L.covered[0];
+  }
+  reserve(L, pages);
+  if (kv.uniform() && same) {
+    if (kv.length[0] > L.covered[0]) fill(L, 0, cache.keys(l), L.covered[0] / page_);
+    return;
+  }
+  for (int64_t h = 0; h < Hkv; ++h)
+    if (kv.length[h] > L.covered[h]) fill(L, h, cache.head_keys(l, h).unsqueeze(0), L.covered[h] / page_);
+}
+
+int64_t PageMinMax::n_pages(int64_t l, int64_t h) const { return ceil_div(layers_.at(l).covered.at(h), page_); }
+
+at::Tensor PageMinMax::kmin(int64_t l, int64_t h0, int64_t B) const {
+  return layers_.at(l).kmin.narrow(0, h0, B).narrow(1, 0, n_pages(l, h0));
+}
+at::Tensor PageMinMax::kmax(int64_t l, int64_t h0, int64_t B) const {
+  return layers_.at(l).kmax.narrow(0, h0, B).narrow(1, 0, n_pages(l, h0));
+}
+
+int64_t PageMinMax::bytes() const {
+  int64_t b = 0;
+  for (const auto& L : layers_) {
+    if (!L.built) continue;
+    for (int64_t n : L.covered) b += ceil_div(n, page_) * 2 * L.kmin.size(2) * L.kmin.element_size();
+  }
+  return b;
+}
+
+// ---- quest -------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kRef = "Quest (Tang et al. 2024) §3.2-3.3; RocketKV (Behnam et al. 2025) App. A.3";
+
+class Quest : public DecodeSelectionBase {
+ public:
+  explicit Quest(const ParamValues& v)
+      : DecodeSelectionBase("quest", v), page_(param_int(v, "page")), k_param_(param_int(v, "k")) {}
+
+  void configure(const RunBudget& budget, const ModelConfig& config) override {
+    k_ = k_param_ > 0 ? k_param_ : std::max<int64_t>(1, decode_fetch_budget(budget) / 2);
+    pages_.reset(config.n_layer, page_);
+    configured_ = true;
+  }
+  void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override { pages_.rebuild(layer, cache); }
+  int64_t side_store_bytes() const override { return pages_.bytes(); }
+
+ protected:
+  void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
+
+  at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v) override {
+    const int64_t B = q.size(0), N = k.size(1), D = q.size(2);
+    const int64_t n_pages = pages_.n_pages(layer, h0), n_sel = (k_ + page_ - 1) / page_;
+    if (n_sel >= n_pages) return attend_selected(h0, q, k, v, {});
+    at::Tensor kmax = pages_.kmax(layer, h0, B), kmin = pages_.kmin(layer, h0, B);  // [B, P, D]
+    bytes_last_ += B * n_pages * 2 * D * kmax.element_size();
+    // max(q·Kmax, q·Kmin) per channel = q⁺·Kmax + q⁻·Kmin (Kmax >= Kmin).
+    at::Tensor u = at::bmm(q.clamp_min(0), kmax.to(at::kFloat).transpose(1, 2)) +
+                   at::bmm(q.clamp_max(0), kmin.to(at::kFloat).transpose(1, 2));  // [B, G, P]
+    at::Tensor sel = topk_stable(u.sum(1), n_sel);                              // [B, n_sel] pages
+    at::Tensor rows = (sel.unsqueeze(-1) * page_ + at::arange(page_, sel.options())).view({B, 1, n_sel * page_});
+    if (N % page_ == 0) return attend_selected(h0, q, k, v, rows);
+    at::Tensor valid = rows.lt(N);  // the last page is partial
+    return attend_selected(h0, q, k, v, rows.clamp_max(N - 1), valid);
+  }
+
+ private:
+  int64_t page_, k_param_, k_ = 0;
+  PageMinMax pages_;
+};
+
+}  // namespace
+
+PolicyRegistry::Entry quest_entry() {
+  return {"quest", Stage::kDecodeSelection,
+          {int_param("page", 1, 4096, "16",
+                     "page size: consecutive cache entries summarised by their element-wise key min/max (RocketKV "
+                     "does not state Quest's page size [?]; 16 is Quest's default)",
+                     kRef),
+           int_param("k", 0, 1 << 30, "0",
+                     "tokens attended per decode step per KV group; ceil(k/page) whole pages are read (0 = t/2: the "
+                     "token budget t split evenly between approximation and attention, RocketKV App. A.3)",
+                     kRef)},
+          "query-aware page selection by min/max key bounds, group-accumulated (Quest, Tang et al. 2024 §3)",
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Quest>(v); }};
+}
+
+}  // namespace kvscope::policies
