@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(42);
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::printf("%8s %7s %7s %7s %10s %10s %9s %8s\n", "n_tok", "case", "splits", "chunk", "stream_us", "graph_us", "GB/s",
+  std::printf("%8s %7s %7s %7s %10s %10s %9s %8s\n", "n_tok", "case", "blocks", "chunk", "stream_us", "graph_us", "GB/s",
               "of_copy");
   for (const int64_t n_tok : {int64_t{4096}, int64_t{32768}, int64_t{131072}}) {
     const size_t rows = static_cast<size_t>(n_head_kv) * n_tok;
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
       if (sweep && std::strcmp(kind, "dense") == 0) splits.insert(splits.end(), {8, 16, 24, 32, 48, 64, 96, 128, 256});
       for (int forced : splits) {
         const kk::DecodeAttentionPlan plan =
-            kk::plan_decode_attention(kk::DType::kBFloat16, n_head, n_head_kv, D, max_len, forced);
+            kk::plan_decode_attention(kk::DType::kBFloat16, n_head, n_head_kv, D, max_len, live, forced);
         void* ws = nullptr;
         if (plan.workspace_bytes) CHECK(cudaMalloc(&ws, plan.workspace_bytes));
         kk::DecodeAttentionArgs a;
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
         CHECK(cudaGetLastError());
         const double gbs = bytes / (ms * 1e-3) / 1e9;
         std::printf("%8lld %7s %7d %7lld %10.2f %10.2f %9.1f %7.0f%%%s\n", static_cast<long long>(n_tok), kind,
-                    plan.n_split, static_cast<long long>(plan.chunk), ms_stream * 1e3, ms * 1e3, gbs,
+                    plan.n_items, static_cast<long long>(plan.chunk), ms_stream * 1e3, ms * 1e3, gbs,
                     100.0 * gbs / copy_gbs, forced ? "" : "  (auto)");
         if (ws) CHECK(cudaFree(ws));
       }

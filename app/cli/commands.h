@@ -11,5 +11,6 @@ using Runner = std::function<int()>;
 
 Runner add_generate(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_policies(CLI::App& app);
 
 }  // namespace kvscope::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   auto reg = [&](kvscope::cli::Runner r) { runners.emplace_back(app.get_subcommands({}).back(), std::move(r)); };
   reg(kvscope::cli::add_generate(app));
   reg(kvscope::cli::add_run(app));
+  reg(kvscope::cli::add_policies(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,8 @@
 // Split-K GQA decode attention over a ragged per-KV-head cache (see decode.h for the contract).
 //
-// Pass 1 (decode_split_kernel): grid (n_split, n_head_kv * head chunks), 4 warps a block. One block
-// streams the tokens [split * chunk, min(len, (split + 1) * chunk)) of one KV head and serves the
+// Pass 1 (decode_split_kernel): grid (work items, head chunks), 4 warps a block. Work items are
+// (KV head, split) pairs, each head taking ceil(len / chunk) of them (ragged heads balance). One
+// block streams the tokens [split * chunk, min(len, (split + 1) * chunk)) of one KV head and serves the
 // GT (<= 8) query heads of its head chunk from each K/V load. A token row is handled by
 // LPT = D / 8 lanes, 8 elements each (one 16-byte word; two for fp32), so a warp covers
 // TPW = 32 / LPT rows per step and U steps per pipeline stage. Each lane brings its own words in
@@ -12,10 +13,12 @@
 // Pass 2 (combine_kernel): one warp per (query head, 32 dims) merges the splits' (max, sum, acc)
 // partials; launched as a programmatic dependent launch so its launch overlaps pass 1's tail.
 //
-// Measured on an H200 (bench/bench_kernels, bf16, 32 query / 8 KV heads, D 128, CUDA-graph replay;
-// device-to-device copy 4.26 TB/s): 4K tokens 11.4 us (latency-bound), 32K 42 us (75% of the copy
-// bandwidth), 128K 136 us (93%). The loop issues ~90 instructions per token and warp, 256 of the
-// 740 per stage FFMA: at 32K it is close to compute-limited as well.
+// Measured on an H200 (bench/bench_kernels, bf16, 32 query / 8 KV heads, D 128, CUDA-graph replay,
+// median; device-to-device copy 4.26 TB/s read + write), over several runs: 4K tokens 11-12 us
+// (latency-bound: ~8 us of launch, prologue, epilogue and combine), 32K 40-42 us (74-81% of the
+// copy bandwidth), 128K 131-137 us (92-96%), ragged 128K (odd heads at 1/4) 89-93 us (85-89%).
+// The loop issues ~90 instructions per token and warp (256 of the ~740 per stage are the FFMAs of
+// q.k and p.v, 128 the shuffle reduction), so at 32K it is not far from compute-limited either.
 #include "kvscope/kernels/decode.h"
 
 #include <cuda_bf16.h>
@@ -98,7 +101,7 @@ struct Params {
   void* o;
   float* part_o;     // [n_head, n_split, D]
   float2* part_ml;   // [n_head, n_split]: (max in log2 units, sum)
-  int group, n_hchunk, n_split;
+  int group, n_hchunk, n_split, n_head_kv;
   int64_t chunk;
 };
 
@@ -149,16 +152,33 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   constexpr int LPT = Sh::LPT, TPW = Sh::TPW, W = Sh::W, U = Sh::U, S = Sh::S, kStep = Sh::kStep;
   extern __shared__ uint4 s_pipe[];
 
-  const int split = blockIdx.x;
-  const int hk = blockIdx.y / p.n_hchunk, hc = blockIdx.y % p.n_hchunk;
+  // Work item blockIdx.x -> (KV head, split): head h owns max(1, ceil(length[h] / chunk))
+  // consecutive items, so ragged heads get work in proportion to their length (one wave in all).
+  const int hc = blockIdx.y;
+  // The length and offset loads of all heads are independent: one memory round trip.
+  int hk = -1, split = 0;
+  int64_t len = 0, base_row = 0;
+  {
+    int64_t first = 0;
+    for (int h = 0; h < p.n_head_kv; ++h) {
+      const int64_t lh = p.length[h], oh = p.offset[h];
+      const int64_t ns = lh > p.chunk ? (lh + p.chunk - 1) / p.chunk : 1;
+      if (hk < 0 && blockIdx.x < first + ns) {
+        hk = h;
+        split = static_cast<int>(blockIdx.x - first);
+        len = lh;
+        base_row = oh;
+      }
+      first += ns;
+    }
+  }
+  if (hk < 0 || split >= p.n_split) return;  // past the work (or a length above the planned max)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slot = lane / LPT, sub = lane % LPT;
   const int h0 = hk * p.group + hc * GT;                            // first query head of the block
   const int nh = p.group - hc * GT < GT ? p.group - hc * GT : GT;  // valid heads in the chunk
 
-  // Independent loads first (length, offset, q), so their latencies overlap.
-  const int64_t len = p.length[hk];
-  const int64_t base_row = p.offset[hk];
+  // q is loaded now and converted after the first K/V loads are issued: the latencies overlap.
   const T* qp = static_cast<const T*>(p.q);
   Raw8<T> qr[GT];
 #pragma unroll
@@ -171,14 +191,6 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   // runs (it writes the zeros of an empty head).
   if (t_begin >= len && p.n_split > 1) return;
   const int64_t t_end = len < t_begin + p.chunk ? len : t_begin + p.chunk;
-
-  float q[GT][8];
-#pragma unroll
-  for (int g = 0; g < GT; ++g) {
-    to_float8(qr[g], q[g]);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) q[g][j] *= p.scale_log2;
-  }
 
   float m[GT], l[GT], acc[GT][8];
 #pragma unroll
@@ -220,6 +232,13 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   for (int it = 0; it < S - 1; ++it) {
     if (it < n_iter) issue(it);
     cp_async_commit();  // empty groups keep the group count uniform
+  }
+  float q[GT][8];
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+    to_float8(qr[g], q[g]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[g][j] *= p.scale_log2;
   }
 
   for (int it = 0; it < n_iter; ++it) {
@@ -432,8 +451,8 @@ int configure_split_kernel() {
 }
 
 template <typename T, int D, int GT>
-cudaError_t launch_typed(const Params& p, int n_head, int n_head_kv, cudaStream_t stream) {
-  const dim3 grid(p.n_split, n_head_kv * p.n_hchunk);
+cudaError_t launch_typed(const Params& p, int n_head, int n_items, cudaStream_t stream) {
+  const dim3 grid(n_items, p.n_hchunk);
   constexpr size_t smem = Shape<T, D, GT>::kSmemBytes;
   if (p.index) {
     configure_split_kernel<T, D, GT, true>();
@@ -459,20 +478,20 @@ cudaError_t launch_typed(const Params& p, int n_head, int n_head_kv, cudaStream_
 }
 
 template <typename T, int D>
-cudaError_t launch_gt(const Params& p, int gt, int n_head, int n_head_kv, cudaStream_t stream) {
+cudaError_t launch_gt(const Params& p, int gt, int n_head, int n_items, cudaStream_t stream) {
   switch (gt) {
-    case 1: return launch_typed<T, D, 1>(p, n_head, n_head_kv, stream);
-    case 2: return launch_typed<T, D, 2>(p, n_head, n_head_kv, stream);
-    case 4: return launch_typed<T, D, 4>(p, n_head, n_head_kv, stream);
-    case 8: return launch_typed<T, D, 8>(p, n_head, n_head_kv, stream);
+    case 1: return launch_typed<T, D, 1>(p, n_head, n_items, stream);
+    case 2: return launch_typed<T, D, 2>(p, n_head, n_items, stream);
+    case 4: return launch_typed<T, D, 4>(p, n_head, n_items, stream);
+    case 8: return launch_typed<T, D, 8>(p, n_head, n_items, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 template <typename T>
-cudaError_t launch_d(const Params& p, int d, int gt, int n_head, int n_head_kv, cudaStream_t stream) {
-  if (d == 64) return launch_gt<T, 64>(p, gt, n_head, n_head_kv, stream);
-  if (d == 128) return launch_gt<T, 128>(p, gt, n_head, n_head_kv, stream);
+cudaError_t launch_d(const Params& p, int d, int gt, int n_head, int n_items, cudaStream_t stream) {
+  if (d == 64) return launch_gt<T, 64>(p, gt, n_head, n_items, stream);
+  if (d == 128) return launch_gt<T, 128>(p, gt, n_head, n_items, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -526,33 +545,30 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 }  // namespace
 
 DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv, int head_dim, int64_t max_len,
-                                          int n_split_override) {
+                                          int64_t total_len, int n_split_override) {
   DecodeAttentionPlan plan;
   if (n_head <= 0 || n_head_kv <= 0 || (head_dim != 64 && head_dim != 128)) return plan;
   const int group = std::max(1, n_head / n_head_kv);
   plan.head_chunk = head_chunk_for(group);
   const int n_hchunk = (group + plan.head_chunk - 1) / plan.head_chunk;
   max_len = std::max<int64_t>(max_len, 1);
-  int64_t n_split = n_split_override;
-  if (n_split <= 0) {
-    // One full wave: as many blocks as fit on the device at once (resident blocks per SM x SMs),
-    // never fewer than 2 per SM worth of splits when the kernel fits more, and at least
-    // kMinChunk tokens per split; the chunk is rounded to whole block steps.
+  const int64_t total = total_len > 0 ? std::max(total_len, max_len) : max_len * n_head_kv;
+  if (n_split_override <= 0) {
+    // One full wave: work items x head chunks <= resident blocks per SM x SMs. Head h takes
+    // <= len_h / chunk + 1 items, so total / chunk + n_head_kv items must fit; at least kMinChunk
+    // tokens per item, the chunk rounded to whole block steps.
     const int occ = std::max(1, occupancy_of(dtype, head_dim, plan.head_chunk));
-    const int64_t wave = static_cast<int64_t>(occ) * sm_count_of_current_device();
-    const int64_t blocks_per_split = static_cast<int64_t>(n_head_kv) * n_hchunk;
-    n_split = std::max<int64_t>(1, wave / blocks_per_split);
+    const int64_t items = static_cast<int64_t>(occ) * sm_count_of_current_device() / n_hchunk - n_head_kv;
+    int64_t chunk = items > 0 ? (total + items - 1) / items : max_len;
+    chunk = std::max<int64_t>(kMinChunk, chunk);
     const int64_t step = kWarps * (head_dim == 64 ? 4 : 2) * 4;  // tokens per block step (bf16/fp16, GT <= 4)
-    int64_t chunk = std::max<int64_t>(kMinChunk, (max_len + n_split - 1) / n_split);
-    chunk = (chunk + step - 1) / step * step;
-    n_split = (max_len + chunk - 1) / chunk;
-    plan.chunk = chunk;
+    plan.chunk = (chunk + step - 1) / step * step;
   } else {
-    n_split = std::min<int64_t>(n_split, max_len);
-    plan.chunk = (max_len + n_split - 1) / n_split;
-    n_split = (max_len + plan.chunk - 1) / plan.chunk;
+    const int64_t ns = std::min<int64_t>(n_split_override, max_len);
+    plan.chunk = (max_len + ns - 1) / ns;
   }
-  plan.n_split = static_cast<int>(std::max<int64_t>(1, n_split));
+  plan.n_split = static_cast<int>((max_len + plan.chunk - 1) / plan.chunk);
+  plan.n_items = static_cast<int>(std::min<int64_t>((total + plan.chunk - 1) / plan.chunk + n_head_kv, INT32_MAX));
   if (plan.n_split > 1) {
     const size_t rows = static_cast<size_t>(n_head) * plan.n_split;
     plan.workspace_bytes = rows * head_dim * sizeof(float) + rows * sizeof(float2);
@@ -564,7 +580,8 @@ cudaError_t decode_attention(const DecodeAttentionArgs& a, const DecodeAttention
                              cudaStream_t stream) {
   if (a.n_head <= 0 || a.n_head_kv <= 0 || a.group <= 0 || a.n_head != a.n_head_kv * a.group) return cudaErrorInvalidValue;
   if (a.head_dim != 64 && a.head_dim != 128) return cudaErrorInvalidValue;
-  if (plan.n_split < 1 || plan.chunk < 1 || plan.head_chunk != head_chunk_for(a.group)) return cudaErrorInvalidValue;
+  if (plan.n_split < 1 || plan.chunk < 1 || plan.n_items < 1 || plan.head_chunk != head_chunk_for(a.group))
+    return cudaErrorInvalidValue;
   if (!a.q || !a.k || !a.v || !a.o || !a.offset || !a.length) return cudaErrorInvalidValue;
   const size_t es = dtype_size(a.dtype);
   if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || (a.q_stride * es) % 16 != 0) return cudaErrorInvalidValue;
@@ -584,6 +601,7 @@ cudaError_t decode_attention(const DecodeAttentionArgs& a, const DecodeAttention
   p.scale_log2 = a.scale * kLog2e;
   p.o = a.o;
   p.group = a.group;
+  p.n_head_kv = a.n_head_kv;
   p.n_hchunk = (a.group + plan.head_chunk - 1) / plan.head_chunk;
   p.n_split = plan.n_split;
   p.chunk = plan.chunk;
@@ -594,9 +612,9 @@ cudaError_t decode_attention(const DecodeAttentionArgs& a, const DecodeAttention
   }
   if (static_cast<int64_t>(a.n_head_kv) * p.n_hchunk > 65535) return cudaErrorInvalidValue;
   switch (a.dtype) {
-    case DType::kFloat32: return launch_d<float>(p, a.head_dim, plan.head_chunk, a.n_head, a.n_head_kv, stream);
-    case DType::kBFloat16: return launch_d<__nv_bfloat16>(p, a.head_dim, plan.head_chunk, a.n_head, a.n_head_kv, stream);
-    case DType::kFloat16: return launch_d<__half>(p, a.head_dim, plan.head_chunk, a.n_head, a.n_head_kv, stream);
+    case DType::kFloat32: return launch_d<float>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
+    case DType::kBFloat16: return launch_d<__nv_bfloat16>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
+    case DType::kFloat16: return launch_d<__half>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -75,7 +75,7 @@ __device__ __forceinline__ float block_sum(float v) {
 }
 
 template <typename T, int V, bool kResidual>
-__global__ void rms_norm_kernel(const T* __restrict__ x, int64_t xs, T* res, int64_t rs, const T* __restrict__ w, T* y,
+__global__ void rms_norm_kernel(const T* x, int64_t xs, T* res, int64_t rs, const T* __restrict__ w, T* y,
                                 int64_t ys, int hidden, float eps) {
   const int64_t row = blockIdx.x;
   const T* xr = x + row * xs;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -125,24 +126,31 @@ TEST(ChannelPruning, RatioZeroIsDenseAttention) {
 
 // ---- (b) SPARK against brute force ----------------------------------------------------------------
 
-/// Brute-force |q̄| aggregated over the group of KV head h: [D] (window = last w queries).
-std::vector<double> group_qbar_abs(const at::Tensor& queries, int64_t h, int64_t G, int64_t w, const std::string& gqa) {
+/// Brute-force |q̄| (query=mean) or window RMS (query=rms) aggregated over the group of KV head h:
+/// [D] (window = last w queries).
+std::vector<double> group_qbar_abs(const at::Tensor& queries, int64_t h, int64_t G, int64_t w, const std::string& gqa,
+                                   const std::string& query) {
   const int64_t T = queries.size(0), D = queries.size(2);
   auto acc = queries.accessor<float, 3>();
   std::vector<double> a(D, gqa == "max" ? -1.0 : 0.0);
   for (int64_t g = 0; g < G; ++g)
     for (int64_t j = 0; j < D; ++j) {
       double m = 0;
-      for (int64_t t = T - w; t < T; ++t) m += acc[t][h * G + g][j];
-      m = std::abs(m / double(w));
+      for (int64_t t = T - w; t < T; ++t) {
+        const double x = acc[t][h * G + g][j];
+        m += query == "rms" ? x * x : x;
+      }
+      m = query == "rms" ? std::sqrt(m / double(w)) : std::abs(m / double(w));
       if (gqa == "max") a[j] = std::max(a[j], m);
       else a[j] += gqa == "mean" ? m / double(G) : m;
     }
   return a;
 }
 
-void check_spark(const std::string& gqa, const std::string& mode, const std::string& recovery) {
-  SCOPED_TRACE("gqa=" + gqa + " mode=" + mode + " recovery=" + recovery);
+void check_spark(const std::string& gqa, const std::string& mode, const std::string& recovery,
+                 const std::string& query = "mean", const std::string& sign = "positive") {
+  SCOPED_TRACE("gqa=" + gqa + " mode=" + mode + " recovery=" + recovery + " query=" + query + " sign=" + sign);
+  const bool key_sign = sign == "key" && recovery == "degenerate";
   RandomSetup s;
   const int64_t W = 8, D = s.cfg.head_dim, G = s.cfg.n_head / s.cfg.n_head_kv;
   const double ratio = 0.5, threshold = 0.9;
@@ -151,7 +159,9 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
                                  {"gqa", gqa},
                                  {"mode", mode},
                                  {"recovery", recovery},
-                                 {"threshold", "0.9"}});
+                                 {"threshold", "0.9"},
+                                 {"query", query},
+                                 {"sign", sign}});
   s.prefill(*p);
   const int64_t T = policies::kept_channels(ratio, D);
   ASSERT_EQ(T, 8);
@@ -163,7 +173,7 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
     int64_t expect_read = 0;
     for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) {
       SCOPED_TRACE("layer " + std::to_string(l) + " kv head " + std::to_string(h));
-      const auto a = group_qbar_abs(s.in[l].queries, h, G, W, gqa);
+      const auto a = group_qbar_abs(s.in[l].queries, h, G, W, gqa, query);
       const at::Tensor keys = s.cache->head_keys(l, h).contiguous();
       const at::Tensor vals = s.cache->head_values(l, h).contiguous();
       const int64_t len = keys.size(0), n = len - 1;  // the last row is the decode-time entry
@@ -174,8 +184,8 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
       auto K = keys.accessor<float, 2>();
       auto M = mask.accessor<bool, 2>();
       auto B = bias.accessor<float, 1>();
-      std::vector<double> hand_bias(n);
-      int64_t kept_total = 0;
+      std::vector<double> hand_bias(n), hand_mu(n);
+      int64_t kept_total = 0, sign_bytes = 0;
       for (int64_t t = 0; t < n; ++t) {
         std::vector<double> w(D);
         double total = 0;
@@ -207,11 +217,13 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
         }
         const int64_t P = D - kept;
         const double mu = P > 0 ? pruned_sum / double(P) : 0.0;  // μ_pruned[t], eq. 11
-        hand_bias[t] = recovery == "degenerate" ? double(P) * mu : 0.0;
+        hand_mu[t] = mu;
+        hand_bias[t] = recovery == "degenerate" && !key_sign ? double(P) * mu : 0.0;
+        sign_bytes += key_sign ? (P + 7) / 8 : 0;
         EXPECT_NEAR(B[t], hand_bias[t], 1e-5 * (1 + std::abs(hand_bias[t]))) << "token " << t;
       }
-      // Logits of one decode step, by hand: ((q ⊙ m_t)·k_t + (D - T_t)·μ[t]) / sqrt(D); dense for the
-      // decode-time entry.
+      // Logits of one decode step, by hand: ((q ⊙ m_t)·k_t + (D - T_t)·μ[t]) / sqrt(D) (sign=key:
+      // Σ_{j pruned} q_j·sign(k_tj)·μ[t]/a_j instead of the bias); dense for the decode-time entry.
       const at::Tensor qg = q.narrow(0, h * G, G).contiguous();
       auto Q = qg.accessor<float, 2>();
       at::Tensor hand = at::empty({G, len}, at::kDouble);
@@ -220,16 +232,21 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
         for (int64_t t = 0; t < len; ++t) {
           double s_t = 0;
           for (int64_t j = 0; j < D; ++j)
-            if (t == n || M[t][j]) s_t += double(Q[g][j]) * double(K[t][j]);
+            if (t == n || M[t][j])
+              s_t += double(Q[g][j]) * double(K[t][j]);
+            else if (key_sign && a[j] > 0)
+              s_t += double(Q[g][j]) * (K[t][j] > 0 ? 1.0 : K[t][j] < 0 ? -1.0 : 0.0) * hand_mu[t] / a[j];
           if (t < n) s_t += hand_bias[t];
           Hd[g][t] = s_t / std::sqrt(double(D));
         }
       const at::Tensor got = p->head_logits(l, h, qg, *s.cache);
       EXPECT_LT((got.to(at::kDouble) - hand).abs().max().item<double>(), 1e-4);
       hand_out.push_back(at::matmul(at::softmax(hand, -1), vals.to(at::kDouble)));
-      expect_side += kept_total * 4 + kept_total * 1 + (recovery == "degenerate" ? n * 4 : 0) + (mode == "p" ? n * 2 : 0);
-      const int64_t key_bytes = kept_total * 4 + kept_total + (recovery == "degenerate" ? n * 4 : 0) + (mode == "p" ? n * 2 : 0);
-      expect_read += key_bytes + 1 * D * 4 + len * D * 4;
+      // Pruned key storage: kept fp32 values + uint8 indices + μ (fp32) + count (int16, mode=p) + sign bits.
+      const int64_t key_bytes = kept_total * 4 + kept_total + (recovery == "degenerate" ? n * 4 : 0) +
+                                (mode == "p" ? n * 2 : 0) + sign_bytes;
+      expect_side += key_bytes;
+      expect_read += key_bytes + 1 * D * 4 + len * D * 4;  // + the dense decode-time key + all values
     }
     const at::Tensor out = p->attend(l, q, *s.cache);
     EXPECT_LT((out.to(at::kDouble) - at::cat(hand_out, 0)).abs().max().item<double>(), 1e-5);
@@ -244,6 +261,9 @@ TEST(ChannelPruning, SparkMaskRecoveryAndLogitsMatchBruteForce) {
   check_spark("sum", "fixed", "degenerate");
   check_spark("max", "fixed", "zero");
   check_spark("mean", "p", "degenerate");
+  check_spark("mean", "fixed", "degenerate", "rms");
+  check_spark("mean", "fixed", "degenerate", "mean", "key");
+  check_spark("max", "p", "degenerate", "rms", "key");
 }
 
 TEST(ChannelPruning, SparkMasksDifferAcrossTokens) {
@@ -332,6 +352,7 @@ class ChannelPruningModel : public ::testing::Test {
                        BosMode::kAlways);
   }
   static void TearDownTestSuite() {
+    delete runs_;
     delete ids_;
     delete model_;
   }
@@ -341,7 +362,10 @@ class ChannelPruningModel : public ::testing::Test {
     std::vector<int32_t> out;
     int64_t side = 0, dense_k = 0;
   };
-  static Run run(const std::string& spec) {
+  /// Generates under `spec` once (memoised: each run prefills the prompt twice, seconds on a CPU).
+  static const Run& run(const std::string& spec) {
+    if (!runs_) runs_ = new std::map<std::string, Run>;
+    if (auto it = runs_->find(spec); it != runs_->end()) return it->second;
     const Engine engine(*model_);
     const Pipeline pipe(registry(), spec);
     GenerateRequest req;
@@ -359,20 +383,22 @@ class ChannelPruningModel : public ::testing::Test {
       out.side = c->side_store_bytes();
       out.dense_k = c->dense_key_bytes();
     }
-    return out;
+    return runs_->emplace(spec, std::move(out)).first->second;
   }
   static Model* model_;
   static std::vector<int32_t>* ids_;
+  static std::map<std::string, Run>* runs_;
 };
 Model* ChannelPruningModel::model_ = nullptr;
 std::vector<int32_t>* ChannelPruningModel::ids_ = nullptr;
+std::map<std::string, ChannelPruningModel::Run>* ChannelPruningModel::runs_ = nullptr;
 
 constexpr const char* kSnap = "snapkv:window=32,kernel=7,pool=max";
 
 TEST_F(ChannelPruningModel, RatioZeroMatchesEvictionAlone) {
-  const Run base = run(kSnap);
+  const Run& base = run(kSnap);
   for (const std::string name : {"spark", "think"}) {
-    const Run r = run(std::string(kSnap) + "+" + name + ":ratio=0");
+    const Run& r = run(std::string(kSnap) + "+" + name + ":ratio=0");
     EXPECT_EQ(r.out, base.out) << name;
     ASSERT_EQ(r.kl.size(), base.kl.size());
     for (size_t i = 0; i < r.kl.size(); ++i) EXPECT_NEAR(r.kl[i], base.kl[i], 1e-5) << name << " step " << i;
@@ -381,27 +407,25 @@ TEST_F(ChannelPruningModel, RatioZeroMatchesEvictionAlone) {
 
 TEST_F(ChannelPruningModel, SparkBeatsThinkAtHighRatio) {
   ASSERT_EQ(ids_->front(), 0);
-  const Run base = run(kSnap);
-  std::printf("[channel] prompt %zu tokens, snapkv @ compression 0.5, 8 new tokens\n", ids_->size());
-  std::printf("[channel] %-32s mean KL %.6f\n", "snapkv alone", base.mean_kl);
-  double spark08 = 0, think08 = 0;
-  for (const char* ratio : {"0.5", "0.8"}) {
-    for (const std::string name : {"spark", "think", "spark-zero", "spark-p"}) {
-      std::string stage = name == "spark-zero" ? "spark:recovery=zero,ratio=" + std::string(ratio)
-                          : name == "spark-p"  ? "spark:mode=p,threshold=0.99"
-                                               : name + ":ratio=" + ratio;
-      if (name == "spark-p" && std::string(ratio) != "0.5") continue;
-      const Run r = run(std::string(kSnap) + "+" + stage);
-      std::printf("[channel] %-32s mean KL %.6f  K side store %lld of %lld dense bytes (%.1f%%)\n", stage.c_str(),
+  const Run& base = run(kSnap);
+  std::printf("[channel] pycode-16m, textwrap_head (%zu tokens), snapkv @ compression 0.5, 8 new tokens\n",
+              ids_->size());
+  std::printf("[channel] %-18s mean KL %.6f\n", "snapkv alone", base.mean_kl);
+  std::map<std::string, double> kl;
+  for (const std::string ratio : {"0.5", "0.8"})
+    for (const std::string name : {"spark", "think"}) {
+      const std::string stage = name + ":ratio=" + ratio;
+      const Run& r = run(std::string(kSnap) + "+" + stage);
+      std::printf("[channel] %-18s mean KL %.6f  pruned K storage %lld of %lld dense bytes (%.1f%%)\n", stage.c_str(),
                   r.mean_kl, static_cast<long long>(r.side), static_cast<long long>(r.dense_k),
                   r.dense_k ? 100.0 * double(r.side) / double(r.dense_k) : 0.0);
       EXPECT_TRUE(std::isfinite(r.mean_kl)) << stage;
       EXPECT_EQ(r.kl.size(), 8u) << stage;
-      if (std::string(ratio) == "0.8" && name == "spark") spark08 = r.mean_kl;
-      if (std::string(ratio) == "0.8" && name == "think") think08 = r.mean_kl;
+      EXPECT_LT(r.side, r.dense_k) << stage;
+      kl[stage] = r.mean_kl;
     }
-  }
-  EXPECT_LT(spark08, think08) << "SPARK (recovered, unstructured) should lose less than ThinK at λ = 0.8";
+  EXPECT_LT(kl["spark:ratio=0.8"], kl["think:ratio=0.8"])
+      << "SPARK (unstructured, recovered) should lose less than ThinK (structured) at λ = 0.8";
 }
 
 }  // namespace

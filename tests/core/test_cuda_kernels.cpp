@@ -124,6 +124,24 @@ TEST_F(CudaKernels, DecodeAttentionEmptyHeadGivesZeros) {
   }
 }
 
+TEST_F(CudaKernels, DecodeAttentionDeviceMetadataWithLooseBounds) {
+  // offset / length already on the device; the planning bounds only need to be upper bounds.
+  std::mt19937 rng(21);
+  const int64_t n_head_kv = 4, G = 4, D = 128;
+  const RaggedCache c = make_cache(n_head_kv, 5000, D, at::kBFloat16, rng);
+  const at::Tensor q = at::randn({n_head_kv * G, D}, opts(at::kBFloat16));
+  const at::Tensor offset = at::tensor(c.offset, at::kLong).to(at::kCUDA);
+  const at::Tensor length = at::tensor(c.length, at::kLong).to(at::kCUDA);
+  const at::Tensor ref = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G);
+  const at::Tensor base = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, at::kBFloat16);
+  const int64_t sum = std::accumulate(c.length.begin(), c.length.end(), int64_t{0});
+  for (int64_t total : {int64_t{0}, sum, sum + 777, int64_t{4 * 8000}}) {
+    at::Tensor out = at::full({n_head_kv * G, D}, kNaN, opts(at::kBFloat16));
+    ops::decode_attention(q, c.k, c.v, offset, length, /*max_len=*/8000, total, G, 0.0, 0, out);
+    expect_close(out, ref, base, at::kBFloat16, "total_len=" + std::to_string(total));
+  }
+}
+
 TEST_F(CudaKernels, DecodeAttentionGatherMatchesReference) {
   std::mt19937 rng(99);
   const int64_t n_head_kv = 3;

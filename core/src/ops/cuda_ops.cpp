@@ -83,8 +83,8 @@ at::Tensor as_heads(const at::Tensor& q, const char* op) {
 int64_t heads_of(const at::Tensor& q) { return q.dim() == 3 ? q.size(1) : q.size(0); }
 
 at::Tensor run_decode(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
-                      const at::Tensor& length_dev, const at::Tensor* index, int64_t max_len, int64_t group,
-                      double scale, int n_split, at::Tensor out) {
+                      const at::Tensor& length_dev, const at::Tensor* index, int64_t max_len, int64_t total_len,
+                      int64_t group, double scale, int n_split, at::Tensor out) {
   const char* op = "decode_attention";
   check_same(op, {&q_in, &k, &v});
   const at::Tensor q = as_heads(q_in, op);
@@ -106,7 +106,7 @@ at::Tensor run_decode(const at::Tensor& q_in, const at::Tensor& k, const at::Ten
   const c10::cuda::CUDAGuard guard(q.device());
   out = make_out(out, {n_head, D}, q.options(), op);
   const kk::DecodeAttentionPlan plan = kk::plan_decode_attention(kernel_dtype(q, op), static_cast<int>(n_head), static_cast<int>(n_head_kv),
-                                                                 static_cast<int>(D), max_len, n_split);
+                                                                 static_cast<int>(D), max_len, total_len, n_split);
   at::Tensor ws;
   if (plan.workspace_bytes > 0)
     ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q.options().dtype(at::kByte));
@@ -139,6 +139,12 @@ int64_t max_of(const std::vector<int64_t>& xs) {
   return m;
 }
 
+int64_t sum_of(const std::vector<int64_t>& xs) {
+  int64_t s = 0;
+  for (int64_t x : xs) s += std::max<int64_t>(x, 0);
+  return s;
+}
+
 /// x as 2-D [rows, hidden] with unit inner stride.
 at::Tensor as_rows(const at::Tensor& x) {
   at::Tensor x2 = x.dim() == 1 ? x.unsqueeze(0) : x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
@@ -158,14 +164,15 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t n = static_cast<int64_t>(offset.size());
   if (group <= 0 || heads_of(q) != n * group)
     bad("decode_attention: n_head != group * offset.size()");
-  return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), nullptr, max_of(length), group, scale, n_split,
-                    std::move(out));
+  return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), nullptr, max_of(length), sum_of(length), group,
+                    scale, n_split, std::move(out));
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
-                            const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale, int n_split,
-                            at::Tensor out) {
-  return run_decode(q, k, v, offset_dev, length_dev, nullptr, max_len, group, scale, n_split, std::move(out));
+                            const at::Tensor& length_dev, int64_t max_len, int64_t total_len, int64_t group,
+                            double scale, int n_split, at::Tensor out) {
+  return run_decode(q, k, v, offset_dev, length_dev, nullptr, max_len, total_len, group, scale, n_split,
+                    std::move(out));
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale) {
@@ -183,8 +190,8 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
   if (group <= 0 || heads_of(q) != n * group)
     bad("decode_attention_gather: n_head != group * offset.size()");
   const at::Tensor meta = upload(offset, count, q.device());
-  return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), &index, max_of(count), group, scale, n_split,
-                    std::move(out));
+  return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), &index, max_of(count), sum_of(count), group,
+                    scale, n_split, std::move(out));
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
@@ -307,7 +314,7 @@ at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tens
   unavailable("decode_attention");
 }
 at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, int64_t, int64_t, double, int, at::Tensor) {
+                            const at::Tensor&, int64_t, int64_t, int64_t, double, int, at::Tensor) {
   unavailable("decode_attention");
 }
 at::Tensor decode_attention(const at::Tensor&, const LayerKv&, int64_t, double) { unavailable("decode_attention"); }

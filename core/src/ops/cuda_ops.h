@@ -31,11 +31,12 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t group,
                             double scale = 0.0, int n_split = 0, at::Tensor out = {});
 
-/// Same with offset / length already on the device (int64 [n_head_kv]) and a host upper bound
-/// max_len >= every length (plans the split count): no upload, no host sync.
+/// Same with offset / length already on the device (int64 [n_head_kv]) and host upper bounds
+/// max_len >= every length and total_len >= their sum (0: max_len * n_head_kv), which plan the
+/// split: no upload, no host sync.
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
-                            const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale = 0.0,
-                            int n_split = 0, at::Tensor out = {});
+                            const at::Tensor& length_dev, int64_t max_len, int64_t total_len, int64_t group,
+                            double scale = 0.0, int n_split = 0, at::Tensor out = {});
 
 /// Convenience over one layer of a KvCache (its live entries).
 at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale = 0.0);

@@ -6,6 +6,7 @@
 //
 //   q̄[i,:]    = mean of the last W prompt queries of query head i        [H, D]     fp32   (§4.3 [P])
 //   a[h,:]    = reduce_{g in group h} |q̄[g,:]|   (gqa=mean|sum|max)      [Hkv, D]          ([?] GQA)
+//               (query=rms: |q̄| replaced by the window RMS sqrt(mean_t q_tj²), see below)
 //   w[t,j]    = a[h,j] · |k_tj|                                           [n_h, D]   saliency (eq. 7)
 //   m[t,:]    = top-T_t channels of w[t,:]                                 bool [n_h, D]
 //               mode=fixed: T_t = T = floor((1 - ratio) · D)               (§4.2)
@@ -20,14 +21,22 @@
 //   out = softmax_fp32(s) · V            (values unpruned; decode-time entries dense, see below)
 //
 // Sign convention (methods.md §4.9 [?]): the paper reconstructs k̃_tj = w̃ / |q_j|, which gives
-// q_j k̃_tj = sign(q_j)·w̃, yet says the product is ≈ +w̃. We take the "always positive" form
-// k̃_tj = sign(q_j)·w̃/|q_j|, so every pruned channel of entry t adds exactly +μ[t] to its logit,
-// for every query head of the group and every decode step (the recovery is query-independent and is
-// stored as one fp32 bias per entry: (D - T_t)·μ[t] = Σ_{j pruned} w[t,j]). μ is measured with the
-// window-mean query q̄ (the paper's statistic), not the current decode query. Note: the authors'
-// released code (github.com/Xnhyacinth/SparK, kvpress0/presses/adathink_press.py [C]) differs: it
-// scores with k²·‖Q_window[:, j]‖ on the group-mean query, and refills k̃_tj = sign(k_tj)·sqrt(μ/‖Q[:, j]‖),
-// i.e. keeps the sign of the original key (one extra bit per pruned channel); not implemented here.
+// q_j k̃_tj = sign(q_j)·w̃, yet says the product is ≈ +w̃. Default (sign=positive): the "always
+// positive" form k̃_tj = sign(q_j)·w̃/|q_j|, so every pruned channel of entry t adds exactly +μ[t] to
+// its logit, for every query head of the group and every decode step (the recovery is
+// query-independent and is stored as one fp32 bias per entry: (D - T_t)·μ[t] = Σ_{j pruned} w[t,j]).
+// μ is measured with the window query statistic a (the paper's), not the current decode query.
+//
+// The authors' released code (github.com/Xnhyacinth/SparK, kvpress0/presses/adathink_press.py [C])
+// differs in two ways, offered as options:
+//   query=rms   rank with the window's per-channel query magnitude instead of |mean| (the code uses
+//               the L2 norm over the window on the group-mean query; we take the RMS, which ranks the
+//               same for one head and keeps μ on the scale of one query). With RoPE, |mean| cancels
+//               on fast-rotating channel pairs even when every query is large there.
+//   sign=key    refill k̃_tj = sign(k_tj)·μ[t]/a_j (the code: sign(k_tj)·sqrt(μ/‖Q[:, j]‖) for its k²
+//               saliency), so q_j k̃_tj follows the signs of the decode query and of the original key
+//               (≈ sign(q̄_j k_tj)·μ[t] when q ≈ q̄); costs one sign bit per pruned channel. The
+//               refilled keys are folded into the compute copy k̂ (bias 0).
 //
 // GQA (unstated in the paper [?]): the G query heads of a KV group share one mask per entry, ranked
 // with a = mean (default) | sum | max over the group of |q̄|. sum scales w, hence μ and the recovery
@@ -36,9 +45,10 @@
 // Decode-time entries (methods.md §6.1 S6 [?]): keys appended during decode are NOT pruned (they
 // attend densely); only the n_h entries present at on_prefill are.
 //
-// Memory accounting (the cache itself keeps dense K; the compute path uses K ⊙ m): per pruned entry
+// Memory accounting (the cache itself keeps dense K; the compute path uses k̂): per pruned entry
 // T_t kept key values (cache itemsize) + T_t channel indices (uint8; int16 when D > 256) + μ (fp32,
-// only with recovery=degenerate) + a per-entry channel count (int16, mode=p only). The K bytes saved
+// only with recovery=degenerate) + a per-entry channel count (int16, mode=p only) + ceil((D-T_t)/8)
+// sign bytes (sign=key with recovery=degenerate only). The K bytes saved
 // are dense_key_bytes() - side_store_bytes() (methods.md §4.9: the paper's "% saved" ignores indices).
 #include <algorithm>
 #include <cmath>
@@ -183,7 +193,9 @@ class Spark : public ChannelPruningBase {
         gqa_(parse_gqa(v.at("gqa"))),
         degenerate_(v.at("recovery") == "degenerate"),
         top_p_(v.at("mode") == "p"),
-        threshold_(param_float(v, "threshold")) {}
+        threshold_(param_float(v, "threshold")),
+        rms_(v.at("query") == "rms"),
+        key_sign_(v.at("sign") == "key") {}
 
   void on_prefill(int64_t layer, const LayerPrefill& in, const KvCache& cache) override {
     check_layer_prefill("spark", in, /*needs_queries=*/true);
@@ -193,10 +205,11 @@ class Spark : public ChannelPruningBase {
       throw InputError("spark: queries [" + std::to_string(T) + ", " + std::to_string(H) + ", " + std::to_string(D) +
                        "] do not fit the cache");
     const int64_t G = H / Hkv, w = std::min(window_, T);
-    at::Tensor a;  // [Hkv, D]: group-aggregated |q̄|
+    at::Tensor a;  // [Hkv, D]: group-aggregated |q̄| (query=mean) or window RMS of q (query=rms)
     if (w > 0) {
-      const at::Tensor qbar = in.queries.narrow(0, T - w, w).to(at::kFloat).mean(0);  // [H, D]
-      a = reduce_groups(qbar.abs().view({Hkv, G, D}), gqa_);
+      const at::Tensor qw = in.queries.narrow(0, T - w, w).to(at::kFloat);             // [w, H, D]
+      const at::Tensor qbar = rms_ ? qw.pow(2).mean(0).sqrt() : qw.mean(0).abs();     // [H, D]
+      a = reduce_groups(qbar.view({Hkv, G, D}), gqa_);
     } else {
       a = at::zeros({Hkv, D}, in.queries.options().dtype(at::kFloat));
     }
@@ -211,9 +224,23 @@ class Spark : public ChannelPruningBase {
       s.n = n;
       s.mask = mask;
       s.masked_k = k.mul(mask.to(k.scalar_type()));
-      s.bias = degenerate_ ? pruned_sum : at::zeros_like(pruned_sum);
       const int64_t kept = n > 0 ? mask.sum().item<int64_t>() : 0;
       s.key_bytes = kept * item + kept * index_bytes(D) + (degenerate_ ? n * 4 : 0) + (top_p_ ? n * 2 : 0);
+      if (degenerate_ && key_sign_) {
+        // k̃_tj = sign(k_tj) · μ[t] / a_j on pruned channels (0 where a_j = 0: w is 0 there anyway);
+        // one sign bit per pruned channel is stored.
+        const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);                       // [n, 1]
+        const at::Tensor mu = pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);               // [n, 1]
+        const at::Tensor ah = a[h].to(k.device());
+        const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));      // [D]
+        const at::Tensor refill = k.to(at::kFloat).sign().mul_(mu).mul_(inv_a).masked_fill_(mask, 0.0f);
+        s.masked_k = s.masked_k.add(refill.to(k.scalar_type()));
+        s.bias = at::zeros_like(pruned_sum);
+        const at::Tensor bits = ((~mask).sum(-1) + 7).div(8, "floor");                          // [n]
+        s.key_bytes += n > 0 ? bits.sum().item<int64_t>() : 0;
+      } else {
+        s.bias = degenerate_ ? pruned_sum : at::zeros_like(pruned_sum);
+      }
       s.dense_bytes = n * D * item;
       set_head(layer, h, std::move(s), cache);
     }
@@ -248,6 +275,8 @@ class Spark : public ChannelPruningBase {
   bool degenerate_;
   bool top_p_;
   double threshold_;
+  bool rms_;
+  bool key_sign_;
 };
 
 }  // namespace
@@ -276,6 +305,15 @@ PolicyRegistry::Entry spark_entry() {
                            "SPARK (Liao et al. 2025) §5.5"),
               float_param("threshold", 0, 1, "0.99", "saliency mass kept per entry with mode=p",
                           "SPARK (Liao et al. 2025) §5.5"),
+              choice_param("query", {"mean", "rms"}, "mean",
+                           "saliency query per channel: mean = |mean of the window queries| (paper); rms = root mean "
+                           "square of the window queries (authors' code ranks by the window L2 norm)",
+                           "SPARK (Liao et al. 2025) §4.3 [P]; github.com/Xnhyacinth/SparK [C]"),
+              choice_param("sign", {"positive", "key"}, "positive",
+                           "sign of a recovered product: positive = every pruned channel adds +μ (query-independent); "
+                           "key = refill k̃ = sign(k)·μ/a_j, so q_j·k̃ follows the query and the key's sign (+1 bit "
+                           "per pruned channel)",
+                           "methods.md §4.9 [?]; github.com/Xnhyacinth/SparK [C]"),
           },
           "per-entry top-T key channels by |q̄|·|k|, pruned channels recovered as +μ (SPARK, Liao et al. 2025 §4)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Spark>(v); }};

@@ -7,7 +7,7 @@
 // rows offset[h] + index[h * index_stride + j] for j < length[h]. Query head i reads KV head i / G.
 //
 // Math: o[i] = softmax(scale * K_h q_i) V_h with fp32 accumulation and an online softmax, in two
-// passes: pass 1 runs one block per (KV head, group of <= 8 query heads, split of the tokens),
+// passes: pass 1 runs one block per (KV head, split of its tokens, group of <= 8 query heads),
 // streams K/V once with 16-byte cp.async loads through a per-thread shared-memory ring, and writes
 // unnormalised fp32 partials to a workspace; pass 2 (a programmatic dependent launch) combines the
 // splits; it is skipped when there is a single split. A head with length 0 gets o = 0.
@@ -47,20 +47,23 @@ struct DecodeAttentionArgs {
   void* o = nullptr;    ///< dtype [n_head, head_dim], contiguous; may not alias q
 };
 
-/// How pass 1 is cut. Computed on the host from the longest length (dense) or index count.
+/// How pass 1 is cut. Computed on the host from the longest and the total length.
 struct DecodeAttentionPlan {
-  int n_split = 1;          ///< token splits per (KV head, head chunk)
+  int n_split = 1;          ///< splits of the longest head (partials per query head)
+  int n_items = 1;          ///< pass-1 work items (grid.x): head h takes max(1, ceil(len_h / chunk))
   int64_t chunk = 0;        ///< tokens per split
   int head_chunk = 1;       ///< query heads served together per block (1, 2, 4 or 8)
   size_t workspace_bytes = 0;  ///< fp32 partials; 0 when n_split == 1
 };
 
-/// Plans a launch on the current device. max_len: the longest length[h] (host value; an upper
-/// bound is fine, a smaller one is not). n_split_override > 0 forces the split count (tests,
-/// tuning); 0 picks one full wave of pass-1 blocks (resident blocks per SM x SMs, read off the
-/// device and cached) with at least 128 tokens per split. Queries the device (first call only).
+/// Plans a launch on the current device. max_len: the longest length[h]; total_len: the sum of
+/// length[h] (0: max_len * n_head_kv); both host values, upper bounds are fine, smaller values are
+/// not (tokens past the plan are dropped). n_split_override > 0 forces the split count of the
+/// longest head (tests, tuning); 0 sizes the chunk so the work items of all heads fill one wave
+/// (resident blocks per SM x SMs, read off the device and cached), so ragged heads (Ada-KV
+/// budgets) get blocks in proportion to their length; at least 128 tokens per item.
 DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv, int head_dim, int64_t max_len,
-                                          int n_split_override = 0);
+                                          int64_t total_len = 0, int n_split_override = 0);
 
 /// Runs both passes on `stream`. workspace: device memory of plan.workspace_bytes (may be null when
 /// that is 0), 16-byte aligned. The plan must come from plan_decode_attention with the same heads,

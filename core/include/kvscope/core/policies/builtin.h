@@ -253,14 +253,16 @@ PolicyRegistry::Entry think_entry();  // think.cpp
 /// Shared decode path of the key-channel pruning policies ("spark", "think"; defined in spark.cpp).
 /// on_prefill (in the subclass) prunes the n_h entries each KV head holds right after eviction
 /// (rows 0..n_h-1 of cache.head_keys(l, h)) and records, per entry t, its kept-channel mask m_t and
-/// an additive logit term r_t (the recovery). One decode step then computes, per query head of group h,
+/// the key k̂_t the compute path uses (k_t ⊙ m_t, or with the pruned channels refilled: spark
+/// sign=key) and an additive logit term r_t (query-independent recovery). One decode step then
+/// computes, per query head of group h,
 ///
-///   s_t = ( (q ⊙ m_t)·k_t + r_t ) / sqrt(D)   for t < n_h (pruned at prefill)
+///   s_t = ( q·k̂_t + r_t ) / sqrt(D)            for t < n_h (pruned at prefill)
 ///   s_t = q·k_t / sqrt(D)                      for t >= n_h (appended during decode: never pruned,
 ///                                              nor is a row a ring-buffer head has overwritten since)
 ///   out = softmax_fp32(s) · V                  (values are not pruned)
 ///
-/// Compute layout: the masked keys K ⊙ m are kept dense [n_h, D] (cache dtype) beside the cache,
+/// Compute layout: the keys k̂ are kept dense [n_h, D] (cache dtype) beside the cache,
 /// which is left untouched. Accounting assumes the pruned layout instead: side_store_bytes() is
 /// what the subclass reports as the pruned key storage (kept values + channel indices + recovery
 /// statistics); bytes_read_last() = that storage for the layer + dense K of decode-time entries + all
@@ -292,7 +294,7 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
   /// The pruned state of one (layer, KV head).
   struct HeadStore {
     int64_t n = 0;        ///< entries pruned at prefill
-    at::Tensor masked_k;  ///< [n, D] cache dtype: K ⊙ mask (compute copy, not accounted)
+    at::Tensor masked_k;  ///< [n, D] cache dtype: k̂ = K ⊙ mask (+ refilled channels); compute copy, not accounted
     at::Tensor mask;      ///< bool [n, D]
     at::Tensor bias;      ///< fp32 [n]
     at::Tensor pos;       ///< int64 [n]: true positions of the pruned entries (set by set_head)
