@@ -114,10 +114,11 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
     throw InputError("pipeline '" + std::string(spec) + "' has no head-pattern, scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
   if (heads_ && scorer_)
     throw InputError("pipeline '" + std::string(spec) + "': a head pattern with a scoring stage is not supported yet");
-  if (scorer_ && !budget_) {
+  if (scorer_ && !budget_) {  // default allocation right after the scorer, so canonical() keeps stage order
     auto uniform = registry.make("uniform", {});
     budget_ = dynamic_cast<const BudgetPolicy*>(uniform.get());
-    stages_.push_back(std::move(uniform));
+    auto at = std::find_if(stages_.begin(), stages_.end(), [&](const auto& p) { return p.get() == scorer_; });
+    stages_.insert(at + 1, std::move(uniform));
   }
 }
 

@@ -335,7 +335,9 @@ TEST(ChannelPruning, RegistryAndPipeline) {
   const Pipeline pipe(registry(), "snapkv:window=32,kernel=7,pool=max+spark:ratio=0.5");
   ASSERT_NE(pipe.decode_attention(), nullptr);
   EXPECT_EQ(pipe.decode_attention()->name(), "spark");
-  EXPECT_NE(pipe.canonical().find("spark:gqa=mean,mode=fixed,ratio=0.5,recovery=degenerate"), std::string::npos)
+  EXPECT_NE(pipe.canonical().find("spark:gqa=mean,mode=fixed,query=mean,ratio=0.5,recovery=degenerate,sign=key,"
+                                  "threshold=0.99,window=32"),
+            std::string::npos)
       << pipe.canonical();
   EXPECT_THROW(registry().make("spark", {{"ratio", "1.5"}}), InputError);
   EXPECT_THROW(registry().make("think", {{"gqa", "mean"}}), InputError);

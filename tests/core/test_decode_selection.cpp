@@ -148,15 +148,20 @@ std::unique_ptr<DecodeSelectionBase> make_policy(const std::string& name, const 
   return std::unique_ptr<DecodeSelectionBase>(d);
 }
 
-/// A cache of layer 1 (layer 0 left empty) with n prompt rows per head, optionally made ragged
-/// (head h keeps a random subset of about n·(1 - h/(2·Hkv)) rows, at least 0), then `appends`
-/// single decode rows. Values are random normal (keys scaled so attention is peaked).
+/// A cache whose layer 1 (layer 0 stays empty) gets n prompt rows per KV head, optionally made
+/// ragged by KvCache::retain (head h keeps a random subset of about n·(1 - h/(2·Hkv)) rows, possibly
+/// none), then single decode rows through append_one(). Random normal values; keys scaled by 2 so
+/// attention is peaked.
 struct TestCache {
   ModelConfig cfg;
   KvCache cache;
   at::Generator gen;
-  TestCache(const ModelConfig& c, uint64_t seed) : cfg(c), cache(c, 8, at::kCPU, at::kFloat), gen(at::detail::createCPUGenerator(seed)) {}
-  at::Tensor randn(at::IntArrayRef shape) { return at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)); }
+  at::ScalarType dtype;
+  TestCache(const ModelConfig& c, uint64_t seed, at::ScalarType dt = at::kFloat)
+      : cfg(c), cache(c, 8, at::kCPU, dt), gen(at::detail::createCPUGenerator(seed)), dtype(dt) {}
+  at::Tensor randn(at::IntArrayRef shape) {
+    return at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+  }
   void prefill(int64_t n, bool ragged) {
     if (n > 0) {
       cache.append(1, randn({cfg.n_head_kv, n, cfg.head_dim}) * 2.0, randn({cfg.n_head_kv, n, cfg.head_dim}),
@@ -266,6 +271,29 @@ TEST(DecodeSelection, FullBudgetEqualsDenseAttention) {
             EXPECT_EQ(policy->bytes_read_last(), rows * 2 * 16 * 4);
           }
         }
+}
+
+TEST(DecodeSelection, Bf16CacheKeepsTheQueryDtype) {
+  // Side stores in the cache dtype, scores and softmax in fp32, output in q's dtype.
+  const std::vector<DenseCase> cases = {{"hsa", {{"k2", "9"}}}, {"quest", {{"k", "9"}, {"page", "4"}}},
+                                        {"sparq", {{"k", "9"}, {"mean", "true"}}}, {"exacttopk", {{"k", "9"}}}};
+  for (const auto& pc : cases)
+    for (bool ragged : {false, true}) {
+      SCOPED_TRACE(pc.name + (ragged ? " ragged" : ""));
+      TestCache tc(small_config(2, 3), 900 + ragged, at::kBFloat16);
+      tc.prefill(90, ragged);
+      auto policy = make_policy(pc.name, pc.params);
+      policy->configure(fetched(32, 90), tc.cfg);
+      policy->on_prefill(1, tc.layer_prefill(), tc.cache);
+      tc.append_one();
+      const at::Tensor q = tc.query();
+      const at::Tensor y = policy->attend(1, q, tc.cache);
+      EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(y.to(at::kFloat).isfinite().all().item<bool>());
+      EXPECT_GT(policy->bytes_read_last(), 0);
+      // bf16 side store and rows: 2 bytes per value.
+      if (pc.name == "hsa" || pc.name == "quest") EXPECT_EQ(policy->side_store_bytes() % (2 * 16 * 2), 0);
+    }
 }
 
 // ---- (c) small budgets: selections against brute force -------------------------------------------
@@ -380,7 +408,8 @@ TEST(DecodeSelection, HsaWithPage1AndFullChannelsIsGroupExactTopK) {
           const int64_t N = tc.cache.layer(1).length[h];
           std::vector<double> total(N, 0.0);
           for (int64_t g = 0; g < G; ++g) {
-            at::Tensor p = at::softmax(at::mv(tc.cache.head_keys(1, h).to(at::kDouble), q[h * G + g].to(at::kDouble)) / 4.0, 0);
+            const at::Tensor K = tc.cache.head_keys(1, h).to(at::kDouble);
+            const at::Tensor p = at::softmax(at::mv(K, q[h * G + g].to(at::kDouble)) / 4.0, 0);  // sqrt(16)
             for (int64_t i = 0; i < N; ++i) total[i] += p[i].item<double>();
           }
           return topk_ref(total, 7);

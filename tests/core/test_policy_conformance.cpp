@@ -5,6 +5,11 @@
 // registry's table (specs, defaults) and resolve_params errors.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "kvscope/core/errors.h"
+#include "kvscope/core/head_pattern.h"
+
 #include <numeric>
 #include <set>
 
@@ -65,6 +70,15 @@ TEST(PolicyConformance, RegistryHasTheBuiltins) {
   for (const char* n : {"uniform", "pyramid", "adakv"}) EXPECT_EQ(r.at(n).stage, Stage::kBudget) << n;
 }
 
+/// A valid head pattern (4 layers x 2 KV heads, one streaming head per layer) in a temp file.
+std::string test_pattern_file() {
+  HeadPattern p;
+  p.layers.assign(4, {HeadPlan{}, HeadPlan{true, 2, 8}});
+  const auto f = std::filesystem::temp_directory_path() / ("kvscope_conformance_" + std::to_string(::getpid()) + ".json");
+  save_head_pattern(f, p);
+  return f.string();
+}
+
 TEST(PolicyConformance, SpecsAreCompleteAndDefaultsResolve) {
   const PolicyRegistry r = builtin_registry();
   for (const auto& name : r.names()) {
@@ -76,15 +90,22 @@ TEST(PolicyConformance, SpecsAreCompleteAndDefaultsResolve) {
       EXPECT_TRUE(keys.insert(p.key).second) << "duplicate key " << p.key;
       EXPECT_FALSE(p.help.empty()) << p.key;
       EXPECT_FALSE(p.paper_ref.empty()) << p.key;
-      EXPECT_FALSE(p.default_value.empty()) << p.key;
+      if (p.type != ParamSpec::Type::kPath) EXPECT_FALSE(p.default_value.empty()) << p.key;
     }
-    const auto policy = r.make(name, {});
+    ParamValues required;  // file parameters have no default: the policy must refuse to run without one
+    for (const auto& p : e.spec)
+      if (p.type == ParamSpec::Type::kPath && p.default_value.empty()) {
+        EXPECT_THROW(r.make(name, {}), InputError) << p.key;
+        required[p.key] = test_pattern_file();
+      }
+    const auto policy = r.make(name, required);
     ASSERT_TRUE(policy);
     EXPECT_EQ(policy->name(), name);
     EXPECT_EQ(policy->stage(), e.stage);
     const ParamValues pv = policy->params();
     EXPECT_EQ(pv.size(), e.spec.size());
-    for (const auto& p : e.spec) EXPECT_EQ(pv.at(p.key), p.default_value) << p.key;
+    for (const auto& p : e.spec)
+      EXPECT_EQ(pv.at(p.key), required.count(p.key) ? required.at(p.key) : p.default_value) << p.key;
   }
   EXPECT_EQ(r.make("snapkv", {{"window", "64"}})->params().at("window"), "64");
 }

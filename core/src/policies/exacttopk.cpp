@@ -172,7 +172,7 @@ class ExactTopK : public DecodeSelectionBase {
 
 PolicyRegistry::Entry exacttopk_entry() {
   return {"exacttopk", Stage::kDecodeSelection,
-          {int_param("k", 0, 1 << 30, "0",
+          {int_param("k", 0, 1 << 20, "0",
                      "entries each query head attends per decode step, chosen by their true logits (0 = the run's "
                      "token budget t: --budget with --budget-unit fetched, else kept_per_head(prompt))",
                      kRef)},

@@ -125,7 +125,7 @@ PolicyRegistry::Entry hsa_entry() {
                      "head-dim channels of the approximation, by group-summed |q| (0 = trunc(D·p/(C/t)), clamped "
                      "to [1, D])",
                      kRef),
-           int_param("k2", 0, 1 << 30, "0",
+           int_param("k2", 0, 1 << 20, "0",
                      "tokens attended exactly per decode step per KV group (0 = t/2: half the token budget)", kRef)},
           "RocketKV hybrid sparse attention: page min/max x top-k1 channels -> top-k2 tokens per group "
           "(Behnam et al. 2025 §3.4)",

@@ -178,7 +178,7 @@ PolicyRegistry::Entry quest_entry() {
                      "page size: consecutive cache entries summarised by their element-wise key min/max (RocketKV "
                      "does not state Quest's page size [?]; 16 is Quest's default)",
                      kRef),
-           int_param("k", 0, 1 << 30, "0",
+           int_param("k", 0, 1 << 20, "0",
                      "tokens attended per decode step per KV group; ceil(k/page) whole pages are read (0 = t/2: the "
                      "token budget t split evenly between approximation and attention, RocketKV App. A.3)",
                      kRef)},

@@ -56,7 +56,8 @@ class ValueMean {
     }
     for (int64_t h = 0; h < Hkv; ++h) {
       const int64_t n = kv.length[h];
-      if (n > L.covered[h]) L.sum[h].add_(cache.head_values(l, h).narrow(0, L.covered[h], n - L.covered[h]).to(at::kFloat).sum(0));
+      if (n > L.covered[h])
+        L.sum[h].add_(cache.head_values(l, h).narrow(0, L.covered[h], n - L.covered[h]).to(at::kFloat).sum(0));
       L.covered[h] = n;
     }
   }
@@ -143,7 +144,7 @@ PolicyRegistry::Entry sparq_entry() {
                      "key channels of the approximation, by group-summed |q| (0 = the other half of the token budget: "
                      "floor(2·D·(t - k)/N), clamped to [1, D], per step)",
                      kRef),
-           int_param("k", 0, 1 << 30, "0",
+           int_param("k", 0, 1 << 20, "0",
                      "tokens attended exactly per decode step per KV group (0 = t/2, RocketKV's even split)", kRef),
            bool_param("mean", "false",
                       "SparQ's mean-value correction y = a·y + (1 - a)·mean(V) (RocketKV does not say whether its "
