@@ -44,5 +44,8 @@ if [[ $what == bench || $what == all ]]; then
     --json "$OUT/bench_pycode.json" 2>&1 | tee "$OUT/bench_pycode.txt"
   ./build-cuda/bench/bench_engine --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \
     --contexts 4096,32768 --json "$OUT/bench_8b.json" 2>&1 | tee "$OUT/bench_8b.txt"
+  ./build-cuda/bench/bench_kernels 2>&1 | tee "$OUT/bench_kernels.txt" | tail -12
+  ./build-cuda/bench/bench_pipeline --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \
+    --context 32768 --json "$OUT/bench_pipeline.json" 2>&1 | tee "$OUT/bench_pipeline.txt"
 fi
 exit $status

@@ -44,6 +44,8 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
   const Engine engine(model);
   if (model.tokenizer) req.prompt_ids = prompt_ids(model, opts.prompt_text(), opts.bos_mode());
   else req.prompt_ids.assign(1, model.config.bos_token_id >= 0 ? model.config.bos_token_id : 0);
+  if (model.tokenizer)
+    for (const auto& t : opts.turns) req.follow_up_turns.push_back(model.tokenizer->encode(t));
   req.max_new_tokens = opts.max_new_tokens;
   req.sampling = opts.sampling();
   req.stop_ids = model.stop_token_ids;
@@ -73,6 +75,14 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
   j["output_ids"] = res.output_ids;
   j["text"] = model.tokenizer ? decode_continuation(*model.tokenizer, req.prompt_ids, res.output_ids) : "";
   j["timings"] = {{"prefill_ms", res.prefill_ms}, {"decode_tokens_per_s", res.decode_tokens_per_s()}};
+  if (!opts.turns.empty()) {
+    nlohmann::json turns = nlohmann::json::array();
+    for (size_t i = 0; i < res.turn_output_ids.size(); ++i)
+      turns.push_back({{"input_ids", i == 0 ? req.prompt_ids : req.follow_up_turns[i - 1]},
+                       {"output_ids", res.turn_output_ids[i]},
+                       {"text", model.tokenizer->decode(res.turn_output_ids[i])}});
+    j["turns"] = turns;
+  }
   if (opts.dump_last_logits) {
     at::Tensor l = res.last_logits.contiguous();
     j["last_logits"] = std::vector<float>(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
@@ -87,7 +97,9 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
       budgets.push_back(row);
     }
     j["budgets"] = budgets;
-    j["cache_bytes"] = {{"kv_live", res.cache_bytes_live}, {"kv_allocated", res.cache_bytes_allocated}};
+    j["cache_bytes"] = {{"kv_live", res.cache_bytes_live}, {"kv_allocated", res.cache_bytes_allocated},
+                        {"side_stores", res.side_store_bytes}};
+    j["bytes_read_per_step"] = res.bytes_read;
     if (req.reference_full)
       j["fidelity"] = {{"kl", kl}, {"top1", res.fidelity.top1},
                        {"mean_kl", kl.empty() ? 0.0 : std::accumulate(kl.begin(), kl.end(), 0.0) / kl.size()},

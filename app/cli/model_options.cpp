@@ -17,6 +17,7 @@ void ModelOptions::add_to(CLI::App& cmd) {
   auto* p = cmd.add_option("--prompt", prompt, "Prompt text");
   auto* pf = cmd.add_option("--prompt-file", prompt_file, "File holding the prompt text");
   p->excludes(pf);
+  cmd.add_option("--turn", turns, "A later user turn (repeat for several): generation continues on the same cache");
   cmd.add_option("--bos", bos, "Prepend the model's BOS: auto (tokenizer convention) | always | never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd.add_option("--max-new-tokens", max_new_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);

@@ -11,6 +11,7 @@ namespace kvscope::cli {
 
 struct ModelOptions {
   std::string model, random_init, tokenizer, prompt, prompt_file, bos = "auto", device = "cpu", dtype = "fp32";
+  std::vector<std::string> turns;  ///< later user turns (multi-turn), each a text
   int64_t max_new_tokens = 64, prefill_chunk = 0;
   bool greedy = false, dump_last_logits = false, json = false;
   double temperature = 0, top_p = 1.0;

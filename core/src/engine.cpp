@@ -6,6 +6,7 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/policy.h"
 #include "kvscope/core/rope.h"
+#include "ops/cuda_ops.h"
 
 namespace kvscope {
 
@@ -25,6 +26,9 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t T = x.size(0), H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
+  if (T == 1 && !decode_attention && !observer && x.is_cuda() && ops::cuda_kernels_available() &&
+      cache.reserve_append(l, 1))
+    return decode_layer_cuda(l, x, positions, rope, cache);
   at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
   at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);
   // q and k heads rotate together: one RoPE pass over [T, n_head + n_head_kv, D].
@@ -56,6 +60,27 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
   const int64_t I = c.intermediate_size;
   at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
   return out + at::linear(act, w.w_down);
+}
+
+at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
+                                     KvCache& cache) const {
+  // One decode token through the fused kernels (kernels/): RMSNorm, RoPE + in-place cache append,
+  // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, SiLU-mul.
+  const ModelConfig& c = model_.config;
+  const LayerWeights& w = model_.weights.layers[l];
+  const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
+  at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
+  at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);  // [1, (H+2Hkv)D]
+  at::Tensor q = qkv.narrow(1, 0, H * D).view({H, D});
+  at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({Hkv, D});
+  at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Hkv, D});
+  ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, cache.layer(l),
+                   cache.next_position());
+  cache.commit_append(l, 1);
+  at::Tensor attn = ops::decode_attention(q, cache.layer(l), H / Hkv).view({1, H * D});
+  at::Tensor residual = at::linear(attn, w.w_o);
+  at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
+  return residual + at::linear(ops::silu_mul(at::linear(h2, w.w_gate_up)), w.w_down);
 }
 
 at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,

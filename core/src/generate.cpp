@@ -36,60 +36,85 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   if (req.prompt_ids.empty()) throw InputError("the prompt is empty (give text or use --bos always)");
   GenerateResult res;
   Sampler sampler(req.sampling);
-  KvCache cache = engine.new_cache(static_cast<int64_t>(req.prompt_ids.size()) + std::max<int64_t>(req.max_new_tokens, 1));
-  auto is_stop = [&](int32_t id) { return std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end(); };
-
-  LayerObserver compress;
-  DecodeAttentionPolicy* decode_attention = req.pipeline ? req.pipeline->decode_attention() : nullptr;
-  if (req.pipeline) {
-    const int64_t n_kept = req.pipeline->begin_run(
-        RunBudget{req.budget, static_cast<int64_t>(req.prompt_ids.size()), req.max_new_tokens}, engine.model().config);
-    const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
-    compress = [&, n_kept, reserve](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, reserve); };
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  // Block-wise prefill with a hard cap when the scorer asks for it (KeyDiff), else as requested.
-  const int64_t chunk = req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
-  at::Tensor logits = engine.prefill(cache, req.prompt_ids, chunk, false, compress);
-  res.last_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
-  res.prefill_ms = ms_since(t0);
-  res.kept = kept_positions(cache);
-  res.cache_bytes_live = cache.bytes_live();
-  res.cache_bytes_allocated = cache.bytes_allocated();
-  if (req.max_new_tokens <= 0) return res;
-
+  const int64_t n_new = std::max<int64_t>(req.max_new_tokens, 1);
+  int64_t capacity = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
+  for (const auto& t : req.follow_up_turns) capacity += static_cast<int64_t>(t.size()) + 1 + n_new;
+  KvCache cache = engine.new_cache(capacity);
   std::optional<KvCache> full;
-  at::Tensor full_logits;
-  if (req.reference_full) {
-    full.emplace(engine.new_cache(static_cast<int64_t>(req.prompt_ids.size()) + req.max_new_tokens));
-    full_logits = engine.prefill(*full, req.prompt_ids, req.prefill_chunk);
-  }
-  int32_t next = sampler.next(res.last_logits);
-  t0 = std::chrono::steady_clock::now();
+  if (req.reference_full) full.emplace(engine.new_cache(capacity));
+  auto is_stop = [&](int32_t id) { return std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end(); };
+  DecodeAttentionPolicy* decode_attention = req.pipeline ? req.pipeline->decode_attention() : nullptr;
+
+  // Bytes each decode step's attention reads: the policy's own count per layer, else every live entry.
+  int64_t step_bytes = 0;
+  const LayerObserver count_bytes = [&](const LayerEvent&) {
+    if (decode_attention) step_bytes += decode_attention->bytes_read_last();
+  };
   double reference_ms = 0;
+  at::Tensor full_logits;
   auto step_reference = [&](const at::Tensor& comp_logits) {
     if (!full) return;
     const auto r0 = std::chrono::steady_clock::now();
     add_fidelity(res.fidelity, full_logits, comp_logits);
     reference_ms += ms_since(r0);
   };
-  step_reference(logits);
-  while (!is_stop(next)) {
-    res.output_ids.push_back(next);
-    if (on_token) on_token(next);
-    if (static_cast<int64_t>(res.output_ids.size()) >= req.max_new_tokens) break;
-    const int32_t tok[1] = {next};
-    logits = engine.forward(cache, tok, false, {}, decode_attention);
-    ++res.decode_steps;
-    next = sampler.next(logits);  // reads the result back: the step is complete
-    if (full) {
-      const auto r0 = std::chrono::steady_clock::now();
-      full_logits = engine.forward(*full, tok);
-      reference_ms += ms_since(r0);
-      step_reference(logits);
+
+  std::vector<int32_t> block = req.prompt_ids;
+  for (size_t turn = 0; turn <= req.follow_up_turns.size(); ++turn) {
+    // Prefill this turn's block (the prompt; later: the previous turn's last token + the new turn),
+    // compressing each layer after its attention (RocketKV-MT and evicting methods reselect per turn).
+    LayerObserver compress;
+    if (req.pipeline) {
+      const int64_t n_history = cache.next_position() + static_cast<int64_t>(block.size());
+      const int64_t n_kept = req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
+      const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
+      compress = [&, n_kept, reserve](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, reserve); };
+    }
+    // Block-wise prefill with a hard cap when the scorer asks for it (KeyDiff), else as requested.
+    const int64_t chunk = req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
+    auto t0 = std::chrono::steady_clock::now();
+    at::Tensor logits = engine.prefill(cache, block, chunk, false, compress);
+    const at::Tensor block_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
+    if (turn == 0) {
+      res.last_logits = block_logits;
+      res.prefill_ms = ms_since(t0);
+      res.kept = kept_positions(cache);
+      res.cache_bytes_live = cache.bytes_live();
+      res.cache_bytes_allocated = cache.bytes_allocated();
+      if (decode_attention) res.side_store_bytes = decode_attention->side_store_bytes();
+    }
+    if (req.max_new_tokens <= 0) return res;
+    if (full) full_logits = engine.prefill(*full, block, req.prefill_chunk);
+
+    std::vector<int32_t>& out = res.turn_output_ids.emplace_back();
+    int32_t next = sampler.next(block_logits);
+    t0 = std::chrono::steady_clock::now();
+    step_reference(logits);
+    while (!is_stop(next)) {
+      out.push_back(next);
+      if (on_token) on_token(next);
+      if (static_cast<int64_t>(out.size()) >= req.max_new_tokens) break;
+      const int32_t tok[1] = {next};
+      step_bytes = 0;
+      logits = engine.forward(cache, tok, false, count_bytes, decode_attention);
+      res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
+      ++res.decode_steps;
+      next = sampler.next(logits);  // reads the result back: the step is complete
+      if (full) {
+        const auto r0 = std::chrono::steady_clock::now();
+        full_logits = engine.forward(*full, tok);
+        reference_ms += ms_since(r0);
+        step_reference(logits);
+      }
+    }
+    res.decode_ms += ms_since(t0);
+    if (turn < req.follow_up_turns.size()) {
+      block.assign(1, next);  // the last chosen token has not been run yet
+      block.insert(block.end(), req.follow_up_turns[turn].begin(), req.follow_up_turns[turn].end());
     }
   }
-  res.decode_ms = ms_since(t0) - reference_ms;
+  res.decode_ms -= reference_ms;
+  res.output_ids = res.turn_output_ids.front();
   return res;
 }
 

@@ -111,6 +111,25 @@ void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t res
   retain(l, kept, std::vector<int64_t>(n_head_kv_, std::max<int64_t>(reserve, 1)));
 }
 
+void KvCache::assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos, int64_t reserve) {
+  LayerKv& L = layers_[l];
+  const int64_t n = k.size(1), cap = n + std::max<int64_t>(reserve, 1);
+  L.k = at::empty({n_head_kv_ * cap, head_dim_}, L.k.options());
+  L.v = at::empty({n_head_kv_ * cap, head_dim_}, L.v.options());
+  L.pos = at::empty({n_head_kv_ * cap}, L.pos.options());
+  L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, 0, n).copy_(k);
+  L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, 0, n).copy_(v);
+  L.pos.view({n_head_kv_, cap}).narrow(1, 0, n).copy_(pos);
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    L.offset[h] = h * cap;
+    L.capacity[h] = cap;
+    L.length[h] = n;
+  }
+  L.ring_sink.assign(n_head_kv_, 0);
+  L.ring_window.assign(n_head_kv_, 0);
+  L.ring_next.assign(n_head_kv_, 0);
+}
+
 void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
   LayerKv& L = layers_[l];
   if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)
@@ -159,6 +178,23 @@ void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, const std::
   L.ring_sink.assign(n_head_kv_, 0);
   L.ring_window.assign(n_head_kv_, 0);
   L.ring_next.assign(n_head_kv_, 0);
+}
+
+bool KvCache::reserve_append(int64_t l, int64_t n) {
+  LayerKv& L = layers_[l];
+  int64_t need = 0;
+  bool fits = true;
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    if (L.ring_window[h] > 0) return false;
+    need = std::max(need, L.length[h] + n);
+    fits = fits && L.length[h] + n <= L.capacity[h];
+  }
+  if (!fits) grow(l, need);
+  return true;
+}
+
+void KvCache::commit_append(int64_t l, int64_t n) {
+  for (int64_t& len : layers_[l].length) len += n;
 }
 
 static void require_uniform(const LayerKv& L) {

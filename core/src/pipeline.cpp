@@ -168,6 +168,9 @@ void Pipeline::apply_head_pattern(const LayerEvent& ev, int64_t reserve) const {
 
 void Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
   KvCache& cache = ev.cache;
+  if (!cache.layer(ev.layer).uniform())
+    throw InputError("pipeline: re-compressing a cache with head-wise lengths (a later turn after Ada-KV, pyramid "
+                     "or streaming heads) is not supported; use a uniform-budget method or rocketkv-mt");
   const int64_t n_tok = cache.layer(ev.layer).length[0];
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
   if (heads_) apply_head_pattern(ev, reserve);

@@ -19,7 +19,7 @@ const std::vector<Preset>& pipeline_presets() {
       {"streamingllm-paper", "streamingllm:sink=4", "--budget b --budget-unit stored", "StreamingLLM (Xiao et al. 2024) §3"},
       {"quest-paper", "quest", "--budget t --budget-unit fetched", "Quest (Tang et al. 2024), as RocketKV App. A.3 runs it"},
       {"sparq-paper", "sparq", "--budget t --budget-unit fetched", "SparQ (Ribar et al. 2024), as RocketKV App. A.3 runs it"},
-      {"exacttopk", "exacttopk", "--budget t --budget-unit fetched", "RocketKV App. A.3 oracle"},
+      {"exacttopk-paper", "exacttopk", "--budget t --budget-unit fetched", "RocketKV App. A.3 oracle"},
   };
   return presets;
 }

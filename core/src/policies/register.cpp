@@ -31,6 +31,8 @@ void register_builtin_policies(PolicyRegistry& registry) {
   registry.add(quest_entry());
   registry.add(sparq_entry());
   registry.add(exacttopk_entry());
+  // S7 multi-turn
+  registry.add(rocketkv_mt_entry());
 }
 
 }  // namespace kvscope

@@ -25,6 +25,10 @@ struct GenerateRequest {
   const Pipeline* pipeline = nullptr;  ///< compress each layer after its prefill attention (null = full cache)
   BudgetSpec budget;                   ///< used with `pipeline`
   bool reference_full = false;         ///< also decode the same tokens with the full cache and report fidelity
+  /// Multi-turn: token ids of each later user turn. After a turn's generation ends, its last chosen
+  /// token and the next turn are prefilled onto the same cache (with the pipeline reselecting, as
+  /// RocketKV-MT does), then generation continues.
+  std::vector<std::vector<int32_t>> follow_up_turns;
 };
 
 /// Per decode step agreement of the compressed run with the full cache fed the same tokens.
@@ -34,7 +38,8 @@ struct Fidelity {
 };
 
 struct GenerateResult {
-  std::vector<int32_t> output_ids;
+  std::vector<int32_t> output_ids;                   ///< the first turn's tokens
+  std::vector<std::vector<int32_t>> turn_output_ids;  ///< every turn's tokens
   at::Tensor last_logits;  ///< fp32 [vocab] on CPU: logits at the last prompt position
   double prefill_ms = 0;
   double decode_ms = 0;
@@ -43,6 +48,8 @@ struct GenerateResult {
   std::vector<std::vector<std::vector<int64_t>>> kept;
   int64_t cache_bytes_live = 0;       ///< K+V bytes held after prefill (all layers and heads)
   int64_t cache_bytes_allocated = 0;  ///< including the decode reserve
+  int64_t side_store_bytes = 0;       ///< decode-time policy side stores (page min/max, channel masks, ...)
+  std::vector<int64_t> bytes_read;    ///< per decode step: K/V/side-store bytes attention read, all layers
   Fidelity fidelity;                  ///< filled when reference_full
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
 };

@@ -42,6 +42,13 @@ class KvCache {
   /// cache); positions: int64 [T] on the cache device. Grows capacity (doubling) when full.
   void append(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions);
 
+  /// Makes room for `n` more entries in every head of layer l (growing as append does). For
+  /// kernels that write entries in place (rope_append); follow with commit_append(l, n).
+  /// Returns false if the layer has ring-buffer heads (those must go through append()).
+  bool reserve_append(int64_t l, int64_t n);
+  /// Counts `n` entries written in place at each head's end as live.
+  void commit_append(int64_t l, int64_t n);
+
   /// Dense views of a uniform layer: [n_head_kv, length, head_dim] (and int64 [n_head_kv, length]).
   /// Throws std::logic_error if the layer is ragged (use head_keys/head_values).
   at::Tensor keys(int64_t l) const;
@@ -60,6 +67,11 @@ class KvCache {
   void retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t reserve);
   /// Same with a reserve per KV head (streaming heads need none: their ring never grows).
   void retain(int64_t l, const std::vector<at::Tensor>& kept, const std::vector<int64_t>& reserve);
+
+  /// Replaces layer l with the given entries (all heads the same count n), leaving room for
+  /// `reserve` appended entries per head. k, v: [n_head_kv, n, head_dim]; pos: int64 [n_head_kv, n].
+  /// Used for per-turn filtered copies (RocketKV-MT keeps the full cache and decodes over a copy).
+  void assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos, int64_t reserve);
 
   /// Turns head h of layer l into a ring buffer of `sink` + `window` entries (retention mode
   /// "window"). Its live entries must already be the sinks followed by the most recent ones, at

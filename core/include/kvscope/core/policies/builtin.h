@@ -321,3 +321,7 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
 int64_t kept_channels(double ratio, int64_t head_dim);
 
 }  // namespace kvscope::policies
+
+namespace kvscope::policies {
+PolicyRegistry::Entry rocketkv_mt_entry();  // rocketkv_mt.cpp
+}  // namespace kvscope::policies

@@ -1,0 +1,116 @@
+// bench_pipeline: what each compression pipeline costs and saves on one model and context, batch 1:
+// prefill overhead against the full-cache prefill, decode tokens/s, bytes read per decode step, and
+// each decode next to its own roofline = copy bandwidth / (weight bytes + bytes its attention reads).
+//
+//   bench_pipeline --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 --context 32768
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <numeric>
+#include <random>
+
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kvscope/core/engine.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/pipeline.h"
+
+namespace {
+
+double copy_bandwidth(c10::Device dev) {
+  const int64_t n = int64_t{1} << 29;
+  at::Tensor a = at::rand({n}, at::TensorOptions().device(dev).dtype(at::kBFloat16)), b = at::empty_like(a);
+  for (int i = 0; i < 3; ++i) b.copy_(a);
+  (void)b[0].item<float>();
+  const int reps = dev.is_cuda() ? 20 : 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) b.copy_(a);
+  (void)b[0].item<float>();
+  return 4.0 * n * reps / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Case {
+  std::string label, spec;
+  kvscope::BudgetSpec::Unit unit;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvscope pipeline benchmark"};
+  std::string model_path, random_init, device = "cpu", dtype = "bf16", json_out, budgets_arg = "256,1024,4096";
+  int64_t context = 4096, steps = 32;
+  app.add_option("--model", model_path);
+  app.add_option("--random-init", random_init);
+  app.add_option("--device", device);
+  app.add_option("--dtype", dtype);
+  app.add_option("--context", context);
+  app.add_option("--budgets", budgets_arg);
+  app.add_option("--decode-steps", steps);
+  app.add_option("--json", json_out);
+  CLI11_PARSE(app, argc, argv);
+
+  const c10::Device dev(device);
+  const kvscope::LoadOptions lo{dev, kvscope::parse_dtype(dtype), {}};
+  const kvscope::Model model =
+      random_init.empty() ? kvscope::load_model(model_path, lo) : kvscope::random_init_model(random_init, lo, 1);
+  const kvscope::Engine engine(model);
+  kvscope::PolicyRegistry registry;
+  kvscope::register_builtin_policies(registry);
+  const double bw = copy_bandwidth(dev);
+  int64_t weight_bytes = model.weights.bytes();
+  if (!model.weights.lm_head.is_same(model.weights.embed)) weight_bytes -= model.weights.embed.numel() * model.weights.embed.element_size();
+
+  std::mt19937 rng(0);
+  std::vector<int32_t> ids(context);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % model.config.vocab_size);
+  auto run = [&](const kvscope::Pipeline* p, kvscope::BudgetSpec b) {
+    kvscope::GenerateRequest req;
+    req.prompt_ids = ids;
+    req.max_new_tokens = steps;
+    req.pipeline = p;
+    req.budget = b;
+    return kvscope::generate(engine, req);
+  };
+  run(nullptr, {});  // warm-up
+  const auto full = run(nullptr, {});
+  const double full_prefill = full.prefill_ms;
+  std::printf("context %lld, copy bandwidth %.0f GB/s, weights %.2f GB; full cache: prefill %.1f ms, decode %.1f tok/s\n",
+              (long long)context, bw / 1e9, weight_bytes / 1e9, full_prefill, full.decode_tokens_per_s());
+  std::printf("%-12s %7s %12s %14s %12s %14s %8s\n", "pipeline", "budget", "prefill ms", "prefill ovh %", "decode tok/s",
+              "bytes/step MB", "% roof");
+  nlohmann::json rows = nlohmann::json::array();
+  auto report = [&](const std::string& label, int64_t budget, const kvscope::GenerateResult& r) {
+    const double bytes = r.bytes_read.empty() ? 0 : std::accumulate(r.bytes_read.begin(), r.bytes_read.end(), 0.0) / r.bytes_read.size();
+    const double roof = bw / (weight_bytes + bytes), tps = r.decode_tokens_per_s();
+    const double ovh = 100.0 * (r.prefill_ms - full_prefill) / full_prefill;
+    std::printf("%-12s %7lld %12.1f %14.1f %12.1f %14.1f %7.1f%%\n", label.c_str(), (long long)budget, r.prefill_ms, ovh, tps,
+                bytes / 1e6, 100 * tps / roof);
+    rows.push_back({{"pipeline", label}, {"budget", budget}, {"prefill_ms", r.prefill_ms}, {"prefill_overhead_pct", ovh},
+                    {"decode_tokens_per_s", tps}, {"bytes_read_per_step", bytes}, {"roofline_tokens_per_s", roof}});
+  };
+  report("full", context, full);
+  const std::vector<Case> cases = {
+      {"snapkv", "snapkv", kvscope::BudgetSpec::Unit::kStored},
+      {"ada-snapkv", "ada-snapkv", kvscope::BudgetSpec::Unit::kStored},
+      {"keydiff", "keydiff", kvscope::BudgetSpec::Unit::kStored},
+      {"rocketkv", "rocketkv", kvscope::BudgetSpec::Unit::kFetched},
+      {"quest", "quest", kvscope::BudgetSpec::Unit::kFetched},
+      {"spark", "snapkv+spark", kvscope::BudgetSpec::Unit::kStored},
+  };
+  std::stringstream ss(budgets_arg);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int64_t budget = std::stoll(item);
+    for (const auto& c : cases) {
+      const kvscope::Pipeline p(registry, c.spec);
+      report(c.label, budget, run(&p, {c.unit, double(budget)}));
+    }
+  }
+  if (!json_out.empty()) std::ofstream(json_out) << rows.dump(1) << "\n";
+  return 0;
+}
