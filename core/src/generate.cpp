@@ -96,7 +96,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       if (static_cast<int64_t>(out.size()) >= req.max_new_tokens) break;
       const int32_t tok[1] = {next};
       step_bytes = 0;
-      logits = engine.forward(cache, tok, false, count_bytes, decode_attention);
+      logits = engine.forward(cache, tok, false, decode_attention ? count_bytes : LayerObserver{}, decode_attention);
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
       ++res.decode_steps;
       next = sampler.next(logits);  // reads the result back: the step is complete

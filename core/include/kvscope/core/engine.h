@@ -50,8 +50,8 @@ class Engine {
   at::Tensor layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
                            KvCache& cache, bool self_only, const LayerObserver& observer,
                            DecodeAttentionPolicy* decode_attention) const;
-  at::Tensor decode_layer_cuda(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
-                               KvCache& cache) const;
+  at::Tensor decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
+                               const LayerObserver& observer) const;
   const Model& model_;
   at::Tensor inv_freq_;  // fp32 [head_dim/2] on the model device
 };
