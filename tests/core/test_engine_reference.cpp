@@ -152,7 +152,7 @@ TEST_P(EngineVsReference, AllLogitsWholeAndChunkedAndDecode) {
     at::Tensor lg = engine.forward(c3, std::span<const int32_t>(&ids[i], 1));
     EXPECT_LE((lg - ref[i]).abs().max().item<double>(), 1e-4) << "position " << i;
   }
-  fs::remove_all(dir);
+  test::remove_tree(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -19,14 +19,14 @@ class DamagedCheckpoint : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("kvscope_bad_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    test::remove_tree(dir_);
     fs::create_directories(dir_);
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
       fs::copy_file(test::pycode_dir() / f, dir_ / f);
     fs::permissions(dir_ / "config.json", fs::perms::owner_write, fs::perm_options::add);
     fs::permissions(dir_ / "model.safetensors", fs::perms::owner_write, fs::perm_options::add);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { test::remove_tree(dir_); }
   void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name, std::ios::binary) << text; }
   /// Asserts load_model throws InputError mentioning `file` and `problem`.
   void expect_error(const fs::path& file, const std::string& problem) {
@@ -43,7 +43,7 @@ class DamagedCheckpoint : public ::testing::Test {
 };
 
 TEST_F(DamagedCheckpoint, MissingDirectory) {
-  fs::remove_all(dir_);
+  test::remove_tree(dir_);
   expect_error(dir_, "no such file");
 }
 
@@ -119,7 +119,7 @@ TEST(Safetensors, ShardedIndexLoadsTheSameTensors) {
   EXPECT_EQ(ckpt.names().size(), single.entries().size());
   EXPECT_TRUE(ckpt.tensor("model.norm.weight").equal(single.tensor("model.norm.weight")));
   EXPECT_EQ(ckpt.tensor("model.embed_tokens.weight").scalar_type(), at::kBFloat16);
-  fs::remove_all(dir);
+  test::remove_tree(dir);
 }
 
 }  // namespace

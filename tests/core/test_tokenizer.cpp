@@ -9,6 +9,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "test_support.h"
 #include <nlohmann/json.hpp>
 
 #include "kvscope/core/errors.h"
@@ -47,8 +49,7 @@ class TempDir {
     fs::create_directories(path_);
   }
   ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
+    kvscope::test::remove_tree(path_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
