@@ -27,7 +27,7 @@ if [[ $(python3 -c 'import torch;print(int(torch.compiled_with_cxx11_abi()))') =
 fi
 echo "torch cxx11 abi: $(python3 -c 'import torch;print(torch.compiled_with_cxx11_abi())')" | tee -a "$OUT/gpu.txt"
 if [[ $what == build || $what == all || ! -x build-cuda/app/kvscope-cli ]]; then
-  cmake -S . -B build-cuda -DKVSCOPE_GTEST_SOURCE_DIR="$gtest_src" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_WITH_CUDA=ON -DKVSCOPE_WITH_GUI=OFF \
+  cmake -S . -B build-cuda -DKVSCOPE_GTEST_SOURCE_DIR="$gtest_src" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_WITH_CUDA=ON -DKVSCOPE_WITH_GUI=OFF -DKVSCOPE_WITH_VIZ=OFF \
     -DKVSCOPE_WITH_SENTENCEPIECE=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
   ninja -C build-cuda -j 16 >"$OUT/build.log" 2>&1 || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }

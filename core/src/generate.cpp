@@ -64,12 +64,21 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     // Prefill this turn's block (the prompt; later: the previous turn's last token + the new turn),
     // compressing each layer after its attention (RocketKV-MT and evicting methods reselect per turn).
     LayerObserver compress;
+    if (turn == 0 && req.capture != CaptureLevel::kOff) res.captures.resize(engine.model().config.n_layer);
     if (req.pipeline) {
       const int64_t n_history = cache.next_position() + static_cast<int64_t>(block.size());
       const int64_t n_kept = req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
       const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
       compress = [&, n_kept, reserve](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, reserve); };
     }
+    if (!res.captures.empty() && turn == 0)  // capture sees the layer before compression
+      compress = [&, then = compress](const LayerEvent& ev) {
+        if (ev.cache.layer(ev.layer).uniform()) {
+          const LayerPrefill in{ev.config, ev.layer, ev.q, ev.cache.keys(ev.layer), ev.cache.values(ev.layer)};
+          res.captures[ev.layer] = capture_layer(in, req.capture_window, req.capture);
+        }
+        if (then) then(ev);
+      };
     // Block-wise prefill with a hard cap when the scorer asks for it (KeyDiff), else as requested.
     const int64_t chunk = req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
     auto t0 = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kvscope/core/capture.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/sampling.h"
@@ -29,6 +30,8 @@ struct GenerateRequest {
   /// token and the next turn are prefilled onto the same cache (with the pipeline reselecting, as
   /// RocketKV-MT does), then generation continues.
   std::vector<std::vector<int32_t>> follow_up_turns;
+  CaptureLevel capture = CaptureLevel::kOff;  ///< per-head statistics of the prefill (capture.h)
+  int64_t capture_window = 32;                ///< observation window of the attention statistics
 };
 
 /// Per decode step agreement of the compressed run with the full cache fed the same tokens.
@@ -51,6 +54,7 @@ struct GenerateResult {
   int64_t side_store_bytes = 0;       ///< decode-time policy side stores (page min/max, channel masks, ...)
   std::vector<int64_t> bytes_read;    ///< per decode step: K/V/side-store bytes attention read, all layers
   Fidelity fidelity;                  ///< filled when reference_full
+  std::vector<LayerCapture> captures;  ///< per layer, when capture != kOff (first turn's prefill)
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
 };
 

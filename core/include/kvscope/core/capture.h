@@ -1,0 +1,44 @@
+#pragma once
+// Capture: what a run records per layer and KV head for the views and sessions, computed from the
+// prefill's window queries and keys before compression. Never an n_tok x n_tok matrix: the window
+// attention is [n_head, w, n_tok] with w <= 64.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kvscope/core/policy.h"
+
+namespace kvscope {
+
+/// off: nothing; summary: per-head scalars (cheap enough to leave on); full: also per-token and
+/// per-channel arrays (window attention, cosine to the mean key, channel saliency).
+enum class CaptureLevel { kOff, kSummary, kFull };
+/// "off" | "summary" | "full". Throws InputError.
+CaptureLevel parse_capture_level(const std::string& text);
+
+/// Per-head scalar names of the summary level, in the order of LayerCapture::summary's columns:
+///   entropy        H(a) of the window-mean attention a over prompt tokens, nats (Ada-KV Fig. 1 idea)
+///   mass_top1pct   attention mass on the top 1% of tokens
+///   mass_top5pct   attention mass on the top 5% of tokens (Ada-KV §3.4: most heads reach ~all of it)
+///   tokens95_frac  fraction of tokens needed for 95% of the mass (Ada-KV Fig. 12 heatmap scalar)
+///   sink_share     mass on the first 4 tokens (StreamingLLM §3 attention sinks)
+///   cos_mean       mean cosine of keys to the mean normalised key (KeyDiff Eq. 8 anchor)
+///   channel_cv     mean over channels of CV_j = std_t(w_tj) / mean_t(w_tj), w = |q̄_j|·|k_tj| (SPARK Fig. 2b)
+const std::vector<std::string>& summary_metric_names();
+
+/// One layer's capture. Arrays are fp32 on CPU.
+struct LayerCapture {
+  at::Tensor summary;         // [n_head_kv, n_summary_metrics]
+  at::Tensor attention;       // full: [n_head_kv, n_tok] window-mean attention (group mean), sums to 1
+  at::Tensor cos_to_mean;     // full: [n_head_kv, n_tok]
+  at::Tensor channel_mean;    // full: [n_head_kv, head_dim] mean_t |q̄_j|·|k_tj|
+  at::Tensor channel_cv;      // full: [n_head_kv, head_dim]
+};
+
+/// Computes a layer's capture from the prefill inputs (queries, keys before eviction).
+/// `window`: observation window for the attention statistics (clamped to the queries available).
+LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel level);
+
+}  // namespace kvscope

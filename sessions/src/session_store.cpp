@@ -1,0 +1,758 @@
+#include "kvscope/sessions/session_store.h"
+
+#include <sys/stat.h>
+
+#include <charconv>
+#include <cmath>
+#include <map>
+
+#include "codec.h"
+#include "process.h"
+#include "schema.h"
+#include "store_impl.h"
+
+namespace kvscope::sessions {
+
+using detail::Db;
+using detail::Stmt;
+
+static_assert(SessionStore::kApplicationId == detail::kApplicationId);
+static_assert(SessionStore::kSchemaVersion == detail::kSchemaVersion);
+
+namespace {
+
+/// A running writer on another host counts as alive while its heartbeat is younger than this.
+constexpr double kRemoteHeartbeatSeconds = 15 * 60;
+
+std::string run_ctx(const char* op, int64_t run) { return std::string(op) + "(run " + std::to_string(run) + ")"; }
+
+/// Numeric value of a typed parameter (int / float / bool), nullopt for choice / path.
+/// Throws SessionError when the text does not parse as its type.
+std::optional<double> param_number(const std::string& file, const PipelineStage& stage, size_t index, const StageParam& p) {
+  auto bad = [&]() -> SessionError {
+    return SessionError(file, "pipeline stage " + std::to_string(index) + " (" + stage.policy + "): parameter '" + p.key +
+                                  "' = '" + p.value + "' is not a valid " + std::string(to_string(p.type)));
+  };
+  const char* b = p.value.data();
+  const char* e = b + p.value.size();
+  switch (p.type) {
+    case ParamType::kInt: {
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(b, e, v);
+      if (ec != std::errc() || end != e) throw bad();
+      return static_cast<double>(v);
+    }
+    case ParamType::kFloat: {
+      double v = 0;
+      const auto [end, ec] = std::from_chars(b, e, v);
+      if (ec != std::errc() || end != e) throw bad();
+      return v;
+    }
+    case ParamType::kBool:
+      if (p.value == "true" || p.value == "1" || p.value == "yes" || p.value == "on") return 1.0;
+      if (p.value == "false" || p.value == "0" || p.value == "no" || p.value == "off") return 0.0;
+      throw bad();
+    case ParamType::kChoice:
+    case ParamType::kPath: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// Columns of a RunRow plus what liveness needs (indices 0..14); load_run appends more.
+constexpr const char* kRowCols =
+    "id, name, created_at, finished_at, status, model_path, pipeline_spec, budget_unit, budget_value, sweep_key, "
+    "error, writer_pid, writer_host, writer_start, (julianday('now') - julianday(heartbeat_at)) * 86400.0";
+
+RunStatus status_from(const Db& db, const std::string& text, int64_t run) {
+  const auto s = parse_run_status(text);
+  if (!s) throw SessionError(db.path(), "run " + std::to_string(run) + " has unknown status '" + text + "'");
+  return *s;
+}
+
+RunRow row_from(const Db& db, const Stmt& s) {
+  RunRow r;
+  r.id = s.col_int(0);
+  r.name = s.col_text(1);
+  r.created_at = s.col_text(2);
+  r.finished_at = s.col_text(3);
+  r.status = status_from(db, s.col_text(4), r.id);
+  r.model_path = s.col_text(5);
+  r.pipeline_spec = s.col_text(6);
+  const std::string unit = s.col_text(7);
+  const auto u = parse_budget_unit(unit);
+  if (!u) throw SessionError(db.path(), "run " + std::to_string(r.id) + " has unknown budget unit '" + unit + "'");
+  r.budget = {*u, s.col_double(8)};
+  r.sweep_key = s.col_opt_text(9);
+  r.error = s.col_text(10);
+  if (r.status == RunStatus::kRunning) {
+    const int64_t pid = s.is_null(11) ? 0 : s.col_int(11);
+    const int64_t start = s.is_null(13) ? -1 : s.col_int(13);
+    const auto alive = detail::writer_alive(pid, s.col_text(12), start);
+    const bool live = alive ? *alive : (!s.is_null(14) && s.col_double(14) < kRemoteHeartbeatSeconds);
+    r.incomplete = !live;
+  }
+  return r;
+}
+
+std::vector<int32_t> tokens_from(const Db& db, const std::vector<uint8_t>& bytes, int64_t run, const char* what) {
+  auto t = detail::decode_tokens(bytes);
+  if (!t) throw SessionError(db.path(), "run " + std::to_string(run) + ": " + what + " is not an int32 array");
+  return *t;
+}
+
+/// Throws unless `run` exists and is still running (clear messages ahead of the triggers).
+void require_running(Db& db, int64_t run) {
+  Stmt& s = db.cached("SELECT status FROM runs WHERE id = ?1");
+  s.bind(1, run);
+  if (!s.step()) throw SessionError(db.path(), "no run " + std::to_string(run));
+  const std::string status = s.col_text(0);
+  s.reset();
+  if (status != "running") throw SessionError(db.path(), "run " + std::to_string(run) + " is " + status + " and immutable");
+}
+
+void require_run(Db& db, int64_t run) {
+  Stmt& s = db.cached("SELECT 1 FROM runs WHERE id = ?1");
+  s.bind(1, run);
+  const bool found = s.step();
+  s.reset();
+  if (!found) throw SessionError(db.path(), "no run " + std::to_string(run));
+}
+
+Blob blob_from(const Db& db, const Stmt& s, int64_t run) {
+  // columns: id, name, layer, head, dtype, shape, raw_size, data
+  const int64_t id = s.col_int(0);
+  auto fail = [&](const std::string& why) {
+    return SessionError(db.path(), "run " + std::to_string(run) + " blob " + std::to_string(id) + " ('" + s.col_text(1) +
+                                       "'): " + why);
+  };
+  Blob b;
+  b.name = s.col_text(1);
+  b.layer = s.col_int(2);
+  b.head = s.col_int(3);
+  const auto dt = parse_dtype(s.col_text(4));
+  if (!dt) throw fail("unknown dtype '" + s.col_text(4) + "'");
+  b.dtype = *dt;
+  const auto shape = detail::parse_shape(s.col_text(5));
+  if (!shape) throw fail("bad shape '" + s.col_text(5) + "'");
+  b.shape = *shape;
+  const size_t expected = static_cast<size_t>(b.numel()) * dtype_size(b.dtype);
+  if (!s.is_null(6) && s.col_int(6) != static_cast<int64_t>(expected))
+    throw fail("raw_size " + std::to_string(s.col_int(6)) + " does not match shape and dtype (" + std::to_string(expected) + ")");
+  std::string error;
+  auto data = detail::zstd_decompress(s.col_blob(7), expected, error);
+  if (!data) throw fail(error);
+  b.data = std::move(*data);
+  return b;
+}
+
+}  // namespace
+
+void SessionStore::Impl::heartbeat(int64_t run) {
+  const auto now = std::chrono::steady_clock::now();
+  auto it = last_heartbeat.find(run);
+  if (it != last_heartbeat.end() && now - it->second < kHeartbeatEvery) return;
+  db->cached("UPDATE runs SET heartbeat_at = ?1 WHERE id = ?2").bind(1, detail::now_iso8601()).bind(2, run).run();
+  last_heartbeat[run] = now;
+}
+
+// ---- lifetime -----------------------------------------------------------------------------------
+
+SessionStore::SessionStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SessionStore::SessionStore(SessionStore&&) noexcept = default;
+SessionStore& SessionStore::operator=(SessionStore&&) noexcept = default;
+SessionStore::~SessionStore() = default;
+
+const std::string& SessionStore::path() const { return impl_->path; }
+
+int SessionStore::schema_version() const {
+  int64_t v = 0;
+  impl_->db->read([&] { v = impl_->db->query_int("PRAGMA user_version"); }, "reading the schema version");
+  return static_cast<int>(v);
+}
+
+SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
+  if (path.empty()) throw SessionError("(empty path)", "no session database file given");
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->read_only = mode == OpenMode::kReadOnly;
+  impl->pid = detail::self_pid();
+  impl->start_ticks = detail::process_start_ticks(impl->pid);
+  impl->host = detail::local_hostname();
+
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) throw SessionError(path, "is a directory, not a session database");
+  if (!exists && mode == OpenMode::kReadOnly) throw SessionError(path, "no such session database");
+
+  detail::Header header;
+  // A read-only open always looks through SQLite: a WAL database may hold everything in its -wal
+  // file while the main file is still empty.
+  if (exists && (st.st_size > 0 || mode == OpenMode::kReadOnly)) {
+    // Look with a read-only connection first: a file we refuse is never written to.
+    auto probe = std::make_unique<Db>(path, SQLITE_OPEN_READONLY, path);
+    probe->read([&] { header = detail::read_header(*probe); }, "reading the database header");
+    detail::check_header(*probe, header);
+    if (mode == OpenMode::kReadOnly) {
+      if (header.user_version == 0) throw SessionError(path, "empty database: no session schema yet");
+      if (header.user_version == kSchemaVersion) {
+        probe->exec("PRAGMA query_only = ON");
+        impl->db = std::move(probe);
+      } else {
+        // Older schema: migrate a private in-memory copy, leaving the file as it is.
+        auto mem = std::make_unique<Db>(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_MEMORY, path);
+        sqlite3_backup* b = sqlite3_backup_init(mem->handle(), "main", probe->handle(), "main");
+        if (!b) mem->fail(sqlite3_errcode(mem->handle()), "copying the database to migrate it in memory");
+        int rc;
+        while ((rc = sqlite3_backup_step(b, -1)) == SQLITE_BUSY || rc == SQLITE_LOCKED) sqlite3_sleep(10);
+        sqlite3_backup_finish(b);
+        if (rc != SQLITE_DONE) probe->fail(rc, "copying the database to migrate it in memory");
+        mem->exec("PRAGMA foreign_keys = ON");
+        detail::migrate(*mem);
+        impl->db = std::move(mem);
+      }
+      return SessionStore(std::move(impl));
+    }
+  }
+
+  impl->db = std::make_unique<Db>(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, path);
+  Db& db = *impl->db;
+  db.read(
+      [&] {
+        Stmt s(db, "PRAGMA journal_mode = WAL");  // not inside a transaction: it cannot change there
+        const std::string got = s.step() ? s.col_text(0) : "";
+        if (got != "wal") throw SessionError(path, "cannot switch to WAL journal mode (got '" + got + "')");
+      },
+      "enabling WAL", /*in_transaction=*/false);
+  db.exec("PRAGMA synchronous = NORMAL");
+  db.exec("PRAGMA foreign_keys = ON");
+  detail::migrate(db);
+  return SessionStore(std::move(impl));
+}
+
+// ---- writing ------------------------------------------------------------------------------------
+
+int64_t SessionStore::begin_run(const RunInfo& info) {
+  Impl& m = *impl_;
+  if (m.read_only) throw SessionError(m.path, "begin_run: opened read-only");
+  // Validate and type the parameters before taking the write lock.
+  std::vector<std::vector<std::optional<double>>> numbers;
+  for (size_t i = 0; i < info.pipeline.stages.size(); ++i) {
+    const PipelineStage& st = info.pipeline.stages[i];
+    auto& row = numbers.emplace_back();
+    for (const StageParam& p : st.params) row.push_back(param_number(m.path, st, i, p));
+  }
+  const std::vector<uint8_t> prompt_tokens = detail::encode_tokens(info.prompt.tokens);
+  const std::string hostname = info.env.hostname.empty() ? m.host : info.env.hostname;
+  int64_t id = 0;
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        if (info.sweep_key) {
+          Stmt& k = db.cached("SELECT id FROM runs WHERE sweep_key = ?1 AND status = 'complete'");
+          k.bind(1, *info.sweep_key);
+          if (k.step())
+            throw SessionError(m.path, "sweep key '" + *info.sweep_key + "' already has complete run " +
+                                           std::to_string(k.col_int(0)) + " (sweeps skip finished keys)");
+        }
+        const std::string now = detail::now_iso8601();
+        Stmt& s = db.cached(
+            "INSERT INTO runs (name, status, created_at, model_path, model_config_hash, model_type, n_layer, n_head, "
+            "n_head_kv, head_dim, dtype, device, pipeline_spec, budget_unit, budget_value, prompt_text, prompt_tokens, "
+            "n_prompt_tokens, kvscope_version, torch_version, device_name, hostname, sweep_key, writer_pid, writer_host, "
+            "writer_start, heartbeat_at) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+            "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2)");
+        s.bind(1, info.name).bind(2, now).bind(3, info.model.path).bind(4, info.model.config_hash);
+        s.bind(5, info.model.model_type).bind(6, info.model.n_layer).bind(7, info.model.n_head);
+        s.bind(8, info.model.n_head_kv).bind(9, info.model.head_dim).bind(10, info.model.dtype).bind(11, info.model.device);
+        s.bind(12, info.pipeline.spec).bind(13, to_string(info.budget.unit)).bind(14, info.budget.value);
+        s.bind(15, info.prompt.text).bind_blob(16, prompt_tokens.data(), prompt_tokens.size());
+        s.bind(17, static_cast<int64_t>(info.prompt.tokens.size())).bind(18, info.env.kvscope_version);
+        s.bind(19, info.env.torch_version).bind(20, info.env.device_name).bind(21, hostname).bind(22, info.sweep_key);
+        s.bind(23, m.pid).bind(24, m.host);
+        if (m.start_ticks >= 0) s.bind(25, m.start_ticks);
+        s.run();
+        id = sqlite3_last_insert_rowid(db.handle());
+        m.last_heartbeat[id] = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < info.pipeline.stages.size(); ++i) {
+          const PipelineStage& st = info.pipeline.stages[i];
+          db.cached("INSERT INTO pipeline_stages (run_id, stage_index, stage, policy) VALUES (?1, ?2, ?3, ?4)")
+              .bind(1, id).bind(2, static_cast<int64_t>(i)).bind(3, st.stage).bind(4, st.policy).run();
+          for (size_t j = 0; j < st.params.size(); ++j) {
+            const StageParam& p = st.params[j];
+            Stmt& q = db.cached(
+                "INSERT INTO pipeline_params (run_id, stage_index, param_index, key, type, value, num) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+            q.bind(1, id).bind(2, static_cast<int64_t>(i)).bind(3, static_cast<int64_t>(j)).bind(4, p.key);
+            q.bind(5, to_string(p.type)).bind(6, p.value);
+            if (numbers[i][j]) q.bind(7, *numbers[i][j]);
+            q.run();
+          }
+        }
+      },
+      "begin_run");
+  return id;
+}
+
+void SessionStore::add_step_metrics(int64_t run, int64_t step, const std::vector<std::pair<std::string, double>>& metrics) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("add_step_metrics", run) + " step " + std::to_string(step);
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        require_running(db, run);
+        for (const auto& [name, value] : metrics)
+          db.cached("INSERT INTO step_metrics (run_id, name, step, value) VALUES (?1, ?2, ?3, ?4)")
+              .bind(1, run).bind(2, name).bind(3, step).bind(4, value).run();
+        m.heartbeat(run);
+      },
+      ctx);
+}
+
+void SessionStore::add_step_metrics(int64_t run, const std::vector<StepMetric>& rows) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("add_step_metrics", run);
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        require_running(db, run);
+        for (const StepMetric& r : rows) {
+          Stmt& s = db.cached("INSERT INTO step_metrics (run_id, name, step, value) VALUES (?1, ?2, ?3, ?4)");
+          s.bind(1, run).bind(2, r.name).bind(3, r.step).bind(4, r.value);
+          try {
+            s.run();
+          } catch (const SessionError& e) {
+            throw db.with_context(e, "step " + std::to_string(r.step) + " '" + r.name + "'");
+          }
+        }
+        m.heartbeat(run);
+      },
+      ctx);
+}
+
+void SessionStore::add_blob(int64_t run, const Blob& blob) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("add_blob", run) + " '" + blob.name + "' layer " + std::to_string(blob.layer) +
+                          " head " + std::to_string(blob.head);
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  if (blob.name.empty()) throw SessionError(m.path, ctx + ": empty blob name");
+  if (blob.layer < -1 || blob.head < -1) throw SessionError(m.path, ctx + ": layer and head must be >= -1");
+  for (int64_t d : blob.shape)
+    if (d < 0) throw SessionError(m.path, ctx + ": negative dimension in shape " + detail::format_shape(blob.shape));
+  const size_t expected = static_cast<size_t>(blob.numel()) * dtype_size(blob.dtype);
+  if (blob.data.size() != expected)
+    throw SessionError(m.path, ctx + ": " + std::to_string(blob.data.size()) + " bytes do not fit shape " +
+                                   detail::format_shape(blob.shape) + " of " + std::string(to_string(blob.dtype)) + " (" +
+                                   std::to_string(expected) + " bytes)");
+  // Compress outside the write lock: transactions stay short.
+  const std::vector<uint8_t> frame = detail::zstd_compress(blob.data.data(), blob.data.size());
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        require_running(db, run);
+        db.cached(
+              "INSERT INTO blobs (run_id, name, layer, head, dtype, shape, codec, data, raw_size) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'zstd', ?7, ?8)")
+            .bind(1, run).bind(2, blob.name).bind(3, blob.layer).bind(4, blob.head).bind(5, to_string(blob.dtype))
+            .bind(6, detail::format_shape(blob.shape)).bind_blob(7, frame.data(), frame.size())
+            .bind(8, static_cast<int64_t>(expected)).run();
+        m.heartbeat(run);
+      },
+      ctx);
+}
+
+void SessionStore::set_summary(int64_t run, const std::string& name, double value) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("set_summary", run) + " '" + name + "'";
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        require_running(db, run);
+        db.cached(
+              "INSERT INTO summary_metrics (run_id, name, value) VALUES (?1, ?2, ?3) "
+              "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value")
+            .bind(1, run).bind(2, name).bind(3, value).run();
+        m.heartbeat(run);
+      },
+      ctx);
+}
+
+void SessionStore::finish_run(int64_t run, const RunOutputs& outputs) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("finish_run", run);
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  const std::vector<uint8_t> tokens = detail::encode_tokens(outputs.tokens);
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        require_running(db, run);
+        Stmt& k = db.cached(
+            "SELECT other.id, other.sweep_key FROM runs AS this JOIN runs AS other ON other.sweep_key = this.sweep_key "
+            "WHERE this.id = ?1 AND other.status = 'complete' AND other.id <> this.id");
+        k.bind(1, run);
+        if (k.step())
+          throw SessionError(m.path, "sweep key '" + k.col_text(1) + "' was completed first by run " +
+                                         std::to_string(k.col_int(0)) + "; fail_run this one");
+        k.reset();
+        const std::string now = detail::now_iso8601();
+        db.cached(
+              "UPDATE runs SET status = 'complete', finished_at = ?1, heartbeat_at = ?1, output_text = ?2, "
+              "output_tokens = ?3, n_output_tokens = ?4 WHERE id = ?5")
+            .bind(1, now).bind(2, outputs.text).bind_blob(3, tokens.data(), tokens.size())
+            .bind(4, static_cast<int64_t>(outputs.tokens.size())).bind(5, run).run();
+      },
+      ctx);
+  m.last_heartbeat.erase(run);
+}
+
+void SessionStore::fail_run(int64_t run, const std::string& message) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("fail_run", run);
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        require_running(db, run);
+        const std::string now = detail::now_iso8601();
+        db.cached("UPDATE runs SET status = 'failed', error = ?1, finished_at = ?2, heartbeat_at = ?2 WHERE id = ?3")
+            .bind(1, message).bind(2, now).bind(3, run).run();
+      },
+      ctx);
+  m.last_heartbeat.erase(run);
+}
+
+void SessionStore::delete_run(int64_t run) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("delete_run", run);
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        Db& db = *m.db;
+        require_run(db, run);
+        db.cached("DELETE FROM runs WHERE id = ?1").bind(1, run).run();
+      },
+      ctx);
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+std::vector<RunRow> SessionStore::list_runs() const {
+  Db& db = *impl_->db;
+  std::vector<RunRow> rows;
+  db.read(
+      [&] {
+        rows.clear();
+        std::map<int64_t, size_t> index;
+        Stmt& s = db.cached(std::string("SELECT ") + kRowCols + " FROM runs ORDER BY id");
+        while (s.step()) {
+          index[s.col_int(0)] = rows.size();
+          rows.push_back(row_from(db, s));
+        }
+        Stmt& sm = db.cached("SELECT run_id, name, value FROM summary_metrics ORDER BY run_id, name");
+        while (sm.step()) {
+          const auto it = index.find(sm.col_int(0));
+          if (it != index.end()) rows[it->second].summary[sm.col_text(1)] = sm.col_double(2);
+        }
+      },
+      "list_runs");
+  return rows;
+}
+
+RunRecord SessionStore::load_run(int64_t run) const {
+  Db& db = *impl_->db;
+  RunRecord r;
+  db.read(
+      [&] {
+        r = RunRecord();
+        Stmt& s = db.cached(std::string("SELECT ") + kRowCols +
+                            ", model_config_hash, model_type, n_layer, n_head, n_head_kv, head_dim, dtype, device, "
+                            "prompt_text, prompt_tokens, output_text, output_tokens, kvscope_version, torch_version, "
+                            "device_name, hostname FROM runs WHERE id = ?1");
+        s.bind(1, run);
+        if (!s.step()) throw SessionError(db.path(), "no run " + std::to_string(run));
+        r.row = row_from(db, s);
+        r.writer_pid = s.is_null(11) ? 0 : s.col_int(11);
+        r.writer_host = s.col_text(12);
+        RunInfo& i = r.info;
+        i.name = r.row.name;
+        i.model = {r.row.model_path, s.col_text(15), s.col_text(16), s.col_int(17), s.col_int(18), s.col_int(19),
+                   s.col_int(20), s.col_text(21), s.col_text(22)};
+        i.pipeline.spec = r.row.pipeline_spec;
+        i.budget = r.row.budget;
+        i.prompt.text = s.col_text(23);
+        i.prompt.tokens = tokens_from(db, s.col_blob(24), run, "prompt_tokens");
+        r.outputs.text = s.col_text(25);
+        r.outputs.tokens = tokens_from(db, s.col_blob(26), run, "output_tokens");
+        i.env = {s.col_text(27), s.col_text(28), s.col_text(29), s.col_text(30)};
+        i.sweep_key = r.row.sweep_key;
+        s.reset();
+
+        Stmt& st = db.cached("SELECT stage_index, stage, policy FROM pipeline_stages WHERE run_id = ?1 ORDER BY stage_index");
+        st.bind(1, run);
+        while (st.step()) i.pipeline.stages.push_back({st.col_text(1), st.col_text(2), {}});
+        Stmt& pp = db.cached(
+            "SELECT stage_index, key, type, value FROM pipeline_params WHERE run_id = ?1 ORDER BY stage_index, param_index");
+        pp.bind(1, run);
+        while (pp.step()) {
+          const int64_t si = pp.col_int(0);
+          const auto type = parse_param_type(pp.col_text(2));
+          if (si < 0 || si >= static_cast<int64_t>(i.pipeline.stages.size()) || !type)
+            throw SessionError(db.path(), "run " + std::to_string(run) + ": bad pipeline parameter row '" + pp.col_text(1) + "'");
+          i.pipeline.stages[static_cast<size_t>(si)].params.push_back({pp.col_text(1), *type, pp.col_text(3)});
+        }
+
+        Stmt& sm = db.cached("SELECT step, name, value FROM step_metrics WHERE run_id = ?1 ORDER BY step, name");
+        sm.bind(1, run);
+        while (sm.step()) r.step_metrics.push_back({sm.col_int(0), sm.col_text(1), sm.col_double(2)});
+
+        Stmt& su = db.cached("SELECT name, value FROM summary_metrics WHERE run_id = ?1 ORDER BY name");
+        su.bind(1, run);
+        while (su.step()) r.row.summary[su.col_text(0)] = su.col_double(1);
+
+        Stmt& b = db.cached(
+            "SELECT id, name, layer, head, dtype, shape, raw_size, length(data) FROM blobs WHERE run_id = ?1 "
+            "ORDER BY name, layer, head");
+        b.bind(1, run);
+        while (b.step()) {
+          BlobInfo bi;
+          bi.id = b.col_int(0);
+          bi.name = b.col_text(1);
+          bi.layer = b.col_int(2);
+          bi.head = b.col_int(3);
+          const auto dt = parse_dtype(b.col_text(4));
+          const auto shape = detail::parse_shape(b.col_text(5));
+          if (!dt || !shape)
+            throw SessionError(db.path(), "run " + std::to_string(run) + " blob " + std::to_string(bi.id) +
+                                              ": bad dtype '" + b.col_text(4) + "' or shape '" + b.col_text(5) + "'");
+          bi.dtype = *dt;
+          bi.shape = *shape;
+          bi.raw_bytes = b.col_int(6);
+          bi.stored_bytes = b.col_int(7);
+          r.blobs.push_back(std::move(bi));
+        }
+      },
+      "load_run(" + std::to_string(run) + ")");
+  r.notes = list_notes(run);
+  r.bookmarks = list_bookmarks(run);
+  return r;
+}
+
+std::vector<Blob> SessionStore::load_blobs(int64_t run, const std::string& name) const {
+  Db& db = *impl_->db;
+  std::vector<Blob> out;
+  db.read(
+      [&] {
+        out.clear();
+        Stmt& s = db.cached(
+            "SELECT id, name, layer, head, dtype, shape, raw_size, data FROM blobs WHERE run_id = ?1 AND name = ?2 "
+            "ORDER BY layer, head");
+        s.bind(1, run).bind(2, name);
+        while (s.step()) out.push_back(blob_from(db, s, run));
+      },
+      run_ctx("load_blobs", run) + " '" + name + "'");
+  return out;
+}
+
+std::optional<Blob> SessionStore::load_blob(int64_t run, const std::string& name, int64_t layer, int64_t head) const {
+  Db& db = *impl_->db;
+  std::optional<Blob> out;
+  db.read(
+      [&] {
+        out.reset();
+        Stmt& s = db.cached(
+            "SELECT id, name, layer, head, dtype, shape, raw_size, data FROM blobs WHERE run_id = ?1 AND name = ?2 "
+            "AND layer = ?3 AND head = ?4");
+        s.bind(1, run).bind(2, name).bind(3, layer).bind(4, head);
+        if (s.step()) out = blob_from(db, s, run);
+      },
+      run_ctx("load_blob", run) + " '" + name + "'");
+  return out;
+}
+
+std::vector<StepMetric> SessionStore::load_step_metric(int64_t run, const std::string& name) const {
+  Db& db = *impl_->db;
+  std::vector<StepMetric> out;
+  db.read(
+      [&] {
+        out.clear();
+        Stmt& s = db.cached("SELECT step, value FROM step_metrics WHERE run_id = ?1 AND name = ?2 ORDER BY step");
+        s.bind(1, run).bind(2, name);
+        while (s.step()) out.push_back({s.col_int(0), name, s.col_double(1)});
+      },
+      run_ctx("load_step_metric", run));
+  return out;
+}
+
+std::optional<int64_t> SessionStore::find_by_sweep_key(const std::string& key) const {
+  Db& db = *impl_->db;
+  std::optional<int64_t> out;
+  db.read(
+      [&] {
+        out.reset();
+        Stmt& s = db.cached("SELECT id FROM runs WHERE sweep_key = ?1 AND status = 'complete'");
+        s.bind(1, key);
+        if (s.step()) out = s.col_int(0);
+      },
+      "find_by_sweep_key('" + key + "')");
+  return out;
+}
+
+// ---- notes, bookmarks, view state ---------------------------------------------------------------
+
+int64_t SessionStore::add_note(int64_t run, const std::string& text) {
+  Impl& m = *impl_;
+  if (m.read_only) throw SessionError(m.path, run_ctx("add_note", run) + ": opened read-only");
+  int64_t id = 0;
+  m.db->write_tx(
+      [&] {
+        require_run(*m.db, run);
+        const std::string now = detail::now_iso8601();
+        m.db->cached("INSERT INTO notes (run_id, text, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)")
+            .bind(1, run).bind(2, text).bind(3, now).run();
+        id = sqlite3_last_insert_rowid(m.db->handle());
+      },
+      run_ctx("add_note", run));
+  return id;
+}
+
+void SessionStore::update_note(int64_t note_id, const std::string& text) {
+  Impl& m = *impl_;
+  const std::string ctx = "update_note(" + std::to_string(note_id) + ")";
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        m.db->cached("UPDATE notes SET text = ?1, updated_at = ?2 WHERE id = ?3")
+            .bind(1, text).bind(2, detail::now_iso8601()).bind(3, note_id).run();
+        if (sqlite3_changes(m.db->handle()) == 0) throw SessionError(m.path, "no note " + std::to_string(note_id));
+      },
+      ctx);
+}
+
+void SessionStore::delete_note(int64_t note_id) {
+  Impl& m = *impl_;
+  const std::string ctx = "delete_note(" + std::to_string(note_id) + ")";
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        m.db->cached("DELETE FROM notes WHERE id = ?1").bind(1, note_id).run();
+        if (sqlite3_changes(m.db->handle()) == 0) throw SessionError(m.path, "no note " + std::to_string(note_id));
+      },
+      ctx);
+}
+
+std::vector<Note> SessionStore::list_notes(std::optional<int64_t> run) const {
+  Db& db = *impl_->db;
+  std::vector<Note> out;
+  db.read(
+      [&] {
+        out.clear();
+        Stmt& s = db.cached(
+            "SELECT id, run_id, text, created_at, updated_at FROM notes WHERE ?1 IS NULL OR run_id = ?1 ORDER BY id");
+        if (run) s.bind(1, *run);
+        while (s.step()) out.push_back({s.col_int(0), s.col_int(1), s.col_text(2), s.col_text(3), s.col_text(4)});
+      },
+      "list_notes");
+  return out;
+}
+
+int64_t SessionStore::add_bookmark(const Bookmark& bm) {
+  Impl& m = *impl_;
+  if (m.read_only) throw SessionError(m.path, run_ctx("add_bookmark", bm.run_id) + ": opened read-only");
+  int64_t id = 0;
+  m.db->write_tx(
+      [&] {
+        require_run(*m.db, bm.run_id);
+        m.db->cached(
+              "INSERT INTO bookmarks (run_id, label, step, layer, head, token, created_at) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+            .bind(1, bm.run_id).bind(2, bm.label).bind(3, bm.step).bind(4, bm.layer).bind(5, bm.head)
+            .bind(6, bm.token).bind(7, detail::now_iso8601()).run();
+        id = sqlite3_last_insert_rowid(m.db->handle());
+      },
+      run_ctx("add_bookmark", bm.run_id));
+  return id;
+}
+
+void SessionStore::delete_bookmark(int64_t bookmark_id) {
+  Impl& m = *impl_;
+  const std::string ctx = "delete_bookmark(" + std::to_string(bookmark_id) + ")";
+  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
+  m.db->write_tx(
+      [&] {
+        m.db->cached("DELETE FROM bookmarks WHERE id = ?1").bind(1, bookmark_id).run();
+        if (sqlite3_changes(m.db->handle()) == 0) throw SessionError(m.path, "no bookmark " + std::to_string(bookmark_id));
+      },
+      ctx);
+}
+
+std::vector<Bookmark> SessionStore::list_bookmarks(std::optional<int64_t> run) const {
+  Db& db = *impl_->db;
+  std::vector<Bookmark> out;
+  db.read(
+      [&] {
+        out.clear();
+        Stmt& s = db.cached(
+            "SELECT id, run_id, label, step, layer, head, token, created_at FROM bookmarks "
+            "WHERE ?1 IS NULL OR run_id = ?1 ORDER BY id");
+        if (run) s.bind(1, *run);
+        while (s.step())
+          out.push_back({s.col_int(0), s.col_int(1), s.col_text(2), s.col_int(3), s.col_int(4), s.col_int(5),
+                         s.col_int(6), s.col_text(7)});
+      },
+      "list_bookmarks");
+  return out;
+}
+
+void SessionStore::set_view_state(const std::string& key, const std::string& value) {
+  Impl& m = *impl_;
+  if (m.read_only) throw SessionError(m.path, "set_view_state('" + key + "'): opened read-only");
+  m.db->write_tx(
+      [&] {
+        m.db->cached(
+              "INSERT INTO view_state (key, value, updated_at) VALUES (?1, ?2, ?3) "
+              "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
+            .bind(1, key).bind(2, value).bind(3, detail::now_iso8601()).run();
+      },
+      "set_view_state('" + key + "')");
+}
+
+std::optional<std::string> SessionStore::get_view_state(const std::string& key) const {
+  Db& db = *impl_->db;
+  std::optional<std::string> out;
+  db.read(
+      [&] {
+        out.reset();
+        Stmt& s = db.cached("SELECT value FROM view_state WHERE key = ?1");
+        s.bind(1, key);
+        if (s.step()) out = s.col_text(0);
+      },
+      "get_view_state('" + key + "')");
+  return out;
+}
+
+std::string SessionStore::integrity_check() const {
+  Db& db = *impl_->db;
+  std::string out;
+  db.read(
+      [&] {
+        out.clear();
+        Stmt s(db, "PRAGMA integrity_check");
+        std::string ic;
+        while (s.step()) {
+          if (!ic.empty()) ic += '\n';
+          ic += s.col_text(0);
+        }
+        if (ic != "ok") out = ic;
+        Stmt fk(db, "PRAGMA foreign_key_check");
+        while (fk.step()) {
+          if (!out.empty()) out += "\n";
+          out += "foreign key: " + fk.col_text(0) + " row " + fk.col_text(1) + " has no parent in " + fk.col_text(2);
+        }
+      },
+      "integrity_check");
+  return out.empty() ? "ok" : out;
+}
+
+}  // namespace kvscope::sessions
