@@ -12,5 +12,10 @@ using Runner = std::function<int()>;
 Runner add_generate(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_policies(CLI::App& app);
+Runner add_inspect(CLI::App& app);
+Runner add_compare(CLI::App& app);
+Runner add_merge(CLI::App& app);
+Runner add_sweep(CLI::App& app);
+Runner add_export(CLI::App& app);  // only with KVSCOPE_WITH_VIZ
 
 }  // namespace kvscope::cli

@@ -10,6 +10,7 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/pipeline.h"
+#include "session_record.h"
 
 namespace kvscope::cli {
 
@@ -24,6 +25,10 @@ void CompressionOptions::add_to(CLI::App& cmd) {
       ->check(CLI::IsMember({"stored", "fetched", "fraction"}));
   cmd.add_option("--reference", reference, "full: also decode with the full cache and report per-step fidelity")
       ->check(CLI::IsMember({"full"}));
+  cmd.add_option("--db", db, "Record the run as a session in this SQLite database (created if missing)");
+  cmd.add_option("--capture", capture, "Per-head statistics to record: off | summary | full")
+      ->check(CLI::IsMember({"off", "summary", "full"}));
+  cmd.add_option("--name", name, "Name of the recorded session");
 }
 
 int execute_generation(const ModelOptions& opts, const CompressionOptions* comp) {
@@ -53,11 +58,21 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
 
   const bool stream = !opts.json && model.tokenizer;
   std::vector<int32_t> shown = req.prompt_ids;
-  const GenerateResult res = generate(engine, req, [&](int32_t id) {
+  auto on_token = [&](int32_t id) {
     if (!stream) return;
     std::cout << decode_continuation(*model.tokenizer, shown, {id}) << std::flush;
     shown.push_back(id);
-  });
+  };
+  int64_t session_id = -1;
+  GenerateResult res;
+  if (comp && !comp->db.empty()) {
+    req.capture = parse_capture_level(comp->capture);
+    auto store = sessions::SessionStore::open(comp->db);
+    res = generate_into_store(store, engine, pipeline.get(), registry, req, opts.prompt_text(), comp->name, std::nullopt,
+                              session_id, on_token);
+  } else {
+    res = generate(engine, req, on_token);
+  }
   const auto& kl = res.fidelity.kl;
   if (!opts.json) {
     std::cout << "\n";
@@ -68,9 +83,11 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
                 << ", top-1 agreement "
                 << std::accumulate(res.fidelity.top1.begin(), res.fidelity.top1.end(), 0.0) / kl.size();
     std::cerr << "\n";
+    if (session_id >= 0) std::cout << "session " << session_id << " recorded in " << comp->db << "\n";
     return 0;
   }
   nlohmann::json j;
+  if (session_id >= 0) j["session_id"] = session_id;
   j["input_ids"] = req.prompt_ids;
   j["output_ids"] = res.output_ids;
   j["text"] = model.tokenizer ? decode_continuation(*model.tokenizer, req.prompt_ids, res.output_ids) : "";

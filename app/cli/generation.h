@@ -13,6 +13,9 @@ struct CompressionOptions {
   double budget = -1;
   std::string budget_unit = "stored";
   std::string reference;  ///< "" | "full"
+  std::string db;         ///< session database to record the run in ("" = none)
+  std::string capture = "summary";
+  std::string name;
 
   void add_to(CLI::App& cmd);
 };

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "kvscope/core/errors.h"
+#include "kvscope/sessions/types.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvscope-cli: KV-cache compression workbench (headless)"};
@@ -13,6 +14,13 @@ int main(int argc, char** argv) {
   reg(kvscope::cli::add_generate(app));
   reg(kvscope::cli::add_run(app));
   reg(kvscope::cli::add_policies(app));
+  reg(kvscope::cli::add_sweep(app));
+  reg(kvscope::cli::add_inspect(app));
+  reg(kvscope::cli::add_compare(app));
+  reg(kvscope::cli::add_merge(app));
+#ifdef KVSCOPE_HAVE_VIZ
+  reg(kvscope::cli::add_export(app));
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -21,6 +29,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& [cmd, run] : runners)
       if (cmd->parsed()) return run();
+  } catch (const kvscope::sessions::SessionError& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 2;
   } catch (const kvscope::InputError& e) {
     std::cerr << "kvscope-cli: error: " << e.what() << "\n";
     return 2;

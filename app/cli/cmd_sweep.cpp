@@ -1,0 +1,217 @@
+// kvscope-cli sweep: models x prompts x pipelines x budgets into one session database; resumable
+// (finished runs are skipped by their sweep key), shardable (--shard i/n), several GPUs (--devices),
+// and a Slurm array script (--emit-slurm).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TOML_HEADER_ONLY 1
+#include <toml++/toml.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "commands.h"
+#include "kvscope/core/errors.h"
+#include "session_record.h"
+
+namespace kvscope::cli {
+namespace {
+
+/// A sweep grid, parsed once from TOML (format in README "Sweeps").
+struct Grid {
+  std::vector<std::string> models, prompts, pipelines;
+  std::string budget_unit = "ratio";
+  std::vector<double> budgets;
+  int64_t max_new_tokens = 32;
+  std::string bos = "auto", device = "cpu", dtype = "fp32", capture = "summary";
+  bool reference_full = true;
+};
+
+template <class T>
+std::vector<T> array_of(const toml::table& t, const char* key, const std::filesystem::path& file) {
+  std::vector<T> out;
+  const auto* arr = t[key].as_array();
+  if (!arr) throw InputError(file, std::string("missing array '") + key + "'");
+  for (const auto& e : *arr) {
+    auto v = e.value<T>();
+    if (!v) throw InputError(file, std::string("'") + key + "' has an element of the wrong type");
+    out.push_back(*v);
+  }
+  if (out.empty()) throw InputError(file, std::string("'") + key + "' is empty");
+  return out;
+}
+
+Grid parse_grid(const std::filesystem::path& file) {
+  toml::table t;
+  try {
+    t = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << "not valid TOML: " << e.description() << " (line " << e.source().begin.line << ")";
+    throw InputError(file, os.str());
+  }
+  Grid g;
+  const auto base = file.parent_path();
+  auto resolve = [&](const std::string& p) { return std::filesystem::path(p).is_absolute() ? p : (base / p).string(); };
+  for (auto& m : array_of<std::string>(t, "models", file)) g.models.push_back(resolve(m));
+  for (auto& p : array_of<std::string>(t, "prompts", file)) g.prompts.push_back(resolve(p));
+  g.pipelines = array_of<std::string>(t, "pipelines", file);
+  const auto* budget = t["budget"].as_table();
+  if (!budget) throw InputError(file, "missing [budget] table (unit, values)");
+  g.budget_unit = (*budget)["unit"].value_or(std::string("ratio"));
+  g.budgets = array_of<double>(*budget, "values", file);
+  g.max_new_tokens = t["max_new_tokens"].value_or(int64_t{32});
+  g.bos = t["bos"].value_or(std::string("auto"));
+  g.device = t["device"].value_or(std::string("cpu"));
+  g.dtype = t["dtype"].value_or(std::string("fp32"));
+  g.capture = t["capture"].value_or(std::string("summary"));
+  g.reference_full = t["reference"].value_or(std::string("full")) == "full";
+  if (g.budget_unit != "ratio") parse_budget_unit(g.budget_unit);  // validates
+  return g;
+}
+
+struct Item {
+  std::string model, prompt, pipeline;
+  double budget;
+  std::string key(const Grid& g, const std::string& device) const {
+    std::ostringstream os;
+    os << model << "|" << prompt << "|" << pipeline << "|" << g.budget_unit << "=" << budget << "|new=" << g.max_new_tokens
+       << "|" << g.dtype << "|bos=" << g.bos << "|ref=" << g.reference_full;
+    (void)device;  // the same run on another GPU is the same run
+    return os.str();
+  }
+};
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw InputError(p, "cannot read the prompt file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string hms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02d:%02d:%02d", int(s / 3600), int(s / 60) % 60, int(s) % 60);
+  return buf;
+}
+
+/// Runs the items with index % stride == offset on `device`. Returns the number of failures.
+int run_items(const Grid& g, const std::vector<Item>& items, size_t offset, size_t stride, const std::string& device,
+              const std::string& db) {
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  auto store = sessions::SessionStore::open(db);
+  std::map<std::string, std::unique_ptr<Model>> models;
+  size_t todo = 0, done = 0, skipped = 0, failed = 0;
+  for (size_t i = offset; i < items.size(); i += stride) ++todo;
+  const bool tty = ::isatty(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = offset; i < items.size(); i += stride) {
+    const Item& it = items[i];
+    const std::string key = it.key(g, device);
+    if (store.find_by_sweep_key(key)) {
+      ++skipped;
+      continue;
+    }
+    try {
+      auto& model = models[it.model];
+      if (!model) model = std::make_unique<Model>(load_model(it.model, LoadOptions{c10::Device(device), parse_dtype(g.dtype), {}}));
+      const Engine engine(*model);
+      const Pipeline pipeline(registry, it.pipeline);
+      GenerateRequest req;
+      const std::string text = read_file(it.prompt);
+      req.prompt_ids = prompt_ids(*model, text, g.bos == "always" ? BosMode::kAlways : g.bos == "never" ? BosMode::kNever : BosMode::kAuto);
+      req.max_new_tokens = g.max_new_tokens;
+      req.stop_ids = model->stop_token_ids;
+      req.pipeline = &pipeline;
+      req.budget = {g.budget_unit == "ratio" ? BudgetSpec::Unit::kCompressionRatio : parse_budget_unit(g.budget_unit), it.budget};
+      req.reference_full = g.reference_full;
+      req.capture = parse_capture_level(g.capture);
+      int64_t run = -1;
+      const std::string name = std::filesystem::path(it.prompt).filename().string() + " / " + it.pipeline;
+      generate_into_store(store, engine, &pipeline, registry, req, text, name, key, run);
+    } catch (const std::exception& e) {
+      ++failed;
+      std::cerr << (tty ? "\n" : "") << "sweep: item " << i << " failed: " << e.what() << "\n";
+    }
+    ++done;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double rate = done / std::max(s, 1e-9);
+    const size_t left = todo - done - skipped;
+    if (tty)
+      std::fprintf(stderr, "\r[%zu/%zu] %.2f runs/min, ETA %s   ", done + skipped, todo, rate * 60, hms(left / rate).c_str());
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  std::cerr << "sweep" << (stride > 1 ? " (" + device + ")" : "") << ": " << done - failed << " runs recorded, " << skipped
+            << " already done, " << failed << " failed\n";
+  return int(failed);
+}
+
+}  // namespace
+
+Runner add_sweep(CLI::App& app) {
+  auto* cmd = app.add_subcommand("sweep", "Run a grid of models x prompts x pipelines x budgets into a session database");
+  struct Args {
+    std::string grid, db, shard, devices, emit_slurm;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("GRID", a->grid, "Sweep grid (TOML)")->required();
+  cmd->add_option("--db", a->db, "Session database")->required();
+  cmd->add_option("--shard", a->shard, "i/n: run only every n-th item starting at i");
+  cmd->add_option("--devices", a->devices, "Comma-separated CUDA device ids: one worker process per GPU");
+  cmd->add_option("--emit-slurm", a->emit_slurm, "Write a Slurm array script (one shard per task, one database per shard)");
+  return [a]() {
+    const Grid g = parse_grid(a->grid);
+    std::vector<Item> items;
+    for (const auto& m : g.models)
+      for (const auto& p : g.prompts)
+        for (const auto& pl : g.pipelines)
+          for (double b : g.budgets) items.push_back({m, p, pl, b});
+    size_t shard = 0, n_shards = 1;
+    if (!a->shard.empty()) {
+      if (std::sscanf(a->shard.c_str(), "%zu/%zu", &shard, &n_shards) != 2 || n_shards == 0 || shard >= n_shards)
+        throw InputError("--shard must be i/n with 0 <= i < n (got '" + a->shard + "')");
+    }
+    if (!a->emit_slurm.empty()) {
+      const size_t tasks = std::max<size_t>(n_shards, 1);
+      std::ofstream out(a->emit_slurm);
+      if (!out) throw InputError(a->emit_slurm, "cannot be written");
+      out << "#!/bin/bash\n#SBATCH --job-name=kvscope-sweep\n#SBATCH --array=0-" << tasks - 1
+          << "\n#SBATCH --gres=gpu:1\n#SBATCH --output=kvscope-sweep-%a.log\n"
+          << "# One shard per task, one database per shard; afterwards:\n"
+          << "#   kvscope-cli merge --out " << a->db << " " << a->db << ".shard-*.db\n"
+          << "set -euo pipefail\n"
+          << "kvscope-cli sweep '" << std::filesystem::absolute(a->grid).string() << "' --db '" << a->db
+          << ".shard-${SLURM_ARRAY_TASK_ID}.db' --shard ${SLURM_ARRAY_TASK_ID}/" << tasks << "\n";
+      std::cout << "wrote " << a->emit_slurm << " (" << tasks << " tasks, " << items.size() << " runs)\n";
+      return 0;
+    }
+    // Keep this shard's items, then spread them over the GPUs.
+    std::vector<Item> mine;
+    for (size_t i = shard; i < items.size(); i += n_shards) mine.push_back(items[i]);
+    std::vector<std::string> devices;
+    std::stringstream ss(a->devices);
+    for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
+    if (devices.size() <= 1)
+      return run_items(g, mine, 0, 1, devices.empty() ? g.device : devices[0], a->db) ? 1 : 0;
+    std::vector<pid_t> children;
+    for (size_t d = 0; d < devices.size(); ++d) {
+      const pid_t pid = ::fork();
+      if (pid == 0) ::_exit(run_items(g, mine, d, devices.size(), devices[d], a->db) ? 1 : 0);
+      children.push_back(pid);
+    }
+    int status = 0, failed = 0;
+    for (pid_t p : children) {
+      ::waitpid(p, &status, 0);
+      failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    return failed ? 1 : 0;
+  };
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,168 @@
+#include "session_record.h"
+
+#include <unistd.h>
+
+#include <functional>
+#include <numeric>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+namespace kvscope::cli {
+namespace {
+
+std::string stage_name(Stage s) {
+  switch (s) {
+    case Stage::kHeadPattern: return "head_pattern";
+    case Stage::kScoring: return "scoring";
+    case Stage::kBudget: return "budget";
+    case Stage::kRetention: return "retention";
+    case Stage::kChannel: return "channel";
+    case Stage::kDecodeSelection: return "decode_selection";
+    case Stage::kMaintenance: return "maintenance";
+    case Stage::kMultiTurn: return "multi_turn";
+  }
+  return "?";
+}
+
+sessions::ParamType param_type(ParamSpec::Type t) {
+  switch (t) {
+    case ParamSpec::Type::kInt: return sessions::ParamType::kInt;
+    case ParamSpec::Type::kFloat: return sessions::ParamType::kFloat;
+    case ParamSpec::Type::kChoice: return sessions::ParamType::kChoice;
+    case ParamSpec::Type::kBool: return sessions::ParamType::kBool;
+    case ParamSpec::Type::kPath: return sessions::ParamType::kPath;
+  }
+  return sessions::ParamType::kChoice;
+}
+
+sessions::BudgetUnit budget_unit(BudgetSpec::Unit u) {
+  switch (u) {
+    case BudgetSpec::Unit::kCompressionRatio: return sessions::BudgetUnit::kCompressionRatio;
+    case BudgetSpec::Unit::kStored: return sessions::BudgetUnit::kStored;
+    case BudgetSpec::Unit::kFetched: return sessions::BudgetUnit::kFetched;
+    case BudgetSpec::Unit::kFraction: return sessions::BudgetUnit::kFraction;
+  }
+  return sessions::BudgetUnit::kStored;
+}
+
+/// Hex hash of the model's shape and source, to tell checkpoints apart.
+std::string config_hash(const Model& m) {
+  const ModelConfig& c = m.config;
+  std::ostringstream os;
+  os << c.model_type << c.vocab_size << ':' << c.hidden_size << ':' << c.intermediate_size << ':' << c.n_layer << ':'
+     << c.n_head << ':' << c.n_head_kv << ':' << c.head_dim << ':' << c.rope_theta << ':' << c.rms_norm_eps << ':'
+     << c.tie_word_embeddings << ':' << c.qkv_bias << ':' << m.weights.bytes();
+  std::ostringstream hex;
+  hex << std::hex << std::hash<std::string>{}(os.str());
+  return hex.str();
+}
+
+sessions::Blob f32_blob(const std::string& name, int64_t layer, const at::Tensor& t) {
+  at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
+  return sessions::Blob::of<float>(name, layer, -1, c.sizes().vec(),
+                                   std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel()));
+}
+
+}  // namespace
+
+sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const PolicyRegistry& registry,
+                           const GenerateRequest& req, const std::string& prompt_text, const std::string& name,
+                           const std::optional<std::string>& sweep_key) {
+  sessions::RunInfo info;
+  info.name = name;
+  const ModelConfig& c = model.config;
+  info.model = {model.source.string(), config_hash(model), c.model_type, c.n_layer, c.n_head, c.n_head_kv,
+                c.head_dim, dtype_name(model.dtype), model.device.str()};
+  if (pipeline) {
+    info.pipeline.spec = pipeline->canonical();
+    for (const auto& p : pipeline->stages()) {
+      sessions::PipelineStage st{stage_name(p->stage()), p->name(), {}};
+      const auto& spec = registry.at(p->name()).spec;
+      for (const auto& [k, v] : p->params()) {
+        auto it = std::find_if(spec.begin(), spec.end(), [&](const ParamSpec& s) { return s.key == k; });
+        st.params.push_back({k, it == spec.end() ? sessions::ParamType::kChoice : param_type(it->type), v});
+      }
+      info.pipeline.stages.push_back(std::move(st));
+    }
+    info.budget = {budget_unit(req.budget.unit), req.budget.value};
+  } else {
+    info.pipeline.spec = "full";
+    info.budget = {sessions::BudgetUnit::kFraction, 1.0};
+  }
+  info.prompt = {prompt_text, req.prompt_ids};
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  info.env = {"0.1.0", TORCH_VERSION, model.device.is_cuda() ? "cuda" : "cpu", host};
+  info.sweep_key = sweep_key;
+  return info;
+}
+
+void record_results(sessions::SessionStore& store, int64_t run, const Model& model, const GenerateRequest& req,
+                    const GenerateResult& res) {
+  std::vector<sessions::StepMetric> steps;
+  for (size_t i = 0; i < res.fidelity.kl.size(); ++i) {
+    steps.push_back({int64_t(i), "kl", res.fidelity.kl[i]});
+    steps.push_back({int64_t(i), "top1", double(res.fidelity.top1[i])});
+  }
+  for (size_t i = 0; i < res.bytes_read.size(); ++i) steps.push_back({int64_t(i + 1), "bytes_read", double(res.bytes_read[i])});
+  if (!steps.empty()) store.add_step_metrics(run, steps);
+
+  // Kept prompt positions per (layer, KV head), and the per-head capture.
+  for (size_t l = 0; l < res.kept.size(); ++l)
+    for (size_t h = 0; h < res.kept[l].size(); ++h) {
+      const auto& k = res.kept[l][h];
+      store.add_blob(run, sessions::Blob::of<int64_t>("kept_positions", int64_t(l), int64_t(h), {int64_t(k.size())}, k));
+    }
+  for (size_t l = 0; l < res.captures.size(); ++l) {
+    const LayerCapture& c = res.captures[l];
+    if (c.summary.defined()) store.add_blob(run, f32_blob("head_summary", int64_t(l), c.summary));
+    if (c.attention.defined()) store.add_blob(run, f32_blob("attention", int64_t(l), c.attention));
+    if (c.cos_to_mean.defined()) store.add_blob(run, f32_blob("cos_to_mean", int64_t(l), c.cos_to_mean));
+    if (c.channel_mean.defined()) store.add_blob(run, f32_blob("channel_mean", int64_t(l), c.channel_mean));
+    if (c.channel_cv.defined()) store.add_blob(run, f32_blob("channel_cv", int64_t(l), c.channel_cv));
+  }
+  auto mean = [](const auto& v) { return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); };
+  int64_t kept = 0, heads = 0;
+  for (const auto& layer : res.kept)
+    for (const auto& h : layer) kept += int64_t(h.size()), ++heads;
+  store.set_summary(run, "prefill_ms", res.prefill_ms);
+  store.set_summary(run, "decode_tokens_per_s", res.decode_tokens_per_s());
+  store.set_summary(run, "kv_bytes_live", double(res.cache_bytes_live));
+  store.set_summary(run, "kv_bytes_allocated", double(res.cache_bytes_allocated));
+  store.set_summary(run, "side_store_bytes", double(res.side_store_bytes));
+  store.set_summary(run, "bytes_read_mean", mean(res.bytes_read));
+  store.set_summary(run, "n_prompt", double(req.prompt_ids.size()));
+  store.set_summary(run, "kept_per_head_mean", heads ? double(kept) / heads : 0.0);
+  if (!res.fidelity.kl.empty()) {
+    store.set_summary(run, "mean_kl", mean(res.fidelity.kl));
+    store.set_summary(run, "top1_agreement", mean(res.fidelity.top1));
+  }
+  sessions::RunOutputs out;
+  out.tokens = res.output_ids;
+  if (model.tokenizer) out.text = decode_continuation(*model.tokenizer, req.prompt_ids, res.output_ids);
+  store.finish_run(run, out);
+}
+
+}  // namespace kvscope::cli
+
+namespace kvscope::cli {
+
+GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& engine, const Pipeline* pipeline,
+                                   const PolicyRegistry& registry, const GenerateRequest& req,
+                                   const std::string& prompt_text, const std::string& name,
+                                   const std::optional<std::string>& sweep_key, int64_t& run_id,
+                                   const std::function<void(int32_t)>& on_token) {
+  run_id = store.begin_run(run_info(engine.model(), pipeline, registry, req, prompt_text, name, sweep_key));
+  try {
+    GenerateResult res = generate(engine, req, on_token);
+    record_results(store, run_id, engine.model(), req, res);
+    return res;
+  } catch (const std::exception& e) {
+    store.fail_run(run_id, e.what());
+    throw;
+  }
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,32 @@
+#pragma once
+// Writing a run into a session database: what kvscope-cli run/sweep record (blob and metric names
+// are listed in docs/sessions.md "What kvscope writes").
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/sessions/session_store.h"
+
+namespace kvscope::cli {
+
+/// Identity of a run before it starts (begin_run writes it, so a killed run stays visible).
+sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const PolicyRegistry& registry,
+                           const GenerateRequest& req, const std::string& prompt_text, const std::string& name,
+                           const std::optional<std::string>& sweep_key);
+
+/// Writes outputs, per-step metrics, summary metrics and captured blobs, then marks the run complete.
+void record_results(sessions::SessionStore& store, int64_t run, const Model& model, const GenerateRequest& req,
+                    const GenerateResult& res);
+
+/// begin_run, generate, record_results (or fail_run and rethrow). Returns the result; `run_id` is set
+/// as soon as the run exists in the database.
+GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& engine, const Pipeline* pipeline,
+                                   const PolicyRegistry& registry, const GenerateRequest& req,
+                                   const std::string& prompt_text, const std::string& name,
+                                   const std::optional<std::string>& sweep_key, int64_t& run_id,
+                                   const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace kvscope::cli

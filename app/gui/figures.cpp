@@ -1,0 +1,676 @@
+#include "figures.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+
+namespace kvscope::gui {
+namespace {
+
+constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string head_name(const Selection& s) { return "L" + std::to_string(s.layer) + " H" + std::to_string(s.head); }
+
+viz::Figure base(const RunData& a, std::string title) {
+  viz::Figure f;
+  f.title = std::move(title);
+  f.caption = a.caption();
+  return f;
+}
+
+// A panel that only says what is missing (an empty line plot keeps the figure valid).
+viz::LinePlot note_panel(std::string text) {
+  viz::LinePlot p;
+  p.title = std::move(text);
+  p.x.range = viz::Range{0, 1};
+  p.y.range = viz::Range{0, 1};
+  p.x.grid = p.y.grid = false;
+  p.x.ticks = {0.0};
+  p.x.tick_labels = {""};
+  p.y.ticks = {0.0};
+  p.y.tick_labels = {""};
+  p.legend = viz::LegendPos::None;
+  return p;
+}
+
+// Kept/evicted strip of one head (category 1 = kept, so Max aggregation shows any kept token).
+viz::TokenStrip kept_strip(const RunData& a, const Selection& sel, std::string title) {
+  viz::TokenStrip t;
+  t.title = std::move(title);
+  t.categories = {{"evicted", kEvictedColor}, {"kept", kKeptColor}};
+  t.category.assign(static_cast<std::size_t>(a.n_tok), 0);
+  if (!a.has_kept) {
+    std::fill(t.category.begin(), t.category.end(), 1);
+  } else if (sel.layer >= 0 && sel.layer < a.n_layer && sel.head >= 0 && sel.head < a.n_head_kv) {
+    for (std::int64_t p : a.kept[static_cast<std::size_t>(sel.layer)][static_cast<std::size_t>(sel.head)])
+      if (p >= 0 && p < a.n_tok) t.category[static_cast<std::size_t>(p)] = 1;
+  }
+  t.aggregate = viz::Aggregate::Max;
+  return t;
+}
+
+bool valid_head(const RunData& a, const Selection& s) {
+  return s.layer >= 0 && s.layer < a.n_layer && s.head >= 0 && s.head < a.n_head_kv;
+}
+
+double finite_or(double v, double d) { return std::isfinite(v) ? v : d; }
+
+}  // namespace
+
+std::string_view view_name(View v) {
+  switch (v) {
+    case View::kSessions: return "sessions";
+    case View::kRun: return "run";
+    case View::kHeads: return "heads";
+    case View::kTokens: return "tokens";
+    case View::kAttention: return "attention";
+    case View::kKeys: return "keys";
+    case View::kChannels: return "channels";
+    case View::kBudgets: return "budgets";
+    case View::kFidelity: return "fidelity";
+    case View::kSelection: return "selection";
+    case View::kCompare: return "compare";
+  }
+  return "sessions";
+}
+
+const char* view_title(View v) {
+  switch (v) {
+    case View::kSessions: return "Sessions";
+    case View::kRun: return "Run";
+    case View::kHeads: return "Heads";
+    case View::kTokens: return "Tokens";
+    case View::kAttention: return "Attention";
+    case View::kKeys: return "Key geometry";
+    case View::kChannels: return "Channels";
+    case View::kBudgets: return "Budgets";
+    case View::kFidelity: return "Fidelity";
+    case View::kSelection: return "Selection";
+    case View::kCompare: return "Compare";
+  }
+  return "";
+}
+
+std::optional<View> parse_view(std::string_view name) {
+  for (View v : kAllViews)
+    if (view_name(v) == name) return v;
+  return std::nullopt;
+}
+
+bool view_has_figure(View v) { return v != View::kSessions && v != View::kRun; }
+
+const std::array<const char*, 9>& heads_metric_names() {
+  static const std::array<const char*, 9> names = {"entropy",    "mass_top1pct", "mass_top5pct", "tokens95_frac", "sink_share",
+                                                   "cos_mean",   "channel_cv",   "kept",         "kept_frac"};
+  return names;
+}
+
+std::vector<float> heads_metric_values(const RunData& run, int metric) {
+  const std::int64_t L = run.n_layer, H = run.n_head_kv;
+  std::vector<float> v(static_cast<std::size_t>(L * H), kNaNf);
+  const auto& names = heads_metric_names();
+  if (metric < 0 || metric >= static_cast<int>(names.size())) return v;
+  const std::string name = names[static_cast<std::size_t>(metric)];
+  const auto mi = run.metric_index(name);
+  for (std::int64_t l = 0; l < L; ++l)
+    for (std::int64_t h = 0; h < H; ++h) {
+      float x = kNaNf;
+      if (name == "kept") x = static_cast<float>(run.kept_count(l, h));
+      else if (name == "kept_frac") x = run.n_tok > 0 ? static_cast<float>(run.kept_count(l, h)) / static_cast<float>(run.n_tok) : kNaNf;
+      else if (mi) x = run.metric(l, h, *mi);
+      v[static_cast<std::size_t>(l * H + h)] = x;
+    }
+  return v;
+}
+
+double jaccard(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+  if (a.empty() && b.empty()) return 1.0;
+  std::size_t i = 0, j = 0, inter = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] < b[j]) ++i;
+    else if (b[j] < a[i]) ++j;
+    else ++inter, ++i, ++j;
+  }
+  return static_cast<double>(inter) / static_cast<double>(a.size() + b.size() - inter);
+}
+
+viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions& o, const Selection& sel) {
+  const auto& names = heads_metric_names();
+  const int m = std::clamp(o.metric, 0, static_cast<int>(names.size()) - 1);
+  const std::string name = names[static_cast<std::size_t>(m)];
+  const bool comparable = b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv;
+  const Side side = comparable ? o.side : Side::kA;
+  std::string which = side == Side::kA ? "" : side == Side::kB ? " (run B)" : " (A \xe2\x88\x92 B)";
+  viz::Figure f = base(side == Side::kB ? *b : a, metric_label(name) + " per layer and KV head" + which);
+  viz::Heatmap h;
+  h.rows = a.n_layer;
+  h.cols = a.n_head_kv;
+  if (side == Side::kA) {
+    h.values = heads_metric_values(a, m);
+  } else if (side == Side::kB) {
+    h.values = heads_metric_values(*b, m);
+  } else {
+    const auto va = heads_metric_values(a, m), vb = heads_metric_values(*b, m);
+    h.values.resize(va.size());
+    for (std::size_t i = 0; i < va.size(); ++i) h.values[i] = va[i] - vb[i];
+    h.colormap = "coolwarm";
+  }
+  const bool has = std::any_of(h.values.begin(), h.values.end(), [](float x) { return std::isfinite(x); });
+  h.title = has ? "selected: " + head_name(sel) : "not captured in this run (capture summary or full)";
+  h.x.label = "KV head";
+  h.y.label = "layer";
+  h.colorbar_label = side == Side::kDiff ? "\xce\x94 " + name : name;
+  if (name == "entropy") h.colormap = side == Side::kDiff ? "coolwarm" : "magma";
+  h.aggregate = viz::Aggregate::Mean;
+  f.panels.push_back(std::move(h));
+  return f;
+}
+
+viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel) {
+  viz::Figure f = base(a, "Prompt tokens");
+  f.title.clear();
+  if (o.coloring == TokenColoring::kKeptSelectedHead || !a.has_kept) {
+    f.panels.push_back(kept_strip(a, sel,
+                                  "kept by " + head_name(sel) + ": " + std::to_string(a.kept_count(sel.layer, sel.head)) +
+                                      " of " + std::to_string(a.n_tok) + " tokens"));
+    return f;
+  }
+  viz::TokenStrip t;
+  t.values.resize(static_cast<std::size_t>(a.n_tok), kNaNf);
+  if (o.coloring == TokenColoring::kKeepRate) {
+    const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
+    for (std::int64_t i = 0; i < a.n_tok; ++i)
+      t.values[static_cast<std::size_t>(i)] = static_cast<float>(a.keep_count[static_cast<std::size_t>(i)] / heads);
+    t.title = "fraction of the " + std::to_string(a.n_layer * a.n_head_kv) + " KV heads that kept each token";
+    t.value_range = viz::Range{0, 1};
+    t.colorbar_label = "keep rate";
+    t.aggregate = viz::Aggregate::Mean;
+  } else {
+    const float* att = a.attention_row(sel.layer, sel.head);
+    if (att)
+      for (std::int64_t i = 0; i < a.n_tok; ++i) t.values[static_cast<std::size_t>(i)] = std::log10(std::max(att[i], 1e-9f));
+    t.title = att ? "window attention of " + head_name(sel) + " (log10)" : "no attention captured (capture full)";
+    t.colorbar_label = "log10 attention";
+    t.colormap = "magma";
+    t.aggregate = viz::Aggregate::Max;
+  }
+  f.panels.push_back(std::move(t));
+  return f;
+}
+
+viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const Selection& sel, int width_px) {
+  viz::Figure f = base(a, "Window attention over the prompt, layer " + std::to_string(sel.layer));
+  f.columns = 1;
+  const std::int64_t T = a.n_tok, H = a.n_head_kv;
+  const bool have = sel.layer >= 0 && sel.layer < a.n_layer && !a.attention.empty() &&
+                    !a.attention[static_cast<std::size_t>(sel.layer)].empty();
+  if (!have || T == 0) {
+    f.panels.push_back(note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
+    f.panels.push_back(kept_strip(a, sel, "kept by " + head_name(sel)));
+    f.row_weights = {3, 1};
+    return f;
+  }
+  const auto& att = a.attention[static_cast<std::size_t>(sel.layer)];
+  viz::Heatmap hm;
+  hm.title = "all KV heads of layer " + std::to_string(sel.layer) + (o.log_scale ? " (log10, max per pixel)" : " (max per pixel)");
+  hm.rows = H;
+  hm.cols = T;
+  hm.values.resize(att.size());
+  for (std::size_t i = 0; i < att.size(); ++i) hm.values[i] = o.log_scale ? std::log10(std::max(att[i], 1e-9f)) : att[i];
+  hm.x.label = "prompt position";
+  hm.y.label = "KV head";
+  hm.colormap = "magma";
+  hm.colorbar_label = o.log_scale ? "log10 attention" : "attention";
+  hm.aggregate = viz::Aggregate::Max;
+  f.panels.push_back(std::move(hm));
+
+  // Selected head, max per bucket of positions; kept tokens as markers (max over kept in the bucket).
+  const float* row = a.attention_row(sel.layer, sel.head);
+  const std::int64_t nb = std::clamp<std::int64_t>(width_px / 2, 16, 4096);
+  const std::int64_t per = std::max<std::int64_t>(1, (T + nb - 1) / nb);
+  viz::Series all, kept;
+  all.name = per > 1 ? "all tokens (max per " + std::to_string(per) + ")" : "all tokens";
+  all.color = viz::Color::hex(0x555555);
+  all.width = 1.2;
+  kept.name = "kept by " + head_name(sel);
+  kept.color = kKeptColor;
+  kept.line = viz::LineStyle::None;
+  kept.marker = viz::Marker::Circle;
+  kept.marker_size = 2.2;
+  const auto& kp = a.has_kept ? a.kept[static_cast<std::size_t>(sel.layer)][static_cast<std::size_t>(sel.head)]
+                              : std::vector<std::int64_t>{};
+  std::size_t ki = 0;
+  for (std::int64_t s = 0; s < T; s += per) {
+    const std::int64_t e = std::min(T, s + per);
+    float mx = 0, mk = -1;
+    for (std::int64_t i = s; i < e; ++i) mx = std::max(mx, row[i]);
+    if (a.has_kept) {
+      while (ki < kp.size() && kp[ki] < s) ++ki;
+      for (std::size_t k = ki; k < kp.size() && kp[k] < e; ++k) mk = std::max(mk, row[kp[k]]);
+    } else {
+      mk = mx;
+    }
+    const double x = per > 1 ? 0.5 * static_cast<double>(s + e - 1) : static_cast<double>(s);
+    all.x.push_back(x);
+    all.y.push_back(mx);
+    if (mk >= 0) {
+      kept.x.push_back(x);
+      kept.y.push_back(mk);
+    }
+  }
+  viz::LinePlot lp;
+  lp.title = head_name(sel) + ": attention per prompt position";
+  lp.x.label = "prompt position";
+  lp.y.label = "window-mean attention";
+  lp.y.log = o.log_scale;
+  lp.x.range = viz::Range{0, static_cast<double>(std::max<std::int64_t>(T - 1, 1))};
+  lp.series = {std::move(all), std::move(kept)};
+  lp.legend = viz::LegendPos::TopRight;
+  f.panels.push_back(std::move(lp));
+  f.panels.push_back(kept_strip(a, sel,
+                                "kept by " + head_name(sel) + " (" + std::to_string(a.kept_count(sel.layer, sel.head)) +
+                                    " of " + std::to_string(T) + ")"));
+  f.row_weights = {2.2, 2.6, 1.2};
+  return f;
+}
+
+viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection& sel) {
+  viz::Figure f = base(a, "Key geometry of " + head_name(sel));
+  f.columns = 2;
+  const float* cos = a.cos_row(sel.layer, sel.head);
+  if (!cos || a.n_tok == 0) {
+    f.columns = 1;
+    f.panels.push_back(note_panel("no cos_to_mean captured for " + head_name(sel) + " (run with capture full)"));
+    return f;
+  }
+  const float* att = a.attention_row(sel.layer, sel.head);
+  const std::int64_t T = a.n_tok;
+  float lo = std::numeric_limits<float>::max(), hi = -lo;
+  for (std::int64_t i = 0; i < T; ++i)
+    if (std::isfinite(cos[i])) lo = std::min(lo, cos[i]), hi = std::max(hi, cos[i]);
+  if (!(hi > lo)) hi = lo + 1e-3f;
+  const int bins = std::clamp(o.bins, 4, 200);
+  viz::BarChart hist;
+  hist.title = "cosine of each key to the mean key (KeyDiff anchor)";
+  hist.series = {{"kept", std::vector<double>(static_cast<std::size_t>(bins), 0.0), kKeptColor},
+                 {"evicted", std::vector<double>(static_cast<std::size_t>(bins), 0.0), viz::Color::hex(0x999999)}};
+  for (int k = 0; k < bins; ++k) {
+    const double c = lo + (hi - lo) * (k + 0.5) / bins;
+    hist.categories.push_back(fmt("%.2f", c));
+  }
+  viz::ScatterGroup gk{"kept", {}, {}, kKeptColor, viz::Marker::Circle, 2.2};
+  viz::ScatterGroup ge{"evicted", {}, {}, viz::Color::hex(0x999999), viz::Marker::Circle, 2.0};
+  std::int64_t nk = 0, ne = 0;
+  for (std::int64_t i = 0; i < T; ++i) (a.kept_at(sel.layer, sel.head, i) ? nk : ne)++;
+  const std::int64_t cap = 3000;
+  const std::int64_t sk = std::max<std::int64_t>(1, (nk + cap - 1) / cap), se = std::max<std::int64_t>(1, (ne + cap - 1) / cap);
+  std::int64_t ik = 0, ie = 0;
+  for (std::int64_t i = 0; i < T; ++i) {
+    if (!std::isfinite(cos[i])) continue;
+    const bool k = a.kept_at(sel.layer, sel.head, i);
+    const int bin = std::clamp(static_cast<int>((cos[i] - lo) / (hi - lo) * bins), 0, bins - 1);
+    hist.series[k ? 0 : 1].values[static_cast<std::size_t>(bin)] += 1;
+    if (att) {
+      if (k && (ik++ % sk) == 0) gk.x.push_back(cos[i]), gk.y.push_back(std::max(att[i], 1e-9f));
+      if (!k && (ie++ % se) == 0) ge.x.push_back(cos[i]), ge.y.push_back(std::max(att[i], 1e-9f));
+    }
+  }
+  hist.x.label = "cosine to mean key";
+  hist.y.label = "tokens";
+  std::vector<double> ticks;
+  std::vector<std::string> labels;
+  for (int k = 0; k < bins; k += std::max(1, bins / 8)) ticks.push_back(k), labels.push_back(hist.categories[static_cast<std::size_t>(k)]);
+  hist.x.ticks = ticks;
+  hist.x.tick_labels = labels;
+  hist.legend = viz::LegendPos::TopLeft;
+  f.panels.push_back(std::move(hist));
+  if (att) {
+    viz::ScatterPlot sp;
+    sp.title = "cosine to mean key vs attention" + std::string(sk > 1 || se > 1 ? " (subsampled)" : "");
+    sp.x.label = "cosine to mean key";
+    sp.y.label = "window-mean attention";
+    sp.y.log = true;
+    sp.groups = {std::move(ge), std::move(gk)};
+    f.panels.push_back(std::move(sp));
+  } else {
+    f.panels.push_back(note_panel("no attention captured: no scatter"));
+  }
+  return f;
+}
+
+viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Selection& sel) {
+  viz::Figure f = base(a, "Channel saliency |q\xcc\x84|\xc2\xb7|k| of layer " + std::to_string(sel.layer));
+  f.columns = 1;
+  const std::int64_t D = a.head_dim, H = a.n_head_kv;
+  const bool have = a.has_channels && sel.layer >= 0 && sel.layer < a.n_layer &&
+                    !a.channel_mean[static_cast<std::size_t>(sel.layer)].empty();
+  if (!have || D == 0) {
+    f.panels.push_back(note_panel("no channel statistics captured for layer " + std::to_string(sel.layer) + " (capture full)"));
+    return f;
+  }
+  const auto& cm = a.channel_mean[static_cast<std::size_t>(sel.layer)];
+  const auto& cv = a.channel_cv[static_cast<std::size_t>(sel.layer)];
+  auto bars = [&](const std::vector<float>& src, std::string title, std::string ylabel, viz::Color col) {
+    viz::BarChart b;
+    b.title = std::move(title);
+    std::vector<double> v(static_cast<std::size_t>(D), kNaN);
+    const std::int64_t h = std::clamp<std::int64_t>(sel.head, 0, H - 1);
+    if (!src.empty())
+      for (std::int64_t j = 0; j < D; ++j) v[static_cast<std::size_t>(j)] = src[static_cast<std::size_t>(h * D + j)];
+    for (std::int64_t j = 0; j < D; ++j) b.categories.push_back(std::to_string(j));
+    b.series = {{"", v, col}};
+    b.x.label = "channel";
+    b.y.label = std::move(ylabel);
+    const std::int64_t step = D <= 16 ? 1 : D <= 64 ? 8 : 16;
+    for (std::int64_t j = 0; j < D; j += step) b.x.ticks.push_back(static_cast<double>(j)), b.x.tick_labels.push_back(std::to_string(j));
+    b.legend = viz::LegendPos::None;
+    return b;
+  };
+  f.panels.push_back(bars(cm, head_name(sel) + ": mean saliency per channel", "mean |q\xcc\x84|\xc2\xb7|k|", viz::Color::hex(0x0072b2)));
+  f.panels.push_back(bars(cv, head_name(sel) + ": coefficient of variation over tokens per channel", "CV", viz::Color::hex(0xd55e00)));
+  viz::Heatmap hm;
+  hm.title = std::string(o.cv ? "channel CV" : "mean channel saliency") + " of every KV head of layer " + std::to_string(sel.layer);
+  hm.rows = H;
+  hm.cols = D;
+  hm.values = o.cv ? cv : cm;
+  if (hm.values.size() != static_cast<std::size_t>(H * D)) hm.values.assign(static_cast<std::size_t>(H * D), kNaNf);
+  hm.x.label = "channel";
+  hm.y.label = "KV head";
+  hm.colorbar_label = o.cv ? "CV" : "mean";
+  f.panels.push_back(std::move(hm));
+  f.row_weights = {1, 1, 1.3};
+  return f;
+}
+
+viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOptions& o) {
+  const bool comparable = b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv;
+  const Side side = comparable ? o.side : Side::kA;
+  viz::Figure f = base(side == Side::kB ? *b : a, "Budgets: entries kept per KV head after prefill");
+  f.columns = 2;
+  f.col_weights = {1.15, 1};
+  const std::int64_t L = a.n_layer, H = a.n_head_kv;
+  viz::Heatmap hm;
+  hm.rows = L;
+  hm.cols = H;
+  const auto ka = heads_metric_values(a, 7);
+  if (side == Side::kA) hm.values = ka;
+  else if (side == Side::kB) hm.values = heads_metric_values(*b, 7);
+  else {
+    const auto kb = heads_metric_values(*b, 7);
+    hm.values.resize(ka.size());
+    for (std::size_t i = 0; i < ka.size(); ++i) hm.values[i] = ka[i] - kb[i];
+    hm.colormap = "coolwarm";
+  }
+  hm.title = side == Side::kA ? "kept entries per layer and KV head"
+             : side == Side::kB ? "kept entries (run B)"
+                                : "kept entries, A \xe2\x88\x92 B";
+  if (!a.has_kept && side == Side::kA) hm.title += " (full cache: nothing evicted)";
+  hm.x.label = "KV head";
+  hm.y.label = "layer";
+  hm.colorbar_label = side == Side::kDiff ? "\xce\x94 entries" : "entries";
+  hm.aggregate = viz::Aggregate::Mean;
+  f.panels.push_back(std::move(hm));
+
+  viz::BarChart bc;
+  bc.title = "mean, min and max kept per KV head, by layer";
+  auto per_layer = [&](const RunData& r, int which) {
+    std::vector<double> v(static_cast<std::size_t>(L), kNaN);
+    for (std::int64_t l = 0; l < std::min(L, r.n_layer); ++l) {
+      double s = 0, mn = 1e300, mx = -1e300;
+      for (std::int64_t h = 0; h < r.n_head_kv; ++h) {
+        const double k = static_cast<double>(r.kept_count(l, h));
+        s += k, mn = std::min(mn, k), mx = std::max(mx, k);
+      }
+      v[static_cast<std::size_t>(l)] = which == 0 ? s / std::max<std::int64_t>(1, r.n_head_kv) : which == 1 ? mn : mx;
+    }
+    return v;
+  };
+  for (std::int64_t l = 0; l < L; ++l) bc.categories.push_back(std::to_string(l));
+  if (comparable) {
+    bc.title = "mean kept per KV head, by layer";
+    bc.series = {{"A #" + std::to_string(a.ref.run), per_layer(a, 0), kOnlyAColor},
+                 {"B #" + std::to_string(b->ref.run), per_layer(*b, 0), kOnlyBColor}};
+  } else {
+    bc.series = {{"min", per_layer(a, 1), viz::Color::hex(0x56b4e9)},
+                 {"mean", per_layer(a, 0), viz::Color::hex(0x0072b2)},
+                 {"max", per_layer(a, 2), viz::Color::hex(0x003f66)}};
+  }
+  bc.x.label = "layer";
+  bc.y.label = "entries";
+  const std::int64_t step = L <= 16 ? 1 : 4;
+  for (std::int64_t l = 0; l < L; l += step) bc.x.ticks.push_back(static_cast<double>(l)), bc.x.tick_labels.push_back(std::to_string(l));
+  bc.legend = viz::LegendPos::Outside;
+  f.panels.push_back(std::move(bc));
+  return f;
+}
+
+viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o) {
+  viz::Figure f;
+  f.title = "Fidelity against the full cache, per decode step";
+  if (!runs.empty() && runs[0]) f.caption = runs[0]->caption();
+  f.columns = 1;
+  viz::LinePlot kl, top1, bytes;
+  kl.title = "KL(full \xe2\x80\x96 compressed) of the next-token distribution";
+  kl.x.label = "decode step";
+  kl.y.label = "KL (nats)";
+  top1.title = o.running_mean ? "top-1 agreement (running mean)" : "top-1 agreement (1 = same argmax)";
+  top1.x.label = "decode step";
+  top1.y.label = "agreement";
+  top1.y.range = viz::Range{-0.02, 1.02};
+  bytes.title = "K/V + side-store bytes read per decode step (all layers)";
+  bytes.x.label = "decode step";
+  bytes.y.label = "MiB";
+  bool any_kl = false, any_bytes = false;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunData* r = runs[i];
+    if (!r) continue;
+    const std::string name = (i == 0 ? "A " : i == 1 ? "B " : "") + std::string("#") + std::to_string(r->ref.run) + " " +
+                             (r->record.row.pipeline_spec.empty() ? "full" : r->record.row.pipeline_spec.substr(0, 40));
+    const viz::Color col = viz::categorical(i);
+    auto get = [&](const char* n) -> const std::vector<double>* {
+      auto it = r->steps.find(n);
+      return it == r->steps.end() ? nullptr : &it->second;
+    };
+    if (const auto* v = get("kl")) {
+      viz::Series s{name, {}, *v, col};
+      for (std::size_t k = 0; k < v->size(); ++k) s.x.push_back(static_cast<double>(k));
+      kl.series.push_back(std::move(s));
+      any_kl = true;
+    }
+    if (const auto* v = get("top1")) {
+      viz::Series s{name, {}, {}, col};
+      double acc = 0;
+      std::int64_t n = 0;
+      for (std::size_t k = 0; k < v->size(); ++k) {
+        s.x.push_back(static_cast<double>(k));
+        if (o.running_mean) {
+          if (std::isfinite((*v)[k])) acc += (*v)[k], ++n;
+          s.y.push_back(n ? acc / static_cast<double>(n) : kNaN);
+        } else {
+          s.y.push_back((*v)[k]);
+        }
+      }
+      if (!o.running_mean) s.line = viz::LineStyle::None, s.marker = viz::Marker::Circle, s.marker_size = 2.5;
+      top1.series.push_back(std::move(s));
+    }
+    if (const auto* v = get("bytes_read")) {
+      viz::Series s{name, {}, {}, col};
+      for (std::size_t k = 0; k < v->size(); ++k) s.x.push_back(static_cast<double>(k)), s.y.push_back((*v)[k] / 1048576.0);
+      bytes.series.push_back(std::move(s));
+      any_bytes = true;
+    }
+  }
+  if (!any_kl) kl.title += " \xe2\x80\x94 not recorded (run with reference full)";
+  if (!any_bytes) bytes.title += " \xe2\x80\x94 not recorded";
+  if (!any_kl) kl.x.range = viz::Range{0, 1}, kl.y.range = viz::Range{0, 1};
+  if (top1.series.empty()) top1.x.range = viz::Range{0, 1};
+  if (!any_bytes) bytes.x.range = viz::Range{0, 1}, bytes.y.range = viz::Range{0, 1};
+  f.panels = {std::move(kl), std::move(top1), std::move(bytes)};
+  return f;
+}
+
+viz::Figure selection_figure(const RunData& a, const Selection& sel) {
+  viz::Figure f = base(a, "Selected head " + head_name(sel) + (sel.token >= 0 ? ", token " + std::to_string(sel.token) : ""));
+  f.columns = 1;
+  viz::BarChart b;
+  b.title = "percentile of " + head_name(sel) + " among all " + std::to_string(a.n_layer * a.n_head_kv) + " KV heads";
+  std::vector<double> pct;
+  for (int m = 0; m < static_cast<int>(heads_metric_names().size()); ++m) {
+    const auto v = heads_metric_values(a, m);
+    const std::size_t idx = static_cast<std::size_t>(sel.layer * a.n_head_kv + sel.head);
+    double p = kNaN;
+    if (valid_head(a, sel) && idx < v.size() && std::isfinite(v[idx])) {
+      std::int64_t below = 0, n = 0;
+      for (float x : v)
+        if (std::isfinite(x)) ++n, below += x < v[idx] ? 1 : 0;
+      p = n > 1 ? 100.0 * static_cast<double>(below) / static_cast<double>(n - 1) : 50.0;
+    }
+    b.categories.push_back(heads_metric_names()[static_cast<std::size_t>(m)]);
+    pct.push_back(p);
+  }
+  b.series = {{"", pct, viz::Color::hex(0x0072b2)}};
+  b.y.range = viz::Range{0, 100};
+  b.y.label = "percentile";
+  b.legend = viz::LegendPos::None;
+  f.panels.push_back(std::move(b));
+  f.panels.push_back(kept_strip(a, sel, "kept by " + head_name(sel) + " (" + std::to_string(a.kept_count(sel.layer, sel.head)) +
+                                            " of " + std::to_string(a.n_tok) + ")"));
+  f.row_weights = {2, 1};
+  return f;
+}
+
+viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel) {
+  viz::Figure f;
+  f.title = "A #" + std::to_string(a.ref.run) + " vs B #" + std::to_string(b.ref.run);
+  f.caption = "A: " + a.caption() + "  |  B: " + (b.record.row.pipeline_spec.empty() ? "full cache" : b.record.row.pipeline_spec) +
+              " \xc2\xb7 " + b.budget_text();
+  f.columns = 2;
+  const bool same_shape = a.n_layer == b.n_layer && a.n_head_kv == b.n_head_kv;
+  const bool same_prompt = a.record.info.prompt.tokens == b.record.info.prompt.tokens;
+  // Per-head Jaccard of the kept sets.
+  viz::Heatmap hm;
+  if (same_shape && same_prompt) {
+    hm.rows = a.n_layer;
+    hm.cols = a.n_head_kv;
+    hm.values.resize(static_cast<std::size_t>(hm.rows * hm.cols), kNaNf);
+    for (std::int64_t l = 0; l < a.n_layer; ++l)
+      for (std::int64_t h = 0; h < a.n_head_kv; ++h) {
+        std::vector<std::int64_t> all_a, all_b;
+        const auto& ka = a.has_kept ? a.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)] : all_a;
+        const auto& kb = b.has_kept ? b.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)] : all_b;
+        if (!a.has_kept) all_a.resize(static_cast<std::size_t>(a.n_tok)), std::iota(all_a.begin(), all_a.end(), 0);
+        if (!b.has_kept) all_b.resize(static_cast<std::size_t>(b.n_tok)), std::iota(all_b.begin(), all_b.end(), 0);
+        hm.values[static_cast<std::size_t>(l * a.n_head_kv + h)] = static_cast<float>(jaccard(ka, kb));
+      }
+    hm.title = "kept-set overlap |A\xe2\x88\xa9" "B| / |A\xe2\x88\xaa" "B| per head";
+    hm.value_range = viz::Range{0, 1};
+  } else {
+    hm.rows = 1;
+    hm.cols = 1;
+    hm.values = {kNaNf};
+    hm.title = same_prompt ? "different model shapes: no per-head overlap" : "different prompts: no per-head overlap";
+  }
+  hm.x.label = "KV head";
+  hm.y.label = "layer";
+  hm.colorbar_label = "Jaccard";
+  hm.aggregate = viz::Aggregate::Mean;
+  f.panels.push_back(std::move(hm));
+
+  // Summary metric deltas, relative.
+  viz::BarChart d;
+  d.title = "summary metrics: B relative to A (%)";
+  std::vector<double> rel;
+  for (const auto& [name, va] : a.record.row.summary) {
+    auto it = b.record.row.summary.find(name);
+    if (it == b.record.row.summary.end()) continue;
+    const double vb = it->second;
+    d.categories.push_back(name);
+    rel.push_back(std::abs(va) > 1e-12 ? 100.0 * (vb - va) / std::abs(va) : (std::abs(vb) > 1e-12 ? kNaN : 0.0));
+  }
+  if (d.categories.empty()) {
+    d.categories = {"(no shared summary metrics)"};
+    rel = {kNaN};
+    d.y.range = viz::Range{-1, 1};
+  }
+  d.series = {{"", rel, kOnlyBColor}};
+  d.y.label = "% change";
+  d.legend = viz::LegendPos::None;
+  f.panels.push_back(std::move(d));
+
+  // Token-level difference for the selected head.
+  viz::TokenStrip t;
+  t.title = "kept by " + head_name(sel) + ": both, only A, only B, neither";
+  t.categories = {{"neither", kEvictedColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}, {"both", kKeptColor}};
+  if (same_prompt && valid_head(a, sel) && valid_head(b, sel)) {
+    t.category.resize(static_cast<std::size_t>(a.n_tok));
+    std::int64_t only_a = 0, only_b = 0, both = 0;
+    for (std::int64_t i = 0; i < a.n_tok; ++i) {
+      const bool ka = a.kept_at(sel.layer, sel.head, i), kb = b.kept_at(sel.layer, sel.head, i);
+      t.category[static_cast<std::size_t>(i)] = ka && kb ? 3 : ka ? 2 : kb ? 1 : 0;
+      both += ka && kb, only_a += ka && !kb, only_b += kb && !ka;
+    }
+    t.title = head_name(sel) + ": both " + std::to_string(both) + ", only A " + std::to_string(only_a) + ", only B " +
+              std::to_string(only_b);
+  } else {
+    t.category = {0};
+    t.title = "runs are on different prompts: no token-level difference";
+  }
+  t.aggregate = viz::Aggregate::Max;
+  f.panels.push_back(std::move(t));
+
+  // Kept per layer, A - B.
+  viz::BarChart kd;
+  kd.title = "mean kept per KV head by layer: A \xe2\x88\x92 B";
+  const std::int64_t L = std::min(a.n_layer, b.n_layer);
+  std::vector<double> v;
+  for (std::int64_t l = 0; l < L; ++l) {
+    double sa = 0, sb = 0;
+    for (std::int64_t h = 0; h < a.n_head_kv; ++h) sa += static_cast<double>(a.kept_count(l, h));
+    for (std::int64_t h = 0; h < b.n_head_kv; ++h) sb += static_cast<double>(b.kept_count(l, h));
+    kd.categories.push_back(std::to_string(l));
+    v.push_back(sa / std::max<std::int64_t>(1, a.n_head_kv) - sb / std::max<std::int64_t>(1, b.n_head_kv));
+  }
+  if (kd.categories.empty()) kd.categories = {"-"}, v = {kNaN}, kd.y.range = viz::Range{-1, 1};
+  kd.series = {{"", v, kOnlyAColor}};
+  kd.x.label = "layer";
+  kd.y.label = "\xce\x94 entries";
+  const std::int64_t step = L <= 16 ? 1 : 4;
+  for (std::int64_t l = 0; l < L; l += step) kd.x.ticks.push_back(static_cast<double>(l)), kd.x.tick_labels.push_back(std::to_string(l));
+  kd.legend = viz::LegendPos::None;
+  f.panels.push_back(std::move(kd));
+  f.row_weights = {1.6, 1};
+  return f;
+}
+
+std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, const RunData* b, const Selection& sel,
+                                                             int width, int height) {
+  std::vector<std::pair<std::string, viz::Figure>> out;
+  const auto& names = heads_metric_names();
+  for (int m = 0; m < static_cast<int>(names.size()); ++m)
+    out.emplace_back(std::string("heads_") + names[static_cast<std::size_t>(m)], heads_figure(a, nullptr, {m, Side::kA}, sel));
+  out.emplace_back("tokens_kept", tokens_figure(a, {TokenColoring::kKeptSelectedHead}, sel));
+  out.emplace_back("tokens_keep_rate", tokens_figure(a, {TokenColoring::kKeepRate}, sel));
+  out.emplace_back("attention", attention_figure(a, {}, sel, width));
+  out.emplace_back("keys", keys_figure(a, {}, sel));
+  out.emplace_back("channels", channels_figure(a, {}, sel));
+  out.emplace_back("budgets", budgets_figure(a, nullptr, {}));
+  out.emplace_back("fidelity", fidelity_figure({&a}, {}));
+  out.emplace_back("selection", selection_figure(a, sel));
+  if (b) out.emplace_back("compare", compare_figure(a, *b, sel));
+  for (auto& [n, f] : out) {
+    f.width = width;
+    f.height = n.rfind("tokens", 0) == 0 ? std::max(240, height / 3) : height;
+  }
+  return out;
+}
+
+}  // namespace kvscope::gui

@@ -1,0 +1,54 @@
+#pragma once
+// The figure of each view, built from decoded runs and the selection. The views draw these through
+// the ImGui canvas and export writes them through Cairo: one builder, two renderers. Every builder
+// returns a valid figure (validate()) also when data is missing: its panel titles say what is absent.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvscope/viz/figure.h"
+#include "run_data.h"
+#include "view_types.h"
+
+namespace kvscope::gui {
+
+/// Colours shared by figures and the ImGui token list.
+inline constexpr viz::Color kKeptColor = viz::Color::hex(0x009e73);     // Okabe-Ito bluish green
+inline constexpr viz::Color kEvictedColor = viz::Color::hex(0xd9d9d9);  // light grey
+inline constexpr viz::Color kOnlyAColor = viz::Color::hex(0x0072b2);    // blue
+inline constexpr viz::Color kOnlyBColor = viz::Color::hex(0xe69f00);    // orange
+
+/// Per layer x KV head values of heads metric `metric` (heads_metric_names()) for a run:
+/// [n_layer * n_head_kv], NaN when not captured.
+std::vector<float> heads_metric_values(const RunData& run, int metric);
+
+/// |A ∩ B| / |A ∪ B| of two sorted position lists (1 when both are empty).
+double jaccard(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b);
+
+/// Heads overview: heatmap of one metric over layers x KV heads (A, B or A - B).
+viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions& o, const Selection& sel);
+/// Tokens overview strip: kept/evicted of the selected head, keep rate over heads, or attention.
+viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel);
+/// Attention: the layer's KV heads over positions, the selected head's attention with kept tokens
+/// marked (both reduced to about `width_px` / 2 buckets), and the kept strip.
+viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const Selection& sel, int width_px);
+/// Key geometry: cosine-to-mean-key histogram (kept vs evicted) and cosine vs attention scatter.
+viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection& sel);
+/// Channels: channel_mean and channel_cv per channel of the selected head, and a heads x channels map.
+viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Selection& sel);
+/// Budgets: kept entries per layer x KV head (A, B or A - B) and mean kept per layer.
+viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOptions& o);
+/// Fidelity: per-step KL, top-1 agreement and bytes read of every given run (overlaid).
+viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o);
+/// Selection: the selected head's percentile among all heads per metric, and its kept strip.
+viz::Figure selection_figure(const RunData& a, const Selection& sel);
+/// Compare A with B: per-head Jaccard of kept sets, summary metric deltas, the selected head's
+/// A/B kept-set difference over tokens, and kept-count difference per layer.
+viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel);
+
+/// Every figure of a run for "export all": (view name, figure) at width x height.
+std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, const RunData* b, const Selection& sel,
+                                                             int width, int height);
+
+}  // namespace kvscope::gui

@@ -1,0 +1,81 @@
+#pragma once
+// RunWorker: executes a run (load model, build pipeline, generate, record the session) on a worker
+// thread. The UI thread polls a queue of updates (status lines, streamed token text, the final
+// outcome) and never blocks; cancel() is honoured between decode steps (the per-token callback
+// throws, the run is recorded as failed "cancelled"). The session is written with the same code as
+// kvscope-cli run --db (app/cli/session_record.h), so GUI and CLI sessions are alike.
+// Torch-free header (pimpl): panels include it without LibTorch.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvscope {
+class PolicyRegistry;
+}
+
+namespace kvscope::gui {
+
+/// Everything a run needs, as typed values from the Run window.
+struct RunRequest {
+  std::string model_path;
+  std::string tokenizer_path;  ///< optional override
+  std::string prompt;
+  std::string bos = "auto";          ///< auto | always | never
+  std::string pipeline_spec;         ///< empty: full cache, no compression
+  std::string budget_unit = "fraction";  ///< compression_ratio | stored | fetched | fraction
+  double budget_value = 0.25;
+  std::string device = "cpu";        ///< cpu | cuda | cuda:i
+  std::string dtype = "fp32";        ///< fp32 | bf16 | fp16
+  std::int64_t max_new_tokens = 32;
+  bool reference_full = true;        ///< also decode with the full cache: per-step KL / top-1
+  std::string capture = "full";      ///< off | summary | full
+  std::int64_t capture_window = 32;
+  bool greedy = true;
+  double temperature = 1.0, top_p = 1.0;
+  std::uint64_t seed = 0;
+  std::string db_path;               ///< session database (created if missing)
+  std::string name;                  ///< session name
+};
+
+/// One message from the worker.
+struct RunUpdate {
+  enum class Kind { kStatus, kStarted, kToken, kFinished, kFailed, kCancelled };
+  Kind kind = Kind::kStatus;
+  std::string text;        ///< status line, token text, or error message
+  std::string db;          ///< kStarted / kFinished / kFailed / kCancelled: the database
+  std::int64_t run_id = -1;  ///< set once the run exists in the database
+  std::int64_t tokens = 0;   ///< tokens generated so far
+};
+
+/// Runs `req` synchronously on this thread: progress goes to `emit`, `cancel` is checked between
+/// decode steps. Returns the final update (kFinished, kFailed or kCancelled). Models are loaded per
+/// call (RunWorker keeps them between runs).
+RunUpdate execute_run(const PolicyRegistry& registry, const RunRequest& req, const std::function<void(const RunUpdate&)>& emit,
+                      const std::atomic<bool>& cancel);
+
+class RunWorker {
+ public:
+  /// `registry` is borrowed and must outlive the worker.
+  explicit RunWorker(const PolicyRegistry& registry);
+  /// Cancels a run in progress and joins the thread.
+  ~RunWorker();
+  RunWorker(const RunWorker&) = delete;
+  RunWorker& operator=(const RunWorker&) = delete;
+
+  /// Starts `req` on the worker thread; false if a run is in progress.
+  bool start(const RunRequest& req);
+  /// Asks the run in progress to stop after its current decode step.
+  void cancel();
+  bool busy() const;
+  /// Updates since the last poll, oldest first (UI thread).
+  std::vector<RunUpdate> poll();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvscope::gui
