@@ -1,0 +1,197 @@
+#pragma once
+// The app's state in plain structs: open databases, loaded runs, the selection, each view's options
+// and cached figures, the Run window form. The panels (panels/*.cpp) redraw from it every frame;
+// nothing here is global: main() owns one AppState and passes it down with the services (fonts,
+// textures, policy catalogue, run worker) in a Ui.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "imgui_canvas.h"
+#include "kvscope/sessions/session_store.h"
+#include "pipeline_editor.h"
+#include "run_data.h"
+#include "run_worker.h"
+#include "textures.h"
+#include "view_types.h"
+
+namespace kvscope::gui {
+
+/// An open session database and its run list.
+struct OpenDb {
+  std::string path;
+  std::unique_ptr<sessions::SessionStore> store;
+  bool writable = false;  ///< notes and bookmarks can be written
+  std::vector<sessions::RunRow> rows;
+  /// Per run id: prompt preview and model shape, read lazily (list_runs has neither).
+  struct Extra {
+    std::string prompt;
+    std::int64_t n_prompt = 0, n_layer = 0, n_head_kv = 0;
+    std::int64_t notes = 0, bookmarks = 0;
+  };
+  std::map<std::int64_t, Extra> extra;
+};
+
+/// Sessions window.
+struct SessionsState {
+  std::string open_path;       ///< "Open database" input
+  std::string filter;          ///< matches name, model, pipeline, prompt
+  bool complete_only = false;
+  std::string new_note;
+  std::int64_t editing_note = -1;
+  std::string edit_text;
+  std::string bookmark_label;
+  /// Sort: column id and direction from the table's sort specs.
+  int sort_column = 0;
+  bool sort_descending = false;
+  /// Notes and bookmarks of run A, re-read when A changes or after an edit.
+  RunRef notes_for;
+  bool notes_dirty = true;
+  std::vector<sessions::Note> notes;
+  std::vector<sessions::Bookmark> bookmarks;
+};
+
+struct HeadsState {
+  HeadsOptions opt;
+  FigureView fig;
+};
+
+struct TokensState {
+  TokensOptions opt;
+  FigureView overview;
+  // Wrapped token rows for the token list, cached per run and width.
+  std::shared_ptr<const RunData> laid_for;  ///< run the rows were laid out for
+  float laid_width = 0;
+  std::vector<float> token_w;            ///< box width per token
+  std::vector<std::string> shown;        ///< display text per token
+  std::vector<std::int32_t> row_start;   ///< first token of each row
+  std::int64_t scroll_to = -1;           ///< token to bring into view next frame
+  std::int64_t hovered = -1;
+  std::int64_t goto_pos = 0;
+};
+
+struct AttentionState {
+  AttentionOptions opt;
+  FigureView fig;
+};
+struct KeysState {
+  KeysOptions opt;
+  FigureView fig;
+};
+struct ChannelsState {
+  ChannelsOptions opt;
+  FigureView fig;
+};
+struct BudgetsState {
+  BudgetsOptions opt;
+  FigureView fig;
+};
+struct FidelityState {
+  FidelityOptions opt;
+  FigureView fig;
+};
+struct SelectionState {
+  FigureView fig;
+};
+struct CompareState {
+  int b_index = 0;  ///< which compare run is B
+  FigureView fig;
+};
+
+/// The Run window's form.
+struct RunState {
+  RunRequest form;
+  PipelineEdit pipeline;
+  bool pipeline_initialised = false;
+  std::string spec_text;      ///< editable SPEC mirror of the editor
+  std::string spec_error;
+  std::string output;         ///< streamed text of the current run
+  std::vector<std::string> log;
+  std::int64_t tokens = 0;
+  bool running = false;
+  std::int64_t last_run = -1;
+  std::string last_db;
+};
+
+/// Export dialog.
+struct ExportState {
+  std::string dir = ".";
+  std::string base;         ///< file name without extension ("" = view name + run id)
+  std::string message;
+  bool open = false;        ///< dialog requested this frame
+  int width = 1400, height = 850;  ///< "export all" figure size
+};
+
+/// Everything the app shows.
+struct AppState {
+  std::vector<OpenDb> dbs;
+  std::shared_ptr<const RunData> a;                       ///< the run every view shows
+  std::vector<std::shared_ptr<const RunData>> others;     ///< compare runs (B = others[compare.b_index])
+  Selection sel;
+  View view = View::kSessions;
+  bool select_view = true;  ///< make `view` the active tab next frame
+  bool headless = false;    ///< screenshot / test mode: no file dialogs, deterministic
+  TokenizerCache tokenizers;
+
+  SessionsState sessions;
+  HeadsState heads;
+  TokensState tokens;
+  AttentionState attention;
+  KeysState keys;
+  ChannelsState channels;
+  BudgetsState budgets;
+  FidelityState fidelity;
+  SelectionState selection;
+  CompareState compare;
+  RunState run;
+  ExportState exporting;
+
+  std::string status;  ///< last message for the status bar
+  double frame_ms = 0;
+
+  /// Run B for per-run views in compare mode (nullptr when none).
+  const RunData* b() const {
+    if (others.empty()) return nullptr;
+    const auto i = static_cast<std::size_t>(std::clamp(compare.b_index, 0, static_cast<int>(others.size()) - 1));
+    return others[i].get();
+  }
+};
+
+/// Services the panels use (owned by main / the test harness).
+struct Ui {
+  const FontSet& fonts;
+  TextureStore& textures;
+  const PolicyCatalog* catalog = nullptr;  ///< null: the Run window shows no editor
+  RunWorker* worker = nullptr;             ///< null: runs cannot be started (tests)
+};
+
+// ---- actions (app.cpp) -------------------------------------------------------------------------
+
+/// Opens (or refreshes) database `path`; returns its index in s.dbs. Errors go to s.status.
+int open_database(AppState& s, const std::string& path);
+/// Re-reads the run list of every open database.
+void refresh_databases(AppState& s);
+/// Loads run `run` of database `db` as A (compare = false) or adds it to the compare runs.
+bool open_run(AppState& s, int db, std::int64_t run, bool compare);
+/// The newest run of database `db` (highest id), or -1.
+std::int64_t newest_run(const AppState& s, int db);
+/// Clamps the selection to run A's shape.
+void clamp_selection(AppState& s);
+/// The open database holding run data `r` (or -1).
+int db_index(const AppState& s, const std::string& path);
+/// Saves the current view, selection and runs as view state in A's database ("gui.last").
+void save_view_state(AppState& s);
+/// Restores "gui.last" from database `db` if present.
+void restore_view_state(AppState& s, int db);
+
+/// Draws one frame of the whole window (menu, context bar, view tabs, status bar).
+void draw_app(AppState& s, Ui& ui);
+/// Draws only view `v`, filling the current window (screenshot / test helpers use draw_app).
+void draw_view(AppState& s, Ui& ui, View v);
+/// The figure view of `v` (nullptr for views without a figure).
+FigureView* figure_of(AppState& s, View v);
+
+}  // namespace kvscope::gui

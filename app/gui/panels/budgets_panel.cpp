@@ -1,0 +1,38 @@
+// Budgets: entries kept per layer and KV head after prefill (head-wise budgets: Ada-KV, pyramids,
+// streaming heads), and per layer mean/min/max or A vs B.
+#include "../figures.h"
+#include "../ui_util.h"
+#include "panels.h"
+
+namespace kvscope::gui::panels {
+
+void budgets(AppState& s, Ui& ui) {
+  if (no_run(s)) return;
+  BudgetsState& st = s.budgets;
+  const RunData& a = *s.a;
+  std::int64_t total = 0, mn = -1, mx = 0;
+  for (std::int64_t l = 0; l < a.n_layer; ++l)
+    for (std::int64_t h = 0; h < a.n_head_kv; ++h) {
+      const auto k = a.kept_count(l, h);
+      total += k, mx = std::max(mx, k), mn = mn < 0 ? k : std::min(mn, k);
+    }
+  const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
+  ImGui::Text("budget %s: %lld entries kept over %lld heads (mean %.1f per head, min %lld, max %lld; %.1f%% of the prompt)",
+              a.budget_text().c_str(), static_cast<long long>(total), static_cast<long long>(a.n_layer * a.n_head_kv),
+              total / heads, static_cast<long long>(std::max<std::int64_t>(mn, 0)), static_cast<long long>(mx),
+              a.n_tok ? 100.0 * total / heads / static_cast<double>(a.n_tok) : 0.0);
+  side_selector(s, st.opt.side);
+  const RunData* b = s.b();
+  const std::string key = run_key(&a) + run_key(b) + "|" + std::to_string(static_cast<int>(st.opt.side)) + "|" +
+                          std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+  st.fig.draw(key, figure_size(), [&] { return budgets_figure(a, b, st.opt); }, ui.fonts, ui.textures);
+  heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
+    std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + ": " + std::to_string(a.kept_count(l, h)) +
+                    " kept of " + std::to_string(a.n_tok);
+    if (b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv) t += "  (B: " + std::to_string(b->kept_count(l, h)) + ")";
+    return t;
+  });
+  outline_cell(st.fig, 0, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
+}
+
+}  // namespace kvscope::gui::panels

@@ -1,0 +1,118 @@
+// Compare: run A against one or more runs on the same prompt. A table of summary metrics with
+// deltas, then the A-B figure: per-head kept-set overlap, relative metric changes, the selected
+// head's kept-set difference over tokens, and kept-count difference per layer.
+#include <cmath>
+#include <set>
+
+#include "../figures.h"
+#include "../ui_util.h"
+#include "panels.h"
+
+namespace kvscope::gui::panels {
+
+void compare(AppState& s, Ui& ui) {
+  if (no_run(s)) return;
+  const RunData& a = *s.a;
+  if (s.others.empty()) {
+    ImGui::TextDisabled("Add runs to compare from the Sessions view (\"compare\" button or right-click a run).");
+    ImGui::TextDisabled("Runs on the same prompt can be compared token by token; any runs can be compared by their metrics.");
+    return;
+  }
+  CompareState& st = s.compare;
+  st.b_index = std::clamp(st.b_index, 0, static_cast<int>(s.others.size()) - 1);
+  // Metric table: every summary metric any run has.
+  std::set<std::string> names;
+  for (const auto& [n, v] : a.record.row.summary) names.insert(n);
+  for (const auto& o : s.others)
+    for (const auto& [n, v] : o->record.row.summary) names.insert(n);
+  const int cols = 2 + static_cast<int>(s.others.size()) * 2;
+  const float table_h = std::min(ImGui::GetTextLineHeightWithSpacing() * (static_cast<float>(names.size()) + 4.5f),
+                                 ImGui::GetContentRegionAvail().y * 0.35f);
+  if (ImGui::BeginTable("cmp", cols, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit,
+                        {0, table_h})) {
+    ImGui::TableSetupScrollFreeze(1, 1);
+    ImGui::TableSetupColumn("metric");
+    ImGui::TableSetupColumn(("A #" + std::to_string(a.ref.run)).c_str());
+    for (std::size_t i = 0; i < s.others.size(); ++i) {
+      ImGui::TableSetupColumn(("#" + std::to_string(s.others[i]->ref.run)).c_str());
+      ImGui::TableSetupColumn("\xce\x94 vs A");
+    }
+    ImGui::TableHeadersRow();
+    // Pipeline and prompt rows first.
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted("pipeline");
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(ellipsize(a.record.row.pipeline_spec, 36).c_str());
+    item_tooltip(a.record.row.pipeline_spec + "\n" + a.budget_text());
+    for (const auto& o : s.others) {
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(ellipsize(o->record.row.pipeline_spec, 36).c_str());
+      item_tooltip(o->record.row.pipeline_spec + "\n" + o->budget_text());
+      ImGui::TableNextColumn();
+      const bool same = o->record.info.prompt.tokens == a.record.info.prompt.tokens;
+      if (same) ImGui::TextDisabled("same prompt");
+      else ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "other prompt");
+    }
+    for (const auto& n : names) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(n.c_str());
+      item_tooltip(metric_label(n));
+      const double va = a.summary_metric(n);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_num(va, "%.4g").c_str());
+      for (const auto& o : s.others) {
+        const double vb = o->summary_metric(n);
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(format_num(vb, "%.4g").c_str());
+        ImGui::TableNextColumn();
+        if (std::isfinite(va) && std::isfinite(vb)) {
+          const double d = vb - va;
+          const double rel = std::abs(va) > 1e-12 ? d / std::abs(va) : 0.0;
+          // Tracy-style: colour intensity up to a 2x difference.
+          const float k = static_cast<float>(std::min(1.0, std::abs(rel)));
+          const ImVec4 c = d > 0 ? ImVec4{0.85f * k, 0.25f, 0.15f, 1} : ImVec4{0.15f, 0.35f + 0.3f * k, 0.75f * k + 0.1f, 1};
+          ImGui::TextColored(std::abs(d) < 1e-15 ? ImVec4{0.5f, 0.5f, 0.5f, 1} : c, "%+.3g (%+.0f%%)", d, 100 * rel);
+        } else {
+          ImGui::TextDisabled("-");
+        }
+      }
+    }
+    ImGui::EndTable();
+  }
+  if (s.others.size() > 1) {
+    ImGui::SetNextItemWidth(320);
+    const std::string cur = s.others[static_cast<std::size_t>(st.b_index)]->title();
+    if (ImGui::BeginCombo("B for the figure", ellipsize(cur, 60).c_str())) {
+      for (int i = 0; i < static_cast<int>(s.others.size()); ++i)
+        if (ImGui::Selectable(ellipsize(s.others[static_cast<std::size_t>(i)]->title(), 70).c_str(), i == st.b_index)) st.b_index = i;
+      ImGui::EndCombo();
+    }
+  }
+  const RunData& b = *s.others[static_cast<std::size_t>(st.b_index)];
+  const std::string key = run_key(&a) + run_key(&b) + "|" + std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+  st.fig.draw(key, figure_size(), [&] { return compare_figure(a, b, s.sel); }, ui.fonts, ui.textures);
+  heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
+    std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h);
+    if (a.has_kept && b.has_kept && l < a.n_layer && h < a.n_head_kv && l < b.n_layer && h < b.n_head_kv) {
+      const auto& ka = a.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)];
+      const auto& kb = b.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)];
+      t += "\nJaccard " + format_num(jaccard(ka, kb), "%.3f") + "   A kept " + std::to_string(ka.size()) + ", B kept " +
+           std::to_string(kb.size());
+    }
+    return t;
+  });
+  outline_cell(st.fig, 0, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
+  if (ImGui::IsItemHovered())
+    if (const auto hit = st.fig.hit(ImGui::GetMousePos()); hit && hit->panel == 2 && hit->token >= 0 && hit->token < a.n_tok) {
+      ImGui::BeginTooltip();
+      ImGui::Text("position %lld \"%s\": A %s, B %s", static_cast<long long>(hit->token),
+                  ellipsize(display_token(a.token_text[static_cast<std::size_t>(hit->token)]), 30).c_str(),
+                  a.kept_at(s.sel.layer, s.sel.head, hit->token) ? "kept" : "evicted",
+                  b.kept_at(s.sel.layer, s.sel.head, hit->token) ? "kept" : "evicted");
+      ImGui::EndTooltip();
+    }
+}
+
+}  // namespace kvscope::gui::panels

@@ -1,0 +1,38 @@
+#pragma once
+// One function per view; each draws into the current ImGui window (the tab's child region) from
+// AppState and the services in Ui. Implementations: one file per panel in this folder.
+#include "../app_state.h"
+
+namespace kvscope::gui::panels {
+
+void sessions(AppState& s, Ui& ui);
+void run(AppState& s, Ui& ui);
+void heads(AppState& s, Ui& ui);
+void tokens(AppState& s, Ui& ui);
+void attention(AppState& s, Ui& ui);
+void keys(AppState& s, Ui& ui);
+void channels(AppState& s, Ui& ui);
+void budgets(AppState& s, Ui& ui);
+void fidelity(AppState& s, Ui& ui);
+void selection(AppState& s, Ui& ui);
+void compare(AppState& s, Ui& ui);
+/// The export dialog (a popup; opened by s.exporting.open).
+void export_dialog(AppState& s, Ui& ui);
+
+// ---- helpers shared by the panels (common.cpp) ---------------------------------------------------
+
+/// "Open a run in the Sessions view" placeholder; true when there is no run A.
+bool no_run(const AppState& s);
+/// Compare side selector (A / B / A - B) shown when a B run exists; true when changed.
+bool side_selector(const AppState& s, Side& side);
+/// Outlines heatmap cell (row, col) of panel `panel` of `fig` (selection marker).
+void outline_cell(const FigureView& fig, int panel, std::int64_t row, std::int64_t col, ImU32 color);
+/// Identity of a run for figure cache keys.
+std::string run_key(const RunData* r);
+/// Handles hover/click on a layers x KV heads heatmap (panel 0): tooltip from `tooltip`, click selects.
+void heads_map_interaction(AppState& s, const FigureView& fig, int panel,
+                           const std::function<std::string(std::int64_t layer, std::int64_t head)>& tooltip);
+/// Size left in the current window for a figure, leaving `below` px.
+ImVec2 figure_size(float below = 0);
+
+}  // namespace kvscope::gui::panels

@@ -1,0 +1,196 @@
+// Tokens: the prompt as text boxes coloured kept/evicted for the selected head, by keep rate over
+// all heads, or by the selected head's attention. Rows are wrapped once per width and drawn with
+// ImGuiListClipper, so only visible rows cost anything (32K-token prompts stay fluent). A bar strip
+// overview on top (the exported figure) jumps to a position when clicked.
+#include <algorithm>
+#include <cmath>
+
+#include "../figures.h"
+#include "../ui_util.h"
+#include "kvscope/viz/colormap.h"
+#include "panels.h"
+
+namespace kvscope::gui::panels {
+namespace {
+
+constexpr float kPadX = 3, kPadY = 1, kGapX = 2, kGapY = 3;
+
+void layout_rows(TokensState& st, const std::shared_ptr<const RunData>& run, float width) {
+  const RunData& a = *run;
+  if (st.laid_for != run) {
+    st.shown.resize(a.token_text.size());
+    st.token_w.resize(a.token_text.size());
+    for (std::size_t i = 0; i < a.token_text.size(); ++i) {
+      st.shown[i] = display_token(a.token_text[i]);
+      st.token_w[i] = ImGui::CalcTextSize(st.shown[i].c_str()).x + 2 * kPadX;
+    }
+  }
+  st.laid_for = run;
+  st.laid_width = width;
+  st.row_start.clear();
+  float x = 0;
+  bool break_after = true;
+  for (std::size_t i = 0; i < st.token_w.size(); ++i) {
+    const float w = std::min(st.token_w[i], width);
+    if (break_after || x + w > width) {
+      st.row_start.push_back(static_cast<std::int32_t>(i));
+      x = 0;
+    }
+    x += w + kGapX;
+    break_after = a.token_text[i].find('\n') != std::string::npos;
+  }
+}
+
+std::int64_t row_of(const TokensState& st, std::int64_t token) {
+  auto it = std::upper_bound(st.row_start.begin(), st.row_start.end(), static_cast<std::int32_t>(token));
+  return std::max<std::int64_t>(0, (it - st.row_start.begin()) - 1);
+}
+
+void token_tooltip(const AppState& s, std::int64_t i) {
+  const RunData& a = *s.a;
+  const Selection& sel = s.sel;
+  ImGui::BeginTooltip();
+  ImGui::Text("position %lld   id %d", static_cast<long long>(i), a.record.info.prompt.tokens[static_cast<std::size_t>(i)]);
+  ImGui::TextUnformatted(("\"" + display_token(a.token_text[static_cast<std::size_t>(i)]) + "\"").c_str());
+  ImGui::Separator();
+  ImGui::Text("L%lld H%lld: %s", static_cast<long long>(sel.layer), static_cast<long long>(sel.head),
+              a.kept_at(sel.layer, sel.head, i) ? "kept" : "evicted");
+  if (const float* att = a.attention_row(sel.layer, sel.head)) {
+    std::int64_t rank = 1;
+    for (std::int64_t j = 0; j < a.n_tok; ++j) rank += att[j] > att[i] ? 1 : 0;
+    ImGui::Text("window attention %.3g, rank %lld of %lld", att[i], static_cast<long long>(rank), static_cast<long long>(a.n_tok));
+  }
+  if (const float* cos = a.cos_row(sel.layer, sel.head)) ImGui::Text("cosine to mean key %.3f", cos[i]);
+  if (a.has_kept && sel.layer >= 0 && sel.layer < a.n_layer) {
+    std::string heads;
+    std::int64_t n = 0;
+    for (std::int64_t h = 0; h < a.n_head_kv; ++h)
+      if (a.kept_at(sel.layer, h, i)) heads += (heads.empty() ? "" : " ") + std::to_string(h), ++n;
+    ImGui::Text("layer %lld: kept by %lld of %lld KV heads%s%s", static_cast<long long>(sel.layer), static_cast<long long>(n),
+                static_cast<long long>(a.n_head_kv), n ? ": " : "", ellipsize(heads, 80).c_str());
+    const auto total = a.n_layer * a.n_head_kv;
+    const auto k = a.keep_count[static_cast<std::size_t>(i)];
+    ImGui::Text("all layers: kept by %u of %lld heads (%.0f%%)", k, static_cast<long long>(total),
+                total ? 100.0 * k / static_cast<double>(total) : 0.0);
+  }
+  ImGui::TextDisabled("click: select this token");
+  ImGui::EndTooltip();
+}
+
+}  // namespace
+
+void tokens(AppState& s, Ui& ui) {
+  if (no_run(s)) return;
+  TokensState& st = s.tokens;
+  const RunData& a = *s.a;
+  int mode = static_cast<int>(st.opt.coloring);
+  ImGui::RadioButton("kept by selected head", &mode, static_cast<int>(TokenColoring::kKeptSelectedHead));
+  ImGui::SameLine();
+  ImGui::RadioButton("keep rate over all heads", &mode, static_cast<int>(TokenColoring::kKeepRate));
+  ImGui::SameLine();
+  ImGui::RadioButton("attention of selected head", &mode, static_cast<int>(TokenColoring::kAttention));
+  st.opt.coloring = static_cast<TokenColoring>(mode);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(110);
+  ImS64 pos = st.goto_pos;
+  if (ImGui::InputScalar("##goto", ImGuiDataType_S64, &pos, nullptr, nullptr, "%lld", ImGuiInputTextFlags_EnterReturnsTrue)) {
+    st.goto_pos = std::clamp<ImS64>(pos, 0, std::max<std::int64_t>(0, a.n_tok - 1));
+    st.scroll_to = st.goto_pos;
+    s.sel.token = st.goto_pos;
+  } else {
+    st.goto_pos = pos;
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("go to position")) {
+    st.scroll_to = std::clamp<std::int64_t>(st.goto_pos, 0, std::max<std::int64_t>(0, a.n_tok - 1));
+    s.sel.token = st.scroll_to;
+  }
+  if (!a.tokens_from_tokenizer) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("  token ids shown (%s)", ellipsize(a.tokenizer_note, 60).c_str());
+  }
+
+  // Overview strip: the exported figure.
+  const std::string key = run_key(&a) + "|" + std::to_string(mode) + "|" + std::to_string(s.sel.layer) + "," +
+                          std::to_string(s.sel.head);
+  st.overview.draw(key, {ImGui::GetContentRegionAvail().x, 118}, [&] { return tokens_figure(a, st.opt, s.sel); }, ui.fonts,
+                   ui.textures);
+  if (ImGui::IsItemHovered()) {
+    if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->token >= 0 && hit->token < a.n_tok) {
+      token_tooltip(s, hit->token);
+      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) st.scroll_to = s.sel.token = hit->token;
+    }
+  }
+
+  // Colour of a token in the current mode.
+  const float* att = a.attention_row(s.sel.layer, s.sel.head);
+  float lo = 0, hi = 1;
+  if (mode == static_cast<int>(TokenColoring::kAttention) && att) {
+    lo = 1e30f, hi = -1e30f;
+    for (std::int64_t i = 0; i < a.n_tok; ++i) {
+      const float v = std::log10(std::max(att[i], 1e-9f));
+      lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    if (!(hi > lo)) hi = lo + 1;
+  }
+  const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
+  auto color_of = [&](std::int64_t i) -> viz::Color {
+    switch (static_cast<TokenColoring>(mode)) {
+      case TokenColoring::kKeptSelectedHead: return a.kept_at(s.sel.layer, s.sel.head, i) ? kKeptColor : kEvictedColor;
+      case TokenColoring::kKeepRate: return viz::map("viridis", a.keep_count[static_cast<std::size_t>(i)] / heads);
+      case TokenColoring::kAttention:
+        if (!att) return kEvictedColor;
+        return viz::map("magma", (std::log10(std::max(att[i], 1e-9f)) - lo) / (hi - lo));
+    }
+    return kEvictedColor;
+  };
+
+  ImGui::BeginChild("token_list", ImGui::GetContentRegionAvail(), true);
+  const float width = ImGui::GetContentRegionAvail().x;
+  if (st.laid_for != s.a || std::abs(st.laid_width - width) > 0.5f) layout_rows(st, s.a, width);
+  const float line = ImGui::GetTextLineHeight() + 2 * kPadY;
+  const float pitch = line + kGapY;
+  if (st.scroll_to >= 0 && st.scroll_to < a.n_tok) {
+    const float y = static_cast<float>(row_of(st, st.scroll_to)) * pitch;
+    ImGui::SetScrollY(std::max(0.0f, y - ImGui::GetWindowHeight() * 0.4f));
+    st.scroll_to = -1;
+  }
+  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, {0, 0});
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 mouse = ImGui::GetMousePos();
+  const bool list_hovered = ImGui::IsWindowHovered();
+  std::int64_t hovered = -1;
+  ImGuiListClipper clipper;
+  clipper.Begin(static_cast<int>(st.row_start.size()), pitch);
+  while (clipper.Step()) {
+    for (int r = clipper.DisplayStart; r < clipper.DisplayEnd; ++r) {
+      const ImVec2 p = ImGui::GetCursorScreenPos();
+      const std::int64_t first = st.row_start[static_cast<std::size_t>(r)];
+      const std::int64_t end = r + 1 < static_cast<int>(st.row_start.size()) ? st.row_start[static_cast<std::size_t>(r) + 1] : a.n_tok;
+      float x = p.x;
+      for (std::int64_t i = first; i < end; ++i) {
+        const float w = std::min(st.token_w[static_cast<std::size_t>(i)], width);
+        const ImVec2 b0{x, p.y}, b1{x + w, p.y + line};
+        const viz::Color c = color_of(i);
+        dl->AddRectFilled(b0, b1, im_color(c), 2.0f);
+        const ImU32 ink = viz::luminance(c) < 0.45 ? IM_COL32(255, 255, 255, 255) : IM_COL32(20, 20, 20, 255);
+        const std::string& t = st.shown[static_cast<std::size_t>(i)];
+        const ImVec4 clip{b0.x, b0.y, b1.x, b1.y};
+        dl->AddText(nullptr, 0.0f, {b0.x + kPadX, b0.y + kPadY}, ink, t.c_str(), t.c_str() + t.size(), 0.0f, &clip);
+        if (i == s.sel.token) dl->AddRect({b0.x - 1, b0.y - 1}, {b1.x + 1, b1.y + 1}, IM_COL32(220, 30, 30, 255), 2.0f, 0, 2.0f);
+        if (list_hovered && mouse.x >= b0.x && mouse.x < b1.x && mouse.y >= b0.y && mouse.y < b1.y) hovered = i;
+        x += w + kGapX;
+      }
+      ImGui::Dummy({width, pitch});
+    }
+  }
+  ImGui::PopStyleVar();
+  st.hovered = hovered;
+  if (hovered >= 0) {
+    token_tooltip(s, hovered);
+    if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) s.sel.token = hovered;
+  }
+  ImGui::EndChild();
+}
+
+}  // namespace kvscope::gui::panels

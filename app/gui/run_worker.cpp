@@ -1,0 +1,167 @@
+#include "run_worker.h"
+
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/capture.h"
+#include "kvscope/core/engine.h"
+#include "kvscope/core/errors.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/sessions/session_store.h"
+#include "session_record.h"  // app/cli: the CLI's session writer, shared so GUI and CLI sessions match
+
+namespace kvscope::gui {
+namespace {
+
+/// Thrown from the per-token callback to stop generate() between decode steps.
+struct RunCancelled : std::runtime_error {
+  RunCancelled() : std::runtime_error("cancelled by the user") {}
+};
+
+/// A loaded model kept between runs of the same (path, device, dtype, tokenizer).
+struct ModelSlot {
+  std::string key;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Engine> engine;
+};
+
+BudgetSpec::Unit budget_unit(const std::string& u) {
+  if (u == "compression_ratio" || u == "ratio") return BudgetSpec::Unit::kCompressionRatio;
+  return parse_budget_unit(u);  // stored | fetched | fraction; throws InputError
+}
+
+RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunRequest& req,
+                   const std::function<void(const RunUpdate&)>& emit, const std::atomic<bool>& cancel) {
+  RunUpdate done;
+  done.db = req.db_path;
+  std::int64_t run_id = -1, n = 0;
+  try {
+    if (req.db_path.empty()) throw InputError("choose a session database to record the run in");
+    if (req.model_path.empty()) throw InputError("choose a model (Hugging Face directory or llama2.c .bin)");
+    std::unique_ptr<Pipeline> pipeline;
+    GenerateRequest g;
+    if (!req.pipeline_spec.empty()) {
+      pipeline = std::make_unique<Pipeline>(registry, req.pipeline_spec);
+      g.budget = {budget_unit(req.budget_unit), req.budget_value};
+      g.budget.validate();
+      g.pipeline = pipeline.get();
+    }
+    const std::string key = req.model_path + "|" + req.device + "|" + req.dtype + "|" + req.tokenizer_path;
+    if (slot.key != key || !slot.model) {
+      emit({RunUpdate::Kind::kStatus, "loading " + req.model_path + " on " + req.device + " (" + req.dtype + ")"});
+      slot = {};
+      const c10::Device dev(req.device);
+      if (dev.is_cuda() && !at::hasCUDA()) throw InputError("device " + req.device + ": this build of kvscope has no CUDA");
+      LoadOptions o{dev, parse_dtype(req.dtype), req.tokenizer_path};
+      slot.model = std::make_unique<Model>(load_model(req.model_path, o));
+      slot.engine = std::make_unique<Engine>(*slot.model);
+      slot.key = key;
+    }
+    const Model& model = *slot.model;
+    if (!model.tokenizer) throw InputError(req.model_path, "the model has no tokenizer: cannot encode the prompt");
+    const BosMode bos = req.bos == "always" ? BosMode::kAlways : req.bos == "never" ? BosMode::kNever : BosMode::kAuto;
+    g.prompt_ids = prompt_ids(model, req.prompt, bos);
+    g.max_new_tokens = req.max_new_tokens;
+    g.sampling.greedy = req.greedy;
+    g.sampling.temperature = req.temperature;
+    g.sampling.top_p = req.top_p;
+    g.sampling.seed = req.seed;
+    g.stop_ids = model.stop_token_ids;
+    g.reference_full = req.reference_full && pipeline != nullptr;
+    g.capture = parse_capture_level(req.capture);
+    g.capture_window = req.capture_window;
+    if (cancel) throw RunCancelled();
+
+    auto store = sessions::SessionStore::open(req.db_path);
+    emit({RunUpdate::Kind::kStatus, "prefill of " + std::to_string(g.prompt_ids.size()) + " tokens" +
+                                        (pipeline ? " under " + pipeline->canonical() : std::string(" (full cache)"))});
+    std::vector<int32_t> shown = g.prompt_ids;
+    bool started = false;
+    auto on_token = [&](int32_t id) {
+      if (!started) {
+        started = true;
+        emit({RunUpdate::Kind::kStarted, "decoding", req.db_path, run_id, 0});
+      }
+      if (cancel) throw RunCancelled();
+      ++n;
+      emit({RunUpdate::Kind::kToken, decode_continuation(*model.tokenizer, shown, {id}), req.db_path, run_id, n});
+      shown.push_back(id);
+    };
+    cli::generate_into_store(store, *slot.engine, pipeline.get(), registry, g, req.prompt, req.name, std::nullopt, run_id,
+                             on_token);
+    done.kind = RunUpdate::Kind::kFinished;
+    done.text = "recorded run #" + std::to_string(run_id) + " in " + req.db_path;
+  } catch (const RunCancelled& e) {
+    done.kind = RunUpdate::Kind::kCancelled;
+    done.text = run_id >= 0 ? "cancelled; run #" + std::to_string(run_id) + " recorded as failed (cancelled)" : "cancelled";
+  } catch (const std::exception& e) {
+    done.kind = RunUpdate::Kind::kFailed;
+    done.text = e.what();
+  }
+  done.run_id = run_id;
+  done.tokens = n;
+  return done;
+}
+
+}  // namespace
+
+RunUpdate execute_run(const PolicyRegistry& registry, const RunRequest& req, const std::function<void(const RunUpdate&)>& emit,
+                      const std::atomic<bool>& cancel) {
+  ModelSlot slot;
+  return run_with(slot, registry, req, emit, cancel);
+}
+
+struct RunWorker::Impl {
+  const PolicyRegistry& registry;
+  std::thread thread;
+  std::atomic<bool> cancel{false}, busy{false};
+  std::mutex mu;
+  std::deque<RunUpdate> queue;
+  ModelSlot slot;  // touched by the worker thread only (one run at a time)
+
+  explicit Impl(const PolicyRegistry& r) : registry(r) {}
+  void push(const RunUpdate& u) {
+    std::lock_guard<std::mutex> lock(mu);
+    queue.push_back(u);
+  }
+};
+
+RunWorker::RunWorker(const PolicyRegistry& registry) : impl_(std::make_unique<Impl>(registry)) {}
+
+RunWorker::~RunWorker() {
+  impl_->cancel = true;
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+bool RunWorker::start(const RunRequest& req) {
+  if (impl_->busy) return false;
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->cancel = false;
+  impl_->busy = true;
+  impl_->thread = std::thread([this, req]() {
+    Impl& m = *impl_;
+    const RunUpdate done = run_with(m.slot, m.registry, req, [&m](const RunUpdate& u) { m.push(u); }, m.cancel);
+    m.push(done);
+    m.busy = false;
+  });
+  return true;
+}
+
+void RunWorker::cancel() { impl_->cancel = true; }
+
+bool RunWorker::busy() const { return impl_->busy; }
+
+std::vector<RunUpdate> RunWorker::poll() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<RunUpdate> out(impl_->queue.begin(), impl_->queue.end());
+  impl_->queue.clear();
+  return out;
+}
+
+}  // namespace kvscope::gui
