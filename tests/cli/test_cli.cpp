@@ -9,28 +9,16 @@
 #include <sys/wait.h>
 
 #include "../core/test_support.h"
+#include "cli_support.h"
 
 namespace kvscope {
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string out;
-};
+using Result = test::CliResult;
 
-/// Runs kvscope-cli with `args` (shell-quoted by the caller); stdout, plus stderr if `merge`.
-Result cli(const std::string& args, bool merge = false) {
-  const std::string cmd = std::string(KVSCOPE_CLI) + " " + args + (merge ? " 2>&1" : " 2>/dev/null");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 65536> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+/// kvscope-cli with `args`; stdout, plus stderr if `merge`.
+Result cli(const std::string& args, bool merge = false) { return test::run_cli(args, merge); }
+std::string q(const std::filesystem::path& p) { return test::quote(p); }
 
 TEST(CliGenerate, JsonMatchesGoldenIdsLogitsAndGreedy) {
   for (const auto& path : test::pycode_goldens()) {

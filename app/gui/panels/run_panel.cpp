@@ -1,0 +1,171 @@
+// Run: model, prompt, a pipeline editor generated from the PolicyRegistry's ParamSpec tables,
+// budget and unit, device and dtype; Run executes on the worker thread and streams tokens here,
+// Cancel stops it between decode steps; the finished run is recorded as a session and opened.
+
+#include "../ui_util.h"
+#include "panels.h"
+
+namespace kvscope::gui::panels {
+namespace {
+
+bool combo(const char* label, std::string& value, std::initializer_list<const char*> items, float width = 140) {
+  bool changed = false;
+  ImGui::SetNextItemWidth(width);
+  if (ImGui::BeginCombo(label, value.c_str())) {
+    for (const char* it : items)
+      if (ImGui::Selectable(it, value == it)) value = it, changed = true;
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
+}  // namespace
+
+void run(AppState& s, Ui& ui) {
+  RunState& st = s.run;
+  RunRequest& f = st.form;
+  const bool busy = ui.worker && ui.worker->busy();
+  if (ui.catalog && !st.pipeline_initialised) {
+    try {
+      st.pipeline = from_spec(st.spec_text.empty() ? "snapkv+adakv" : st.spec_text, *ui.catalog);
+    } catch (const std::exception& e) {
+      st.spec_error = e.what();
+    }
+    st.spec_text = to_spec(st.pipeline, *ui.catalog);
+    st.pipeline_initialised = true;
+  }
+
+  const float left_w = std::max(520.0f, ImGui::GetContentRegionAvail().x * 0.56f);
+  ImGui::BeginChild("run_form", {left_w, 0}, false);
+  ImGui::BeginDisabled(busy);
+  ImGui::TextUnformatted("Model");
+  ImGui::SetNextItemWidth(-1);
+  input_text_hint("##model", "Hugging Face directory or llama2.c .bin", f.model_path);
+  ImGui::SetNextItemWidth(200);
+  combo("device", f.device, {"cpu", "cuda", "cuda:1"}, 100);
+  ImGui::SameLine();
+  combo("dtype", f.dtype, {"fp32", "bf16", "fp16"}, 90);
+  ImGui::SameLine();
+  combo("BOS", f.bos, {"auto", "always", "never"}, 90);
+
+  ImGui::Spacing();
+  ImGui::TextUnformatted("Prompt");
+  input_text_multiline("##prompt", f.prompt, {-1, 110});
+  static_assert(sizeof(std::int64_t) == sizeof(ImS64));
+  ImGui::SetNextItemWidth(140);
+  ImGui::InputScalar("max new tokens", ImGuiDataType_S64, &f.max_new_tokens);
+  f.max_new_tokens = std::clamp<std::int64_t>(f.max_new_tokens, 0, 1 << 20);
+  ImGui::SameLine();
+  ImGui::Checkbox("greedy", &f.greedy);
+  if (!f.greedy) {
+    ImGui::SetNextItemWidth(90);
+    ImGui::InputDouble("temperature", &f.temperature, 0, 0, "%.2f");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(90);
+    ImGui::InputDouble("top-p", &f.top_p, 0, 0, "%.2f");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(90);
+    ImGui::InputScalar("seed", ImGuiDataType_U64, &f.seed);
+  }
+
+  ImGui::Spacing();
+  ImGui::TextUnformatted("Pipeline");
+  help_marker("Stages in order (S0 head pattern, S1 scoring, S2 budget, S4 channel, S5 decode-time selection, S7 multi-turn).\n"
+              "Every parameter comes from the policy's ParamSpec: range, default, help and paper section on hover.");
+  if (ui.catalog) {
+    if (draw_pipeline_editor(st.pipeline, *ui.catalog)) {
+      st.spec_text = to_spec(st.pipeline, *ui.catalog);
+      st.spec_error.clear();
+    }
+    ImGui::SetNextItemWidth(-70);
+    const bool enter = input_text("##spec", st.spec_text, ImGuiInputTextFlags_EnterReturnsTrue);
+    ImGui::SameLine();
+    if (ImGui::Button("Apply") || enter) {
+      try {
+        st.pipeline = from_spec(st.spec_text, *ui.catalog);
+        st.spec_text = to_spec(st.pipeline, *ui.catalog);
+        st.spec_error.clear();
+      } catch (const std::exception& e) {
+        st.spec_error = e.what();
+      }
+    }
+    if (!st.spec_error.empty()) ImGui::TextColored({0.75f, 0.1f, 0.1f, 1}, "%s", st.spec_error.c_str());
+  } else {
+    ImGui::TextDisabled("(no policy registry in this mode)");
+  }
+  ImGui::Spacing();
+  ImGui::TextUnformatted("Budget");
+  combo("unit", f.budget_unit, {"fraction", "stored", "fetched", "compression_ratio"}, 150);
+  help_marker("fraction: share of the cache kept; stored: entries per KV head; fetched: entries read per decode step per GQA "
+              "group (RocketKV's t); compression_ratio: kvpress, fraction removed. methods.md \xc2\xa7" "6.4.");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(120);
+  ImGui::InputDouble("value", &f.budget_value, 0, 0, "%g");
+  ImGui::Checkbox("fidelity vs full cache", &f.reference_full);
+  ImGui::SameLine();
+  combo("capture", f.capture, {"full", "summary", "off"}, 100);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(90);
+  ImGui::InputScalar("window", ImGuiDataType_S64, &f.capture_window);
+  f.capture_window = std::clamp<std::int64_t>(f.capture_window, 1, 4096);
+  ImGui::Spacing();
+  ImGui::TextUnformatted("Record into");
+  ImGui::SetNextItemWidth(-200);
+  input_text_hint("##db", "sessions.db", f.db_path);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(-1);
+  input_text_hint("##name", "run name", f.name);
+  ImGui::EndDisabled();
+
+  ImGui::Spacing();
+  if (!busy) {
+    const bool can = ui.worker != nullptr;
+    ImGui::BeginDisabled(!can);
+    if (ImGui::Button("Run", {120, 0})) {
+      RunRequest req = f;
+      req.pipeline_spec = ui.catalog ? to_spec(st.pipeline, *ui.catalog) : std::string();
+      st.output.clear();
+      st.tokens = 0;
+      st.log.push_back("run: " + (req.pipeline_spec.empty() ? std::string("full cache") : req.pipeline_spec));
+      if (!ui.worker->start(req)) st.log.push_back("a run is already in progress");
+    }
+    ImGui::EndDisabled();
+    if (!can) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("(runs need the desktop app's worker)");
+    }
+  } else {
+    if (ImGui::Button("Cancel", {120, 0})) ui.worker->cancel();
+    ImGui::SameLine();
+    ImGui::Text("running: %lld / %lld tokens", static_cast<long long>(st.tokens), static_cast<long long>(f.max_new_tokens));
+    ImGui::SameLine();
+    ImGui::ProgressBar(f.max_new_tokens > 0 ? static_cast<float>(st.tokens) / static_cast<float>(f.max_new_tokens) : 0.0f, {-1, 0});
+  }
+  ImGui::EndChild();
+
+  ImGui::SameLine();
+  ImGui::BeginChild("run_output", {0, 0}, true);
+  ImGui::TextUnformatted("Output");
+  ImGui::Separator();
+  ImGui::BeginChild("stream", {0, ImGui::GetContentRegionAvail().y * 0.6f}, false);
+  ImGui::PushTextWrapPos(0);
+  ImGui::TextDisabled("%s", ellipsize(f.prompt, 2000).c_str());
+  ImGui::TextUnformatted(st.output.c_str());
+  ImGui::PopTextWrapPos();
+  if (busy) ImGui::SetScrollHereY(1.0f);
+  ImGui::EndChild();
+  ImGui::Separator();
+  ImGui::TextUnformatted("Log");
+  ImGui::BeginChild("log", {0, 0}, false);
+  for (const auto& l : st.log) ImGui::TextWrapped("%s", l.c_str());
+  if (st.last_run >= 0) {
+    if (ImGui::SmallButton("open last run")) {
+      const int di = open_database(s, st.last_db);
+      if (di >= 0) open_run(s, di, st.last_run, false);
+    }
+  }
+  ImGui::EndChild();
+  ImGui::EndChild();
+}
+
+}  // namespace kvscope::gui::panels
