@@ -11,7 +11,7 @@ mkdir -p "$root/out"
 "$cli" inspect "$root/out/pycode.db"
 # Run 2 is SnapKV at ratio 0.5 and run 5 Ada-SnapKV at 0.5 on the first prompt (grid order).
 "$cli" compare "$root/out/pycode.db" 2 5
-for fig in heads budgets tokens mass keys channels fidelity; do
+for fig in heads budgets tokens mass topk-cdf keys channels fidelity; do
   "$cli" export "$root/out/pycode.db" 5 --figure "$fig" --layer 3 --head 1 --out "$root/out/$fig.png"
 done
 "$cli" export "$root/out/pycode.db" 5 --figure grid --metric mean_kl --out "$root/out/grid.pdf"

@@ -56,7 +56,9 @@ Grid parse_grid(const std::filesystem::path& file) {
   }
   Grid g;
   const auto base = file.parent_path();
-  auto resolve = [&](const std::string& p) { return std::filesystem::path(p).is_absolute() ? p : (base / p).string(); };
+  auto resolve = [&](const std::string& p) {
+    return std::filesystem::path(p).is_absolute() ? p : (base / p).lexically_normal().string();
+  };
   for (auto& m : array_of<std::string>(t, "models", file)) g.models.push_back(resolve(m));
   for (auto& p : array_of<std::string>(t, "prompts", file)) g.prompts.push_back(resolve(p));
   g.pipelines = array_of<std::string>(t, "pipelines", file);

@@ -122,6 +122,12 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
     if (c.cos_to_mean.defined()) store.add_blob(run, f32_blob("cos_to_mean", int64_t(l), c.cos_to_mean));
     if (c.channel_mean.defined()) store.add_blob(run, f32_blob("channel_mean", int64_t(l), c.channel_mean));
     if (c.channel_cv.defined()) store.add_blob(run, f32_blob("channel_cv", int64_t(l), c.channel_cv));
+    if (c.keys_pca.defined()) store.add_blob(run, f32_blob("keys_pca", int64_t(l), c.keys_pca));
+  }
+  if (res.topk_unique.defined()) {
+    at::Tensor t = res.topk_unique.contiguous();
+    store.add_blob(run, sessions::Blob::of<int64_t>("topk_unique", -1, -1, t.sizes().vec(),
+                                                    std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel())));
   }
   auto mean = [](const auto& v) { return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); };
   int64_t kept = 0, heads = 0;

@@ -174,9 +174,34 @@ viz::Figure keys(const SessionStore& s, const RunRecord& r, const FigureRequest&
   viz::Figure f;
   f.title = "Key geometry";
   f.caption = caption_of(r);
+  // KeyDiff Fig. 3: keys on their first two principal axes, kept vs evicted.
+  if (auto pca = s.load_blob(r.row.id, "keys_pca", q.layer, -1)) {
+    const auto v = pca->to_f32();
+    viz::ScatterPlot p;
+    p.title = "keys, 2-D PCA";
+    p.x.label = "PC 1";
+    p.y.label = "PC 2";
+    viz::ScatterGroup pk{"kept", {}, {}, viz::Color{46, 158, 89}}, pe{"evicted", {}, {}, viz::Color{153, 153, 153}};
+    double mx = 0, my = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = v[(q.head * n + i) * 2], y = v[(q.head * n + i) * 2 + 1];
+      (keep.count(i) ? pk : pe).x.push_back(x);
+      (keep.count(i) ? pk : pe).y.push_back(y);
+      mx += x / n;
+      my += y / n;
+    }
+    p.groups = {pe, pk};
+    viz::Highlight anchor;
+    anchor.label = "mean key";
+    anchor.x = mx;
+    anchor.y = my;
+    p.highlights.push_back(anchor);
+    f.panels.push_back(p);
+  }
   f.panels.push_back(sc);
   f.panels.push_back(hist);
-  f.columns = 2;
+  f.columns = int(f.panels.size());
+  f.width = 300 * f.columns + 100;
   return f;
 }
 
@@ -246,6 +271,30 @@ viz::Figure fidelity(const SessionStore& s, const RunRecord& r, const FigureRequ
   return f;
 }
 
+viz::Figure topk_cdf(const SessionStore& s, const RunRecord& r) {
+  // RocketKV Fig. 2b: ECDF of the number of distinct positions Exact-TopK picks over all decode steps.
+  auto b = s.load_blob(r.row.id, "topk_unique", -1, -1);
+  if (!b) throw std::invalid_argument("run " + std::to_string(r.row.id) + " has no top-k record (record it with --capture full)");
+  const int64_t L = b->shape[0], H = b->shape[1];
+  auto v = b->values<int64_t>();
+  viz::LinePlot p;
+  p.title = "distinct top-256 positions over " + std::to_string(r.outputs.tokens.size()) + " decode steps";
+  p.x.label = "distinct positions (union over steps)";
+  p.y.label = "fraction of heads";
+  viz::Series all{"all " + std::to_string(L * H) + " query heads"};
+  std::sort(v.begin(), v.end());
+  for (size_t i = 0; i < v.size(); ++i) {
+    all.x.push_back(double(v[i]));
+    all.y.push_back(double(i + 1) / double(v.size()));
+  }
+  p.series.push_back(all);
+  viz::Figure f;
+  f.title = "Exact-TopK selections are stable across decode steps";
+  f.caption = caption_of(r) + " | prompt " + std::to_string(r.info.prompt.tokens.size()) + " tokens";
+  f.panels.push_back(p);
+  return f;
+}
+
 viz::Figure grid(const SessionStore& s, const FigureRequest& q) {
   // Needle-style grid over a sweep: prompt length x budget, coloured by a summary metric.
   const std::string metric = q.metric == "tokens95_frac" ? "mean_kl" : q.metric;
@@ -307,8 +356,7 @@ viz::Figure build_figure(const SessionStore& s, int64_t run, const FigureRequest
   if (q.name == "keys") return keys(s, r, q);
   if (q.name == "channels") return channels(s, r, q);
   if (q.name == "fidelity") return fidelity(s, r, q);
-  if (q.name == "topk-cdf")
-    throw std::invalid_argument("topk-cdf needs per-step exact top-k indices, which runs do not record yet");
+  if (q.name == "topk-cdf") return topk_cdf(s, r);
   std::string known;
   for (const auto& n : figure_names()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown figure '" + q.name + "' (known: " + known + ")");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gui_options.h"
 #include "imgui_canvas.h"
 #include "kvscope/sessions/session_store.h"
 #include "pipeline_editor.h"
@@ -150,6 +151,7 @@ struct AppState {
   ExportState exporting;
 
   std::string status;  ///< last message for the status bar
+  bool quit_requested = false;
   double frame_ms = 0;
 
   /// Run B for per-run views in compare mode (nullptr when none).
@@ -186,6 +188,13 @@ int db_index(const AppState& s, const std::string& path);
 void save_view_state(AppState& s);
 /// Restores "gui.last" from database `db` if present.
 void restore_view_state(AppState& s, int db);
+
+/// Opens the databases and runs of the command line, picks the view and selection. Without --run:
+/// the newest run of the first database; the compare view then also gets the newest other complete
+/// run on the same prompt. False (with s.status set) if a database or run could not be opened.
+bool apply_options(AppState& s, const GuiOptions& o);
+/// The newest complete run of database `db` other than A on A's prompt, or -1.
+std::int64_t same_prompt_run(AppState& s, int db);
 
 /// Draws one frame of the whole window (menu, context bar, view tabs, status bar).
 void draw_app(AppState& s, Ui& ui);

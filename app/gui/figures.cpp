@@ -62,8 +62,6 @@ bool valid_head(const RunData& a, const Selection& s) {
   return s.layer >= 0 && s.layer < a.n_layer && s.head >= 0 && s.head < a.n_head_kv;
 }
 
-double finite_or(double v, double d) { return std::isfinite(v) ? v : d; }
-
 }  // namespace
 
 std::string_view view_name(View v) {

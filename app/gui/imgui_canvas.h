@@ -123,13 +123,14 @@ class Recording final : public viz::Canvas {
     kPushClip, kPopClip
   };
   struct Cmd {
+    explicit Cmd(Op o) : op(o) {}
     Op op;
-    viz::Stroke stroke;
-    viz::Color color;
-    viz::Rect r;               // rects, clip, image dst; line: (x, y) = a, (w, h) = b; circle: x, y, w = radius
+    viz::Stroke stroke{};
+    viz::Color color{};
+    viz::Rect r{};               // rects, clip, image dst; line: (x, y) = a, (w, h) = b; circle: x, y, w = radius
     std::uint32_t first = 0;   // points / text / image index
     std::uint32_t count = 0;
-    viz::Font font;
+    viz::Font font{};
     viz::HAlign h = viz::HAlign::Left;
     viz::VAlign v = viz::VAlign::Top;
     viz::TextDir dir = viz::TextDir::Horizontal;

@@ -54,7 +54,7 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
     }
     const std::string key = req.model_path + "|" + req.device + "|" + req.dtype + "|" + req.tokenizer_path;
     if (slot.key != key || !slot.model) {
-      emit({RunUpdate::Kind::kStatus, "loading " + req.model_path + " on " + req.device + " (" + req.dtype + ")"});
+      emit({RunUpdate::Kind::kStatus, "loading " + req.model_path + " on " + req.device + " (" + req.dtype + ")", {}, -1, 0});
       slot = {};
       const c10::Device dev(req.device);
       if (dev.is_cuda() && !at::hasCUDA()) throw InputError("device " + req.device + ": this build of kvscope has no CUDA");
@@ -80,7 +80,8 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
 
     auto store = sessions::SessionStore::open(req.db_path);
     emit({RunUpdate::Kind::kStatus, "prefill of " + std::to_string(g.prompt_ids.size()) + " tokens" +
-                                        (pipeline ? " under " + pipeline->canonical() : std::string(" (full cache)"))});
+                                        (pipeline ? " under " + pipeline->canonical() : std::string(" (full cache)")),
+          {}, -1, 0});
     std::vector<int32_t> shown = g.prompt_ids;
     bool started = false;
     auto on_token = [&](int32_t id) {

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policies/builtin.h"
 
 namespace kvscope {
@@ -54,8 +55,45 @@ LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel 
     out.cos_to_mean = cos.to(at::kCPU);
     out.channel_mean = ch_mean.to(at::kCPU);
     out.channel_cv = ch_cv.to(at::kCPU);
+    // 2-D PCA per KV head: top-2 eigenvectors of the key covariance.
+    at::Tensor centred = k - k.mean(1, true);                                         // [Hkv, n, D]
+    at::Tensor cov = at::bmm(centred.transpose(1, 2), centred) / std::max<int64_t>(n - 1, 1);  // [Hkv, D, D]
+    at::Tensor vecs = std::get<1>(at::linalg_eigh(cov.to(at::kDouble))).to(at::kFloat);       // ascending eigenvalues
+    out.keys_pca = at::bmm(centred, vecs.narrow(2, D - 2, 2).flip({2})).to(at::kCPU);         // [Hkv, n, 2]
   }
   (void)Hkv;
+  return out;
+}
+
+}  // namespace kvscope
+
+namespace kvscope {
+
+void TopkUnion::add(int64_t layer, const at::Tensor& q, const KvCache& cache) {
+  const LayerKv& L = cache.layer(layer);
+  const int64_t H = q.size(0), Hkv = cache.n_head_kv(), G = H / Hkv;
+  for (int64_t h = 0; h < Hkv; ++h) {
+    const at::Tensor keys = cache.head_keys(layer, h), pos = cache.head_positions(layer, h);
+    const int64_t n = keys.size(0), k = std::min(k_, n);
+    if (k == 0) continue;
+    at::Tensor logits = at::matmul(q.narrow(0, h * G, G).to(at::kFloat), keys.to(at::kFloat).t());  // [G, n]
+    at::Tensor picked = pos.index_select(0, std::get<1>(logits.topk(k, -1)).flatten()).view({G, k}).to(at::kCPU);
+    const int64_t max_pos = picked.max().item<int64_t>() + 1;
+    at::Tensor& seen = seen_[layer];
+    if (!seen.defined() || seen.size(1) < max_pos) {
+      at::Tensor grown = at::zeros({n_head_, std::max<int64_t>(max_pos, 2 * (seen.defined() ? seen.size(1) : 0))}, at::kBool);
+      if (seen.defined()) grown.narrow(1, 0, seen.size(1)).copy_(seen);
+      seen = grown;
+    }
+    seen.narrow(0, h * G, G).scatter_(1, picked, true);
+  }
+  (void)L;
+}
+
+at::Tensor TopkUnion::unique_counts() const {
+  at::Tensor out = at::zeros({int64_t(seen_.size()), n_head_}, at::kLong);
+  for (size_t l = 0; l < seen_.size(); ++l)
+    if (seen_[l].defined()) out[int64_t(l)].copy_(seen_[l].sum(1));
   return out;
 }
 

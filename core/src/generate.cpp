@@ -47,8 +47,11 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
 
   // Bytes each decode step's attention reads: the policy's own count per layer, else every live entry.
   int64_t step_bytes = 0;
-  const LayerObserver count_bytes = [&](const LayerEvent&) {
+  std::optional<TopkUnion> topk;
+  if (req.capture == CaptureLevel::kFull) topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256);
+  const LayerObserver count_bytes = [&](const LayerEvent& ev) {
     if (decode_attention) step_bytes += decode_attention->bytes_read_last();
+    if (topk) topk->add(ev.layer, ev.q[0], ev.cache);
   };
   double reference_ms = 0;
   at::Tensor full_logits;
@@ -105,7 +108,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       if (static_cast<int64_t>(out.size()) >= req.max_new_tokens) break;
       const int32_t tok[1] = {next};
       step_bytes = 0;
-      logits = engine.forward(cache, tok, false, decode_attention ? count_bytes : LayerObserver{}, decode_attention);
+      logits = engine.forward(cache, tok, false, decode_attention || topk ? count_bytes : LayerObserver{}, decode_attention);
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
       ++res.decode_steps;
       next = sampler.next(logits);  // reads the result back: the step is complete
@@ -123,6 +126,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     }
   }
   res.decode_ms -= reference_ms;
+  if (topk) res.topk_unique = topk->unique_counts();
   res.output_ids = res.turn_output_ids.front();
   return res;
 }

@@ -61,7 +61,7 @@ TEST_F(CliSessions, SweepResumesAndCompareAndExportWork) {
   EXPECT_NE(r.out.find("mean Jaccard"), std::string::npos);
   EXPECT_NE(r.out.find("mean_kl"), std::string::npos);
 
-  for (const std::string fig : {"heads", "tokens", "mass", "keys", "channels", "fidelity", "budgets", "grid"})
+  for (const std::string fig : {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid"})
     for (const std::string ext : {"png", "svg", "pdf", "csv"}) {
       const fs::path out = dir_ / (fig + "." + ext);
       r = run_cli("export " + quote(db_) + " 8 --figure " + fig + " --layer 1 --head 2 --out " + quote(out), true);

@@ -1,5 +1,7 @@
 // Channels: per-channel saliency mean and CV of the selected head (head_dim x tokens is not stored:
 // the capture keeps channel_mean and channel_cv), and a KV heads x channels map of the layer.
+#include <cmath>
+
 #include "../figures.h"
 #include "../ui_util.h"
 #include "panels.h"

@@ -16,6 +16,12 @@ void compare(AppState& s, Ui& ui) {
   if (s.others.empty()) {
     ImGui::TextDisabled("Add runs to compare from the Sessions view (\"compare\" button or right-click a run).");
     ImGui::TextDisabled("Runs on the same prompt can be compared token by token; any runs can be compared by their metrics.");
+    const int di = db_index(s, a.ref.db);
+    if (ImGui::Button("Compare with the newest other run on the same prompt")) {
+      const auto b = same_prompt_run(s, di);
+      if (b >= 0) open_run(s, di, b, true);
+      else s.status = "no other complete run on this prompt in " + a.ref.db;
+    }
     return;
   }
   CompareState& st = s.compare;

@@ -1,5 +1,7 @@
 // Fidelity: per decode step KL(full || compressed), top-1 agreement and bytes read of run A and the
 // compare runs, overlaid.
+#include <cmath>
+
 #include "../figures.h"
 #include "../ui_util.h"
 #include "panels.h"

@@ -35,6 +35,24 @@ struct LayerCapture {
   at::Tensor cos_to_mean;     // full: [n_head_kv, n_tok]
   at::Tensor channel_mean;    // full: [n_head_kv, head_dim] mean_t |q̄_j|·|k_tj|
   at::Tensor channel_cv;      // full: [n_head_kv, head_dim]
+  at::Tensor keys_pca;        // full: [n_head_kv, n_tok, 2] keys projected on their 2 principal axes (KeyDiff Fig. 3)
+};
+
+/// RocketKV Fig. 2 (methods.md §1.7): per (layer, query head), the set of distinct token positions
+/// that Exact-TopK (k entries) picks over all decode steps. Fed by the decode loop at capture full.
+class TopkUnion {
+ public:
+  TopkUnion(int64_t n_layer, int64_t n_head, int64_t k) : k_(k), seen_(n_layer), n_head_(n_head) {}
+  /// One decode step of one layer: q [n_head, D] post-RoPE, the layer's live keys/positions.
+  void add(int64_t layer, const at::Tensor& q, const class KvCache& cache);
+  /// int64 [n_layer, n_head]: distinct positions picked so far.
+  at::Tensor unique_counts() const;
+  int64_t k() const { return k_; }
+
+ private:
+  int64_t k_;
+  std::vector<at::Tensor> seen_;  // per layer: bool [n_head, max position + 1]
+  int64_t n_head_;
 };
 
 /// Computes a layer's capture from the prefill inputs (queries, keys before eviction).

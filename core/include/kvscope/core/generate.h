@@ -55,6 +55,7 @@ struct GenerateResult {
   std::vector<int64_t> bytes_read;    ///< per decode step: K/V/side-store bytes attention read, all layers
   Fidelity fidelity;                  ///< filled when reference_full
   std::vector<LayerCapture> captures;  ///< per layer, when capture != kOff (first turn's prefill)
+  at::Tensor topk_unique;              ///< capture full: int64 [n_layer, n_head] distinct Exact-TopK(256) picks over decode
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
 };
 

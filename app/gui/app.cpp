@@ -1,0 +1,411 @@
+// The main window: menu, context bar (run A, compare runs, layer / head / token), one tab per view,
+// status bar; and the actions on AppState (open databases and runs, view state).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "app_state.h"
+#include "panels/panels.h"
+#include "ui_util.h"
+
+namespace kvscope::gui {
+namespace {
+
+std::string canonical_path(const std::string& p) {
+  std::error_code ec;
+  auto c = std::filesystem::weakly_canonical(p, ec);
+  return ec ? p : c.string();
+}
+
+void poll_worker(AppState& s, Ui& ui) {
+  if (!ui.worker) return;
+  RunState& st = s.run;
+  st.running = ui.worker->busy();
+  for (const RunUpdate& u : ui.worker->poll()) {
+    switch (u.kind) {
+      case RunUpdate::Kind::kStatus: st.log.push_back(u.text); break;
+      case RunUpdate::Kind::kStarted: st.log.push_back("run #" + std::to_string(u.run_id) + " started; decoding"); break;
+      case RunUpdate::Kind::kToken:
+        st.output += u.text;
+        st.tokens = u.tokens;
+        break;
+      case RunUpdate::Kind::kFinished: {
+        st.log.push_back(u.text);
+        st.last_run = u.run_id;
+        st.last_db = u.db;
+        s.status = u.text;
+        const int di = open_database(s, u.db);
+        if (di >= 0) open_run(s, di, u.run_id, false);
+        break;
+      }
+      case RunUpdate::Kind::kFailed:
+      case RunUpdate::Kind::kCancelled:
+        st.log.push_back((u.kind == RunUpdate::Kind::kFailed ? "failed: " : "") + u.text);
+        s.status = u.text;
+        if (u.run_id >= 0 && db_index(s, u.db) >= 0) refresh_databases(s);
+        break;
+    }
+  }
+}
+
+void draw_menu(AppState& s) {
+  if (!ImGui::BeginMenuBar()) return;
+  if (ImGui::BeginMenu("File")) {
+    if (ImGui::MenuItem("Open database\xe2\x80\xa6")) s.view = View::kSessions, s.select_view = true;
+    if (ImGui::MenuItem("Refresh run lists")) refresh_databases(s);
+    ImGui::Separator();
+    if (ImGui::MenuItem("Export\xe2\x80\xa6", nullptr, false, s.a != nullptr)) s.exporting.open = true;
+    if (ImGui::MenuItem("Save view state", nullptr, false, s.a != nullptr)) save_view_state(s);
+    ImGui::Separator();
+    if (ImGui::MenuItem("Quit")) s.quit_requested = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("View")) {
+    for (View v : kAllViews)
+      if (ImGui::MenuItem(view_title(v), nullptr, s.view == v)) s.view = v, s.select_view = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Compare")) {
+    if (s.others.empty()) ImGui::TextDisabled("no compare runs (Sessions: right-click a run)");
+    for (std::size_t i = 0; i < s.others.size(); ++i) {
+      ImGui::PushID(static_cast<int>(i));
+      if (ImGui::MenuItem(("remove " + ellipsize(s.others[i]->title(), 60)).c_str())) {
+        s.others.erase(s.others.begin() + static_cast<std::ptrdiff_t>(i));
+        ImGui::PopID();
+        break;
+      }
+      ImGui::PopID();
+    }
+    if (!s.others.empty() && ImGui::MenuItem("Swap A and B")) std::swap(s.a, s.others[static_cast<std::size_t>(std::clamp(s.compare.b_index, 0, static_cast<int>(s.others.size()) - 1))]);
+    ImGui::EndMenu();
+  }
+  ImGui::EndMenuBar();
+}
+
+void draw_context_bar(AppState& s) {
+  if (!s.a) {
+    ImGui::TextDisabled("No run open");
+    return;
+  }
+  const RunData& a = *s.a;
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextColored({0.0f, 0.35f, 0.6f, 1}, "A");
+  ImGui::SameLine();
+  ImGui::TextUnformatted(ellipsize(a.title(), 70).c_str());
+  item_tooltip(a.caption() + "\n" + ellipsize(a.record.info.prompt.text, 400));
+  for (const auto& o : s.others) {
+    ImGui::SameLine();
+    ImGui::TextColored({0.75f, 0.45f, 0.0f, 1}, "  vs");
+    ImGui::SameLine();
+    ImGui::TextUnformatted(ellipsize(o->title(), 36).c_str());
+    item_tooltip(o->caption());
+  }
+  ImGui::SameLine();
+  const float right = ImGui::GetWindowContentRegionMax().x;
+  const float controls_w = 560;
+  if (ImGui::GetCursorPosX() < right - controls_w) ImGui::SetCursorPosX(right - controls_w);
+  ImGui::SetNextItemWidth(150);
+  const ImS64 lmax = std::max<ImS64>(0, a.n_layer - 1), hmax = std::max<ImS64>(0, a.n_head_kv - 1);
+  ImS64 l = s.sel.layer, h = s.sel.head, zero = 0;
+  if (ImGui::SliderScalar("layer", ImGuiDataType_S64, &l, &zero, &lmax)) s.sel.layer = l;
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(150);
+  if (ImGui::SliderScalar("KV head", ImGuiDataType_S64, &h, &zero, &hmax)) s.sel.head = h;
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(90);
+  ImS64 t = s.sel.token;
+  if (ImGui::InputScalar("token", ImGuiDataType_S64, &t, nullptr, nullptr, "%lld")) {
+    s.sel.token = std::clamp<ImS64>(t, -1, a.n_tok - 1);
+    s.tokens.scroll_to = s.sel.token;
+  }
+}
+
+}  // namespace
+
+// ---- actions --------------------------------------------------------------------------------------
+
+int db_index(const AppState& s, const std::string& path) {
+  for (std::size_t i = 0; i < s.dbs.size(); ++i)
+    if (s.dbs[i].path == path) return static_cast<int>(i);
+  const std::string c = canonical_path(path);
+  for (std::size_t i = 0; i < s.dbs.size(); ++i)
+    if (canonical_path(s.dbs[i].path) == c) return static_cast<int>(i);
+  return -1;
+}
+
+int open_database(AppState& s, const std::string& path) {
+  if (int i = db_index(s, path); i >= 0) {
+    OpenDb& d = s.dbs[static_cast<std::size_t>(i)];
+    try {
+      d.rows = d.store->list_runs();
+      d.extra.clear();
+    } catch (const std::exception& e) {
+      s.status = e.what();
+    }
+    return i;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    s.status = path + ": no such database file";
+    return -1;
+  }
+  OpenDb d;
+  d.path = path;
+  try {
+    d.store = std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadWrite));
+    d.writable = true;
+  } catch (const std::exception& e) {
+    try {
+      d.store = std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadOnly));
+      d.writable = false;
+    } catch (const std::exception& e2) {
+      s.status = e2.what();
+      return -1;
+    }
+  }
+  try {
+    d.rows = d.store->list_runs();
+  } catch (const std::exception& e) {
+    s.status = e.what();
+    return -1;
+  }
+  s.status = "opened " + path + " (" + std::to_string(d.rows.size()) + " runs)";
+  s.dbs.push_back(std::move(d));
+  return static_cast<int>(s.dbs.size()) - 1;
+}
+
+void refresh_databases(AppState& s) {
+  for (auto& d : s.dbs) {
+    try {
+      d.rows = d.store->list_runs();
+      d.extra.clear();
+    } catch (const std::exception& e) {
+      s.status = e.what();
+    }
+  }
+  s.sessions.notes_dirty = true;
+}
+
+bool open_run(AppState& s, int db, std::int64_t run, bool compare) {
+  if (db < 0 || db >= static_cast<int>(s.dbs.size())) return false;
+  OpenDb& d = s.dbs[static_cast<std::size_t>(db)];
+  const RunRef ref{d.path, run};
+  if (compare && s.a && s.a->ref == ref) return true;
+  for (const auto& o : s.others)
+    if (o->ref == ref && compare) return true;
+  std::shared_ptr<const RunData> data;
+  for (const auto& o : s.others)
+    if (o->ref == ref) data = o;
+  try {
+    if (!data) data = load_run_data(*d.store, run, &s.tokenizers);
+  } catch (const std::exception& e) {
+    s.status = e.what();
+    return false;
+  }
+  if (compare && s.a) {
+    s.others.push_back(data);
+    s.compare.b_index = static_cast<int>(s.others.size()) - 1;
+    s.status = "comparing with run #" + std::to_string(run);
+  } else {
+    std::erase_if(s.others, [&](const auto& o) { return o->ref == ref; });
+    s.a = data;
+    clamp_selection(s);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "opened run #%lld (%lld tokens, %lld layers x %lld KV heads) in %.0f ms",
+                  static_cast<long long>(run), static_cast<long long>(data->n_tok), static_cast<long long>(data->n_layer),
+                  static_cast<long long>(data->n_head_kv), data->load_ms);
+    s.status = buf;
+  }
+  s.sessions.notes_dirty = true;
+  return true;
+}
+
+std::int64_t newest_run(const AppState& s, int db) {
+  if (db < 0 || db >= static_cast<int>(s.dbs.size())) return -1;
+  std::int64_t best = -1;
+  for (const auto& r : s.dbs[static_cast<std::size_t>(db)].rows) best = std::max(best, r.id);
+  return best;
+}
+
+void clamp_selection(AppState& s) {
+  if (!s.a) return;
+  s.sel.layer = std::clamp<std::int64_t>(s.sel.layer, 0, std::max<std::int64_t>(0, s.a->n_layer - 1));
+  s.sel.head = std::clamp<std::int64_t>(s.sel.head, 0, std::max<std::int64_t>(0, s.a->n_head_kv - 1));
+  if (s.sel.token >= s.a->n_tok) s.sel.token = -1;
+}
+
+void save_view_state(AppState& s) {
+  if (!s.a) return;
+  const int di = db_index(s, s.a->ref.db);
+  if (di < 0 || !s.dbs[static_cast<std::size_t>(di)].writable) return;
+  std::ostringstream os;
+  os << "view=" << view_name(s.view) << ";run=" << s.a->ref.run << ";layer=" << s.sel.layer << ";head=" << s.sel.head
+     << ";token=" << s.sel.token << ";heads_metric=" << s.heads.opt.metric;
+  try {
+    s.dbs[static_cast<std::size_t>(di)].store->set_view_state("gui.last", os.str());
+    s.status = "saved view state";
+  } catch (const std::exception& e) {
+    s.status = e.what();
+  }
+}
+
+void restore_view_state(AppState& s, int db) {
+  if (db < 0 || db >= static_cast<int>(s.dbs.size())) return;
+  std::optional<std::string> v;
+  try {
+    v = s.dbs[static_cast<std::size_t>(db)].store->get_view_state("gui.last");
+  } catch (const std::exception&) {
+    return;
+  }
+  if (!v) return;
+  std::map<std::string, std::string> kv;
+  std::stringstream ss(*v);
+  std::string item;
+  while (std::getline(ss, item, ';'))
+    if (auto eq = item.find('='); eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
+  auto num = [&](const char* k, std::int64_t d) {
+    try {
+      return kv.count(k) ? static_cast<std::int64_t>(std::stoll(kv[k])) : d;
+    } catch (const std::exception&) {
+      return d;
+    }
+  };
+  const auto run = num("run", -1);
+  if (run >= 0 && (!s.a || s.a->ref.run != run)) open_run(s, db, run, false);
+  s.sel = {num("layer", 0), num("head", 0), num("token", -1)};
+  s.heads.opt.metric = static_cast<int>(std::clamp<std::int64_t>(num("heads_metric", 0), 0, 8));
+  if (auto view = parse_view(kv["view"])) s.view = *view, s.select_view = true;
+  clamp_selection(s);
+}
+
+std::int64_t same_prompt_run(AppState& s, int db) {
+  if (!s.a || db < 0 || db >= static_cast<int>(s.dbs.size())) return -1;
+  OpenDb& d = s.dbs[static_cast<std::size_t>(db)];
+  std::vector<const sessions::RunRow*> rows;
+  for (const auto& r : d.rows)
+    if (r.status == sessions::RunStatus::kComplete && !(RunRef{d.path, r.id} == s.a->ref)) rows.push_back(&r);
+  std::sort(rows.begin(), rows.end(), [](const auto* x, const auto* y) { return x->id > y->id; });
+  for (const auto* r : rows) {
+    const bool taken = std::any_of(s.others.begin(), s.others.end(), [&](const auto& o) { return o->ref == RunRef{d.path, r->id}; });
+    if (taken) continue;
+    try {
+      if (d.store->load_run(r->id).info.prompt.tokens == s.a->record.info.prompt.tokens) return r->id;
+    } catch (const std::exception&) {
+    }
+  }
+  return -1;
+}
+
+bool apply_options(AppState& s, const GuiOptions& o) {
+  bool ok = true;
+  for (const auto& path : o.open)
+    if (open_database(s, path) < 0) ok = false;
+  if (!s.dbs.empty()) {
+    if (!o.runs.empty()) {
+      for (std::size_t i = 0; i < o.runs.size(); ++i)
+        if (!open_run(s, 0, o.runs[i], i > 0)) ok = false;
+    } else if (!s.headless && !o.view) {
+      restore_view_state(s, 0);
+    }
+    if (!s.a) {
+      const auto id = newest_run(s, 0);
+      if (id >= 0 && !open_run(s, 0, id, false)) ok = false;
+    }
+  }
+  if (o.view) {
+    s.view = *o.view;
+    s.select_view = true;
+  } else if (s.a && s.view == View::kSessions && !s.headless) {
+    s.view = View::kHeads;
+    s.select_view = true;
+  }
+  if (s.view == View::kCompare && s.a && s.others.empty() && o.runs.size() < 2)
+    if (const auto b = same_prompt_run(s, db_index(s, s.a->ref.db)); b >= 0) open_run(s, db_index(s, s.a->ref.db), b, true);
+  if (o.layer >= 0) s.sel.layer = o.layer;
+  if (o.head >= 0) s.sel.head = o.head;
+  if (o.token >= 0) s.sel.token = o.token;
+  clamp_selection(s);
+  if (!o.model.empty()) s.run.form.model_path = o.model;
+  if (!s.dbs.empty() && s.run.form.db_path.empty()) s.run.form.db_path = s.dbs[0].path;
+  return ok;
+}
+
+FigureView* figure_of(AppState& s, View v) {
+  switch (v) {
+    case View::kHeads: return &s.heads.fig;
+    case View::kTokens: return &s.tokens.overview;
+    case View::kAttention: return &s.attention.fig;
+    case View::kKeys: return &s.keys.fig;
+    case View::kChannels: return &s.channels.fig;
+    case View::kBudgets: return &s.budgets.fig;
+    case View::kFidelity: return &s.fidelity.fig;
+    case View::kSelection: return &s.selection.fig;
+    case View::kCompare: return &s.compare.fig;
+    case View::kSessions:
+    case View::kRun: return nullptr;
+  }
+  return nullptr;
+}
+
+void draw_view(AppState& s, Ui& ui, View v) {
+  switch (v) {
+    case View::kSessions: panels::sessions(s, ui); break;
+    case View::kRun: panels::run(s, ui); break;
+    case View::kHeads: panels::heads(s, ui); break;
+    case View::kTokens: panels::tokens(s, ui); break;
+    case View::kAttention: panels::attention(s, ui); break;
+    case View::kKeys: panels::keys(s, ui); break;
+    case View::kChannels: panels::channels(s, ui); break;
+    case View::kBudgets: panels::budgets(s, ui); break;
+    case View::kFidelity: panels::fidelity(s, ui); break;
+    case View::kSelection: panels::selection(s, ui); break;
+    case View::kCompare: panels::compare(s, ui); break;
+  }
+}
+
+void draw_app(AppState& s, Ui& ui) {
+  poll_worker(s, ui);
+  const ImGuiViewport* vp = ImGui::GetMainViewport();
+  ImGui::SetNextWindowPos(vp->WorkPos);
+  ImGui::SetNextWindowSize(vp->WorkSize);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowBorderSize, 0.0f);
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_MenuBar |
+                                 ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoScrollbar |
+                                 ImGuiWindowFlags_NoScrollWithMouse;
+  ImGui::Begin("kvscope##main", nullptr, flags);
+  ImGui::PopStyleVar(2);
+  draw_menu(s);
+  draw_context_bar(s);
+  const float status_h = ImGui::GetFrameHeightWithSpacing();
+  if (ImGui::BeginTabBar("views", ImGuiTabBarFlags_FittingPolicyScroll)) {
+    for (View v : kAllViews) {
+      const ImGuiTabItemFlags tf = (s.select_view && s.view == v) ? ImGuiTabItemFlags_SetSelected : 0;
+      if (ImGui::BeginTabItem(view_title(v), nullptr, tf)) {
+        if (!s.select_view) s.view = v;
+        else if (v == s.view) s.select_view = false;
+        ImGui::BeginChild("view_content", {0, -status_h}, false, ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
+        draw_view(s, ui, v);
+        ImGui::EndChild();
+        ImGui::EndTabItem();
+      }
+    }
+    ImGui::EndTabBar();
+  }
+  // Status bar.
+  ImGui::Separator();
+  ImGui::TextDisabled("%s", ellipsize(s.status, 160).c_str());
+  ImGui::SameLine(ImGui::GetWindowContentRegionMax().x - 260);
+  if (s.run.running) {
+    ImGui::TextColored({0.0f, 0.5f, 0.2f, 1}, "running %lld tok", static_cast<long long>(s.run.tokens));
+    ImGui::SameLine();
+  }
+  ImGui::TextDisabled("%zu db, %s  %.1f ms/frame", s.dbs.size(), s.a ? ("run #" + std::to_string(s.a->ref.run)).c_str() : "no run",
+                      s.frame_ms);
+  ImGui::End();
+  panels::export_dialog(s, ui);
+}
+
+}  // namespace kvscope::gui

@@ -1,0 +1,93 @@
+#include "gui_options.h"
+
+#include <stdexcept>
+
+namespace kvscope::gui {
+namespace {
+
+std::int64_t to_int(const std::string& opt, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::logic_error&) {
+    throw std::invalid_argument(opt + ": '" + v + "' is not an integer");
+  }
+}
+
+}  // namespace
+
+std::string gui_usage() {
+  return "usage: kvscope [--open DB]... [--run ID[,ID...]] [--view NAME] [--model PATH]\n"
+         "               [--layer L] [--head H] [--token T]\n"
+         "               [--screenshot FILE.png [--frames N] [--size WxH]]\n"
+         "  --open DB        session database to open (repeat for several)\n"
+         "  --run IDS        runs of the first database: A, then compare runs (default: the newest run)\n"
+         "  --view NAME      sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity,\n"
+         "                   selection, compare\n"
+         "  --model PATH     default model of the Run view\n"
+         "  --layer/--head/--token   initial selection\n"
+         "  --screenshot F   render headless and write the last frame to F (PNG), then exit\n"
+         "  --frames N       frames to render before the screenshot (default 5)\n"
+         "  --size WxH       window size (default 1600x1000)\n";
+}
+
+GuiOptions parse_gui_options(const std::vector<std::string>& args) {
+  GuiOptions o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + ": missing value");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+    } else if (a == "--open") {
+      o.open.push_back(value());
+    } else if (a == "--run") {
+      const std::string v = value();
+      std::size_t start = 0;
+      while (start <= v.size()) {
+        const auto comma = v.find(',', start);
+        const std::string part = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!part.empty()) o.runs.push_back(to_int("--run", part));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      if (o.runs.empty()) throw std::invalid_argument("--run: no run id");
+    } else if (a == "--view") {
+      const std::string v = value();
+      o.view = parse_view(v);
+      if (!o.view)
+        throw std::invalid_argument("--view: unknown view '" + v +
+                                    "' (sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, selection, compare)");
+    } else if (a == "--model") {
+      o.model = value();
+    } else if (a == "--screenshot") {
+      o.screenshot = value();
+    } else if (a == "--frames") {
+      o.frames = static_cast<int>(to_int("--frames", value()));
+      if (o.frames < 1 || o.frames > 100000) throw std::invalid_argument("--frames: must be in [1, 100000]");
+    } else if (a == "--size") {
+      const std::string v = value();
+      const auto x = v.find('x');
+      if (x == std::string::npos) throw std::invalid_argument("--size: expected WxH, got '" + v + "'");
+      o.width = static_cast<int>(to_int("--size", v.substr(0, x)));
+      o.height = static_cast<int>(to_int("--size", v.substr(x + 1)));
+      if (o.width < 200 || o.height < 150 || o.width > 16384 || o.height > 16384)
+        throw std::invalid_argument("--size: " + v + " is outside 200x150 .. 16384x16384");
+    } else if (a == "--layer") {
+      o.layer = to_int("--layer", value());
+    } else if (a == "--head") {
+      o.head = to_int("--head", value());
+    } else if (a == "--token") {
+      o.token = to_int("--token", value());
+    } else {
+      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+    }
+  }
+  return o;
+}
+
+}  // namespace kvscope::gui
