@@ -68,8 +68,10 @@ int main(int argc, char** argv) {
   std::mt19937 rng(0);
   std::vector<int32_t> ids(context);
   for (auto& id : ids) id = static_cast<int32_t>(rng() % model.config.vocab_size);
-  auto run = [&](const kvscope::Pipeline* p, kvscope::BudgetSpec b) {
+  auto run = [&](const kvscope::Pipeline* p, kvscope::BudgetSpec b,
+                 kvscope::CaptureLevel capture = kvscope::CaptureLevel::kOff) {
     kvscope::GenerateRequest req;
+    req.capture = capture;
     req.prompt_ids = ids;
     req.max_new_tokens = steps;
     req.pipeline = p;
@@ -81,14 +83,14 @@ int main(int argc, char** argv) {
   const double full_prefill = full.prefill_ms;
   std::printf("context %lld, copy bandwidth %.0f GB/s, weights %.2f GB; full cache: prefill %.1f ms, decode %.1f tok/s\n",
               (long long)context, bw / 1e9, weight_bytes / 1e9, full_prefill, full.decode_tokens_per_s());
-  std::printf("%-12s %7s %12s %14s %12s %14s %8s\n", "pipeline", "budget", "prefill ms", "prefill ovh %", "decode tok/s",
+  std::printf("%-20s %7s %12s %14s %12s %14s %8s\n", "pipeline", "budget", "prefill ms", "prefill ovh %", "decode tok/s",
               "bytes/step MB", "% roof");
   nlohmann::json rows = nlohmann::json::array();
   auto report = [&](const std::string& label, int64_t budget, const kvscope::GenerateResult& r) {
     const double bytes = r.bytes_read.empty() ? 0 : std::accumulate(r.bytes_read.begin(), r.bytes_read.end(), 0.0) / r.bytes_read.size();
     const double roof = bw / (weight_bytes + bytes), tps = r.decode_tokens_per_s();
     const double ovh = 100.0 * (r.prefill_ms - full_prefill) / full_prefill;
-    std::printf("%-12s %7lld %12.1f %14.1f %12.1f %14.1f %7.1f%%\n", label.c_str(), (long long)budget, r.prefill_ms, ovh, tps,
+    std::printf("%-20s %7lld %12.1f %14.1f %12.1f %14.1f %7.1f%%\n", label.c_str(), (long long)budget, r.prefill_ms, ovh, tps,
                 bytes / 1e6, 100 * tps / roof);
     rows.push_back({{"pipeline", label}, {"budget", budget}, {"prefill_ms", r.prefill_ms}, {"prefill_overhead_pct", ovh},
                     {"decode_tokens_per_s", tps}, {"bytes_read_per_step", bytes}, {"roofline_tokens_per_s", roof}});
@@ -110,6 +112,12 @@ int main(int argc, char** argv) {
       const kvscope::Pipeline p(registry, c.spec);
       report(c.label, budget, run(&p, {c.unit, double(budget)}));
     }
+  }
+  // Capture cost (issue 4: summary must be cheap enough to leave on): SnapKV at 1024 with capture.
+  {
+    const kvscope::Pipeline p(registry, "snapkv");
+    report("snapkv+cap:summary", 1024, run(&p, {kvscope::BudgetSpec::Unit::kStored, 1024}, kvscope::CaptureLevel::kSummary));
+    report("snapkv+cap:full", 1024, run(&p, {kvscope::BudgetSpec::Unit::kStored, 1024}, kvscope::CaptureLevel::kFull));
   }
   if (!json_out.empty()) std::ofstream(json_out) << rows.dump(1) << "\n";
   return 0;

@@ -103,19 +103,25 @@ void draw_context_bar(AppState& s) {
   }
   ImGui::SameLine();
   const float right = ImGui::GetWindowContentRegionMax().x;
-  const float controls_w = 560;
+  const float controls_w = 590;
   if (ImGui::GetCursorPosX() < right - controls_w) ImGui::SetCursorPosX(right - controls_w);
-  ImGui::SetNextItemWidth(150);
   const ImS64 lmax = std::max<ImS64>(0, a.n_layer - 1), hmax = std::max<ImS64>(0, a.n_head_kv - 1);
   ImS64 l = s.sel.layer, h = s.sel.head, zero = 0;
-  if (ImGui::SliderScalar("layer", ImGuiDataType_S64, &l, &zero, &lmax)) s.sel.layer = l;
+  ImGui::TextUnformatted("layer");
   ImGui::SameLine();
-  ImGui::SetNextItemWidth(150);
-  if (ImGui::SliderScalar("KV head", ImGuiDataType_S64, &h, &zero, &hmax)) s.sel.head = h;
+  ImGui::SetNextItemWidth(140);
+  if (ImGui::SliderScalar("##layer", ImGuiDataType_S64, &l, &zero, &lmax, "%lld")) s.sel.layer = l;
   ImGui::SameLine();
-  ImGui::SetNextItemWidth(90);
+  ImGui::TextUnformatted("KV head");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(140);
+  if (ImGui::SliderScalar("##head", ImGuiDataType_S64, &h, &zero, &hmax, "%lld")) s.sel.head = h;
+  ImGui::SameLine();
+  ImGui::TextUnformatted("token");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(80);
   ImS64 t = s.sel.token;
-  if (ImGui::InputScalar("token", ImGuiDataType_S64, &t, nullptr, nullptr, "%lld")) {
+  if (ImGui::InputScalar("##token", ImGuiDataType_S64, &t, nullptr, nullptr, "%lld")) {
     s.sel.token = std::clamp<ImS64>(t, -1, a.n_tok - 1);
     s.tokens.scroll_to = s.sel.token;
   }

@@ -457,7 +457,7 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   if (!runs.empty() && runs[0]) f.caption = runs[0]->caption();
   f.columns = 1;
   viz::LinePlot kl, top1, bytes;
-  kl.title = "KL(full \xe2\x80\x96 compressed) of the next-token distribution";
+  kl.title = "KL(full || compressed) of the next-token distribution";
   kl.x.label = "decode step";
   kl.y.label = "KL (nats)";
   top1.title = o.running_mean ? "top-1 agreement (running mean)" : "top-1 agreement (1 = same argmax)";

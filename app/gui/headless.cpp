@@ -10,9 +10,11 @@ void apply_style(ImGuiStyle& style) {
   style.TabRounding = 3;
   style.FramePadding = {6, 3};
   style.ItemSpacing = {8, 5};
+  style.FrameBorderSize = 1;
   style.Colors[ImGuiCol_WindowBg] = {0.98f, 0.98f, 0.98f, 1};
   style.Colors[ImGuiCol_ChildBg] = {1, 1, 1, 0};
   style.Colors[ImGuiCol_TableRowBgAlt] = {0.93f, 0.94f, 0.96f, 1};
+  style.Colors[ImGuiCol_Border] = {0.72f, 0.74f, 0.78f, 0.8f};
 }
 
 HeadlessImGui::HeadlessImGui(float width, float height) {

@@ -15,6 +15,7 @@ namespace {
 const ImWchar kGlyphRanges[] = {
     0x0020, 0x00FF,  // Basic Latin, Latin-1
     0x0100, 0x024F,  // Latin Extended-A/B
+    0x0300, 0x036F,  // Combining diacritical marks (q\u0304)
     0x0370, 0x03FF,  // Greek
     0x0400, 0x04FF,  // Cyrillic
     0x2000, 0x206F,  // General punctuation
@@ -215,18 +216,18 @@ void ImGuiCanvas::text(viz::Point anchor, std::string_view text, const viz::Font
                  im_color(color), text.data(), text.data() + text.size());
     return;
   }
-  // Rotated 90 degrees counter-clockwise about the anchor: lay out horizontally (unclipped, so
-  // ImGui's line culling keeps it), then turn the new vertices: (dx, dy) -> (dy, -dx).
-  dl_->PushClipRectFullScreen();
+  // Rotated 90 degrees counter-clockwise about the anchor: lay the glyphs out horizontally with
+  // ImFont::RenderText (its culling rectangle unbounded, so glyphs that only land on screen after
+  // the turn are kept; the draw command keeps the real clip), then turn the new vertices:
+  // (dx, dy) -> (dy, -dx).
   const int first = dl_->VtxBuffer.Size;
-  dl_->AddText(face.font, size, {a.x + static_cast<float>(ox), a.y + static_cast<float>(oy)}, im_color(color),
-               text.data(), text.data() + text.size());
+  face.font->RenderText(dl_, size, {a.x + static_cast<float>(ox), a.y + static_cast<float>(oy)}, im_color(color),
+                        ImVec4(-1e7f, -1e7f, 1e7f, 1e7f), text.data(), text.data() + text.size(), 0.0f, false);
   for (int i = first; i < dl_->VtxBuffer.Size; ++i) {
     ImVec2& q = dl_->VtxBuffer[i].pos;
     const float dx = q.x - a.x, dy = q.y - a.y;
     q = {a.x + dy, a.y - dx};
   }
-  dl_->PopClipRect();
 }
 
 void ImGuiCanvas::image(const viz::Rect& dst, const viz::Image& image, viz::ImageFilter filter) {

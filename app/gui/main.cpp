@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     const PolicyCatalog catalog = make_catalog(registry);
     RunWorker worker(registry);
     GlTextureStore textures;
-    Ui ui{fonts, textures, &catalog, headless ? nullptr : &worker};
+    Ui ui{fonts, textures, &catalog, &worker};  // headless frames never click Run
 
     AppState s;
     s.headless = headless;

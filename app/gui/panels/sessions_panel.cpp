@@ -229,8 +229,8 @@ void sessions(AppState& s, Ui&) {
     ImGui::TableSetupColumn("name", 0, 0, kColName);
     ImGui::TableSetupColumn("status", 0, 0, kColStatus);
     ImGui::TableSetupColumn("model", 0, 0, kColModel);
-    ImGui::TableSetupColumn("prompt", ImGuiTableColumnFlags_NoSort, 260, kColPrompt);
-    ImGui::TableSetupColumn("pipeline", 0, 300, kColPipeline);
+    ImGui::TableSetupColumn("prompt", ImGuiTableColumnFlags_NoSort, 220, kColPrompt);
+    ImGui::TableSetupColumn("pipeline", 0, 230, kColPipeline);
     ImGui::TableSetupColumn("budget", 0, 0, kColBudget);
     ImGui::TableSetupColumn("mean KL", 0, 0, kColKl);
     ImGui::TableSetupColumn("top-1", 0, 0, kColTop1);
@@ -324,10 +324,10 @@ void sessions(AppState& s, Ui&) {
         ImGui::TableSetColumnIndex(kColPrompt);
         std::string p = ex.prompt;
         std::replace(p.begin(), p.end(), '\n', ' ');
-        ImGui::Text("%lld tok: %s", static_cast<long long>(ex.n_prompt), ellipsize(p, 40).c_str());
+        ImGui::Text("%lld tok: %s", static_cast<long long>(ex.n_prompt), ellipsize(p, 30).c_str());
         item_tooltip(ellipsize(ex.prompt, 600));
         ImGui::TableSetColumnIndex(kColPipeline);
-        ImGui::TextUnformatted(ellipsize(r.pipeline_spec, 48).c_str());
+        ImGui::TextUnformatted(ellipsize(r.pipeline_spec, 36).c_str());
         item_tooltip(r.pipeline_spec);
         ImGui::TableSetColumnIndex(kColBudget);
         ImGui::TextUnformatted(budget_text(r.budget).c_str());

@@ -113,7 +113,7 @@ void tokens(AppState& s, Ui& ui) {
   // Overview strip: the exported figure.
   const std::string key = run_key(&a) + "|" + std::to_string(mode) + "|" + std::to_string(s.sel.layer) + "," +
                           std::to_string(s.sel.head);
-  st.overview.draw(key, {ImGui::GetContentRegionAvail().x, 118}, [&] { return tokens_figure(a, st.opt, s.sel); }, ui.fonts,
+  st.overview.draw(key, {ImGui::GetContentRegionAvail().x, 150}, [&] { return tokens_figure(a, st.opt, s.sel); }, ui.fonts,
                    ui.textures);
   if (ImGui::IsItemHovered()) {
     if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->token >= 0 && hit->token < a.n_tok) {

@@ -1,0 +1,132 @@
+// The Run window's worker on the embedded pycode-16m model (CPU): a run streams tokens and is
+// recorded as a session the views can open (kept sets, head summary, full capture, fidelity);
+// cancelling between decode steps records the run as failed; the worker thread reports through
+// its queue.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "app_state.h"
+#include "gui_test_support.h"
+#include "kvscope/core/policy.h"
+#include "run_worker.h"
+
+namespace kvscope::gui {
+namespace {
+
+using testing::make_temp_dir;
+using testing::pycode_dir;
+using testing::remove_tree;
+
+RunRequest small_request(const std::filesystem::path& db) {
+  RunRequest r;
+  r.model_path = pycode_dir().string();
+  r.prompt = testing::read_text(pycode_dir() / "golden/prompts/textwrap_head.py");  // generates past 32 tokens (golden)
+  r.bos = "always";
+  r.pipeline_spec = "snapkv:window=8,kernel=3,pool=avg,gqa=mean+adakv:alpha=0.2";
+  r.budget_unit = "fraction";
+  r.budget_value = 0.5;
+  r.max_new_tokens = 6;
+  r.reference_full = true;
+  r.capture = "full";
+  r.capture_window = 8;
+  r.db_path = db.string();
+  r.name = "worker test";
+  return r;
+}
+
+TEST(RunWorker, RecordsASessionTheViewsCanOpen) {
+  if (!std::filesystem::exists(pycode_dir() / "model.safetensors")) GTEST_SKIP() << "embedded model missing";
+  const auto dir = make_temp_dir("gui_worker");
+  const auto db = dir / "runs.db";
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  std::atomic<bool> cancel{false};
+  std::vector<RunUpdate> seen;
+  const RunUpdate done = execute_run(registry, small_request(db), [&](const RunUpdate& u) { seen.push_back(u); }, cancel);
+  ASSERT_EQ(done.kind, RunUpdate::Kind::kFinished) << done.text;
+  ASSERT_GE(done.run_id, 1);
+  std::int64_t tokens = 0;
+  for (const auto& u : seen) tokens += u.kind == RunUpdate::Kind::kToken;
+  EXPECT_EQ(tokens, done.tokens);
+  EXPECT_GT(tokens, 0);
+
+  AppState s;
+  s.headless = true;
+  GuiOptions o;
+  o.open = {db.string()};
+  ASSERT_TRUE(apply_options(s, o)) << s.status;
+  ASSERT_TRUE(s.a);
+  const RunData& a = *s.a;
+  EXPECT_EQ(a.ref.run, done.run_id);
+  EXPECT_EQ(a.record.row.status, sessions::RunStatus::kComplete);
+  EXPECT_TRUE(a.has_kept);
+  EXPECT_TRUE(a.has_summary);
+  EXPECT_TRUE(a.has_attention);
+  EXPECT_TRUE(a.has_cos);
+  EXPECT_TRUE(a.has_channels);
+  EXPECT_TRUE(a.tokens_from_tokenizer);
+  EXPECT_EQ(a.steps.count("kl"), 1u);
+  EXPECT_FALSE(std::isnan(a.summary_metric("mean_kl")));
+  EXPECT_NE(a.record.row.pipeline_spec.find("snapkv"), std::string::npos);
+  remove_tree(dir);
+}
+
+TEST(RunWorker, CancelStopsBetweenDecodeStepsAndRecordsAFailedRun) {
+  if (!std::filesystem::exists(pycode_dir() / "model.safetensors")) GTEST_SKIP() << "embedded model missing";
+  const auto dir = make_temp_dir("gui_cancel");
+  const auto db = dir / "runs.db";
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  RunWorker worker(registry);
+  RunRequest req = small_request(db);
+  req.max_new_tokens = 100000;  // far more than the test waits for
+  req.capture = "summary";
+  ASSERT_TRUE(worker.start(req));
+  EXPECT_FALSE(worker.start(req)) << "one run at a time";
+  std::vector<RunUpdate> all;
+  bool cancelled_sent = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (auto& u : worker.poll()) all.push_back(u);
+    const bool any_token = std::any_of(all.begin(), all.end(), [](const auto& u) { return u.kind == RunUpdate::Kind::kToken; });
+    if (any_token && !cancelled_sent) {
+      worker.cancel();
+      cancelled_sent = true;
+    }
+    if (!all.empty() && (all.back().kind == RunUpdate::Kind::kCancelled || all.back().kind == RunUpdate::Kind::kFailed ||
+                         all.back().kind == RunUpdate::Kind::kFinished))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_FALSE(all.empty());
+  ASSERT_EQ(all.back().kind, RunUpdate::Kind::kCancelled) << all.back().text;
+  EXPECT_FALSE(worker.busy());
+  const auto store = sessions::SessionStore::open(db.string(), sessions::OpenMode::kReadOnly);
+  const auto rows = store.list_runs();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].status, sessions::RunStatus::kFailed);
+  EXPECT_NE(rows[0].error.find("cancel"), std::string::npos);
+  remove_tree(dir);
+}
+
+TEST(RunWorker, BadRequestsFailWithAMessage) {
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  std::atomic<bool> cancel{false};
+  RunRequest r;
+  r.db_path = "/tmp/never-created.db";
+  r.model_path = "/nonexistent/model";
+  r.prompt = "x";
+  auto done = execute_run(registry, r, [](const RunUpdate&) {}, cancel);
+  EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
+  EXPECT_NE(done.text.find("/nonexistent/model"), std::string::npos);
+  r.pipeline_spec = "nosuchpolicy";
+  done = execute_run(registry, r, [](const RunUpdate&) {}, cancel);
+  EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
+  EXPECT_NE(done.text.find("nosuchpolicy"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvscope::gui
