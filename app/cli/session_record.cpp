@@ -107,6 +107,8 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
     steps.push_back({int64_t(i), "top1", double(res.fidelity.top1[i])});
   }
   for (size_t i = 0; i < res.bytes_read.size(); ++i) steps.push_back({int64_t(i + 1), "bytes_read", double(res.bytes_read[i])});
+  for (size_t i = 0; i < res.selection_recall.size(); ++i)
+    steps.push_back({int64_t(i + 1), "selection_recall", res.selection_recall[i]});
   if (!steps.empty()) store.add_step_metrics(run, steps);
 
   // Kept prompt positions per (layer, KV head), and the per-head capture.
@@ -141,6 +143,7 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
   store.set_summary(run, "bytes_read_mean", mean(res.bytes_read));
   store.set_summary(run, "n_prompt", double(req.prompt_ids.size()));
   store.set_summary(run, "kept_per_head_mean", heads ? double(kept) / heads : 0.0);
+  if (!res.selection_recall.empty()) store.set_summary(run, "selection_recall_mean", mean(res.selection_recall));
   if (!res.fidelity.kl.empty()) {
     store.set_summary(run, "mean_kl", mean(res.fidelity.kl));
     store.set_summary(run, "top1_agreement", mean(res.fidelity.top1));

@@ -267,7 +267,24 @@ viz::Figure fidelity(const SessionStore& s, const RunRecord& r, const FigureRequ
   f.title = "Fidelity to the full cache";
   f.caption = caption_of(r);
   f.panels = {a, b};
+  // Sparse decode selection (HSA, Quest, SparQ): recall of the exact top-k per step.
+  const auto recall = s.load_step_metric(r.row.id, "selection_recall");
+  if (!recall.empty()) {
+    viz::LinePlot c;
+    c.title = "selection recall of the exact top-k";
+    c.x.label = "decode step";
+    c.y.label = "recall";
+    c.y.range = viz::Range{0, 1};
+    viz::Series rs{"recall"};
+    for (const auto& m : recall) {
+      rs.x.push_back(double(m.step));
+      rs.y.push_back(m.value);
+    }
+    c.series.push_back(rs);
+    f.panels.push_back(c);
+  }
   f.columns = 1;
+  f.height = 300 * int(f.panels.size());
   return f;
 }
 

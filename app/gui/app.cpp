@@ -370,8 +370,23 @@ void draw_view(AppState& s, Ui& ui, View v) {
   }
 }
 
+// Arrow keys move the selected head (left/right) and layer (up/down) when no text field has focus.
+static void keyboard(AppState& s) {
+  const ImGuiIO& io = ImGui::GetIO();
+  if (!s.a || io.WantTextInput || ImGui::IsPopupOpen("", ImGuiPopupFlags_AnyPopupId) || s.view == View::kSessions ||
+      s.view == View::kRun)
+    return;
+  auto pressed = [](ImGuiKey k) { return ImGui::IsKeyPressed(ImGui::GetKeyIndex(k)); };
+  if (pressed(ImGuiKey_LeftArrow)) --s.sel.head;
+  if (pressed(ImGuiKey_RightArrow)) ++s.sel.head;
+  if (pressed(ImGuiKey_UpArrow)) --s.sel.layer;
+  if (pressed(ImGuiKey_DownArrow)) ++s.sel.layer;
+  clamp_selection(s);
+}
+
 void draw_app(AppState& s, Ui& ui) {
   poll_worker(s, ui);
+  keyboard(s);
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(vp->WorkPos);
   ImGui::SetNextWindowSize(vp->WorkSize);

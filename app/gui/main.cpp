@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     s.headless = headless;
 #ifdef KVSCOPE_SOURCE_DIR
     // Defaults of the Run window: the embedded model and one of its prompts.
-    const std::filesystem::path model = std::filesystem::path(KVSCOPE_SOURCE_DIR) / "assets/models/pycode-16m";
+    const std::filesystem::path model = (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "assets/models/pycode-16m").lexically_normal();
     if (std::filesystem::exists(model)) {
       s.run.form.model_path = model.string();
       s.run.form.prompt = read_file(model / "golden/prompts/argparse_head.py");

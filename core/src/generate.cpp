@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/policies/builtin.h"
 
 namespace kvscope {
 namespace {
@@ -49,9 +50,28 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   int64_t step_bytes = 0;
   std::optional<TopkUnion> topk;
   if (req.capture == CaptureLevel::kFull) topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256);
+  // Recall of sparse selections (HSA, Quest, SparQ) against the exact top-k of the same size:
+  // per step, the mean over layers and KV heads of |selected ∩ exact top-|selected|| / |selected|.
+  const auto* selection = dynamic_cast<const policies::DecodeSelectionBase*>(decode_attention);
+  double step_recall = 0;
+  int64_t recall_terms = 0;
   const LayerObserver count_bytes = [&](const LayerEvent& ev) {
     if (decode_attention) step_bytes += decode_attention->bytes_read_last();
     if (topk) topk->add(ev.layer, ev.q[0], ev.cache);
+    if (selection && req.capture != CaptureLevel::kOff) {
+      const auto rows = selection->last_selection();
+      const int64_t Hkv = ev.cache.n_head_kv(), G = ev.q.size(1) / Hkv;
+      for (int64_t h = 0; h < Hkv && h < int64_t(rows.size()); ++h) {
+        const at::Tensor sel = rows[h][0].to(at::kCPU);  // the group's (or first head's) rows
+        const int64_t k = sel.numel(), n = ev.cache.layer(ev.layer).length[h];
+        if (k == 0 || k >= n) continue;
+        at::Tensor logits = at::matmul(ev.q[0].narrow(0, h * G, G).to(at::kFloat),
+                                       ev.cache.head_keys(ev.layer, h).to(at::kFloat).t()).sum(0);
+        at::Tensor exact = std::get<1>(logits.topk(k)).to(at::kCPU);
+        step_recall += at::isin(sel, exact).sum().item<double>() / double(k);
+        ++recall_terms;
+      }
+    }
   };
   double reference_ms = 0;
   at::Tensor full_logits;
@@ -110,6 +130,9 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       step_bytes = 0;
       logits = engine.forward(cache, tok, false, decode_attention || topk ? count_bytes : LayerObserver{}, decode_attention);
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
+      if (recall_terms > 0) res.selection_recall.push_back(step_recall / double(recall_terms));
+      step_recall = 0;
+      recall_terms = 0;
       ++res.decode_steps;
       next = sampler.next(logits);  // reads the result back: the step is complete
       if (full) {

@@ -13,6 +13,10 @@
 #include "view_types.h"
 
 namespace kvscope::gui {
+
+// gtest parameter names: the view name.
+void PrintTo(View v, std::ostream* os) { *os << view_name(v); }
+
 namespace {
 
 using testing::make_temp_dir;

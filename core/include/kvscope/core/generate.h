@@ -53,6 +53,9 @@ struct GenerateResult {
   int64_t cache_bytes_allocated = 0;  ///< including the decode reserve
   int64_t side_store_bytes = 0;       ///< decode-time policy side stores (page min/max, channel masks, ...)
   std::vector<int64_t> bytes_read;    ///< per decode step: K/V/side-store bytes attention read, all layers
+  /// Sparse decode selection (HSA/Quest/SparQ/Exact-TopK) with capture on: per decode step, the mean
+  /// over layers and KV heads of the share of the exact top-|selection| (group-summed logits) selected.
+  std::vector<double> selection_recall;
   Fidelity fidelity;                  ///< filled when reference_full
   std::vector<LayerCapture> captures;  ///< per layer, when capture != kOff (first turn's prefill)
   at::Tensor topk_unique;              ///< capture full: int64 [n_layer, n_head] distinct Exact-TopK(256) picks over decode

@@ -1,0 +1,157 @@
+// bench_gui: time to open a large session and CPU frame time of every view (ImGui context without
+// a window: NewFrame + panels + Render, i.e. everything but the GPU draw), on a synthetic session
+// of 32 layers x 32 KV heads x 32K prompt tokens with full capture by default.
+//   bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--frames N]
+//             [--size WxH] [--db PATH (reused when it exists)]
+// Prints one line per view: first frame (figure build), steady-state mean / p95 / max with the
+// mouse sweeping the view (hover tooltips), and a selection change (figure rebuild). Target: the
+// heaviest view's steady frame <= 16 ms.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app_state.h"
+#include "headless.h"
+#include "kvscope/core/tokenizer.h"
+#include "synthetic.h"
+
+namespace {
+
+using namespace kvscope::gui;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SyntheticSpec spec;
+  spec.n_layer = 32;
+  spec.n_head = 32;
+  spec.n_head_kv = 32;
+  spec.head_dim = 128;
+  spec.n_tok = 32768;
+  spec.n_steps = 256;
+  int frames = 120, width = 1600, height = 1000;
+  std::string db = (std::filesystem::temp_directory_path() / "kvscope_bench_gui.db").string();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: missing value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--layers") spec.n_layer = std::stoll(next());
+    else if (a == "--kv-heads") spec.n_head_kv = std::stoll(next());
+    else if (a == "--heads") spec.n_head = std::stoll(next());
+    else if (a == "--tokens") spec.n_tok = std::stoll(next());
+    else if (a == "--head-dim") spec.head_dim = std::stoll(next());
+    else if (a == "--frames") frames = std::stoi(next());
+    else if (a == "--db") db = next();
+    else if (a == "--size") {
+      const std::string v = next();
+      width = std::stoi(v.substr(0, v.find('x')));
+      height = std::stoi(v.substr(v.find('x') + 1));
+    } else {
+      std::fprintf(stderr, "usage: bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--frames N] "
+                           "[--size WxH] [--db PATH]\n");
+      return 2;
+    }
+  }
+  spec.n_head = std::max(spec.n_head, spec.n_head_kv);
+
+  std::printf("bench_gui: %lld layers x %lld KV heads x %lld tokens, head_dim %lld, full capture; window %dx%d; %d frames/view\n",
+              static_cast<long long>(spec.n_layer), static_cast<long long>(spec.n_head_kv), static_cast<long long>(spec.n_tok),
+              static_cast<long long>(spec.head_dim), width, height, frames);
+  if (!std::filesystem::exists(db)) {
+    // Real token texts (their widths matter for the token view): the embedded model's tokenizer.
+    std::unique_ptr<kvscope::Tokenizer> tok;
+#ifdef KVSCOPE_SOURCE_DIR
+    const std::filesystem::path model = (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "assets/models/pycode-16m").lexically_normal();
+    if (std::filesystem::exists(model / "tokenizer.json")) {
+      tok = kvscope::load_tokenizer(model);
+      spec.model_path = model.string();
+      spec.prompt_text = read_text(model / "golden/prompts/filler.py");
+    }
+#endif
+    const auto t0 = Clock::now();
+    write_synthetic_session(db, spec, tok.get());
+    std::printf("  wrote %s in %.1f s (%.0f MiB)\n", db.c_str(), ms_since(t0) / 1000.0,
+                static_cast<double>(std::filesystem::file_size(db)) / 1048576.0);
+  } else {
+    std::printf("  reusing %s\n", db.c_str());
+  }
+
+  HeadlessImGui im(static_cast<float>(width), static_cast<float>(height));
+  NullTextureStore textures;
+  AppState s;
+  s.headless = true;
+  GuiOptions o;
+  o.open = {db};
+  const auto t_open = Clock::now();
+  if (!apply_options(s, o) || !s.a) {
+    std::fprintf(stderr, "bench_gui: cannot open %s: %s\n", db.c_str(), s.status.c_str());
+    return 1;
+  }
+  const double open_ms = ms_since(t_open);
+  std::printf("  open: %.0f ms (database + run list + run A decoded: %.0f ms; %lld tokens, token texts %s)\n", open_ms,
+              s.a->load_ms, static_cast<long long>(s.a->n_tok), s.a->tokens_from_tokenizer ? "from the tokenizer" : "as ids");
+  const auto t_cmp = Clock::now();
+  const auto b = same_prompt_run(s, 0);
+  if (b >= 0) open_run(s, 0, b, true);
+  std::printf("  open compare run B: %.0f ms\n", ms_since(t_cmp));
+
+  Ui ui{im.fonts(), textures, nullptr, nullptr};
+  std::printf("  %-10s %12s %12s %10s %10s %14s\n", "view", "first ms", "steady ms", "p95 ms", "max ms", "reselect ms");
+  double worst = 0;
+  std::string worst_view;
+  for (View v : kAllViews) {
+    if (v == View::kRun) continue;  // a form: no data-dependent drawing
+    s.view = v;
+    s.select_view = true;
+    s.sel = {1, 1, -1};
+    auto t0 = Clock::now();
+    im.frame([&] { draw_app(s, ui); });
+    im.frame([&] { draw_app(s, ui); });  // the tab switch lands on the second frame
+    const double first = ms_since(t0);
+    std::vector<double> t;
+    for (int f = 0; f < frames; ++f) {
+      const ImVec2 mouse{40.0f + static_cast<float>((f * 37) % (width - 80)), 120.0f + static_cast<float>((f * 23) % (height - 200))};
+      const auto f0 = Clock::now();
+      im.frame([&] { draw_app(s, ui); }, mouse);
+      t.push_back(ms_since(f0));
+    }
+    std::sort(t.begin(), t.end());
+    double mean = 0;
+    for (double x : t) mean += x;
+    mean /= static_cast<double>(t.size());
+    const double p95 = t[std::min(t.size() - 1, static_cast<std::size_t>(0.95 * static_cast<double>(t.size())))];
+    // A selection change rebuilds the view's figure.
+    s.sel.head = 2;
+    s.sel.layer = 2;
+    t0 = Clock::now();
+    im.frame([&] { draw_app(s, ui); });
+    const double reselect = ms_since(t0);
+    std::printf("  %-10s %12.1f %12.2f %10.2f %10.2f %14.1f\n", std::string(view_name(v)).c_str(), first, mean, p95, t.back(), reselect);
+    if (mean > worst) worst = mean, worst_view = std::string(view_name(v));
+  }
+  std::printf("  heaviest view: %s, %.2f ms per frame (CPU side; target <= 16 ms): %s\n", worst_view.c_str(), worst,
+              worst <= 16.0 ? "ok" : "OVER");
+  return 0;
+}
