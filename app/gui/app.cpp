@@ -103,19 +103,24 @@ void draw_context_bar(AppState& s) {
   }
   ImGui::SameLine();
   const float right = ImGui::GetWindowContentRegionMax().x;
-  const float controls_w = 590;
+  const float controls_w = 600;
   if (ImGui::GetCursorPosX() < right - controls_w) ImGui::SetCursorPosX(right - controls_w);
-  const ImS64 lmax = std::max<ImS64>(0, a.n_layer - 1), hmax = std::max<ImS64>(0, a.n_head_kv - 1);
-  ImS64 l = s.sel.layer, h = s.sel.head, zero = 0;
+  ImS64 l = s.sel.layer, h = s.sel.head;
+  const ImS64 one = 1;
   ImGui::TextUnformatted("layer");
   ImGui::SameLine();
-  ImGui::SetNextItemWidth(140);
-  if (ImGui::SliderScalar("##layer", ImGuiDataType_S64, &l, &zero, &lmax, "%lld")) s.sel.layer = l;
+  ImGui::SetNextItemWidth(120);
+  if (ImGui::InputScalar("##layer", ImGuiDataType_S64, &l, &one, nullptr, "%lld")) s.sel.layer = l;
   ImGui::SameLine();
-  ImGui::TextUnformatted("KV head");
+  ImGui::TextDisabled("/%lld", static_cast<long long>(a.n_layer));
   ImGui::SameLine();
-  ImGui::SetNextItemWidth(140);
-  if (ImGui::SliderScalar("##head", ImGuiDataType_S64, &h, &zero, &hmax, "%lld")) s.sel.head = h;
+  ImGui::TextUnformatted("  KV head");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(120);
+  if (ImGui::InputScalar("##head", ImGuiDataType_S64, &h, &one, nullptr, "%lld")) s.sel.head = h;
+  ImGui::SameLine();
+  ImGui::TextDisabled("/%lld", static_cast<long long>(a.n_head_kv));
+  clamp_selection(s);
   ImGui::SameLine();
   ImGui::TextUnformatted("token");
   ImGui::SameLine();
@@ -280,7 +285,7 @@ void restore_view_state(AppState& s, int db) {
   const auto run = num("run", -1);
   if (run >= 0 && (!s.a || s.a->ref.run != run)) open_run(s, db, run, false);
   s.sel = {num("layer", 0), num("head", 0), num("token", -1)};
-  s.heads.opt.metric = static_cast<int>(std::clamp<std::int64_t>(num("heads_metric", 0), 0, 8));
+  s.heads.opt.metric = static_cast<int>(std::clamp<std::int64_t>(num("heads_metric", -1), -1, 8));
   if (auto view = parse_view(kv["view"])) s.view = *view, s.select_view = true;
   clamp_selection(s);
 }
@@ -330,7 +335,7 @@ bool apply_options(AppState& s, const GuiOptions& o) {
     if (const auto b = same_prompt_run(s, db_index(s, s.a->ref.db)); b >= 0) open_run(s, db_index(s, s.a->ref.db), b, true);
   if (o.layer >= 0) s.sel.layer = o.layer;
   if (o.head >= 0) s.sel.head = o.head;
-  if (o.token >= 0) s.sel.token = o.token;
+  if (o.token >= 0) s.sel.token = s.tokens.scroll_to = o.token;
   clamp_selection(s);
   if (!o.model.empty()) s.run.form.model_path = o.model;
   if (!s.dbs.empty() && s.run.form.db_path.empty()) s.run.form.db_path = s.dbs[0].path;

@@ -39,6 +39,7 @@ std::string read_text(const std::filesystem::path& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   SyntheticSpec spec;
   spec.n_layer = 32;
   spec.n_head = 32;
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
   std::printf("  open compare run B: %.0f ms\n", ms_since(t_cmp));
 
   Ui ui{im.fonts(), textures, nullptr, nullptr};
-  std::printf("  %-10s %12s %12s %10s %10s %14s\n", "view", "first ms", "steady ms", "p95 ms", "max ms", "reselect ms");
+  std::printf("  %-10s %10s %10s %8s %8s %12s %10s\n", "view", "first ms", "steady ms", "p95 ms", "max ms", "reselect ms", "vertices");
   double worst = 0;
   std::string worst_view;
   for (View v : kAllViews) {
@@ -148,7 +149,8 @@ int main(int argc, char** argv) {
     t0 = Clock::now();
     im.frame([&] { draw_app(s, ui); });
     const double reselect = ms_since(t0);
-    std::printf("  %-10s %12.1f %12.2f %10.2f %10.2f %14.1f\n", std::string(view_name(v)).c_str(), first, mean, p95, t.back(), reselect);
+    std::printf("  %-10s %10.1f %10.2f %8.2f %8.2f %12.1f %10d\n", std::string(view_name(v)).c_str(), first, mean, p95, t.back(),
+                reselect, im.vertices());
     if (mean > worst) worst = mean, worst_view = std::string(view_name(v));
   }
   std::printf("  heaviest view: %s, %.2f ms per frame (CPU side; target <= 16 ms): %s\n", worst_view.c_str(), worst,

@@ -141,14 +141,11 @@ double jaccard(const std::vector<std::int64_t>& a, const std::vector<std::int64_
   return static_cast<double>(inter) / static_cast<double>(a.size() + b.size() - inter);
 }
 
-viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions& o, const Selection& sel) {
-  const auto& names = heads_metric_names();
-  const int m = std::clamp(o.metric, 0, static_cast<int>(names.size()) - 1);
-  const std::string name = names[static_cast<std::size_t>(m)];
-  const bool comparable = b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv;
-  const Side side = comparable ? o.side : Side::kA;
-  std::string which = side == Side::kA ? "" : side == Side::kB ? " (run B)" : " (A \xe2\x88\x92 B)";
-  viz::Figure f = base(side == Side::kB ? *b : a, metric_label(name) + " per layer and KV head" + which);
+namespace {
+
+// One layers x KV heads map of metric m (A, B or A - B).
+viz::Heatmap heads_map(const RunData& a, const RunData* b, int m, Side side, bool small) {
+  const std::string name = heads_metric_names()[static_cast<std::size_t>(m)];
   viz::Heatmap h;
   h.rows = a.n_layer;
   h.cols = a.n_head_kv;
@@ -162,13 +159,37 @@ viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions&
     for (std::size_t i = 0; i < va.size(); ++i) h.values[i] = va[i] - vb[i];
     h.colormap = "coolwarm";
   }
+  if (name == "entropy" && side != Side::kDiff) h.colormap = "magma";
   const bool has = std::any_of(h.values.begin(), h.values.end(), [](float x) { return std::isfinite(x); });
-  h.title = has ? "selected: " + head_name(sel) : "not captured in this run (capture summary or full)";
-  h.x.label = "KV head";
-  h.y.label = "layer";
-  h.colorbar_label = side == Side::kDiff ? "\xce\x94 " + name : name;
-  if (name == "entropy") h.colormap = side == Side::kDiff ? "coolwarm" : "magma";
+  h.title = small ? name + (has ? "" : " (not captured)") : (has ? "" : "not captured in this run (capture summary or full)");
+  h.x.label = small ? "" : "KV head";
+  h.y.label = small ? "" : "layer";
+  h.colorbar_label = small ? "" : (side == Side::kDiff ? "\xce\x94 " + name : name);
   h.aggregate = viz::Aggregate::Mean;
+  return h;
+}
+
+}  // namespace
+
+viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions& o, const Selection& sel) {
+  const auto& names = heads_metric_names();
+  const int n = static_cast<int>(names.size());
+  const bool comparable = b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv;
+  const Side side = comparable ? o.side : Side::kA;
+  const std::string which = side == Side::kA ? "" : side == Side::kB ? " (run B)" : " (A \xe2\x88\x92 B)";
+  const RunData& shown = side == Side::kB ? *b : a;
+  if (o.metric < 0 || o.metric >= n) {
+    // Every metric as a small map: rows = layers (top = 0), columns = KV heads.
+    viz::Figure f = base(shown, "Per-head statistics, layers (rows) x KV heads (columns)" + which + "; selected L" +
+                                    std::to_string(sel.layer) + " H" + std::to_string(sel.head));
+    f.columns = 5;
+    for (int m = 0; m < n; ++m) f.panels.push_back(heads_map(a, comparable ? b : nullptr, m, side, true));
+    return f;
+  }
+  const std::string name = names[static_cast<std::size_t>(o.metric)];
+  viz::Figure f = base(shown, metric_label(name) + " per layer and KV head" + which);
+  viz::Heatmap h = heads_map(a, comparable ? b : nullptr, o.metric, side, false);
+  if (h.title.empty()) h.title = "selected: " + head_name(sel);
   f.panels.push_back(std::move(h));
   return f;
 }
@@ -309,7 +330,7 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   viz::ScatterGroup ge{"evicted", {}, {}, viz::Color::hex(0x999999), viz::Marker::Circle, 2.0};
   std::int64_t nk = 0, ne = 0;
   for (std::int64_t i = 0; i < T; ++i) (a.kept_at(sel.layer, sel.head, i) ? nk : ne)++;
-  const std::int64_t cap = 3000;
+  const std::int64_t cap = 2000;  // points per group: a few thousand markers stay cheap per frame
   const std::int64_t sk = std::max<std::int64_t>(1, (nk + cap - 1) / cap), se = std::max<std::int64_t>(1, (ne + cap - 1) / cap);
   std::int64_t ik = 0, ie = 0;
   for (std::int64_t i = 0; i < T; ++i) {
@@ -331,6 +352,8 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   hist.x.tick_labels = labels;
   hist.legend = viz::LegendPos::TopLeft;
   f.panels.push_back(std::move(hist));
+  const bool pca = a.has_pca && !a.keys_pca[static_cast<std::size_t>(sel.layer)].empty();
+  if (pca) f.columns = 3;
   if (att) {
     viz::ScatterPlot sp;
     sp.title = "cosine to mean key vs attention" + std::string(sk > 1 || se > 1 ? " (subsampled)" : "");
@@ -341,6 +364,24 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
     f.panels.push_back(std::move(sp));
   } else {
     f.panels.push_back(note_panel("no attention captured: no scatter"));
+  }
+  if (pca) {
+    // Keys on their two principal axes (capture.cpp), kept vs evicted, same subsampling.
+    const float* k = a.keys_pca[static_cast<std::size_t>(sel.layer)].data() + sel.head * T * 2;
+    viz::ScatterPlot pp;
+    pp.title = "keys on their two principal axes" + std::string(sk > 1 || se > 1 ? " (subsampled)" : "");
+    pp.x.label = "PC 1";
+    pp.y.label = "PC 2";
+    viz::ScatterGroup pk{"kept", {}, {}, kKeptColor, viz::Marker::Circle, 2.2};
+    viz::ScatterGroup pe{"evicted", {}, {}, viz::Color::hex(0x999999), viz::Marker::Circle, 2.0};
+    std::int64_t jk = 0, je = 0;
+    for (std::int64_t i = 0; i < T; ++i) {
+      const bool kept = a.kept_at(sel.layer, sel.head, i);
+      if (kept && (jk++ % sk) == 0) pk.x.push_back(k[2 * i]), pk.y.push_back(k[2 * i + 1]);
+      if (!kept && (je++ % se) == 0) pe.x.push_back(k[2 * i]), pe.y.push_back(k[2 * i + 1]);
+    }
+    pp.groups = {std::move(pe), std::move(pk)};
+    f.panels.push_back(std::move(pp));
   }
   return f;
 }
@@ -527,10 +568,11 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
     const std::size_t idx = static_cast<std::size_t>(sel.layer * a.n_head_kv + sel.head);
     double p = kNaN;
     if (valid_head(a, sel) && idx < v.size() && std::isfinite(v[idx])) {
-      std::int64_t below = 0, n = 0;
+      // Mid-rank percentile: ties share the middle of their ranks (all equal: 50).
+      std::int64_t below = 0, equal = 0, n = 0;
       for (float x : v)
-        if (std::isfinite(x)) ++n, below += x < v[idx] ? 1 : 0;
-      p = n > 1 ? 100.0 * static_cast<double>(below) / static_cast<double>(n - 1) : 50.0;
+        if (std::isfinite(x)) ++n, below += x < v[idx] ? 1 : 0, equal += x == v[idx] ? 1 : 0;
+      p = n > 1 ? 100.0 * (static_cast<double>(below) + 0.5 * static_cast<double>(equal - 1)) / static_cast<double>(n - 1) : 50.0;
     }
     b.categories.push_back(heads_metric_names()[static_cast<std::size_t>(m)]);
     pct.push_back(p);
@@ -543,6 +585,44 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   f.panels.push_back(kept_strip(a, sel, "kept by " + head_name(sel) + " (" + std::to_string(a.kept_count(sel.layer, sel.head)) +
                                             " of " + std::to_string(a.n_tok) + ")"));
   f.row_weights = {2, 1};
+  // Decode-time sparse selection (HSA, Quest, SparQ, Exact-TopK) when the run recorded it.
+  const auto recall = a.steps.find("selection_recall");
+  if (recall != a.steps.end() || !a.topk_unique.empty()) {
+    f.columns = 2;
+    f.row_weights = {2, 1.4};
+    viz::LinePlot r;
+    r.title = "decode-time selection: recall of the exact top-k per step";
+    r.x.label = "decode step";
+    r.y.label = "recall";
+    r.y.range = viz::Range{0, 1.02};
+    r.legend = viz::LegendPos::None;
+    if (recall != a.steps.end()) {
+      viz::Series sr{"recall", {}, recall->second, viz::Color::hex(0x0072b2)};
+      for (std::size_t k = 0; k < recall->second.size(); ++k) sr.x.push_back(static_cast<double>(k));
+      r.series.push_back(std::move(sr));
+    } else {
+      r.title += " (not recorded)";
+      r.x.range = viz::Range{0, 1};
+    }
+    viz::Heatmap u;
+    u.title = "distinct positions Exact-TopK picked over decode";
+    if (!a.topk_unique.empty()) {
+      u.rows = a.topk_rows;
+      u.cols = a.topk_cols;
+      u.values = a.topk_unique;
+    } else {
+      u.rows = u.cols = 1;
+      u.values = {kNaNf};
+      u.title += " (not recorded)";
+    }
+    u.x.label = "query head";
+    u.y.label = "layer";
+    u.colorbar_label = "positions";
+    u.aggregate = viz::Aggregate::Mean;
+    // Grid: percentile bars | recall; kept strip | top-k map.
+    viz::Panel bars = std::move(f.panels[0]), strip = std::move(f.panels[1]);
+    f.panels = {std::move(bars), std::move(r), std::move(strip), std::move(u)};
+  }
   return f;
 }
 
@@ -625,25 +705,25 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
   t.aggregate = viz::Aggregate::Max;
   f.panels.push_back(std::move(t));
 
-  // Kept per layer, A - B.
-  viz::BarChart kd;
-  kd.title = "mean kept per KV head by layer: A \xe2\x88\x92 B";
-  const std::int64_t L = std::min(a.n_layer, b.n_layer);
-  std::vector<double> v;
-  for (std::int64_t l = 0; l < L; ++l) {
-    double sa = 0, sb = 0;
-    for (std::int64_t h = 0; h < a.n_head_kv; ++h) sa += static_cast<double>(a.kept_count(l, h));
-    for (std::int64_t h = 0; h < b.n_head_kv; ++h) sb += static_cast<double>(b.kept_count(l, h));
-    kd.categories.push_back(std::to_string(l));
-    v.push_back(sa / std::max<std::int64_t>(1, a.n_head_kv) - sb / std::max<std::int64_t>(1, b.n_head_kv));
+  // Kept entries per head, A - B (where head-wise budgets moved entries).
+  viz::Heatmap kd;
+  kd.title = "kept entries per head: A \xe2\x88\x92 B";
+  if (same_shape) {
+    kd.rows = a.n_layer;
+    kd.cols = a.n_head_kv;
+    for (std::int64_t l = 0; l < a.n_layer; ++l)
+      for (std::int64_t h = 0; h < a.n_head_kv; ++h)
+        kd.values.push_back(static_cast<float>(a.kept_count(l, h) - b.kept_count(l, h)));
+  } else {
+    kd.rows = kd.cols = 1;
+    kd.values = {kNaNf};
+    kd.title += " (different shapes)";
   }
-  if (kd.categories.empty()) kd.categories = {"-"}, v = {kNaN}, kd.y.range = viz::Range{-1, 1};
-  kd.series = {{"", v, kOnlyAColor}};
-  kd.x.label = "layer";
-  kd.y.label = "\xce\x94 entries";
-  const std::int64_t step = L <= 16 ? 1 : 4;
-  for (std::int64_t l = 0; l < L; l += step) kd.x.ticks.push_back(static_cast<double>(l)), kd.x.tick_labels.push_back(std::to_string(l));
-  kd.legend = viz::LegendPos::None;
+  kd.colormap = "coolwarm";
+  kd.x.label = "KV head";
+  kd.y.label = "layer";
+  kd.colorbar_label = "\xce\x94 entries";
+  kd.aggregate = viz::Aggregate::Mean;
   f.panels.push_back(std::move(kd));
   f.row_weights = {1.6, 1};
   return f;
@@ -653,6 +733,7 @@ std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, c
                                                              int width, int height) {
   std::vector<std::pair<std::string, viz::Figure>> out;
   const auto& names = heads_metric_names();
+  out.emplace_back("heads", heads_figure(a, nullptr, {-1, Side::kA}, sel));
   for (int m = 0; m < static_cast<int>(names.size()); ++m)
     out.emplace_back(std::string("heads_") + names[static_cast<std::size_t>(m)], heads_figure(a, nullptr, {m, Side::kA}, sel));
   out.emplace_back("tokens_kept", tokens_figure(a, {TokenColoring::kKeptSelectedHead}, sel));

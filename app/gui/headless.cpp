@@ -25,6 +25,8 @@ HeadlessImGui::HeadlessImGui(float width, float height) {
   io.IniFilename = nullptr;
   io.DisplaySize = {width, height};
   io.DeltaTime = 1.0f / 60.0f;
+  // As the OpenGL 3.2 renderer of the app: draw lists may exceed 64K vertices (16-bit indices).
+  io.BackendFlags |= ImGuiBackendFlags_RendererHasVtxOffset;
   fonts_ = load_fonts(*io.Fonts);
   io.FontDefault = fonts_.ui;
   unsigned char* pixels = nullptr;

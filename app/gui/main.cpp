@@ -113,12 +113,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvscope: error: cannot initialise GLFW (no display? run under xvfb-run for --screenshot)\n");
     return 1;
   }
+  // OpenGL 3.2 core: the ImGui backend then renders draw lists of more than 64K vertices with
+  // 16-bit indices (ImGuiBackendFlags_RendererHasVtxOffset), which Debian's libimgui is built with.
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 2);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
   if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
   GLFWwindow* window = glfwCreateWindow(opt.width, opt.height, "kvscope", nullptr, nullptr);
   if (!window) {
-    std::fprintf(stderr, "kvscope: error: cannot create an OpenGL 3.0 window\n");
+    std::fprintf(stderr, "kvscope: error: cannot create an OpenGL 3.2 window\n");
     glfwTerminate();
     return 1;
   }
@@ -133,7 +137,9 @@ int main(int argc, char** argv) {
   io.FontDefault = fonts.ui;
   apply_style(ImGui::GetStyle());
   ImGui_ImplGlfw_InitForOpenGL(window, !headless);
-  ImGui_ImplOpenGL3_Init("#version 130");
+  ImGui_ImplOpenGL3_Init("#version 150");
+  if (!(io.BackendFlags & ImGuiBackendFlags_RendererHasVtxOffset))
+    std::fprintf(stderr, "kvscope: warning: OpenGL < 3.2: very dense views may exceed ImGui's 64K vertices per window\n");
 
   Offscreen off;
   if (headless && !off.create(opt.width, opt.height))
@@ -165,8 +171,10 @@ int main(int argc, char** argv) {
     if (s.run.form.db_path.empty()) s.run.form.db_path = "kvscope-sessions.db";
 
     int frame = 0;
+    double timed_ms = 0;  // headless: frames after the first two, GPU work included (glFinish)
     auto last = std::chrono::steady_clock::now();
     while (rc == 0 && !glfwWindowShouldClose(window) && !s.quit_requested) {
+      const auto frame_start = std::chrono::steady_clock::now();
       if (headless) glfwPollEvents();
       else glfwWaitEventsTimeout(worker.busy() ? 1.0 / 60.0 : 0.1);
       if (off.ok) off.bind_fb(GL_FRAMEBUFFER, off.fb);
@@ -186,6 +194,10 @@ int main(int argc, char** argv) {
       glClearColor(0.98f, 0.98f, 0.98f, 1.0f);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (headless) {
+        glFinish();
+        if (frame >= 2) timed_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - frame_start).count();
+      }
       const auto now = std::chrono::steady_clock::now();
       s.frame_ms = std::chrono::duration<double, std::milli>(now - last).count();
       last = now;
@@ -198,7 +210,9 @@ int main(int argc, char** argv) {
         glReadPixels(0, 0, fb_w, fb_h, GL_RGBA, GL_UNSIGNED_BYTE, px.data());
         try {
           write_png(opt.screenshot, px, fb_w, fb_h, true);
-          std::printf("wrote %s (%dx%d, view %s)\n", opt.screenshot.c_str(), fb_w, fb_h, std::string(view_name(s.view)).c_str());
+          std::printf("wrote %s (%dx%d, view %s", opt.screenshot.c_str(), fb_w, fb_h, std::string(view_name(s.view)).c_str());
+          if (frame > 2) std::printf(", %.2f ms/frame over frames 3..%d incl. GPU", timed_ms / (frame - 2), frame);
+          std::printf(")\n");
         } catch (const std::exception& e) {
           std::fprintf(stderr, "kvscope: error: %s\n", e.what());
           rc = 1;

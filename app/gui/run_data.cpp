@@ -241,13 +241,16 @@ std::shared_ptr<const RunData> load_run_data(const sessions::SessionStore& store
   d->tokens_from_tokenizer = tok != nullptr;
 
   // Which blobs exist (names only; bytes are fetched per name below).
-  bool any_kept = false, any_summary = false, any_attention = false, any_cos = false, any_channels = false;
+  bool any_kept = false, any_summary = false, any_attention = false, any_cos = false, any_channels = false, any_pca = false,
+       any_topk = false;
   for (const auto& b : d->record.blobs) {
     if (b.name == "kept_positions") any_kept = true;
     else if (b.name == "head_summary") any_summary = true;
     else if (b.name == "attention") any_attention = true;
     else if (b.name == "cos_to_mean") any_cos = true;
     else if (b.name == "channel_mean" || b.name == "channel_cv") any_channels = true;
+    else if (b.name == "keys_pca") any_pca = true;
+    else if (b.name == "topk_unique") any_topk = true;
     else d->other_blobs.push_back(b);
   }
 
@@ -308,6 +311,19 @@ std::shared_ptr<const RunData> load_run_data(const sessions::SessionStore& store
   d->has_cos = per_layer("cos_to_mean", T, d->cos_to_mean, any_cos);
   d->has_channels = per_layer("channel_mean", d->head_dim, d->channel_mean, any_channels);
   per_layer("channel_cv", d->head_dim, d->channel_cv, any_channels);
+  d->keys_pca.assign(L, {});
+  if (any_pca)
+    for (const auto& b : store.load_blobs(run, "keys_pca")) {
+      if (b.layer < 0 || b.layer >= d->n_layer || b.shape != std::vector<std::int64_t>{H, T, 2}) continue;
+      d->keys_pca[static_cast<std::size_t>(b.layer)] = b.to_f32();
+      d->has_pca = true;
+    }
+  if (any_topk)
+    if (auto b = store.load_blob(run, "topk_unique", -1, -1); b && b->shape.size() == 2) {
+      d->topk_unique = b->to_f32();
+      d->topk_rows = b->shape[0];
+      d->topk_cols = b->shape[1];
+    }
 
   for (const auto& s : d->record.step_metrics) {
     auto& v = d->steps[s.name];

@@ -5,7 +5,7 @@
 // positions), "head_summary" (head -1, f32 [n_head_kv, 7], columns = capture.h
 // summary_metric_names()), full capture "attention" and "cos_to_mean" (f16/f32 [n_head_kv, n_tok]),
 // "channel_mean" and "channel_cv" (f32 [n_head_kv, head_dim]); step metrics "kl", "top1",
-// "bytes_read".
+// "bytes_read", "selection_recall"; run blob "topk_unique" (i64 [n_layer, n_head]).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -62,7 +62,12 @@ struct RunData {
   std::vector<std::vector<float>> cos_to_mean;   ///< [n_head_kv * n_tok]
   std::vector<std::vector<float>> channel_mean;  ///< [n_head_kv * head_dim]
   std::vector<std::vector<float>> channel_cv;    ///< [n_head_kv * head_dim]
-  bool has_attention = false, has_cos = false, has_channels = false;
+  std::vector<std::vector<float>> keys_pca;      ///< [n_head_kv * n_tok * 2] keys on their two principal axes
+  bool has_attention = false, has_cos = false, has_channels = false, has_pca = false;
+  /// "topk_unique": distinct positions Exact-TopK picked over all decode steps, [topk_rows (layers),
+  /// topk_cols (query heads)]; empty when not recorded.
+  std::vector<float> topk_unique;
+  std::int64_t topk_rows = 0, topk_cols = 0;
 
   /// Step metrics by name ("kl", "top1", "bytes_read", ...): value per step (NaN for gaps).
   std::map<std::string, std::vector<double>> steps;

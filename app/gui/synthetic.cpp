@@ -17,6 +17,7 @@ using sessions::Blob;
 
 struct Layer {
   std::vector<float> att, cos;   // [H, T]
+  std::vector<float> pca;        // [H, T, 2]
   std::vector<float> ch_mean, ch_cv;  // [H, D]
   std::vector<float> summary;    // [H, 7]
 };
@@ -32,6 +33,7 @@ Layer make_layer(const SyntheticSpec& sp, std::int64_t l, const std::vector<floa
   Layer L;
   L.att.resize(static_cast<std::size_t>(H * T));
   L.cos.resize(static_cast<std::size_t>(H * T));
+  L.pca.resize(static_cast<std::size_t>(H * T * 2));
   L.ch_mean.resize(static_cast<std::size_t>(H * D));
   L.ch_cv.resize(static_cast<std::size_t>(H * D));
   L.summary.resize(static_cast<std::size_t>(H * 7));
@@ -63,6 +65,13 @@ Layer make_layer(const SyntheticSpec& sp, std::int64_t l, const std::vector<floa
     for (std::int64_t i = 0; i < ns; ++i) {
       a[i] += static_cast<float>(sink * sink_w[i]);
       c[i] = static_cast<float>(0.04 + 0.05 * U(rng));  // sinks: keys far from the mean key
+    }
+    // Keys on two principal axes: the first follows the cosine to the mean key, the second is noise
+    // with a slow drift over positions (RoPE-like).
+    float* pc = L.pca.data() + h * T * 2;
+    for (std::int64_t i = 0; i < T; ++i) {
+      pc[2 * i] = static_cast<float>(4.0 * (c[i] - 0.5) + 0.6 * N(rng));
+      pc[2 * i + 1] = static_cast<float>(1.2 * std::sin(6.28 * static_cast<double>(i) / static_cast<double>(T)) + 0.7 * N(rng));
     }
     // Channel saliency: log-normal with a few outlier channels (SPARK Fig. 2).
     double cv_sum = 0;
@@ -232,8 +241,16 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
         store.add_blob(run, Blob::of<float>("cos_to_mean", l, -1, {H, T}, L.cos));
         store.add_blob(run, Blob::of<float>("channel_mean", l, -1, {H, D}, L.ch_mean));
         store.add_blob(run, Blob::of<float>("channel_cv", l, -1, {H, D}, L.ch_cv));
+        store.add_blob(run, Blob::of<float>("keys_pca", l, -1, {H, T, 2}, L.pca));
       }
     }
+  }
+  {
+    std::vector<std::int64_t> uniq;
+    auto r = rng_for(sp.seed, 2000, 0);
+    std::uniform_int_distribution<std::int64_t> u(256, std::min<std::int64_t>(T, 256 + 8 * sp.n_steps));
+    for (std::int64_t i = 0; i < sp.n_layer * sp.n_head; ++i) uniq.push_back(u(r));
+    store.add_blob(runs.snapkv, Blob::of<std::int64_t>("topk_unique", -1, -1, {sp.n_layer, sp.n_head}, uniq));
   }
   // Per-step fidelity and bytes; summary metrics.
   for (int k = 0; k < 2; ++k) {
@@ -244,6 +261,7 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
     std::vector<sessions::StepMetric> steps;
     double kl_sum = 0, top1_sum = 0, bytes_sum = 0;
     for (std::int64_t s = 0; s < sp.n_steps; ++s) {
+      if (k == 0) steps.push_back({s, "selection_recall", std::clamp(0.86 + 0.05 * N(r), 0.0, 1.0)});
       const double kl = std::exp((k == 0 ? -4.2 : -2.3) + 0.9 * N(r) + 0.02 * static_cast<double>(s));
       const double top1 = U(r) < (k == 0 ? 0.94 : 0.78) ? 1.0 : 0.0;
       const double bytes = (kept + static_cast<double>(sp.n_layer * H * (s + 1))) * static_cast<double>(D) * 2 * 4;

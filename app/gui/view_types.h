@@ -36,7 +36,7 @@ enum class Side { kA, kB, kDiff };
 
 /// Heads overview: the layer x KV head map of one metric.
 struct HeadsOptions {
-  int metric = 0;  ///< index into heads_metric_names()
+  int metric = -1;  ///< index into heads_metric_names(); -1: every metric, one small map each
   Side side = Side::kA;
 };
 /// Metrics the heads overview can map: the summary metrics, then "kept" and "kept_frac".

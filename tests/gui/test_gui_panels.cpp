@@ -91,7 +91,12 @@ TEST_F(GuiPanels, OpensTheNewestRunWithDecodedData) {
   EXPECT_TRUE(a.has_attention);
   EXPECT_TRUE(a.has_cos);
   EXPECT_TRUE(a.has_channels);
+  EXPECT_TRUE(a.has_pca);
+  EXPECT_EQ(a.topk_rows, 6);
+  EXPECT_EQ(a.topk_cols, 8);
   EXPECT_EQ(a.steps.at("kl").size(), 24u);
+  EXPECT_EQ(a.steps.at("selection_recall").size(), 24u);
+  EXPECT_TRUE(a.other_blobs.empty());
   for (std::int64_t l = 0; l < a.n_layer; ++l)
     for (std::int64_t h = 0; h < a.n_head_kv; ++h) {
       EXPECT_GT(a.kept_count(l, h), 0);
@@ -130,7 +135,7 @@ TEST_F(GuiPanels, CompareSidesAndOptionsRebuildFigures) {
   for (Side side : {Side::kA, Side::kB, Side::kDiff}) {
     state_->heads.opt.side = side;
     state_->budgets.opt.side = side;
-    for (int m = 0; m < static_cast<int>(heads_metric_names().size()); ++m) {
+    for (int m = -1; m < static_cast<int>(heads_metric_names().size()); ++m) {
       state_->heads.opt.metric = m;
       draw_view_frames(View::kHeads, 3, false);
       ASSERT_TRUE(state_->heads.fig.valid()) << state_->heads.fig.error();
@@ -191,7 +196,7 @@ TEST_F(GuiPanels, ExportWritesTheFigureTheViewDraws) {
   }
   // "Export all figures of this run": every figure valid and exportable.
   const auto all = all_figures(*state_->a, nullptr, state_->sel, 900, 600);
-  EXPECT_GE(all.size(), 15u);
+  EXPECT_GE(all.size(), 16u);
   for (const auto& [name, fig] : all) {
     SCOPED_TRACE(name);
     EXPECT_NO_THROW(viz::validate(fig));

@@ -50,7 +50,7 @@ void heads_map_interaction(AppState& s, const FigureView& fig, int panel,
                            const std::function<std::string(std::int64_t layer, std::int64_t head)>& tooltip) {
   if (!ImGui::IsItemHovered()) return;
   const auto hit = fig.hit(ImGui::GetMousePos());
-  if (!hit || hit->panel != panel || hit->row < 0) return;
+  if (!hit || (panel >= 0 && hit->panel != panel) || hit->row < 0) return;
   ImGui::BeginTooltip();
   ImGui::TextUnformatted(tooltip(hit->row, hit->col).c_str());
   ImGui::TextDisabled("click: select this head for the other views");

@@ -9,6 +9,18 @@
 #include "panels.h"
 
 namespace kvscope::gui::panels {
+namespace {
+
+/// +1: higher is better, -1: lower is better, 0: neither (sizes of the run, not quality).
+int better_direction(const std::string& metric) {
+  if (metric == "top1_agreement" || metric == "decode_tokens_per_s") return 1;
+  if (metric == "mean_kl" || metric == "prefill_ms" || metric == "kv_bytes_live" || metric == "kv_bytes_allocated" ||
+      metric == "side_store_bytes" || metric == "bytes_read_mean")
+    return -1;
+  return 0;
+}
+
+}  // namespace
 
 void compare(AppState& s, Ui& ui) {
   if (no_run(s)) return;
@@ -32,7 +44,7 @@ void compare(AppState& s, Ui& ui) {
   for (const auto& o : s.others)
     for (const auto& [n, v] : o->record.row.summary) names.insert(n);
   const int cols = 2 + static_cast<int>(s.others.size()) * 2;
-  const float table_h = std::min(ImGui::GetTextLineHeightWithSpacing() * (static_cast<float>(names.size()) + 4.5f),
+  const float table_h = std::min(ImGui::GetTextLineHeightWithSpacing() * (static_cast<float>(names.size()) + 2.6f),
                                  ImGui::GetContentRegionAvail().y * 0.35f);
   if (ImGui::BeginTable("cmp", cols, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit,
                         {0, table_h})) {
@@ -76,10 +88,14 @@ void compare(AppState& s, Ui& ui) {
         if (std::isfinite(va) && std::isfinite(vb)) {
           const double d = vb - va;
           const double rel = std::abs(va) > 1e-12 ? d / std::abs(va) : 0.0;
-          // Tracy-style: colour intensity up to a 2x difference.
-          const float k = static_cast<float>(std::min(1.0, std::abs(rel)));
-          const ImVec4 c = d > 0 ? ImVec4{0.85f * k, 0.25f, 0.15f, 1} : ImVec4{0.15f, 0.35f + 0.3f * k, 0.75f * k + 0.1f, 1};
-          ImGui::TextColored(std::abs(d) < 1e-15 ? ImVec4{0.5f, 0.5f, 0.5f, 1} : c, "%+.3g (%+.0f%%)", d, 100 * rel);
+          // Green when B is better, red when worse (by the metric's direction), intensity up to a
+          // 2x difference as Tracy's compare does; grey for metrics without a better direction.
+          const int better = better_direction(n);
+          const float k = 0.35f + 0.65f * static_cast<float>(std::min(1.0, std::abs(rel)));
+          ImVec4 c{0.45f, 0.45f, 0.45f, 1};
+          if (std::abs(d) >= 1e-15 && better != 0)
+            c = (d > 0) == (better > 0) ? ImVec4{0.05f, 0.45f * k + 0.1f, 0.15f, 1} : ImVec4{0.8f * k + 0.1f, 0.1f, 0.1f, 1};
+          ImGui::TextColored(c, "%+.3g (%+.0f%%)", d, 100 * rel);
         } else {
           ImGui::TextDisabled("-");
         }

@@ -12,7 +12,9 @@ void heads(AppState& s, Ui& ui) {
   HeadsState& st = s.heads;
   const auto& names = heads_metric_names();
   ImGui::SetNextItemWidth(260);
-  if (ImGui::BeginCombo("metric", metric_label(names[static_cast<std::size_t>(st.opt.metric)]).c_str())) {
+  const std::string current = st.opt.metric < 0 ? "every metric (small maps)" : metric_label(names[static_cast<std::size_t>(st.opt.metric)]);
+  if (ImGui::BeginCombo("metric", current.c_str())) {
+    if (ImGui::Selectable("every metric (small maps)", st.opt.metric < 0)) st.opt.metric = -1;
     for (int m = 0; m < static_cast<int>(names.size()); ++m)
       if (ImGui::Selectable(metric_label(names[static_cast<std::size_t>(m)]).c_str(), m == st.opt.metric)) st.opt.metric = m;
     ImGui::EndCombo();
@@ -20,7 +22,7 @@ void heads(AppState& s, Ui& ui) {
   side_selector(s, st.opt.side);
   ImGui::SameLine();
   ImGui::TextDisabled("   %lld layers x %lld KV heads", static_cast<long long>(s.a->n_layer), static_cast<long long>(s.a->n_head_kv));
-  if (!s.a->has_summary && st.opt.metric < 7) {
+  if (!s.a->has_summary && st.opt.metric < 7) {  // summary metrics (not kept / kept_frac)
     ImGui::SameLine();
     ImGui::TextColored({0.7f, 0.35f, 0.0f, 1}, "  (no head_summary captured: run with capture summary or full)");
   }
@@ -31,7 +33,7 @@ void heads(AppState& s, Ui& ui) {
   st.fig.draw(key, figure_size(), [&] { return heads_figure(*s.a, b, st.opt, s.sel); }, ui.fonts, ui.textures);
   const RunData& a = *s.a;
   const int metric = st.opt.metric;
-  heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
+  heads_map_interaction(s, st.fig, -1, [&](std::int64_t l, std::int64_t h) {
     std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + "\n";
     for (int m = 0; m < static_cast<int>(names.size()); ++m) {
       const auto va = heads_metric_values(a, m);
@@ -45,7 +47,8 @@ void heads(AppState& s, Ui& ui) {
     }
     return t;
   });
-  outline_cell(st.fig, 0, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
+  for (int p = 0; p < static_cast<int>(st.fig.figure().panels.size()); ++p)
+    outline_cell(st.fig, p, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
 }
 
 }  // namespace kvscope::gui::panels

@@ -29,7 +29,8 @@ bool side_selector(const AppState& s, Side& side);
 void outline_cell(const FigureView& fig, int panel, std::int64_t row, std::int64_t col, ImU32 color);
 /// Identity of a run for figure cache keys.
 std::string run_key(const RunData* r);
-/// Handles hover/click on a layers x KV heads heatmap (panel 0): tooltip from `tooltip`, click selects.
+/// Handles hover/click on a layers x KV heads heatmap (panel `panel`, or any heatmap panel when -1):
+/// tooltip from `tooltip`, click selects.
 void heads_map_interaction(AppState& s, const FigureView& fig, int panel,
                            const std::function<std::string(std::int64_t layer, std::int64_t head)>& tooltip);
 /// Size left in the current window for a figure, leaving `below` px.

@@ -93,6 +93,14 @@ void selection(AppState& s, Ui& ui) {
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginGroup();
+  if (auto it = a.steps.find("selection_recall"); it != a.steps.end()) {
+    double sum = 0;
+    std::int64_t n = 0;
+    for (double v : it->second)
+      if (std::isfinite(v)) sum += v, ++n;
+    ImGui::TextDisabled("decode-time selection recall: mean %.3f over %lld steps", n ? sum / static_cast<double>(n) : NAN,
+                        static_cast<long long>(n));
+  }
   const std::string key = run_key(&a) + "|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "," + std::to_string(sel.token);
   s.selection.fig.draw(key, figure_size(), [&] { return selection_figure(a, sel); }, ui.fonts, ui.textures);
   ImGui::EndGroup();
