@@ -317,8 +317,10 @@ viz::Figure grid(const SessionStore& s, const FigureRequest& q) {
   const std::string metric = q.metric == "tokens95_frac" ? "mean_kl" : q.metric;
   std::map<std::pair<double, double>, std::pair<double, int>> cells;
   std::set<double> rows, cols;
+  std::set<std::string> units;
   for (const auto& row : s.list_runs()) {
     if (row.status != sessions::RunStatus::kComplete) continue;
+    units.insert(std::string(sessions::to_string(row.budget.unit)));
     const auto m = row.summary.find(metric), n = row.summary.find("n_prompt");
     if (m == row.summary.end() || n == row.summary.end()) continue;
     auto& c = cells[{n->second, row.budget.value}];
@@ -346,7 +348,7 @@ viz::Figure grid(const SessionStore& s, const FigureRequest& q) {
     os << cv;
     hm.col_labels.push_back(os.str());
   }
-  hm.x.label = "budget";
+  hm.x.label = units.size() == 1 ? "budget (" + *units.begin() + ")" : "budget (mixed units)";
   hm.y.label = "prompt length (tokens)";
   hm.colorbar_label = metric;
   viz::Figure f;
