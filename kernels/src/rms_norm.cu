@@ -2,6 +2,7 @@
 // V-element vectors (V = 8: one 16-byte load for bf16/fp16, two for fp32; V = 1 fallback). Two
 // passes over the row: sum of squares (block reduction), then normalise; the second read hits
 // L1/L2 (a row is at most a few tens of KB).
+#include "dtype.cuh"
 #include "kvscope/kernels/norm.h"
 
 #include <cuda_bf16.h>
@@ -10,16 +11,9 @@
 namespace kvscope::kernels {
 namespace {
 
-template <typename T> __device__ __forceinline__ float to_f(T x);
-template <> __device__ __forceinline__ float to_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-/// x rounded to T and back (the value a dtype tensor would hold).
-template <typename T> __device__ __forceinline__ float round_to(float x) { return to_f<T>(from_f<T>(x)); }
+using dtype::from_f;
+using dtype::round_to;
+using dtype::to_f;
 
 /// Loads V elements of T as fp32 (V = 8 uses 16-byte accesses; p must then be 16-byte aligned).
 /// Plain (coherent) loads: x and residual may be written by this kernel.

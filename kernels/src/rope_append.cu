@@ -5,6 +5,7 @@
 //   [P, P + Hkv*D)    V elements copied to the cache row
 //   [.., .. + Hkv)    the position of the cache row
 // Accesses are coalesced across threads; nothing is reused, so no vectorisation.
+#include "dtype.cuh"
 #include "kvscope/kernels/rope.h"
 
 #include <cuda_bf16.h>
@@ -13,14 +14,9 @@
 namespace kvscope::kernels {
 namespace {
 
-template <typename T> __device__ __forceinline__ float to_f(T x);
-template <> __device__ __forceinline__ float to_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+using dtype::from_f;
+using dtype::round_to;
+using dtype::to_f;
 
 constexpr int kThreads = 256;
 

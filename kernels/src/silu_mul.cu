@@ -1,5 +1,6 @@
 // SwiGLU activation out = silu(gate) * up (see mlp.h). Grid (column blocks, <= 65535 row lanes); each thread
 // handles V = 8 consecutive columns of every gridDim.y-th row with 16-byte accesses (two for fp32), V = 1 fallback.
+#include "dtype.cuh"
 #include "kvscope/kernels/mlp.h"
 
 #include <cuda_bf16.h>
@@ -8,14 +9,9 @@
 namespace kvscope::kernels {
 namespace {
 
-template <typename T> __device__ __forceinline__ float to_f(T x);
-template <> __device__ __forceinline__ float to_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+using dtype::from_f;
+using dtype::round_to;
+using dtype::to_f;
 
 constexpr int kThreads = 256;
 

@@ -154,6 +154,16 @@ ParamSpec float_param(std::string key, double min, double max, std::string def, 
   return p;
 }
 
+ParamSpec bool_param(std::string key, std::string def, std::string help, std::string ref) {
+  ParamSpec p;
+  p.key = std::move(key);
+  p.type = ParamSpec::Type::kBool;
+  p.default_value = std::move(def);
+  p.help = std::move(help);
+  p.paper_ref = std::move(ref);
+  return p;
+}
+
 ParamSpec choice_param(std::string key, std::vector<std::string> choices, std::string def, std::string help,
                        std::string ref) {
   ParamSpec p;

@@ -42,16 +42,6 @@ namespace {
 
 constexpr const char* kRef = "RocketKV (Behnam et al. 2025) §3.4 Alg. 1, §3.6";
 
-ParamSpec bool_param(std::string key, std::string def, std::string help, std::string ref) {
-  ParamSpec p;
-  p.key = std::move(key);
-  p.type = ParamSpec::Type::kBool;
-  p.default_value = std::move(def);
-  p.help = std::move(help);
-  p.paper_ref = std::move(ref);
-  return p;
-}
-
 class Hsa : public DecodeSelectionBase {
  public:
   explicit Hsa(const ParamValues& v)

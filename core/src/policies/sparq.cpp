@@ -30,16 +30,6 @@ namespace {
 
 constexpr const char* kRef = "SparQ Attention (Ribar et al. 2024) Alg. 1; RocketKV (Behnam et al. 2025) App. A.3";
 
-ParamSpec bool_param(std::string key, std::string def, std::string help, std::string ref) {
-  ParamSpec p;
-  p.key = std::move(key);
-  p.type = ParamSpec::Type::kBool;
-  p.default_value = std::move(def);
-  p.help = std::move(help);
-  p.paper_ref = std::move(ref);
-  return p;
-}
-
 /// Running fp32 sum of the value rows of every (layer, KV head), for SparQ's mean-value term.
 class ValueMean {
  public:

@@ -78,6 +78,7 @@ SnapKvParams parse_snapkv(const std::string& policy, const ParamValues& v);
 
 ParamSpec int_param(std::string key, double min, double max, std::string def, std::string help, std::string ref);
 ParamSpec float_param(std::string key, double min, double max, std::string def, std::string help, std::string ref);
+ParamSpec bool_param(std::string key, std::string def, std::string help, std::string ref);
 ParamSpec choice_param(std::string key, std::vector<std::string> choices, std::string def, std::string help,
                        std::string ref);
 
