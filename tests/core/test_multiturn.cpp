@@ -6,34 +6,22 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/pipeline.h"
+#include "pycode_fixture.h"
 #include "test_support.h"
 
 namespace kvscope {
 namespace {
 
-class MultiTurn : public ::testing::Test {
+class MultiTurn : public test::PycodeSuite {
  protected:
-  static void SetUpTestSuite() {
-    model_ = new Model(load_model(test::pycode_dir(), LoadOptions{}));
-    registry_ = new PolicyRegistry;
-    register_builtin_policies(*registry_);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete registry_;
-  }
   static GenerateRequest two_turns() {
     GenerateRequest r;
-    r.prompt_ids = test::read_json(test::pycode_dir() / "golden/textwrap_head.json")["input_ids"].get<std::vector<int32_t>>();
+    r.prompt_ids = textwrap_ids();
     r.follow_up_turns = {model_->tokenizer->encode("\n\ndef shorten(text, width):\n")};
     r.max_new_tokens = 6;
     return r;
   }
-  static Model* model_;
-  static PolicyRegistry* registry_;
 };
-Model* MultiTurn::model_ = nullptr;
-PolicyRegistry* MultiTurn::registry_ = nullptr;
 
 TEST_F(MultiTurn, SecondTurnContinuesTheSameCache) {
   const Engine engine(*model_);

@@ -10,6 +10,7 @@
 #include "kvscope/core/generate.h"
 #include "kvscope/core/head_pattern.h"
 #include "kvscope/core/pipeline.h"
+#include "pycode_fixture.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -42,20 +43,11 @@ TEST(RingBuffer, KeepsSinksAndTheMostRecentWindow) {
   EXPECT_THROW(cache.set_window(0, 1, 2, 3), std::invalid_argument);
 }
 
-class RetentionOnPycode : public ::testing::Test {
+class RetentionOnPycode : public test::PycodeSuite {
  protected:
-  static void SetUpTestSuite() {
-    model_ = new Model(load_model(test::pycode_dir(), LoadOptions{}));
-    registry_ = new PolicyRegistry;
-    register_builtin_policies(*registry_);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete registry_;
-  }
   static GenerateRequest request(const Pipeline& p, BudgetSpec b, int64_t n_new) {
     GenerateRequest r;
-    r.prompt_ids = test::read_json(test::pycode_dir() / "golden/textwrap_head.json")["input_ids"].get<std::vector<int32_t>>();
+    r.prompt_ids = textwrap_ids();
     r.max_new_tokens = n_new;
     r.pipeline = &p;
     r.budget = b;
@@ -66,11 +58,7 @@ class RetentionOnPycode : public ::testing::Test {
     save_head_pattern(f, p);
     return f;
   }
-  static Model* model_;
-  static PolicyRegistry* registry_;
 };
-Model* RetentionOnPycode::model_ = nullptr;
-PolicyRegistry* RetentionOnPycode::registry_ = nullptr;
 
 TEST_F(RetentionOnPycode, AllStreamingHeadsKeepWhatStreamingLlmKeeps) {
   HeadPattern pattern;
