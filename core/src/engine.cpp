@@ -26,8 +26,8 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t T = x.size(0), H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
-  if (T == 1 && !decode_attention && x.is_cuda() && ops::cuda_kernels_available() && cache.reserve_append(l, 1))
-    return decode_layer_cuda(l, x, rope, cache, observer);
+  if (T == 1 && x.is_cuda() && ops::cuda_kernels_available() && cache.reserve_append(l, 1))
+    return decode_layer_cuda(l, x, rope, cache, observer, decode_attention);
   at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
   at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);
   // q and k heads rotate together: one RoPE pass over [T, n_head + n_head_kv, D].
@@ -62,9 +62,10 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
 }
 
 at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
-                                     const LayerObserver& observer) const {
+                                     const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const {
   // One decode token through the fused kernels (kernels/): RMSNorm, RoPE + in-place cache append,
-  // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, SiLU-mul.
+  // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, SiLU-mul. A
+  // decode-attention policy (HSA, Quest, SparQ, ...) replaces the attention step only.
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
@@ -76,7 +77,8 @@ at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeT
   ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, cache.layer(l),
                    cache.next_position());
   cache.commit_append(l, 1);
-  at::Tensor attn = ops::decode_attention(q, cache.layer(l), H / Hkv).view({1, H * D});
+  at::Tensor attn = (decode_attention ? decode_attention->attend(l, q, cache) : ops::decode_attention(q, cache.layer(l), H / Hkv))
+                        .reshape({1, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
   at::Tensor residual = at::linear(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual

@@ -13,6 +13,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "ops/cuda_util.h"
 #include "kvscope/kernels/decode.h"
 #include "kvscope/kernels/mlp.h"
 #include "kvscope/kernels/norm.h"
@@ -25,52 +26,7 @@ namespace kvscope::ops {
 
 namespace {
 
-namespace kk = kvscope::kernels;
-
-[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
-
-void check_cuda(cudaError_t err, const char* op) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(op) + ": " + cudaGetErrorString(err));
-}
-
-kk::DType kernel_dtype(const at::Tensor& t, const char* op) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return kk::DType::kFloat32;
-    case at::kBFloat16: return kk::DType::kBFloat16;
-    case at::kHalf: return kk::DType::kFloat16;
-    default: bad(std::string(op) + ": dtype must be fp32, bf16 or fp16");
-  }
-}
-
-/// Every tensor defined, on CUDA, on the device of the first, in the dtype of the first.
-void check_same(const char* op, std::initializer_list<const at::Tensor*> ts) {
-  const at::Tensor& first = **ts.begin();
-  for (const at::Tensor* t : ts) {
-    if (!t->defined()) bad(std::string(op) + ": undefined tensor");
-    if (!t->is_cuda()) bad(std::string(op) + ": tensors must be on a CUDA device");
-    if (t->device() != first.device()) bad(std::string(op) + ": tensors on different devices");
-    if (t->scalar_type() != first.scalar_type()) bad(std::string(op) + ": tensors of different dtypes");
-  }
-}
-
-/// A destination: `out` if defined (checked), else a fresh tensor.
-at::Tensor make_out(at::Tensor out, at::IntArrayRef sizes, const at::TensorOptions& opts, const char* op) {
-  if (!out.defined()) return at::empty(sizes, opts);
-  if (out.sizes() != sizes || !out.is_contiguous() || out.scalar_type() != opts.dtype().toScalarType() ||
-      out.device() != opts.device())
-    bad(std::string(op) + ": out must be a contiguous tensor of the result's shape, dtype and device");
-  return out;
-}
-
-/// Host int64 vectors concatenated, copied to `device` through pinned memory without blocking.
-at::Tensor upload(const std::vector<int64_t>& a, const std::vector<int64_t>& b, c10::Device device) {
-  at::Tensor host = at::empty({static_cast<int64_t>(a.size() + b.size())},
-                              at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  int64_t* p = host.data_ptr<int64_t>();
-  std::copy(a.begin(), a.end(), p);
-  std::copy(b.begin(), b.end(), p + a.size());
-  return host.to(device, /*non_blocking=*/true);
-}
+using namespace detail;
 
 /// q as [n_head, D] with unit inner stride and 16-byte aligned rows (copied when not).
 at::Tensor as_heads(const at::Tensor& q, const char* op) {
@@ -192,6 +148,15 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
   const at::Tensor meta = upload(offset, count, q.device());
   return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), &index, max_of(count), sum_of(count), group,
                     scale, n_split, std::move(out));
+}
+
+at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& offset_dev, const at::Tensor& index, const at::Tensor& count_dev,
+                                   int64_t max_count, int64_t group, double scale, at::Tensor out) {
+  if (index.dim() == 2 && max_count > index.size(1)) bad("decode_attention_gather: max_count exceeds index width");
+  const int64_t n_head_kv = group > 0 ? heads_of(q) / group : 0;
+  return run_decode(q, k, v, offset_dev, count_dev, &index, max_count, max_count * n_head_kv, group, scale, 0,
+                    std::move(out));
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
@@ -320,6 +285,10 @@ at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tens
 at::Tensor decode_attention(const at::Tensor&, const LayerKv&, int64_t, double) { unavailable("decode_attention"); }
 at::Tensor decode_attention_gather(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&,
                                    const at::Tensor&, const std::vector<int64_t>&, int64_t, double, int, at::Tensor) {
+  unavailable("decode_attention_gather");
+}
+at::Tensor decode_attention_gather(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const at::Tensor&, int64_t, int64_t, double, at::Tensor) {
   unavailable("decode_attention_gather");
 }
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }

@@ -49,6 +49,13 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
                                    const std::vector<int64_t>& count, int64_t group, double scale = 0.0,
                                    int n_split = 0, at::Tensor out = {});
 
+/// Same with the per-head counts on the device (int64 [n_head_kv], e.g. written by page_select) and
+/// offsets too: offset_dev int64 [n_head_kv]; max_count: a host upper bound of every count (usually
+/// index.size(1)). No upload, no host sync.
+at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& offset_dev, const at::Tensor& index, const at::Tensor& count_dev,
+                                   int64_t max_count, int64_t group, double scale = 0.0, at::Tensor out = {});
+
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim
 /// contiguous, any row stride) or [hidden]; w: [hidden]. out: optional, same shape, contiguous.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out = {});

@@ -1,6 +1,7 @@
 // Plain LibTorch reference / baseline versions of the CUDA kernels' ops (see reference_ops.h).
 #include "ops/reference_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -96,6 +97,51 @@ at::Tensor silu_mul(const at::Tensor& gate_up, at::ScalarType compute) {
   const int64_t inter = gate_up.size(-1) / 2;
   at::Tensor g = gate_up.narrow(-1, 0, inter).to(compute), u = gate_up.narrow(-1, inter, inter).to(compute);
   return (at::silu(g) * u).to(at::kFloat);
+}
+
+std::pair<at::Tensor, at::Tensor> page_minmax(const at::Tensor& k_h, int64_t page) {
+  const at::Tensor k = k_h.to(at::kFloat);
+  const int64_t n = k.size(0), n_pages = (n + page - 1) / page;
+  std::vector<at::Tensor> lo, hi;
+  for (int64_t P = 0; P < n_pages; ++P) {
+    const at::Tensor rows = k.narrow(0, P * page, std::min(page, n - P * page));
+    lo.push_back(rows.amin(0));
+    hi.push_back(rows.amax(0));
+  }
+  return {at::stack(lo), at::stack(hi)};
+}
+
+at::Tensor page_select_rows(bool hsa, const at::Tensor& q_g, const at::Tensor& kmin, const at::Tensor& kmax, int64_t n,
+                            int64_t page, int64_t k1, int64_t keep) {
+  const at::Tensor q = q_g.to(at::kFloat).cpu(), lo = kmin.to(at::kFloat).cpu(), hi = kmax.to(at::kFloat).cpu();
+  const int64_t D = q.size(1), n_pages = (n + page - 1) / page;
+  const auto all = at::arange(n, at::TensorOptions().dtype(at::kLong));
+  // Stable descending order: sort by (-score, index).
+  auto top = [](const at::Tensor& score, int64_t k) {
+    const at::Tensor order = std::get<1>(at::sort(-score, /*stable=*/true, 0, false));
+    return std::get<0>(at::sort(order.narrow(0, 0, k)));
+  };
+  if (hsa) {
+    if (n <= keep) return all;
+    const at::Tensor absq = q.abs();
+    const at::Tensor i1 = top(absq.sum(0), std::min(k1, D));                       // channels
+    const at::Tensor qhat = q.index_select(1, i1);                                   // [G, k1]
+    const at::Tensor use_max = qhat.sum(0).ge(0);                                    // [k1]
+    const at::Tensor khat = at::where(use_max, hi.narrow(0, 0, n_pages).index_select(1, i1),
+                                      lo.narrow(0, 0, n_pages).index_select(1, i1));  // [P, k1]
+    at::Tensor s = at::matmul(qhat, khat.t());                                       // [G, P]
+    s = s.repeat_interleave(page, 1).narrow(1, 0, n);                                // [G, n]
+    const at::Tensor num = qhat.abs().sum(1, true), den = absq.sum(1, true);
+    const at::Tensor ratio = at::where(den.gt(0), num / den, at::ones_like(den));
+    const at::Tensor pi = at::softmax(s / (ratio * static_cast<double>(D)).sqrt(), 1);
+    return top(pi.sum(0), keep);
+  }
+  if (n_pages <= keep) return all;
+  const at::Tensor u = (at::matmul(q.clamp_min(0), hi.narrow(0, 0, n_pages).t()) +
+                        at::matmul(q.clamp_max(0), lo.narrow(0, 0, n_pages).t())).sum(0);  // [P]
+  const at::Tensor pages = top(u, keep);
+  const at::Tensor rows = (pages.unsqueeze(1) * page + at::arange(page, pages.options())).reshape({-1});
+  return rows.masked_select(rows.lt(n));
 }
 
 }  // namespace kvscope::ops::ref

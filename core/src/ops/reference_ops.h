@@ -49,4 +49,16 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
 /// SwiGLU: gate_up [..., 2I] (gate first) -> silu(gate) * up [..., I].
 at::Tensor silu_mul(const at::Tensor& gate_up, at::ScalarType compute = at::kFloat);
 
+/// Page min/max of one KV head's keys k_h [n, D]: {kmin, kmax} [ceil(n / page), D] (fp32), the
+/// element-wise min / max over each page of `page` consecutive entries (the last may be partial).
+std::pair<at::Tensor, at::Tensor> page_minmax(const at::Tensor& k_h, int64_t page);
+
+/// The rows HSA (RocketKV §3.4 Alg. 1) or Quest (§3.2, group-accumulated) select for one KV head,
+/// computed token by token in fp32 as the policies' LibTorch path does (page_select.h gives the
+/// formulas): q_g [G, D] the group's queries; kmin / kmax [n_pages, D]; n live entries. keep: HSA
+/// tokens k2 / Quest pages. Ties: lower storage index first. Returns the selected entries, int64,
+/// ascending (all n when the head attends densely).
+at::Tensor page_select_rows(bool hsa, const at::Tensor& q_g, const at::Tensor& kmin, const at::Tensor& kmax, int64_t n,
+                            int64_t page, int64_t k1, int64_t keep);
+
 }  // namespace kvscope::ops::ref

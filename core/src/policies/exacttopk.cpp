@@ -25,6 +25,7 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
+#include "ops/cuda_ops.h"
 
 namespace kvscope::policies {
 
@@ -77,6 +78,8 @@ at::Tensor DecodeSelectionBase::attend(int64_t layer, const at::Tensor& q, const
   bytes_last_ = 0;
   bytes_pending_.clear();
   selections_.clear();
+  if (q.is_cuda() && ops::cuda_kernels_available())
+    if (at::Tensor fused = attend_fused(layer, q, cache); fused.defined()) return fused;
   before_attend(layer, cache);
   at::Tensor qg = q.to(at::kFloat).reshape({Hkv, G, D});
   at::Tensor out;
@@ -113,6 +116,10 @@ at::Tensor DecodeSelectionBase::attend_selected(int64_t h0, const at::Tensor& q,
   return selected_attention(q, k, v, idx, valid);
 }
 
+void DecodeSelectionBase::record_fused_selection(const at::Tensor& index, const at::Tensor& count) {
+  selections_.push_back({0, 0, index, {}, count});
+}
+
 int64_t DecodeSelectionBase::bytes_read_last() const {
   int64_t b = bytes_last_;
   for (const auto& t : bytes_pending_) b += t.item<int64_t>();
@@ -122,6 +129,11 @@ int64_t DecodeSelectionBase::bytes_read_last() const {
 std::vector<at::Tensor> DecodeSelectionBase::last_selection() const {
   std::vector<at::Tensor> out;
   for (const auto& s : selections_) {
+    if (s.count.defined()) {  // fused: [Hkv, S] rows ascending, count per head
+      const at::Tensor count = s.count.cpu(), idx = s.idx.cpu().to(at::kLong);
+      for (int64_t h = 0; h < idx.size(0); ++h) out.push_back(idx[h].narrow(0, 0, count[h].item<int64_t>()).unsqueeze(0));
+      continue;
+    }
     const int64_t B = s.idx.defined() ? s.idx.size(0) : 1;
     for (int64_t b = 0; b < B; ++b) {
       if (!s.idx.defined()) {

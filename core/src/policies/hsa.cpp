@@ -36,6 +36,8 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
+#include "ops/cuda_ops.h"
+#include "ops/page_ops.h"
 
 namespace kvscope::policies {
 namespace {
@@ -70,6 +72,28 @@ class Hsa : public DecodeSelectionBase {
 
  protected:
   void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
+
+  // The same step on the GPU in four launches for all KV heads (kernels/page_select.cu, then the
+  // gather decode-attention kernel): page upkeep, scoring, top-k2 selection, sparse attention.
+  at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override {
+    const LayerKv& kv = cache.layer(layer);
+    const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), G = q.size(0) / Hkv;
+    if ((D != 64 && D != 128) || G > 16) return {};  // the kernels' shapes; attend_heads covers the rest
+    const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
+    if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
+    const int64_t k1 = std::min(k1_, D), row_bytes = 2 * D * kv.k.element_size();
+    int64_t max_pages = 1, max_rows = 1;
+    for (int64_t h = 0; h < Hkv; ++h) {
+      const int64_t n = kv.length[h], n_pages = (n + page_ - 1) / page_;
+      max_pages = std::max(max_pages, n_pages);
+      max_rows = std::max(max_rows, std::min(n, k2_));
+      bytes_last_ += k2_ >= n ? n * row_bytes : n_pages * k1 * kv.k.element_size() + k2_ * row_bytes;
+    }
+    auto [index, count] = ops::page_select(ops::PageScore::kHsa, q, pages_.kmin_all(layer), pages_.kmax_all(layer),
+                                           heads[1], max_pages, G, page_, k1, k2_);
+    record_fused_selection(index, count);
+    return ops::decode_attention_gather(q, kv.k, kv.v, heads[0], index, count, max_rows, G);
+  }
 
   at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v) override {

@@ -24,6 +24,8 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
+#include "ops/cuda_ops.h"
+#include "ops/page_ops.h"
 
 namespace kvscope::policies {
 
@@ -84,6 +86,23 @@ void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
   L.covered.assign(static_cast<size_t>(Hkv), 0);
   L.built = true;
   for (int64_t h = 0; h < Hkv; ++h) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);
+}
+
+bool PageMinMax::sync_last_page(int64_t l, const KvCache& cache, const at::Tensor& heads_dev) {
+  Layer& L = layers_.at(l);
+  const LayerKv& kv = cache.layer(l);
+  const int64_t Hkv = cache.n_head_kv();
+  if (!L.built || static_cast<int64_t>(L.covered.size()) != Hkv) return false;
+  int64_t pages = 0;
+  for (int64_t h = 0; h < Hkv; ++h) {
+    const int64_t n = kv.length[h], c = L.covered[h];
+    if (n < c || (n > c && c / page_ != (n - 1) / page_)) return false;  // eviction, or a new page
+    pages = std::max(pages, ceil_div(n, page_));
+  }
+  reserve(L, pages);
+  ops::page_minmax_last(kv.k, heads_dev[0], heads_dev[1], page_, L.kmin, L.kmax);
+  L.covered = kv.length;
+  return true;
 }
 
 void PageMinMax::sync(int64_t l, const KvCache& cache) {
@@ -147,6 +166,28 @@ class Quest : public DecodeSelectionBase {
 
  protected:
   void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
+
+  // The same step on the GPU for all KV heads (kernels/page_select.cu + gather decode attention).
+  // Bytes count whole selected pages (the gather skips the missing tail of a partial last page).
+  at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override {
+    const LayerKv& kv = cache.layer(layer);
+    const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), G = q.size(0) / Hkv;
+    if ((D != 64 && D != 128) || G > 16) return {};  // the kernels' shapes; attend_heads covers the rest
+    const int64_t n_sel = (k_ + page_ - 1) / page_, row_bytes = 2 * D * kv.k.element_size();
+    const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
+    if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
+    int64_t max_pages = 1, max_rows = 1;
+    for (int64_t h = 0; h < Hkv; ++h) {
+      const int64_t n = kv.length[h], n_pages = (n + page_ - 1) / page_;
+      max_pages = std::max(max_pages, n_pages);
+      max_rows = std::max(max_rows, std::min(n, n_sel * page_));
+      bytes_last_ += n_sel >= n_pages ? n * row_bytes : n_pages * 2 * D * kv.k.element_size() + n_sel * page_ * row_bytes;
+    }
+    auto [index, count] = ops::page_select(ops::PageScore::kQuest, q, pages_.kmin_all(layer), pages_.kmax_all(layer),
+                                           heads[1], max_pages, G, page_, 0, n_sel);
+    record_fused_selection(index, count);
+    return ops::decode_attention_gather(q, kv.k, kv.v, heads[0], index, count, max_rows, G);
+  }
 
   at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v) override {

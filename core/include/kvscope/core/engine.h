@@ -51,7 +51,7 @@ class Engine {
                            KvCache& cache, bool self_only, const LayerObserver& observer,
                            DecodeAttentionPolicy* decode_attention) const;
   at::Tensor decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
-                               const LayerObserver& observer) const;
+                               const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const;
   const Model& model_;
   at::Tensor inv_freq_;  // fp32 [head_dim/2] on the model device
 };

@@ -171,6 +171,14 @@ class PageMinMax {
   /// Brings layer l up to date: rebuilds it when never built or when a head shrank (eviction),
   /// else recomputes only the pages that appended entries touched (normally the last one).
   void sync(int64_t l, const KvCache& cache);
+  /// The decode fast path on CUDA: when every KV head of layer l only appended entries inside its
+  /// last page since the last sync, one kernel recomputes those pages (heads_dev: int64 [2, Hkv]
+  /// offsets and lengths on the device, ops::upload_heads) and returns true; otherwise does nothing
+  /// and returns false (call sync()).
+  bool sync_last_page(int64_t l, const KvCache& cache, const at::Tensor& heads_dev);
+  /// The whole summaries of layer l: [Hkv, page capacity, D] (valid pages only up to n_pages).
+  const at::Tensor& kmin_all(int64_t l) const { return layers_.at(l).kmin; }
+  const at::Tensor& kmax_all(int64_t l) const { return layers_.at(l).kmax; }
   /// Live pages of (l, h): ceil(entries / page).
   int64_t n_pages(int64_t l, int64_t h) const;
   /// Views [B, n_pages(l, h0), D] of KV heads h0 .. h0+B-1 (which must have the same page count).
@@ -219,6 +227,13 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
   /// Returns fp32 [B, G, D]; adds side-store bytes to bytes_last_ and attends via attend_selected.
   virtual at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
                                   const at::Tensor& v) = 0;
+  /// The fused CUDA step of a whole layer (q: [n_head, D] on the GPU, the step's key already in the
+  /// cache), called by attend() before before_attend(); returns an undefined tensor when it does not
+  /// apply, and attend() falls back to attend_heads. Default: does not apply.
+  virtual at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) { return {}; }
+  /// Records a fused step's selection for last_selection(): index int32 [Hkv, S] (rows ascending),
+  /// count int64 [Hkv] on the device; read lazily (no sync here).
+  void record_fused_selection(const at::Tensor& index, const at::Tensor& count);
   /// selected_attention + records the selection and counts the K/V rows it gathers.
   at::Tensor attend_selected(int64_t h0, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const at::Tensor& idx, const at::Tensor& valid = {});
@@ -229,6 +244,7 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
   struct Selection {
     int64_t h0, n_rows;
     at::Tensor idx, valid;
+    at::Tensor count;  // fused steps: rows per KV head (idx [Hkv, S])
   };
   std::string name_;
   ParamValues params_;

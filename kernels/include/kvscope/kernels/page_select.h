@@ -1,0 +1,85 @@
+#pragma once
+// Page-summary kernels for query-aware sparse decode (RocketKV's HSA, Quest): keep the per-page
+// key min/max of a ragged per-KV-head cache up to date, score pages against the decode query and
+// select the rows to attend. The rows then go to the gather variant of decode_attention (decode.h),
+// whose per-head count is the `count` written here. Raw device pointers, no torch headers.
+//
+// Layout: K is the flat row-major [rows, head_dim] cache (kvscope::LayerKv::k); KV head h owns rows
+// offset[h] .. offset[h] + length[h] - 1 in storage order. Page P of head h covers its entries
+// P*page .. min((P+1)*page, length[h]) - 1 (the last page may be partial). Summaries: kmin / kmax
+// dtype [n_head_kv, page_capacity, head_dim]: element-wise min / max of the keys of each page.
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace kvscope::kernels {
+
+#ifndef KVSCOPE_KERNELS_DTYPE_DEFINED
+#define KVSCOPE_KERNELS_DTYPE_DEFINED
+/// Element type of the activations, weights and cache (the same across one call).
+enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+inline constexpr size_t dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+#endif
+
+/// Recomputes pages first_page[h] .. ceil(length[h] / page) - 1 of every KV head (after appends,
+/// normally just the last page). max_span: a host upper bound of the pages any head recomputes.
+struct PageMinMaxArgs {
+  DType dtype = DType::kBFloat16;
+  int n_head_kv = 0;
+  int head_dim = 0;  ///< D <= 256
+  int page = 1;
+  const void* k = nullptr;               ///< dtype [rows, D]
+  const int64_t* offset = nullptr;       ///< int64 [n_head_kv]
+  const int64_t* length = nullptr;       ///< int64 [n_head_kv]: entries per head
+  const int64_t* first_page = nullptr;   ///< int64 [n_head_kv]; nullptr: the page of entry length[h]-1
+  int64_t max_span = 1;
+  void* kmin = nullptr;                  ///< dtype [n_head_kv, page_capacity, D]
+  void* kmax = nullptr;
+  int64_t page_capacity = 0;
+};
+cudaError_t page_minmax_update(const PageMinMaxArgs& a, cudaStream_t stream);
+
+/// How pages are scored and how many rows are kept.
+enum class PageScore : int {
+  /// RocketKV HSA (Behnam et al. 2025 §3.4 Alg. 1): i1 = top-k1 channels of Σ_g|q_g|; per channel
+  /// the group sign picks Kmax or Kmin; ŝ_{g,P} = q_g[i1]·K̂_P[i1]; token weights π_{g,i} =
+  /// softmax_i(ŝ_{g,page(i)} / sqrt(D·Σ|q_g[i1]|/Σ|q_g|)) (SparQ temperature); keep the top-`keep`
+  /// tokens of Σ_g π_{g,i} (ties: lower storage index first, so whole pages in page order and the
+  /// first entries of the last page taken). A head with length <= keep attends densely.
+  kHsa = 0,
+  /// Quest (Tang et al. 2024 §3.2-3.3, group-accumulated as in RocketKV App. A.3): U_P = Σ_g Σ_j
+  /// max(q_{g,j}·Kmax_{P,j}, q_{g,j}·Kmin_{P,j}); keep all rows of the top-`keep` pages (ties: lower
+  /// page first). A head with ceil(length / page) <= keep attends densely.
+  kQuest = 1,
+};
+
+struct PageSelectArgs {
+  DType dtype = DType::kBFloat16;
+  PageScore mode = PageScore::kHsa;
+  int n_head_kv = 0;
+  int group = 1;     ///< G query heads per KV head, 1..16
+  int head_dim = 0;  ///< D <= 256
+  int page = 1;
+  int k1 = 0;        ///< HSA: channels of the approximation, 1..D (ignored by Quest)
+  int64_t keep = 0;  ///< HSA: tokens (k2); Quest: pages
+  const void* q = nullptr;  ///< dtype [n_head, D], head i at q + i * q_stride
+  int64_t q_stride = 0;
+  const void* kmin = nullptr;  ///< dtype [n_head_kv, page_capacity, D]
+  const void* kmax = nullptr;
+  int64_t page_capacity = 0;
+  const int64_t* length = nullptr;  ///< int64 [n_head_kv]
+  int64_t max_pages = 0;            ///< host upper bound of ceil(length[h] / page)
+  int32_t* index = nullptr;         ///< out int32 [n_head_kv, index_stride]: selected entries, ascending
+  int64_t index_stride = 0;         ///< >= rows any head can emit (HSA: keep; Quest: keep * page)
+  int64_t* count = nullptr;         ///< out int64 [n_head_kv]: rows written per head
+};
+
+/// fp32 scratch the selection needs (scores of every page of every head and group member).
+size_t page_select_workspace_bytes(const PageSelectArgs& a);
+
+/// Scores pages and writes index/count on `stream` (two launches). workspace: page_select_workspace_bytes
+/// bytes of device memory. Returns cudaErrorInvalidValue on bad arguments, else the launch error.
+cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t stream);
+
+}  // namespace kvscope::kernels

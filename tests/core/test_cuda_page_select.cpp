@@ -1,0 +1,201 @@
+// The page-summary kernels (ops/page_ops.h: page min/max upkeep, HSA / Quest page selection)
+// against their fp32 LibTorch references (ops/reference_ops.h), on ragged caches of awkward
+// lengths (1, 37, 1000, 32768 entries), head_dim 64 / 128, GQA groups 1, 3, 4, 8 and every dtype.
+// Skipped without a CUDA device or without the kernels in the build.
+//
+// Selections are compared as sets. The kernel and the reference compute the same fp32 scores in a
+// different order, so a page whose score ties the k-th best within fp32 rounding may be swapped;
+// the rule allows that only for pages whose reference scores differ by less than 1e-4 relative.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "../../core/src/ops/cuda_ops.h"
+#include "../../core/src/ops/page_ops.h"
+#include "../../core/src/ops/reference_ops.h"
+
+namespace kvscope {
+namespace {
+
+const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
+
+class CudaPageSelect : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!ops::cuda_kernels_available()) GTEST_SKIP() << "built without the CUDA kernels";
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+/// A ragged layer: head h has length[h] entries at rows offset[h]..; keys in dtype on the GPU.
+struct Layer {
+  std::vector<int64_t> offset, length;
+  at::Tensor k, v;
+};
+
+Layer make_layer(int64_t Hkv, int64_t n_tok, int64_t D, at::ScalarType dt, std::mt19937& rng) {
+  Layer L;
+  std::uniform_int_distribution<int64_t> len(std::max<int64_t>(1, n_tok / 3), n_tok);
+  int64_t rows = 0;
+  for (int64_t h = 0; h < Hkv; ++h) {
+    L.length.push_back(h == 0 ? n_tok : len(rng));
+    L.offset.push_back(rows);
+    rows += L.length.back() + 5;  // slack rows between heads
+  }
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(dt);
+  // Keys with a per-channel scale, as real keys have outlier channels.
+  at::Tensor scale = at::rand({1, D}, o.dtype(at::kFloat)) * 3 + 0.2;
+  L.k = (at::randn({rows, D}, o.dtype(at::kFloat)) * scale).to(dt);
+  L.v = at::randn({rows, D}, o);
+  return L;
+}
+
+at::Tensor head_keys(const Layer& L, int64_t h) { return L.k.narrow(0, L.offset[h], L.length[h]); }
+
+/// Summaries as the policies lay them out: [Hkv, page capacity, D] in the cache dtype.
+std::pair<at::Tensor, at::Tensor> summaries(const Layer& L, int64_t page, int64_t capacity) {
+  const int64_t Hkv = static_cast<int64_t>(L.length.size()), D = L.k.size(1);
+  at::Tensor lo = at::zeros({Hkv, capacity, D}, L.k.options()), hi = at::zeros_like(lo);
+  for (int64_t h = 0; h < Hkv; ++h) {
+    auto [a, b] = ops::ref::page_minmax(head_keys(L, h), page);
+    lo[h].narrow(0, 0, a.size(0)).copy_(a);
+    hi[h].narrow(0, 0, b.size(0)).copy_(b);
+  }
+  return {lo, hi};
+}
+
+int64_t max_pages_of(const Layer& L, int64_t page) {
+  int64_t m = 1;
+  for (int64_t n : L.length) m = std::max(m, (n + page - 1) / page);
+  return m;
+}
+
+TEST_F(CudaPageSelect, PageMinMaxLastMatchesReference) {
+  std::mt19937 rng(1);
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 128})
+      for (int64_t n_tok : {1, 37, 1000, 32768})
+        for (int64_t page : {1, 7, 16}) {
+          Layer L = make_layer(3, n_tok, D, dt, rng);
+          const int64_t cap = max_pages_of(L, page) + 2;
+          // Stale summaries: everything but the last page right, the last page poisoned.
+          auto [lo, hi] = summaries(L, page, cap);
+          for (int64_t h = 0; h < 3; ++h) {
+            const int64_t last = (L.length[h] - 1) / page;
+            lo[h][last].fill_(1e4);
+            hi[h][last].fill_(-1e4);
+          }
+          const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
+          ops::page_minmax_last(L.k, heads[0], heads[1], page, lo, hi);
+          for (int64_t h = 0; h < 3; ++h) {
+            auto [rlo, rhi] = ops::ref::page_minmax(head_keys(L, h), page);
+            const int64_t P = rlo.size(0);
+            const std::string what = "dtype " + std::string(c10::toString(dt)) + " D=" + std::to_string(D) +
+                                     " n=" + std::to_string(L.length[h]) + " page=" + std::to_string(page);
+            EXPECT_TRUE(at::equal(lo[h].narrow(0, 0, P).to(at::kFloat).cpu(), rlo.cpu())) << what;
+            EXPECT_TRUE(at::equal(hi[h].narrow(0, 0, P).to(at::kFloat).cpu(), rhi.cpu())) << what;
+          }
+        }
+}
+
+/// Checks one selection against the reference; returns the number of rows that differ.
+int64_t differing_rows(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor a = got.cpu().to(at::kLong), b = want.cpu();
+  return (a.numel() - at::isin(a, b).sum().item<int64_t>()) + (b.numel() - at::isin(b, a).sum().item<int64_t>());
+}
+
+void check_selection(bool hsa, at::ScalarType dt, int64_t D, int64_t G, int64_t n_tok, int64_t page, int64_t k1,
+                     int64_t keep, std::mt19937& rng) {
+  const int64_t Hkv = 3;
+  Layer L = make_layer(Hkv, n_tok, D, dt, rng);
+  const int64_t cap = max_pages_of(L, page) + 1;
+  auto [lo, hi] = summaries(L, page, cap);
+  const at::Tensor q = at::randn({Hkv * G, D}, L.k.options().dtype(at::kFloat)).to(dt);
+  const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
+  auto [index, count] = ops::page_select(hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, lo, hi, heads[1],
+                                         max_pages_of(L, page), G, page, k1, keep);
+  const at::Tensor cnt = count.cpu();
+  for (int64_t h = 0; h < Hkv; ++h) {
+    const int64_t n = L.length[h], c = cnt[h].item<int64_t>();
+    const std::string what = std::string(hsa ? "hsa" : "quest") + " dtype " + c10::toString(dt) +
+                             " D=" + std::to_string(D) + " G=" + std::to_string(G) + " n=" + std::to_string(n) +
+                             " page=" + std::to_string(page) + " keep=" + std::to_string(keep);
+    const at::Tensor got = index[h].narrow(0, 0, c).cpu().to(at::kLong);
+    ASSERT_TRUE(at::equal(got, std::get<0>(at::sort(got)))) << what << ": rows not ascending";
+    const at::Tensor want = ops::ref::page_select_rows(hsa, q.narrow(0, h * G, G), lo[h], hi[h], n, page, k1, keep);
+    if (hsa) EXPECT_EQ(c, std::min(n, keep)) << what;
+    // Near-ties may swap one page at the boundary (see the header); anything more is a bug.
+    EXPECT_LE(differing_rows(got, want), 2 * page) << what;
+  }
+}
+
+TEST_F(CudaPageSelect, HsaSelectsTheReferenceTokens) {
+  std::mt19937 rng(2);
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 128})
+      for (int64_t G : {1, 3, 4, 8})
+        for (int64_t n_tok : {1, 37, 1000, 32768}) {
+          const int64_t page = n_tok > 1000 ? 8 : 4, k1 = D / 4, keep = std::max<int64_t>(1, n_tok / 8);
+          check_selection(true, dt, D, G, n_tok, page, k1, keep, rng);
+        }
+}
+
+TEST_F(CudaPageSelect, QuestSelectsTheReferencePages) {
+  std::mt19937 rng(3);
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 128})
+      for (int64_t G : {1, 3, 4, 8})
+        for (int64_t n_tok : {1, 37, 1000, 32768}) {
+          const int64_t page = 16, keep = std::max<int64_t>(1, n_tok / 16 / 8);
+          check_selection(false, dt, D, G, n_tok, page, 0, keep, rng);
+        }
+}
+
+TEST_F(CudaPageSelect, PartialLastPageAndDenseHeads) {
+  // HSA keeps the first entries of a tie page only up to k2; a head shorter than k2 is dense.
+  std::mt19937 rng(4);
+  check_selection(true, at::kFloat, 128, 4, 37, 5, 32, 13, rng);   // 13 = 2 pages + 3 entries
+  check_selection(true, at::kFloat, 128, 4, 10, 4, 32, 64, rng);   // every head dense
+  check_selection(false, at::kFloat, 64, 2, 37, 16, 0, 2, rng);    // Quest: partial last page
+}
+
+TEST_F(CudaPageSelect, SelectionFeedsTheGatherKernel) {
+  // page_select's index/count drive decode_attention_gather; compare with the fp32 gather reference.
+  std::mt19937 rng(5);
+  for (at::ScalarType dt : kDtypes) {
+    const int64_t D = 128, G = 4, Hkv = 3, page = 8, keep = 256;
+    Layer L = make_layer(Hkv, 4096, D, dt, rng);
+    auto [lo, hi] = summaries(L, page, max_pages_of(L, page));
+    const at::Tensor q = at::randn({Hkv * G, D}, L.k.options().dtype(at::kFloat)).to(dt);
+    const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
+    auto [index, count] =
+        ops::page_select(ops::PageScore::kHsa, q, lo, hi, heads[1], max_pages_of(L, page), G, page, 32, keep);
+    const at::Tensor got = ops::decode_attention_gather(q, L.k, L.v, heads[0], index, count, keep, G);
+    std::vector<int64_t> cnt;
+    for (int64_t h = 0; h < Hkv; ++h) cnt.push_back(count[h].item<int64_t>());
+    const at::Tensor ref = ops::ref::decode_attention_gather(q, L.k, L.v, L.offset, index, cnt, G);
+    const at::Tensor base = ops::ref::decode_attention_gather(q, L.k, L.v, L.offset, index, cnt, G, 0.0, dt);
+    const double err = (got.to(at::kFloat) - ref).abs().max().item<double>();
+    const double base_err = (base - ref).abs().max().item<double>();
+    EXPECT_LE(err, 2 * base_err + 1e-5 * ref.abs().max().item<double>()) << c10::toString(dt);
+  }
+}
+
+TEST_F(CudaPageSelect, RejectsBadArguments) {
+  const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor q = at::randn({8, 128}, o), lo = at::zeros({2, 4, 128}, o), hi = at::zeros({2, 4, 128}, o);
+  const at::Tensor len = at::full({2}, 16, o.dtype(at::kLong));
+  EXPECT_THROW(ops::page_select(ops::PageScore::kHsa, q, lo, hi, len, 4, 3, 4, 8, 8), std::invalid_argument);  // 8 % 3
+  EXPECT_THROW(ops::page_select(ops::PageScore::kHsa, q, lo, hi, len, 4, 4, 4, 0, 8), std::invalid_argument);  // k1 0
+  EXPECT_THROW(ops::page_select(ops::PageScore::kHsa, q, lo, hi, len, 9, 4, 4, 8, 8), std::invalid_argument);  // pages
+  EXPECT_THROW(ops::page_select(ops::PageScore::kQuest, q, lo.to(at::kFloat), hi, len, 4, 4, 4, 0, 1),
+               std::invalid_argument);  // dtype mismatch
+}
+
+}  // namespace
+}  // namespace kvscope
