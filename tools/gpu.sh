@@ -45,9 +45,14 @@ if [[ $what == bench || $what == all ]]; then
   ./build-cuda/bench/bench_engine --model assets/models/pycode-16m --device cuda --dtype bf16 --contexts 512,4000 \
     --json "$OUT/bench_pycode.json" 2>&1 | tee "$OUT/bench_pycode.txt"
   ./build-cuda/bench/bench_engine --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \
-    --contexts 4096,32768 --json "$OUT/bench_8b.json" 2>&1 | tee "$OUT/bench_8b.txt"
+    --contexts ${KVSCOPE_CONTEXTS:-8192,32768,131072} --json "$OUT/bench_8b.json" 2>&1 | tee "$OUT/bench_8b.txt"
   ./build-cuda/bench/bench_kernels 2>&1 | tee "$OUT/bench_kernels.txt" | tail -12
-  ./build-cuda/bench/bench_pipeline --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \
-    --context 32768 --decode-steps 16 --json "$OUT/bench_pipeline.json" 2>&1 | tee "$OUT/bench_pipeline.txt"
+  for ctx in ${KVSCOPE_PIPELINE_CONTEXTS:-32768}; do
+    ./build-cuda/bench/bench_pipeline --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \
+      --context $ctx --decode-steps 16 --json "$OUT/bench_pipeline_$ctx.json" 2>&1 | tee "$OUT/bench_pipeline_$ctx.txt"
+  done
+  # Hugging Face transformers on the same shape and GPU, same call (decode and SDPA prefill).
+  python3 bench/hf_generate.py --config bench/configs/llama-3.1-8b.json --contexts ${KVSCOPE_HF_CONTEXTS:-8192,32768} \
+    --json "$OUT/bench_hf.json" 2>&1 | grep -v Warning | tee "$OUT/bench_hf.txt"
 fi
 exit $status
