@@ -1,5 +1,9 @@
 #include "kvscope/core/engine.h"
 
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
 #include <ATen/ATen.h>
 
 #include "kvscope/core/attention.h"
@@ -63,26 +67,65 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
 
 at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
                                      const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const {
+  // The eager fused step: this layer's offsets, lengths and the position go up in one pinned copy.
+  const LayerKv& L = cache.layer(l);
+  const int64_t Hkv = cache.n_head_kv();
+  std::vector<int64_t> meta(L.offset);
+  meta.insert(meta.end(), L.length.begin(), L.length.end());
+  meta.push_back(cache.next_position());
+  const at::Tensor dev = ops::upload_int64(meta, x.device());
+  int64_t max_len = 0, total_len = 0;
+  for (int64_t n : L.length) {
+    max_len = std::max(max_len, n + 1);
+    total_len += n + 1;
+  }
+  const DecodeLayerMeta m{dev.narrow(0, 0, Hkv), dev.narrow(0, Hkv, Hkv), dev.narrow(0, 2 * Hkv, 1), max_len, total_len,
+                          /*commit=*/true};
+  return fused_decode_layer(l, x, rope, cache, m, decode_attention, observer);
+}
+
+at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
+                                      const DecodeLayerMeta& m, DecodeAttentionPolicy* decode_attention,
+                                      const LayerObserver& observer) const {
   // One decode token through the fused kernels (kernels/): RMSNorm, RoPE + in-place cache append,
   // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, SiLU-mul. A
-  // decode-attention policy (HSA, Quest, SparQ, ...) replaces the attention step only.
+  // decode-attention policy (HSA, Quest, SparQ, ...) replaces the attention step only. Without a
+  // policy, an observer or m.commit it reads no host state but m's bounds (graph capture).
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
+  const LayerKv& L = cache.layer(l);
   at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
   at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);  // [1, (H+2Hkv)D]
   at::Tensor q = qkv.narrow(1, 0, H * D).view({H, D});
   at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({Hkv, D});
   at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Hkv, D});
-  ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, cache.layer(l),
-                   cache.next_position());
-  cache.commit_append(l, 1);
-  at::Tensor attn = (decode_attention ? decode_attention->attend(l, q, cache) : ops::decode_attention(q, cache.layer(l), H / Hkv))
-                        .reshape({1, H * D});
+  ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, L.k, L.v, L.pos, m.offset,
+                   m.length, m.position);
+  m.length.add_(1);
+  if (m.commit) cache.commit_append(l, 1);
+  at::Tensor attn = decode_attention ? decode_attention->attend(l, q, cache).reshape({1, H * D})
+                                     : ops::decode_attention(q, L.k, L.v, m.offset, m.length, m.max_len, m.total_len, H / Hkv)
+                                           .view({1, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
   at::Tensor residual = at::linear(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
   return residual + at::linear(ops::silu_mul(at::linear(h2, w.w_gate_up)), w.w_down);
+}
+
+at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s) const {
+  const ModelConfig& c = model_.config;
+  if (static_cast<int64_t>(s.meta.size()) != c.n_layer || s.max_len.size() != s.meta.size() ||
+      s.total_len.size() != s.meta.size())
+    throw std::invalid_argument("decode_step_device: one meta tensor and bound per layer expected");
+  at::Tensor x = at::embedding(model_.weights.embed, s.token);  // [1, hidden]
+  const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.position, s.max_len[l], s.total_len[l], /*commit=*/false};
+    x = fused_decode_layer(l, x, rope, cache, m, nullptr, {});
+  }
+  s.position.add_(1);
+  return at::linear(rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head).to(at::kFloat).view({-1});
 }
 
 at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendA
       static_cast<T*>(a.v_cache)[(a.offset[hk] + a.length[hk]) * D + d] = v[d];
     } else {
       const int hk = static_cast<int>(i - n_pairs - n_v);
-      if (a.pos) a.pos[a.offset[hk] + a.length[hk]] = a.position;
+      if (a.pos) a.pos[a.offset[hk] + a.length[hk]] = a.position_dev ? *a.position_dev : a.position;
     }
   }
 }

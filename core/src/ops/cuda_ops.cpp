@@ -7,6 +7,7 @@
 
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -111,6 +112,8 @@ at::Tensor as_rows(const at::Tensor& x) {
 
 bool cuda_kernels_available() { return true; }
 
+at::Tensor upload_int64(const std::vector<int64_t>& values, c10::Device device) { return upload(values, {}, device); }
+
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t group,
                             double scale, int n_split, at::Tensor out) {
@@ -189,9 +192,12 @@ at::Tensor add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const a
   return out;
 }
 
-void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
-                 const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position) {
+namespace {
+
+/// Shape checks shared by both rope_append overloads; returns q, k, v as [heads, D].
+std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                                            const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                            const at::Tensor& pos_cache) {
   const char* op = "rope_append";
   check_same(op, {&q, &k, &v, &cos, &sin, &k_cache, &v_cache});
   const at::Tensor qh = q.dim() == 3 && q.size(0) == 1 ? q.select(0, 0) : q;
@@ -207,24 +213,24 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   if (k_cache.dim() != 2 || v_cache.dim() != 2 || k_cache.size(1) != D || v_cache.size(1) != D ||
       !k_cache.is_contiguous() || !v_cache.is_contiguous())
     bad("rope_append: caches must be contiguous [rows, head_dim]");
-  if (static_cast<int64_t>(offset.size()) != n_head_kv || static_cast<int64_t>(length.size()) != n_head_kv)
-    bad("rope_append: offset/length must have n_head_kv entries");
-  for (int64_t h = 0; h < n_head_kv; ++h)
-    if (offset[h] < 0 || length[h] < 0 || offset[h] + length[h] >= k_cache.size(0) ||
-        offset[h] + length[h] >= v_cache.size(0))
-      bad("rope_append: cache row out of range");
   if (pos_cache.defined() &&
       (pos_cache.scalar_type() != at::kLong || !pos_cache.is_contiguous() || pos_cache.device() != q.device() ||
        pos_cache.numel() < k_cache.size(0)))
     bad("rope_append: pos must be contiguous int64 [rows] on the same device");
-  const c10::cuda::CUDAGuard guard(q.device());
-  const at::Tensor meta = upload(offset, length, q.device());
+  return {qh, kh, vh};
+}
+
+void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& cos, const at::Tensor& sin, RopeLayout layout,
+                        const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                        const int64_t* offset, const int64_t* length, int64_t position, const int64_t* position_dev) {
+  const char* op = "rope_append";
+  const auto& [qh, kh, vh] = qkv;
   kk::RopeAppendArgs a;
-  a.dtype = kernel_dtype(q, op);
+  a.dtype = kernel_dtype(qh, op);
   a.mode = layout == RopeLayout::kAdjacentPairs ? kk::RopeMode::kAdjacentPairs : kk::RopeMode::kRotateHalf;
   a.n_head = static_cast<int>(qh.size(0));
-  a.n_head_kv = static_cast<int>(n_head_kv);
-  a.head_dim = static_cast<int>(D);
+  a.n_head_kv = static_cast<int>(kh.size(0));
+  a.head_dim = static_cast<int>(qh.size(1));
   a.q = qh.data_ptr();
   a.q_stride = qh.stride(0);
   a.k = kh.data_ptr();
@@ -236,10 +242,45 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   a.k_cache = k_cache.data_ptr();
   a.v_cache = v_cache.data_ptr();
   a.pos = pos_cache.defined() ? pos_cache.data_ptr<int64_t>() : nullptr;
-  a.offset = meta.data_ptr<int64_t>();
-  a.length = meta.data_ptr<int64_t>() + n_head_kv;
+  a.offset = offset;
+  a.length = length;
   a.position = position;
+  a.position_dev = position_dev;
   check_cuda(kk::rope_append(a, at::cuda::getCurrentCUDAStream()), op);
+}
+
+}  // namespace
+
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                 const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position) {
+  const auto qkv = check_rope_append(q, k, v, cos, sin, k_cache, v_cache, pos_cache);
+  const int64_t n_head_kv = qkv[1].size(0);
+  if (static_cast<int64_t>(offset.size()) != n_head_kv || static_cast<int64_t>(length.size()) != n_head_kv)
+    bad("rope_append: offset/length must have n_head_kv entries");
+  for (int64_t h = 0; h < n_head_kv; ++h)
+    if (offset[h] < 0 || length[h] < 0 || offset[h] + length[h] >= k_cache.size(0) ||
+        offset[h] + length[h] >= v_cache.size(0))
+      bad("rope_append: cache row out of range");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const at::Tensor meta = upload(offset, length, q.device());
+  launch_rope_append(qkv, cos, sin, layout, k_cache, v_cache, pos_cache, meta.data_ptr<int64_t>(),
+                     meta.data_ptr<int64_t>() + n_head_kv, position, nullptr);
+}
+
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                 const at::Tensor& offset_dev, const at::Tensor& length_dev, const at::Tensor& position_dev) {
+  const auto qkv = check_rope_append(q, k, v, cos, sin, k_cache, v_cache, pos_cache);
+  const int64_t n_head_kv = qkv[1].size(0);
+  for (const at::Tensor* t : {&offset_dev, &length_dev})
+    if (t->scalar_type() != at::kLong || t->numel() != n_head_kv || !t->is_contiguous() || t->device() != q.device())
+      bad("rope_append: offset/length must be contiguous int64 [n_head_kv] on q's device");
+  if (position_dev.scalar_type() != at::kLong || position_dev.numel() != 1 || position_dev.device() != q.device())
+    bad("rope_append: position must be one int64 on q's device");
+  const c10::cuda::CUDAGuard guard(q.device());
+  launch_rope_append(qkv, cos, sin, layout, k_cache, v_cache, pos_cache, offset_dev.data_ptr<int64_t>(),
+                     length_dev.data_ptr<int64_t>(), 0, position_dev.data_ptr<int64_t>());
 }
 
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
@@ -274,6 +315,8 @@ namespace {
 
 bool cuda_kernels_available() { return false; }
 
+at::Tensor upload_int64(const std::vector<int64_t>&, c10::Device) { unavailable("upload_int64"); }
+
 at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&,
                             const std::vector<int64_t>&, int64_t, double, int, at::Tensor) {
   unavailable("decode_attention");
@@ -302,6 +345,11 @@ void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const 
 }
 void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                  RopeLayout, const LayerKv&, int64_t) {
+  unavailable("rope_append");
+}
+void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                 RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                 const at::Tensor&) {
   unavailable("rope_append");
 }
 at::Tensor silu_mul(const at::Tensor&, at::Tensor) { unavailable("silu_mul"); }

@@ -17,6 +17,9 @@
 
 namespace kvscope::ops {
 
+/// Host int64 values copied to `device` through pinned memory without blocking: int64 [n].
+at::Tensor upload_int64(const std::vector<int64_t>& values, c10::Device device);
+
 /// True when this build carries the CUDA kernels (says nothing about a device being present).
 bool cuda_kernels_available();
 
@@ -72,6 +75,13 @@ at::Tensor add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const a
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
                  RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
                  const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position);
+
+/// Same with the heads' offset / length (int64 [n_head_kv]) and the position (int64 [1]) on the
+/// device: no upload and no host read, so it can be captured in a CUDA graph. The caller
+/// guarantees length[h] < capacity[h].
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                 const at::Tensor& offset_dev, const at::Tensor& length_dev, const at::Tensor& position_dev);
 
 /// Same into a LayerKv (throws std::invalid_argument when a head is full: length == capacity). The
 /// caller then increments layer.length and its own position counter.

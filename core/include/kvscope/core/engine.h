@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -25,6 +26,16 @@ using LayerObserver = std::function<void(const LayerEvent&)>;
 
 class DecodeAttentionPolicy;
 
+/// Device-resident inputs of a decode step that never reads the host, so a CUDA graph can capture
+/// it (DecodeGraph). All tensors on the model's CUDA device.
+struct DeviceDecodeState {
+  at::Tensor token;               ///< int64 [1]: the token to run
+  at::Tensor position;            ///< int64 [1]: its position; the step adds 1
+  std::vector<at::Tensor> meta;   ///< per layer int64 [2, n_head_kv]: offsets, live lengths (the step adds 1)
+  std::vector<int64_t> max_len;   ///< per layer: host bound of every length after the step (e.g. capacity)
+  std::vector<int64_t> total_len; ///< per layer: host bound of their sum
+};
+
 class Engine {
  public:
   /// The engine borrows `model` (which must outlive it).
@@ -42,6 +53,12 @@ class Engine {
   at::Tensor forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits = false,
                      const LayerObserver& observer = {}, DecodeAttentionPolicy* decode_attention = nullptr) const;
 
+  /// One decode token through the fused CUDA path from `s` alone (no host reads or uploads; no
+  /// decode policy, no observer): appends its K/V to `cache` in place but leaves the cache's host
+  /// lengths and position alone (the caller commits them). Returns fp32 logits [vocab].
+  /// Throws std::invalid_argument when `s` does not have one meta tensor per layer.
+  at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s) const;
+
   /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward.
   at::Tensor prefill(KvCache& cache, std::span<const int32_t> ids, int64_t chunk = 0, bool all_logits = false,
                      const LayerObserver& observer = {}) const;
@@ -50,8 +67,18 @@ class Engine {
   at::Tensor layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
                            KvCache& cache, bool self_only, const LayerObserver& observer,
                            DecodeAttentionPolicy* decode_attention) const;
+  /// Device metadata of one fused decode layer: offsets/lengths int64 [n_head_kv], position int64
+  /// [1], host bounds for the attention plan, and whether to commit the append to the host lengths.
+  struct DecodeLayerMeta {
+    at::Tensor offset, length, position;
+    int64_t max_len, total_len;
+    bool commit;
+  };
   at::Tensor decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
                                const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const;
+  at::Tensor fused_decode_layer(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
+                                const DecodeLayerMeta& m, DecodeAttentionPolicy* decode_attention,
+                                const LayerObserver& observer) const;
   const Model& model_;
   at::Tensor inv_freq_;  // fp32 [head_dim/2] on the model device
 };

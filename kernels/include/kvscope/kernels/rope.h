@@ -43,6 +43,8 @@ struct RopeAppendArgs {
   const int64_t* offset = nullptr;  ///< int64 [n_head_kv] device
   const int64_t* length = nullptr;  ///< int64 [n_head_kv] device: row of head h written = offset + length
   int64_t position = 0;     ///< the token's true position (host value)
+  /// If set, the position is read from this device int64 instead (CUDA-graph replays).
+  const int64_t* position_dev = nullptr;
 };
 
 /// One launch. Returns cudaErrorInvalidValue on bad arguments, else the launch error.

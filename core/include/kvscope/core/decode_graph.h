@@ -1,0 +1,41 @@
+#pragma once
+// DecodeGraph: the whole decode step (every layer, final norm, LM head) captured once as a CUDA
+// graph and replayed per token, so the ~10 launches per layer cost one graph launch. For the
+// eager-fused path's work (Engine::decode_step_device) over a cache whose buffers stay put:
+// batch 1, no decode-attention policy, no per-layer observer (capture off).
+#include <cstdint>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+#include "kvscope/core/engine.h"
+#include "kvscope/core/kv_cache.h"
+
+namespace kvscope {
+
+class DecodeGraph {
+ public:
+  /// True when a graph can run `steps` decode steps of `engine` over `cache`: a CUDA build with
+  /// the kernels, the model on a CUDA device, no ring-buffer (streaming) heads, head_dim 64 or 128,
+  /// and room in every head for `steps` more entries (no growth, so buffers do not move).
+  static bool supported(const Engine& engine, const KvCache& cache, int64_t steps);
+
+  /// Captures one step at the cache's current lengths and position (one warm-up step runs first
+  /// and is undone). The cache must outlive the graph and get no other appends while it is used.
+  /// Throws std::runtime_error when not supported() or when capture fails.
+  DecodeGraph(const Engine& engine, KvCache& cache);
+  ~DecodeGraph();
+  DecodeGraph(const DecodeGraph&) = delete;
+  DecodeGraph& operator=(const DecodeGraph&) = delete;
+
+  /// Runs `token` at cache.next_position(): appends its K/V to every layer and commits them to the
+  /// cache's host lengths and position. Returns fp32 logits [vocab], a view of a buffer the next
+  /// step overwrites (copy to keep). Throws InputError on a token outside the vocabulary.
+  at::Tensor step(int32_t token);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvscope

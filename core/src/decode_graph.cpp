@@ -1,0 +1,131 @@
+// DecodeGraph (see decode_graph.h). The step reads only device state (token, position, per-layer
+// offsets and lengths), which the step itself advances on the device; the host mirrors the same
+// bookkeeping (KvCache::commit_append, advance_position) after each replay. The attention plan is
+// sized for each layer's capacity, so a graph captured at one length serves every later one.
+#include "kvscope/core/decode_graph.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/errors.h"
+#include "ops/cuda_ops.h"
+
+#ifdef KVSCOPE_HAVE_CUDA_KERNELS
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace kvscope {
+
+bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t steps) {
+#ifdef KVSCOPE_HAVE_CUDA_KERNELS
+  const Model& m = engine.model();
+  if (!m.device.is_cuda() || (m.config.head_dim != 64 && m.config.head_dim != 128)) return false;
+  for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    const LayerKv& L = cache.layer(l);
+    for (size_t h = 0; h < L.length.size(); ++h) {
+      if (!L.ring_window.empty() && L.ring_window[h] > 0) return false;
+      if (L.length[h] + steps > L.capacity[h]) return false;
+    }
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
+#ifdef KVSCOPE_HAVE_CUDA_KERNELS
+
+struct DecodeGraph::Impl {
+  const Engine& engine;
+  KvCache& cache;
+  DeviceDecodeState state;
+  at::Tensor logits;      // fp32 [vocab], the graph's output
+  at::cuda::CUDAGraph graph;
+
+  Impl(const Engine& e, KvCache& c) : engine(e), cache(c) {}
+
+  /// Device state from the cache's host bookkeeping, copied into the tensors the graph reads.
+  void load_state() {
+    const c10::Device dev = engine.model().device;
+    for (int64_t l = 0; l < cache.n_layer(); ++l) {
+      const LayerKv& L = cache.layer(l);
+      std::vector<int64_t> m(L.offset);
+      m.insert(m.end(), L.length.begin(), L.length.end());
+      const at::Tensor up = ops::upload_int64(m, dev).view({2, cache.n_head_kv()});
+      if (static_cast<int64_t>(state.meta.size()) <= l) state.meta.push_back(at::empty_like(up));
+      state.meta[l].copy_(up);
+    }
+    state.position.fill_(cache.next_position());
+  }
+};
+
+DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache) {
+  const Model& m = engine.model();
+  if (!supported(engine, cache, 1)) throw std::runtime_error("DecodeGraph: this model/cache cannot run as a CUDA graph");
+  impl_ = std::make_unique<Impl>(engine, cache);
+  Impl& s = *impl_;
+  const c10::cuda::CUDAGuard guard(m.device);
+  const auto i64 = at::TensorOptions().device(m.device).dtype(at::kLong);
+  s.state.token = at::zeros({1}, i64);
+  s.state.position = at::zeros({1}, i64);
+  for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    int64_t max_len = 0, total = 0;
+    for (int64_t c : cache.layer(l).capacity) {
+      max_len = std::max(max_len, c);
+      total += c;
+    }
+    s.state.max_len.push_back(max_len);
+    s.state.total_len.push_back(total);
+  }
+  // Capture on a side stream (required); warm up there first (cuBLAS handles and workspaces,
+  // kernel attributes), then put the device state back: the warm-up's append sits past the live
+  // lengths and is overwritten by the first real step.
+  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
+  stream.synchronize();
+  {
+    const c10::cuda::CUDAStreamGuard sg(stream);
+    s.load_state();
+    (void)engine.decode_step_device(cache, s.state);
+    s.load_state();
+    stream.synchronize();
+    s.graph.capture_begin();
+    s.logits = engine.decode_step_device(cache, s.state);
+    s.graph.capture_end();
+    s.load_state();  // capture records without running, but keep it obviously clean
+    stream.synchronize();
+  }
+}
+
+DecodeGraph::~DecodeGraph() = default;
+
+at::Tensor DecodeGraph::step(int32_t token) {
+  Impl& s = *impl_;
+  const ModelConfig& c = s.engine.model().config;
+  if (token < 0 || token >= c.vocab_size)
+    throw InputError("token id " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  const c10::cuda::CUDAGuard guard(s.engine.model().device);
+  s.state.token.fill_(static_cast<int64_t>(token));  // a fill kernel: no host buffer to race with
+  s.graph.replay();
+  for (int64_t l = 0; l < s.cache.n_layer(); ++l) s.cache.commit_append(l, 1);
+  s.cache.advance_position(1);
+  return s.logits;
+}
+
+#else  // !KVSCOPE_HAVE_CUDA_KERNELS
+
+struct DecodeGraph::Impl {};
+
+DecodeGraph::DecodeGraph(const Engine&, KvCache&) {
+  throw std::runtime_error("DecodeGraph: kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
+}
+DecodeGraph::~DecodeGraph() = default;
+at::Tensor DecodeGraph::step(int32_t) { throw std::runtime_error("DecodeGraph: built without the CUDA kernels"); }
+
+#endif
+
+}  // namespace kvscope
