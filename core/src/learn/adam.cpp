@@ -3,18 +3,19 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 namespace kvscope::learn {
 
 Adam::Adam(at::Tensor param, double lr, double beta1, double beta2, double eps)
     : param_(std::move(param)), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   m_ = at::zeros_like(param_);
   v_ = at::zeros_like(param_);
 }
 
 void Adam::step() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor g = param_.grad();
   if (!g.defined()) return;
   ++t_;

@@ -2,6 +2,7 @@
 // identification of retrieval heads): the mixed model's last hidden states are distilled toward
 // the full-attention model's, with an L1 penalty pushing the gates toward streaming.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "adam.h"
 #include "trainers.h"
@@ -18,7 +19,7 @@ Objective duo_objective(const TrainingForward& fwd, const at::Tensor& ids, const
   const int64_t T = ids.size(1), from = std::min<int64_t>(sink + window, T - 1);
   at::Tensor full;
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     full = fwd.hidden_states(ids, {}).narrow(1, from, T - from).to(at::kFloat);
   }
   std::vector<AttentionMix> mixes;
@@ -33,7 +34,7 @@ Objective duo_objective(const TrainingForward& fwd, const at::Tensor& ids, const
 
 double eval_loss(const TrainingForward& fwd, const at::Tensor& ids, const at::Tensor& gates, int64_t sink,
                  int64_t window, double lambda) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   return duo_objective(fwd, ids, gates, sink, window, lambda).loss.item<double>();
 }
 
@@ -52,7 +53,7 @@ PhaseResult train_duo_gates(TrainContext& ctx, int64_t steps, int64_t sink, int6
     o.loss.backward();
     adam.step();
     {
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       gates.clamp_(0, 1);
     }
     LossPoint p{ctx.step0 + s, "duo", o.loss.item<double>(), o.task.item<double>(), o.reg.item<double>()};

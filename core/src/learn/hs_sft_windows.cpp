@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "adam.h"
 #include "trainers.h"
@@ -68,7 +69,7 @@ PhaseResult train_hs_sft_windows(TrainContext& ctx, int64_t steps, const std::ve
   Adam adam(z, lr);
   const at::Tensor eval_ids = ctx.batches.evaluation();
   auto eval = [&]() {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     return hs_objective(ctx.forward, eval_ids, z, dense_weight, candidates, sink, ctx.options, lambda).loss.item<double>();
   };
   PhaseResult r;
@@ -83,7 +84,7 @@ PhaseResult train_hs_sft_windows(TrainContext& ctx, int64_t steps, const std::ve
   }
   ctx.step0 += steps;
   r.final_loss = eval();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor probs = at::softmax(z / ctx.options.tau, -1).to(at::kCPU).contiguous();
   at::Tensor hard = z.argmax(1).to(at::kCPU);
   for (int64_t l = 0; l < L; ++l) {

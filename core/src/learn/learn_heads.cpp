@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/learn/pattern_budget.h"
@@ -94,7 +95,7 @@ LearnResult learn_head_pattern(const Model& model, const TrainingData& data, con
   else rescale_windows(choose_dense_heads(ones, alpha), std::vector<int64_t>(c.n_layer, o.block), o.sink, o.budget, r.reference_length);
 
   // Pattern learning never updates the weights, and autograd must be on even if a caller is in no-grad.
-  at::AutoGradMode grad_on(true);
+  c10::AutoGradMode grad_on(true);
   TrainingForward forward(model);
   Minibatches batches(data.sequences, o.batch, o.seed, model.device);
   TrainContext ctx{forward, batches, o, r.curve, progress, 0};
