@@ -4,7 +4,7 @@
 #include "commands.h"
 #include "kvscope/core/tokenizer.h"
 #include "kvscope/viz/cairo_export.h"
-#include "session_figures.h"
+#include "export_figures.h"
 
 namespace kvscope::cli {
 

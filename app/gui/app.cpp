@@ -209,7 +209,17 @@ bool open_run(AppState& s, int db, std::int64_t run, bool compare) {
   for (const auto& o : s.others)
     if (o->ref == ref) data = o;
   try {
-    if (!data) data = load_run_data(*d.store, run, &s.tokenizers);
+    if (!data) {
+      // The light part only (record, summary, kept-set sizes, token texts); views ask the loader
+      // for the per-layer parts they draw.
+      const sessions::RunRow* row = nullptr;
+      for (const auto& r : d.rows)
+        if (r.id == run) row = &r;
+      std::string why = "no tokenizer loaded";
+      figures::TokenText text;
+      if (row) text = s.tokenizers.token_text(row->model_path, d.path, &why);
+      data = figures::load_run_data(*d.store, run, text, why);
+    }
   } catch (const std::exception& e) {
     s.status = e.what();
     return false;
@@ -391,6 +401,7 @@ static void keyboard(AppState& s) {
 
 void draw_app(AppState& s, Ui& ui) {
   poll_worker(s, ui);
+  for (auto& e : s.loader.take_errors()) s.status = std::move(e);
   keyboard(s);
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(vp->WorkPos);

@@ -2,7 +2,8 @@
 // The app's state in plain structs: open databases, loaded runs, the selection, each view's options
 // and cached figures, the Run window form. The panels (panels/*.cpp) redraw from it every frame;
 // nothing here is global: main() owns one AppState and passes it down with the services (fonts,
-// textures, policy catalogue, run worker) in a Ui.
+// textures, policy catalogue, run worker) in a Ui. Runs open with their light part decoded; the
+// state's PartLoader decodes the per-layer parts the views ask for on its own thread.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -14,12 +15,21 @@
 #include "imgui_canvas.h"
 #include "kvscope/sessions/session_store.h"
 #include "pipeline_editor.h"
+#include "part_loader.h"
 #include "run_data.h"
 #include "run_worker.h"
 #include "textures.h"
+#include "tokenizer_cache.h"
 #include "view_types.h"
 
 namespace kvscope::gui {
+
+using figures::display_token;
+using figures::head_summary_names;
+using figures::metric_label;
+using figures::Part;
+using figures::RunData;
+using figures::RunRef;
 
 /// An open session database and its run list.
 struct OpenDb {
@@ -136,6 +146,7 @@ struct AppState {
   bool select_view = true;  ///< make `view` the active tab next frame
   bool headless = false;    ///< screenshot / test mode: no file dialogs, deterministic
   TokenizerCache tokenizers;
+  PartLoader loader;  ///< decodes per-layer parts of `a` and `others` off the UI thread
 
   SessionsState sessions;
   HeadsState heads;
@@ -159,6 +170,11 @@ struct AppState {
     if (others.empty()) return nullptr;
     const auto i = static_cast<std::size_t>(std::clamp(compare.b_index, 0, static_cast<int>(others.size()) - 1));
     return others[i].get();
+  }
+  /// Run B as held (nullptr when none).
+  std::shared_ptr<const RunData> b_run() const {
+    if (others.empty()) return nullptr;
+    return others[static_cast<std::size_t>(std::clamp(compare.b_index, 0, static_cast<int>(others.size()) - 1))];
   }
 };
 

@@ -202,6 +202,12 @@ int main(int argc, char** argv) {
       s.frame_ms = std::chrono::duration<double, std::milli>(now - last).count();
       last = now;
       ++frame;
+      // Screenshots show data: while the loader still decodes parts a view asked for, wait for it
+      // and draw another frame (at most 20 more).
+      if (headless && frame >= opt.frames && s.loader.busy() && frame < opt.frames + 20) {
+        s.loader.wait_idle();
+        continue;
+      }
       if (headless && frame >= opt.frames) {
         std::vector<std::uint8_t> px(static_cast<std::size_t>(fb_w) * fb_h * 4);
         glFinish();

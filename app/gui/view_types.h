@@ -1,11 +1,11 @@
 #pragma once
-// Plain value types shared by the views, the figure builders and the command line: which view,
-// what is selected, and each view's display options.
+// Plain value types of the views and the command line: which view, plus the figure library's
+// selection, compare side and per-figure options (app/figures/figure_options.h) under gui names.
 #include <array>
-#include <cstdint>
 #include <optional>
-#include <string>
 #include <string_view>
+
+#include "figure_options.h"
 
 namespace kvscope::gui {
 
@@ -23,49 +23,16 @@ std::optional<View> parse_view(std::string_view name);
 /// True for views that draw a figure (exportable).
 bool view_has_figure(View v);
 
-/// What the views look at: a layer, a KV head and optionally a prompt token (-1 = none).
-struct Selection {
-  std::int64_t layer = 0;
-  std::int64_t head = 0;  ///< KV head
-  std::int64_t token = -1;
-  friend bool operator==(const Selection&, const Selection&) = default;
-};
-
-/// Which run a per-run view shows in compare mode: A, B or the difference A - B.
-enum class Side { kA, kB, kDiff };
-
-/// Heads overview: the layer x KV head map of one metric.
-struct HeadsOptions {
-  int metric = -1;  ///< index into heads_metric_names(); -1: every metric, one small map each
-  Side side = Side::kA;
-};
-/// Metrics the heads overview can map: the summary metrics, then "kept" and "kept_frac".
-const std::array<const char*, 9>& heads_metric_names();
-
-/// Tokens view colouring.
-enum class TokenColoring { kKeptSelectedHead, kKeepRate, kAttention };
-struct TokensOptions {
-  TokenColoring coloring = TokenColoring::kKeptSelectedHead;
-};
-
-struct AttentionOptions {
-  bool log_scale = true;  ///< log10 colour / y scale
-};
-
-struct KeysOptions {
-  int bins = 40;
-};
-
-struct ChannelsOptions {
-  bool cv = false;  ///< heatmap of channel CV instead of mean saliency
-};
-
-struct BudgetsOptions {
-  Side side = Side::kA;
-};
-
-struct FidelityOptions {
-  bool running_mean = true;  ///< top-1 as a running mean instead of 0/1 points
-};
+using figures::AttentionOptions;
+using figures::BudgetsOptions;
+using figures::ChannelsOptions;
+using figures::FidelityOptions;
+using figures::heads_metric_names;
+using figures::HeadsOptions;
+using figures::KeysOptions;
+using figures::Selection;
+using figures::Side;
+using figures::TokenColoring;
+using figures::TokensOptions;
 
 }  // namespace kvscope::gui

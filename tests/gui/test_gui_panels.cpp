@@ -1,9 +1,12 @@
 // Every panel drawn for many frames on a synthetic session with an ImGui context only (no window,
 // no renderer): hover and clicks scripted, figures valid, selection by clicking, the token list
-// clipped on 32K tokens, textures released, command line parsing, view state, export.
+// clipped on 32K tokens, textures released, command line parsing, view state, export; opening
+// decodes only the light part, views wait for their parts without blocking; compare A/B/A-B views.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <variant>
 #include <cmath>
 
 #include "app_state.h"
@@ -57,7 +60,8 @@ class GuiPanels : public ::testing::Test {
     im_.reset();
   }
 
-  /// Draws `frames` frames of view `v`, the mouse sweeping a grid over the window, clicking on some.
+  /// Draws `frames` frames of view `v`, the mouse sweeping a grid over the window, clicking on some;
+  /// after each frame waits for the parts the view asked the loader for.
   void draw_view_frames(View v, int frames, bool mouse = true) {
     Ui ui{im_->fonts(), textures_, catalog_, nullptr};
     state_->view = v;
@@ -68,6 +72,7 @@ class GuiPanels : public ::testing::Test {
       const bool click = mouse && f > 2 && f % 7 == 0;
       im_->frame([&] { draw_app(*state_, ui); }, m, click);
       if (click) im_->frame([&] { draw_app(*state_, ui); }, m, false);  // release
+      state_->loader.wait_idle();
     }
   }
 
@@ -80,8 +85,9 @@ class GuiPanels : public ::testing::Test {
   std::unique_ptr<AppState> state_;
 };
 
-TEST_F(GuiPanels, OpensTheNewestRunWithDecodedData) {
-  const RunData& a = *state_->a;
+TEST_F(GuiPanels, OpeningDecodesTheLightPartAndTheLoaderTheRest) {
+  const auto run = state_->a;
+  const RunData& a = *run;
   EXPECT_EQ(a.ref.run, runs_.snapkv);
   EXPECT_EQ(a.n_layer, 6);
   EXPECT_EQ(a.n_head_kv, 4);
@@ -97,15 +103,62 @@ TEST_F(GuiPanels, OpensTheNewestRunWithDecodedData) {
   EXPECT_EQ(a.steps.at("kl").size(), 24u);
   EXPECT_EQ(a.steps.at("selection_recall").size(), 24u);
   EXPECT_TRUE(a.other_blobs.empty());
+  if (std::filesystem::exists(testing::pycode_dir())) EXPECT_TRUE(a.tokens_from_tokenizer) << a.tokenizer_note;
+  // Nothing heavy is decoded by opening; kept counts come from the blob listing.
+  for (int p = 0; p < figures::kPartCount; ++p)
+    for (std::int64_t l = 0; l < a.n_layer; ++l) {
+      EXPECT_TRUE(a.stored(static_cast<Part>(p), l));
+      EXPECT_EQ(a.part(static_cast<Part>(p), l), nullptr);
+      EXPECT_FALSE(a.ready(static_cast<Part>(p), l));
+    }
+  EXPECT_EQ(a.kept_set(0, 0), nullptr);
+  EXPECT_FALSE(a.kept_at(0, 0, 0));
+  EXPECT_EQ(a.attention_row(0, 0), nullptr);
+  // The loader decodes what is asked for; kept sets agree with the listed sizes.
+  for (std::int64_t l = 0; l < a.n_layer; ++l)
+    for (Part p : {Part::kKept, Part::kAttention, Part::kCos, Part::kPca, Part::kChannelMean, Part::kChannelCv})
+      state_->loader.request(run, p, l);
+  state_->loader.request(run, Part::kKeepCount, 0);
+  state_->loader.wait_idle();
+  EXPECT_FALSE(state_->loader.busy());
+  EXPECT_TRUE(state_->loader.take_errors().empty());
+  std::vector<std::uint32_t> count(static_cast<std::size_t>(a.n_tok), 0);
   for (std::int64_t l = 0; l < a.n_layer; ++l)
     for (std::int64_t h = 0; h < a.n_head_kv; ++h) {
+      const auto* k = a.kept_set(l, h);
+      ASSERT_NE(k, nullptr);
+      EXPECT_EQ(static_cast<std::int64_t>(k->size()), a.kept_count(l, h));
       EXPECT_GT(a.kept_count(l, h), 0);
-      EXPECT_TRUE(std::is_sorted(a.kept[l][h].begin(), a.kept[l][h].end()));
+      EXPECT_TRUE(std::is_sorted(k->begin(), k->end()));
+      for (auto p : *k) ++count[static_cast<std::size_t>(p)];
       double sum = 0;
       for (std::int64_t i = 0; i < a.n_tok; ++i) sum += a.attention_row(l, h)[i];
       EXPECT_NEAR(sum, 1.0, 1e-3);
+      EXPECT_NE(a.cos_row(l, h), nullptr);
+      EXPECT_NE(a.pca_row(l, h), nullptr);
+      EXPECT_EQ(a.layer_values(Part::kChannelMean, l)->size(), static_cast<std::size_t>(a.n_head_kv * a.head_dim));
     }
-  if (std::filesystem::exists(testing::pycode_dir())) EXPECT_TRUE(a.tokens_from_tokenizer) << a.tokenizer_note;
+  ASSERT_NE(a.keep_count(), nullptr);
+  EXPECT_EQ(*a.keep_count(), count);
+}
+
+TEST_F(GuiPanels, ViewsShowLoadingUntilTheLoaderHasTheirParts) {
+  Ui ui{im_->fonts(), textures_, catalog_, nullptr};
+  state_->view = View::kKeys;
+  state_->select_view = true;
+  state_->sel = {2, 1, -1};
+  // The frame that first asks for layer 2 cannot have its data: nothing is decoded on the UI thread.
+  im_->frame([&] { draw_app(*state_, ui); });
+  im_->frame([&] { draw_app(*state_, ui); });
+  EXPECT_EQ(state_->keys.fig.builds(), 0);
+  state_->loader.wait_idle();
+  EXPECT_TRUE(state_->a->ready(Part::kCos, 2));
+  EXPECT_EQ(state_->a->part(Part::kCos, 3), nullptr);  // only the selected layer was asked for
+  im_->frame([&] { draw_app(*state_, ui); });
+  ASSERT_EQ(state_->keys.fig.builds(), 1);
+  ASSERT_TRUE(state_->keys.fig.valid());
+  // Histogram, cosine vs attention and PCA: the figure has the data, not "not captured" notes.
+  EXPECT_EQ(state_->keys.fig.figure().panels.size(), 3u);
 }
 
 TEST_F(GuiPanels, SummaryColumnsMatchCore) { EXPECT_EQ(head_summary_names(), summary_metric_names()); }
@@ -157,6 +210,80 @@ TEST_F(GuiPanels, CompareSidesAndOptionsRebuildFigures) {
   }
 }
 
+TEST_F(GuiPanels, CompareShowsAOrBOrWhichRunKeptEachToken) {
+  ASSERT_TRUE(open_run(*state_, 0, runs_.streaming, true));
+  const auto a = state_->a, b = state_->b_run();
+  state_->sel = {1, 2, -1};
+  const Selection sel = state_->sel;
+  auto set_side = [&](Side side) {
+    state_->tokens.opt.side = state_->attention.opt.side = state_->keys.opt.side = state_->channels.opt.side = side;
+  };
+  // Expected difference at L1 H2, from the kept sets themselves.
+  for (const auto& r : {a, b}) state_->loader.request(r, Part::kKept, 1);
+  state_->loader.wait_idle();
+  std::int64_t only_a = 0, only_b = 0, both = 0;
+  for (std::int64_t i = 0; i < a->n_tok; ++i) {
+    const bool ka = std::binary_search(a->kept_set(1, 2)->begin(), a->kept_set(1, 2)->end(), i);
+    const bool kb = std::binary_search(b->kept_set(1, 2)->begin(), b->kept_set(1, 2)->end(), i);
+    only_a += ka && !kb, only_b += kb && !ka, both += ka && kb;
+  }
+  ASSERT_GT(only_a, 0);
+  ASSERT_GT(only_b, 0);
+  ASSERT_GT(both, 0);
+  auto strip_of = [](const viz::Figure& f, std::size_t panel) { return std::get<viz::TokenStrip>(f.panels.at(panel)); };
+  auto count = [](const std::vector<int>& v, int c) { return std::count(v.begin(), v.end(), c); };
+
+  set_side(Side::kB);
+  draw_view_frames(View::kTokens, 3, false);
+  EXPECT_EQ(count(strip_of(state_->tokens.overview.figure(), 0).category, 1), b->kept_count(1, 2));
+  EXPECT_NE(a->kept_count(1, 2), b->kept_count(1, 2));
+
+  set_side(Side::kDiff);
+  draw_view_frames(View::kTokens, 3, false);
+  const auto diff = strip_of(state_->tokens.overview.figure(), 0);
+  EXPECT_EQ(count(diff.category, 2), only_a);
+  EXPECT_EQ(count(diff.category, 1), only_b);
+  EXPECT_EQ(count(diff.category, 3), both);
+  draw_view_frames(View::kAttention, 3, false);
+  {
+    const viz::Figure& f = state_->attention.fig.figure();
+    ASSERT_EQ(f.panels.size(), 3u);
+    const auto& hm = std::get<viz::Heatmap>(f.panels[0]);
+    ASSERT_EQ(hm.rows, a->n_head_kv);
+    double plus = 0, minus = 0;
+    for (std::int64_t i = 0; i < a->n_tok; ++i) {
+      const float v = hm.values[static_cast<std::size_t>(2 * a->n_tok + i)];
+      plus += v > 0, minus += v < 0;
+    }
+    EXPECT_EQ(plus, only_a);
+    EXPECT_EQ(minus, only_b);
+    EXPECT_EQ(count(strip_of(f, 2).category, 2), only_a);
+  }
+  draw_view_frames(View::kKeys, 3, false);
+  {
+    const viz::Figure& f = state_->keys.fig.figure();
+    ASSERT_EQ(f.panels.size(), 3u);
+    const auto& hist = std::get<viz::BarChart>(f.panels[0]);
+    ASSERT_EQ(hist.series.size(), 3u);  // only A, only B, both
+    double in_a = 0;
+    for (double v : hist.series[0].values) in_a += v;
+    EXPECT_EQ(in_a, only_a);
+    const auto& pca = std::get<viz::ScatterPlot>(f.panels[2]);
+    EXPECT_EQ(pca.groups.size(), 4u);
+  }
+  draw_view_frames(View::kChannels, 3, false);
+  EXPECT_TRUE(state_->channels.fig.valid()) << state_->channels.fig.error();
+
+  // Linked selection: one selection drives both sides.
+  state_->sel.head = 3;
+  draw_view_frames(View::kTokens, 2, false);
+  EXPECT_NE(strip_of(state_->tokens.overview.figure(), 0).title.find("L1 H3"), std::string::npos);
+  set_side(Side::kA);
+  draw_view_frames(View::kTokens, 2, false);
+  EXPECT_EQ(count(strip_of(state_->tokens.overview.figure(), 0).category, 1), a->kept_count(1, 3));
+  (void)sel;
+}
+
 TEST_F(GuiPanels, ClickingAHeadsCellSelectsThatHead) {
   draw_view_frames(View::kHeads, 4, false);
   const FigureView& fig = state_->heads.fig;
@@ -195,7 +322,7 @@ TEST_F(GuiPanels, ExportWritesTheFigureTheViewDraws) {
     EXPECT_GT(std::filesystem::file_size(out), 100u) << ext;
   }
   // "Export all figures of this run": every figure valid and exportable.
-  const auto all = all_figures(*state_->a, nullptr, state_->sel, 900, 600);
+  const auto all = figures::all_figures(*state_->a, nullptr, state_->sel, 900, 600);
   EXPECT_GE(all.size(), 16u);
   for (const auto& [name, fig] : all) {
     SCOPED_TRACE(name);
@@ -231,7 +358,9 @@ TEST_F(GuiPanels, SamePromptRunIsFoundForCompare) {
   ASSERT_EQ(s.others.size(), 1u);
   EXPECT_EQ(s.others[0]->ref.run, runs_.streaming);
   // Kept sets of SnapKV+AdaKV and StreamingLLM overlap partly.
-  const double j = jaccard(s.a->kept[0][0], s.others[0]->kept[0][0]);
+  for (const auto& r : {s.a, s.others[0]}) s.loader.request(r, Part::kKept, 0);
+  s.loader.wait_idle();
+  const double j = figures::jaccard(*s.a->kept_set(0, 0), *s.others[0]->kept_set(0, 0));
   EXPECT_GT(j, 0.0);
   EXPECT_LT(j, 1.0);
 }
@@ -258,7 +387,8 @@ TEST(GuiTokens, TokenListStaysClippedOn32KTokens) {
     ASSERT_TRUE(apply_options(s, o));
     ASSERT_EQ(s.a->n_tok, 32768);
     Ui ui{im.fonts(), tex, nullptr, nullptr};
-    for (int f = 0; f < 3; ++f) im.frame([&] { draw_app(s, ui); });
+    for (int f = 0; f < 3; ++f) im.frame([&] { draw_app(s, ui); }), s.loader.wait_idle();
+    ASSERT_TRUE(s.tokens.overview.valid());
     // Steady state: only visible rows are drawn.
     const auto t0 = std::chrono::steady_clock::now();
     for (int f = 0; f < 20; ++f) im.frame([&] { draw_app(s, ui); }, {700, 500});

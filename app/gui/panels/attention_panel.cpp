@@ -1,10 +1,10 @@
 // Attention: the selected layer's window attention over prompt positions for every KV head, the
 // selected head's attention with its kept tokens marked (reduced to pixels: max per bucket), and
-// its kept/evicted strip.
+// its kept/evicted strip; in a compare, the same for B or the kept-set difference A - B.
 #include <cmath>
 
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -12,15 +12,26 @@ namespace kvscope::gui::panels {
 void attention(AppState& s, Ui& ui) {
   if (no_run(s)) return;
   AttentionState& st = s.attention;
-  const RunData& a = *s.a;
   ImGui::Checkbox("log scale", &st.opt.log_scale);
+  side_selector(s, st.opt.side);
+  const auto& shown = shown_run(s, st.opt.side);
+  const RunData& a = *shown;
+  const bool diff = st.opt.side == Side::kDiff;
+  const auto b = s.b_run();
   ImGui::SameLine();
   ImGui::TextDisabled("   layer %lld, KV head %lld%s", static_cast<long long>(s.sel.layer), static_cast<long long>(s.sel.head),
                       a.has_attention ? "" : "   (this run has no attention capture: run with capture full)");
   const ImVec2 size = figure_size();
-  const std::string key = run_key(&a) + "|" + std::to_string(st.opt.log_scale) + "|" + std::to_string(s.sel.layer) + "," +
-                          std::to_string(s.sel.head);
-  st.fig.draw(key, size, [&] { return attention_figure(a, st.opt, s.sel, static_cast<int>(size.x)); }, ui.fonts, ui.textures);
+  const bool ready = diff ? await_parts(s, {&s.a, &b}, {Part::kKept}, s.sel.layer, size) &&
+                                await_parts(s, {s.a->has_attention ? &s.a : &b}, {Part::kAttention}, s.sel.layer, size)
+                          : await_parts(s, {&shown}, {Part::kAttention, Part::kKept}, s.sel.layer, size);
+  if (!ready) return;
+  const std::string key = run_key(&a) + (diff ? run_key(b.get()) : "") + "|" + std::to_string(st.opt.log_scale) + "|" +
+                          std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+  st.fig.draw(key, size, [&] {
+    return diff ? figures::attention_diff_figure(*s.a, *b, st.opt, s.sel, static_cast<int>(size.x))
+                : figures::attention_figure(a, st.opt, s.sel, static_cast<int>(size.x));
+  }, ui.fonts, ui.textures);
   if (ImGui::IsItemHovered() && st.fig.valid()) {
     if (const auto hit = st.fig.hit(ImGui::GetMousePos())) {
       std::int64_t pos = -1, head = s.sel.head;
@@ -31,9 +42,14 @@ void attention(AppState& s, Ui& ui) {
         ImGui::BeginTooltip();
         ImGui::Text("position %lld  \"%s\"", static_cast<long long>(pos),
                     ellipsize(display_token(a.token_text[static_cast<std::size_t>(pos)]), 40).c_str());
-        if (const float* att = a.attention_row(s.sel.layer, head))
+        const float* att = a.attention_row(s.sel.layer, head);
+        if (diff) {
+          ImGui::Text("L%lld H%lld: A %s, B %s", static_cast<long long>(s.sel.layer), static_cast<long long>(head),
+                      s.a->kept_at(s.sel.layer, head, pos) ? "kept" : "evicted", b->kept_at(s.sel.layer, head, pos) ? "kept" : "evicted");
+        } else if (att) {
           ImGui::Text("L%lld H%lld attention %.4g  (%s)", static_cast<long long>(s.sel.layer), static_cast<long long>(head),
                       att[pos], a.kept_at(s.sel.layer, head, pos) ? "kept" : "evicted");
+        }
         ImGui::TextDisabled(hit->row >= 0 ? "click: select this head and token" : "click: select this token");
         ImGui::EndTooltip();
         if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {

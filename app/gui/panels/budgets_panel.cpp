@@ -1,7 +1,7 @@
 // Budgets: entries kept per layer and KV head after prefill (head-wise budgets: Ada-KV, pyramids,
 // streaming heads), and per layer mean/min/max or A vs B.
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -25,7 +25,7 @@ void budgets(AppState& s, Ui& ui) {
   const RunData* b = s.b();
   const std::string key = run_key(&a) + run_key(b) + "|" + std::to_string(static_cast<int>(st.opt.side)) + "|" +
                           std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
-  st.fig.draw(key, figure_size(), [&] { return budgets_figure(a, b, st.opt); }, ui.fonts, ui.textures);
+  st.fig.draw(key, figure_size(), [&] { return figures::budgets_figure(a, b, st.opt); }, ui.fonts, ui.textures);
   heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
     std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + ": " + std::to_string(a.kept_count(l, h)) +
                     " kept of " + std::to_string(a.n_tok);

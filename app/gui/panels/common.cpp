@@ -1,5 +1,7 @@
 // Helpers shared by the panels.
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 #include "panels.h"
 
@@ -59,6 +61,39 @@ void heads_map_interaction(AppState& s, const FigureView& fig, int panel,
     s.sel.layer = hit->row;
     s.sel.head = hit->col;
   }
+}
+
+bool await_parts(AppState& s, std::initializer_list<const std::shared_ptr<const RunData>*> runs,
+                 std::initializer_list<Part> parts, std::int64_t layer, ImVec2 size) {
+  std::string missing;
+  std::int64_t run_id = -1;
+  // Requested in reverse: the loader decodes the newest request first.
+  for (auto r = std::rbegin(runs); r != std::rend(runs); ++r) {
+    const auto* run = *r;
+    if (!run || !*run) continue;
+    for (auto p = std::rbegin(parts); p != std::rend(parts); ++p) {
+      const std::int64_t l = *p == Part::kKeepCount ? 0 : layer;
+      if ((*run)->ready(*p, l)) continue;
+      s.loader.request(*run, *p, l);
+      missing = std::string(figures::part_label(*p)) + (missing.empty() ? "" : ", ") + missing;
+      run_id = (*run)->ref.run;
+    }
+  }
+  if (missing.empty()) return true;
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const int dots = static_cast<int>(ImGui::GetTime() * 3.0) % 4;
+  ImGui::Dummy(size);
+  ImGui::GetWindowDrawList()->AddText({p0.x + 12, p0.y + 12}, ImGui::GetColorU32(ImGuiCol_TextDisabled),
+                                      ("decoding " + missing + " of layer " + std::to_string(layer) + " (run #" +
+                                       std::to_string(run_id) + ")" + std::string(static_cast<std::size_t>(dots), '.'))
+                                          .c_str());
+  return false;
+}
+
+const std::shared_ptr<const RunData>& shown_run(const AppState& s, Side side) {
+  if (side == Side::kB && !s.others.empty())
+    return s.others[static_cast<std::size_t>(std::clamp(s.compare.b_index, 0, static_cast<int>(s.others.size()) - 1))];
+  return s.a;
 }
 
 ImVec2 figure_size(float below) {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <set>
 
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -112,17 +112,19 @@ void compare(AppState& s, Ui& ui) {
       ImGui::EndCombo();
     }
   }
-  const RunData& b = *s.others[static_cast<std::size_t>(st.b_index)];
+  const auto& b_run = s.others[static_cast<std::size_t>(st.b_index)];
+  const RunData& b = *b_run;
+  // The per-head overlap map needs every layer's kept sets of both runs (the keep count decodes them).
+  if (!await_parts(s, {&s.a, &b_run}, {Part::kKeepCount}, s.sel.layer, figure_size())) return;
   const std::string key = run_key(&a) + run_key(&b) + "|" + std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
-  st.fig.draw(key, figure_size(), [&] { return compare_figure(a, b, s.sel); }, ui.fonts, ui.textures);
+  st.fig.draw(key, figure_size(), [&] { return figures::compare_figure(a, b, s.sel); }, ui.fonts, ui.textures);
   heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
     std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h);
-    if (a.has_kept && b.has_kept && l < a.n_layer && h < a.n_head_kv && l < b.n_layer && h < b.n_head_kv) {
-      const auto& ka = a.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)];
-      const auto& kb = b.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)];
-      t += "\nJaccard " + format_num(jaccard(ka, kb), "%.3f") + "   A kept " + std::to_string(ka.size()) + ", B kept " +
-           std::to_string(kb.size());
-    }
+    const auto* ka = a.kept_set(l, h);
+    const auto* kb = b.kept_set(l, h);
+    if (ka && kb)
+      t += "\nJaccard " + format_num(figures::jaccard(*ka, *kb), "%.3f") + "   A kept " + std::to_string(ka->size()) + ", B kept " +
+           std::to_string(kb->size());
     return t;
   });
   outline_cell(st.fig, 0, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));

@@ -2,8 +2,8 @@
 // figure the view draws), and "export all figures of this run" into a folder.
 #include <filesystem>
 
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "kvscope/viz/cairo_export.h"
 #include "panels.h"
 
@@ -52,13 +52,20 @@ void export_dialog(AppState& s, Ui&) {
   ImGui::InputInt("height", &ex.height, 0);
   ex.width = std::clamp(ex.width, 320, 8000);
   ex.height = std::clamp(ex.height, 240, 8000);
-  ImGui::BeginDisabled(!s.a);
-  if (ImGui::Button("Export all figures of this run")) {
+  // The figures of the selected layer and the keep rate need their parts decoded (on the loader).
+  bool decoded = s.a != nullptr;
+  if (s.a)
+    for (Part p : {Part::kKept, Part::kAttention, Part::kCos, Part::kPca, Part::kChannelMean, Part::kChannelCv, Part::kKeepCount}) {
+      const std::int64_t l = p == Part::kKeepCount ? 0 : s.sel.layer;
+      if (!s.a->ready(p, l)) s.loader.request(s.a, p, l), decoded = false;
+    }
+  ImGui::BeginDisabled(!decoded);
+  if (ImGui::Button(decoded || !s.a ? "Export all figures of this run" : "Export all figures of this run (decoding...)")) {
     try {
       const fs::path dir = fs::path(ex.dir) / ("run" + run_id + "_figures");
       fs::create_directories(dir);
       int n = 0;
-      for (const auto& [name, fig] : all_figures(*s.a, s.b(), s.sel, ex.width, ex.height))
+      for (const auto& [name, fig] : figures::all_figures(*s.a, s.b(), s.sel, ex.width, ex.height))
         for (const char* ext : {".png", ".svg", ".pdf", ".csv"}) {
           viz::export_figure(fig, dir / (name + ext));
           ++n;

@@ -2,8 +2,8 @@
 // compare runs, overlaid.
 #include <cmath>
 
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -22,7 +22,7 @@ void fidelity(AppState& s, Ui& ui) {
                         format_num(r->summary_metric("mean_kl"), "%.4g").c_str(),
                         format_num(r->summary_metric("top1_agreement"), "%.3f").c_str());
   }
-  st.fig.draw(key, figure_size(), [&] { return fidelity_figure(runs, st.opt); }, ui.fonts, ui.textures);
+  st.fig.draw(key, figure_size(), [&] { return figures::fidelity_figure(runs, st.opt); }, ui.fonts, ui.textures);
   if (ImGui::IsItemHovered())
     if (const auto hit = st.fig.hit(ImGui::GetMousePos())) {
       const auto step = std::llround(hit->x);

@@ -1,8 +1,8 @@
 // Heads overview: a layer x KV head heatmap of one per-head metric; click a cell to select the head.
 #include <cmath>
 
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -30,17 +30,17 @@ void heads(AppState& s, Ui& ui) {
   const std::string key = run_key(s.a.get()) + run_key(b) + "|" + std::to_string(st.opt.metric) + "|" +
                           std::to_string(static_cast<int>(st.opt.side)) + "|" + std::to_string(s.sel.layer) + "," +
                           std::to_string(s.sel.head);
-  st.fig.draw(key, figure_size(), [&] { return heads_figure(*s.a, b, st.opt, s.sel); }, ui.fonts, ui.textures);
+  st.fig.draw(key, figure_size(), [&] { return figures::heads_figure(*s.a, b, st.opt, s.sel); }, ui.fonts, ui.textures);
   const RunData& a = *s.a;
   const int metric = st.opt.metric;
   heads_map_interaction(s, st.fig, -1, [&](std::int64_t l, std::int64_t h) {
     std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + "\n";
     for (int m = 0; m < static_cast<int>(names.size()); ++m) {
-      const auto va = heads_metric_values(a, m);
+      const auto va = figures::heads_metric_values(a, m);
       const double v = va[static_cast<std::size_t>(l * a.n_head_kv + h)];
       t += std::string(m == metric ? "> " : "  ") + names[static_cast<std::size_t>(m)] + ": " + format_num(v, "%.4g");
       if (b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv) {
-        const auto vb = heads_metric_values(*b, m);
+        const auto vb = figures::heads_metric_values(*b, m);
         t += "   (B " + format_num(vb[static_cast<std::size_t>(l * a.n_head_kv + h)], "%.4g") + ")";
       }
       t += "\n";

@@ -33,6 +33,13 @@ std::string run_key(const RunData* r);
 /// tooltip from `tooltip`, click selects.
 void heads_map_interaction(AppState& s, const FigureView& fig, int panel,
                            const std::function<std::string(std::int64_t layer, std::int64_t head)>& tooltip);
+/// Asks s.loader for `parts` of `layer` of each run in `runs` (null entries skipped; the first part
+/// of the first run is decoded first). True when all are ready (decoded or not stored); otherwise
+/// draws a "decoding ..." placeholder of `size` in place of the figure and returns false.
+bool await_parts(AppState& s, std::initializer_list<const std::shared_ptr<const RunData>*> runs,
+                 std::initializer_list<Part> parts, std::int64_t layer, ImVec2 size);
+/// The run a per-run view shows for `side`: B for Side::kB when there is a B, else A.
+const std::shared_ptr<const RunData>& shown_run(const AppState& s, Side side);
 /// Size left in the current window for a figure, leaving `below` px.
 ImVec2 figure_size(float below = 0);
 

@@ -2,8 +2,8 @@
 // percentile among all heads, its kept set, bookmarks, and stored blobs the other views do not show.
 #include <cmath>
 
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -25,7 +25,7 @@ void selection(AppState& s, Ui& ui) {
     ImGui::TableSetupColumn("all heads: min / median / max");
     ImGui::TableHeadersRow();
     for (int m = 0; m < static_cast<int>(heads_metric_names().size()); ++m) {
-      auto v = heads_metric_values(a, m);
+      auto v = figures::heads_metric_values(a, m);
       const std::size_t idx = static_cast<std::size_t>(sel.layer * a.n_head_kv + sel.head);
       const double x = idx < v.size() ? v[idx] : NAN;
       std::vector<float> f;
@@ -46,8 +46,8 @@ void selection(AppState& s, Ui& ui) {
     }
     ImGui::EndTable();
   }
-  if (a.has_kept && sel.layer < a.n_layer && sel.head < a.n_head_kv) {
-    const auto& k = a.kept[static_cast<std::size_t>(sel.layer)][static_cast<std::size_t>(sel.head)];
+  if (const auto* kept = a.kept_set(sel.layer, sel.head)) {
+    const auto& k = *kept;
     std::int64_t sinks = 0, recent = 0;
     for (std::int64_t p : k) sinks += p < 4, recent += p >= a.n_tok - 64;
     ImGui::Separator();
@@ -60,8 +60,14 @@ void selection(AppState& s, Ui& ui) {
     ImGui::Text("token %lld: \"%s\" (id %d)", static_cast<long long>(sel.token),
                 ellipsize(display_token(a.token_text[static_cast<std::size_t>(sel.token)]), 40).c_str(),
                 a.record.info.prompt.tokens[static_cast<std::size_t>(sel.token)]);
-    ImGui::Text("kept here: %s; by %u of %lld heads overall", a.kept_at(sel.layer, sel.head, sel.token) ? "yes" : "no",
-                a.keep_count[static_cast<std::size_t>(sel.token)], static_cast<long long>(a.n_layer * a.n_head_kv));
+    ImGui::Text("kept here: %s", a.kept_at(sel.layer, sel.head, sel.token) ? "yes" : "no");
+    if (const auto* kc = a.keep_count()) {
+      ImGui::SameLine();
+      ImGui::Text("; by %u of %lld heads overall", (*kc)[static_cast<std::size_t>(sel.token)],
+                  static_cast<long long>(a.n_layer * a.n_head_kv));
+    } else {
+      s.loader.request(s.a, Part::kKeepCount, 0);
+    }
   }
   const auto& bms = a.record.bookmarks;
   if (!bms.empty()) {
@@ -101,8 +107,10 @@ void selection(AppState& s, Ui& ui) {
     ImGui::TextDisabled("decode-time selection recall: mean %.3f over %lld steps", n ? sum / static_cast<double>(n) : NAN,
                         static_cast<long long>(n));
   }
-  const std::string key = run_key(&a) + "|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "," + std::to_string(sel.token);
-  s.selection.fig.draw(key, figure_size(), [&] { return selection_figure(a, sel); }, ui.fonts, ui.textures);
+  if (await_parts(s, {&s.a}, {Part::kKept}, sel.layer, figure_size())) {
+    const std::string key = run_key(&a) + "|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "," + std::to_string(sel.token);
+    s.selection.fig.draw(key, figure_size(), [&] { return figures::selection_figure(a, sel); }, ui.fonts, ui.textures);
+  }
   ImGui::EndGroup();
 }
 

@@ -1,12 +1,13 @@
 // Tokens: the prompt as text boxes coloured kept/evicted for the selected head, by keep rate over
 // all heads, or by the selected head's attention. Rows are wrapped once per width and drawn with
 // ImGuiListClipper, so only visible rows cost anything (32K-token prompts stay fluent). A bar strip
-// overview on top (the exported figure) jumps to a position when clicked.
+// overview on top (the exported figure) jumps to a position when clicked. In a compare the view
+// shows A, B, or A - B: each token coloured by which run kept it (both, only A, only B, neither).
 #include <algorithm>
 #include <cmath>
 
-#include "../figures.h"
 #include "../ui_util.h"
+#include "figures.h"
 #include "kvscope/viz/colormap.h"
 #include "panels.h"
 
@@ -46,8 +47,7 @@ std::int64_t row_of(const TokensState& st, std::int64_t token) {
   return std::max<std::int64_t>(0, (it - st.row_start.begin()) - 1);
 }
 
-void token_tooltip(const AppState& s, std::int64_t i) {
-  const RunData& a = *s.a;
+void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
   const Selection& sel = s.sel;
   ImGui::BeginTooltip();
   ImGui::Text("position %lld   id %d", static_cast<long long>(i), a.record.info.prompt.tokens[static_cast<std::size_t>(i)]);
@@ -55,6 +55,9 @@ void token_tooltip(const AppState& s, std::int64_t i) {
   ImGui::Separator();
   ImGui::Text("L%lld H%lld: %s", static_cast<long long>(sel.layer), static_cast<long long>(sel.head),
               a.kept_at(sel.layer, sel.head, i) ? "kept" : "evicted");
+  if (const RunData* b = s.b(); b && s.tokens.opt.side == Side::kDiff && i < b->n_tok)
+    ImGui::Text("A %s, B %s", s.a->kept_at(sel.layer, sel.head, i) ? "kept" : "evicted",
+                b->kept_at(sel.layer, sel.head, i) ? "kept" : "evicted");
   if (const float* att = a.attention_row(sel.layer, sel.head)) {
     std::int64_t rank = 1;
     for (std::int64_t j = 0; j < a.n_tok; ++j) rank += att[j] > att[i] ? 1 : 0;
@@ -69,9 +72,11 @@ void token_tooltip(const AppState& s, std::int64_t i) {
     ImGui::Text("layer %lld: kept by %lld of %lld KV heads%s%s", static_cast<long long>(sel.layer), static_cast<long long>(n),
                 static_cast<long long>(a.n_head_kv), n ? ": " : "", ellipsize(heads, 80).c_str());
     const auto total = a.n_layer * a.n_head_kv;
-    const auto k = a.keep_count[static_cast<std::size_t>(i)];
-    ImGui::Text("all layers: kept by %u of %lld heads (%.0f%%)", k, static_cast<long long>(total),
-                total ? 100.0 * k / static_cast<double>(total) : 0.0);
+    if (const auto* kc = a.keep_count()) {
+      const auto k = (*kc)[static_cast<std::size_t>(i)];
+      ImGui::Text("all layers: kept by %u of %lld heads (%.0f%%)", k, static_cast<long long>(total),
+                  total ? 100.0 * k / static_cast<double>(total) : 0.0);
+    }
   }
   ImGui::TextDisabled("click: select this token");
   ImGui::EndTooltip();
@@ -82,7 +87,6 @@ void token_tooltip(const AppState& s, std::int64_t i) {
 void tokens(AppState& s, Ui& ui) {
   if (no_run(s)) return;
   TokensState& st = s.tokens;
-  const RunData& a = *s.a;
   int mode = static_cast<int>(st.opt.coloring);
   ImGui::RadioButton("kept by selected head", &mode, static_cast<int>(TokenColoring::kKeptSelectedHead));
   ImGui::SameLine();
@@ -90,6 +94,11 @@ void tokens(AppState& s, Ui& ui) {
   ImGui::SameLine();
   ImGui::RadioButton("attention of selected head", &mode, static_cast<int>(TokenColoring::kAttention));
   st.opt.coloring = static_cast<TokenColoring>(mode);
+  side_selector(s, st.opt.side);
+  const auto& shown = shown_run(s, st.opt.side);
+  const RunData& a = *shown;
+  const bool diff = st.opt.side == Side::kDiff;
+  const auto b = s.b_run();
   ImGui::SameLine();
   ImGui::SetNextItemWidth(110);
   ImS64 pos = st.goto_pos;
@@ -110,14 +119,22 @@ void tokens(AppState& s, Ui& ui) {
     ImGui::TextDisabled("  token ids shown (%s)", ellipsize(a.tokenizer_note, 60).c_str());
   }
 
-  // Overview strip: the exported figure.
-  const std::string key = run_key(&a) + "|" + std::to_string(mode) + "|" + std::to_string(s.sel.layer) + "," +
-                          std::to_string(s.sel.head);
-  st.overview.draw(key, {ImGui::GetContentRegionAvail().x, 150}, [&] { return tokens_figure(a, st.opt, s.sel); }, ui.fonts,
-                   ui.textures);
+  // Overview strip: the exported figure, once the parts it colours by are decoded.
+  const ImVec2 overview_size{ImGui::GetContentRegionAvail().x, 150};
+  const bool ready =
+      diff ? await_parts(s, {&s.a, &b}, {Part::kKept}, s.sel.layer, overview_size)
+      : mode == static_cast<int>(TokenColoring::kKeepRate)
+          ? await_parts(s, {&shown}, {Part::kKeepCount}, s.sel.layer, overview_size)
+          : await_parts(s, {&shown}, {Part::kKept, Part::kAttention, Part::kCos}, s.sel.layer, overview_size);
+  if (!ready) return;
+  const std::string key = run_key(&a) + (diff ? run_key(b.get()) : "") + "|" + std::to_string(mode) + "|" +
+                          std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+  st.overview.draw(key, overview_size, [&] {
+    return diff ? figures::tokens_diff_figure(*s.a, *b, s.sel) : figures::tokens_figure(a, st.opt, s.sel);
+  }, ui.fonts, ui.textures);
   if (ImGui::IsItemHovered()) {
     if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->token >= 0 && hit->token < a.n_tok) {
-      token_tooltip(s, hit->token);
+      token_tooltip(s, a, hit->token);
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) st.scroll_to = s.sel.token = hit->token;
     }
   }
@@ -134,20 +151,26 @@ void tokens(AppState& s, Ui& ui) {
     if (!(hi > lo)) hi = lo + 1;
   }
   const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
+  const auto* keep_count = a.keep_count();
   auto color_of = [&](std::int64_t i) -> viz::Color {
+    if (diff) {
+      const bool ka = s.a->kept_at(s.sel.layer, s.sel.head, i), kb = i < b->n_tok && b->kept_at(s.sel.layer, s.sel.head, i);
+      return ka && kb ? figures::kKeptColor : ka ? figures::kOnlyAColor : kb ? figures::kOnlyBColor : figures::kEvictedColor;
+    }
     switch (static_cast<TokenColoring>(mode)) {
-      case TokenColoring::kKeptSelectedHead: return a.kept_at(s.sel.layer, s.sel.head, i) ? kKeptColor : kEvictedColor;
-      case TokenColoring::kKeepRate: return viz::map("viridis", a.keep_count[static_cast<std::size_t>(i)] / heads);
+      case TokenColoring::kKeptSelectedHead: return a.kept_at(s.sel.layer, s.sel.head, i) ? figures::kKeptColor : figures::kEvictedColor;
+      case TokenColoring::kKeepRate:
+        return keep_count ? viz::map("viridis", (*keep_count)[static_cast<std::size_t>(i)] / heads) : figures::kEvictedColor;
       case TokenColoring::kAttention:
-        if (!att) return kEvictedColor;
+        if (!att) return figures::kEvictedColor;
         return viz::map("magma", (std::log10(std::max(att[i], 1e-9f)) - lo) / (hi - lo));
     }
-    return kEvictedColor;
+    return figures::kEvictedColor;
   };
 
   ImGui::BeginChild("token_list", ImGui::GetContentRegionAvail(), true);
   const float width = ImGui::GetContentRegionAvail().x;
-  if (st.laid_for != s.a || std::abs(st.laid_width - width) > 0.5f) layout_rows(st, s.a, width);
+  if (st.laid_for != shown || std::abs(st.laid_width - width) > 0.5f) layout_rows(st, shown, width);
   const float line = ImGui::GetTextLineHeight() + 2 * kPadY;
   const float pitch = line + kGapY;
   if (st.scroll_to >= 0 && st.scroll_to < a.n_tok) {
@@ -187,7 +210,7 @@ void tokens(AppState& s, Ui& ui) {
   ImGui::PopStyleVar();
   st.hovered = hovered;
   if (hovered >= 0) {
-    token_tooltip(s, hovered);
+    token_tooltip(s, a, hovered);
     if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) s.sel.token = hovered;
   }
   ImGui::EndChild();

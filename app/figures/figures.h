@@ -1,7 +1,10 @@
 #pragma once
-// The figure of each view, built from decoded runs and the selection. The views draw these through
-// the ImGui canvas and export writes them through Cairo: one builder, two renderers. Every builder
-// returns a valid figure (validate()) also when data is missing: its panel titles say what is absent.
+// The figure builders: one viz::Figure per GUI view, built from decoded runs (run_data.h) and the
+// selection. The GUI draws them through its ImGui canvas, its export and `kvscope-cli export`
+// (export_figures.h) write them through Cairo: one set of builders, two renderers. Every builder
+// returns a valid figure (validate()) also when data is missing or not decoded: its panel titles say
+// what is absent. Per-layer data is read from the decoded parts only (RunData::part); callers decode
+// what a figure needs first (the GUI on its loader thread, export inline).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -9,9 +12,9 @@
 
 #include "kvscope/viz/figure.h"
 #include "run_data.h"
-#include "view_types.h"
+#include "figure_options.h"
 
-namespace kvscope::gui {
+namespace kvscope::figures {
 
 /// Colours shared by figures and the ImGui token list.
 inline constexpr viz::Color kKeptColor = viz::Color::hex(0x009e73);     // Okabe-Ito bluish green
@@ -43,6 +46,28 @@ viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOpti
 viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o);
 /// Selection: the selected head's percentile among all heads per metric, and its kept strip.
 viz::Figure selection_figure(const RunData& a, const Selection& sel);
+/// How the kept sets of two runs differ at one head (kept_diff).
+struct KeptDiffCounts {
+  std::int64_t both = 0, only_a = 0, only_b = 0;
+};
+/// Per prompt position of head (sel.layer, sel.head): 0 kept by neither run, 1 only by B, 2 only by
+/// A, 3 by both; empty when the runs are on different prompts or the head is outside either run.
+/// Needs the layer's Part::kKept of both runs decoded (else those positions count as evicted).
+std::vector<int> kept_diff(const RunData& a, const RunData& b, const Selection& sel, KeptDiffCounts* counts);
+
+/// A - B views of a compare (same prompt): the selected head's tokens kept by both / only A /
+/// only B / neither...
+viz::Figure tokens_diff_figure(const RunData& a, const RunData& b, const Selection& sel);
+/// ...every KV head of the layer as kept A - kept B over positions (+1 / -1, mean per pixel), the
+/// selected head's attention with the tokens only one run kept marked, and the difference strip...
+viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const AttentionOptions& o, const Selection& sel,
+                                  int width_px);
+/// ...cosine-to-mean-key histogram, cosine vs attention and key PCA scatters grouped by who kept
+/// each token (cosines, attention and PCA from A's capture, else B's)...
+viz::Figure keys_diff_figure(const RunData& a, const RunData& b, const KeysOptions& o, const Selection& sel);
+/// ...and channel saliency mean / CV of the selected head and the layer, A - B.
+viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const ChannelsOptions& o, const Selection& sel);
+
 /// Compare A with B: per-head Jaccard of kept sets, summary metric deltas, the selected head's
 /// A/B kept-set difference over tokens, and kept-count difference per layer.
 viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel);
@@ -51,4 +76,4 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
 std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, const RunData* b, const Selection& sel,
                                                              int width, int height);
 
-}  // namespace kvscope::gui
+}  // namespace kvscope::figures

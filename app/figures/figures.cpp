@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <variant>
+#include <array>
 
-namespace kvscope::gui {
+namespace kvscope::figures {
 namespace {
 
 constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
@@ -50,8 +52,8 @@ viz::TokenStrip kept_strip(const RunData& a, const Selection& sel, std::string t
   t.category.assign(static_cast<std::size_t>(a.n_tok), 0);
   if (!a.has_kept) {
     std::fill(t.category.begin(), t.category.end(), 1);
-  } else if (sel.layer >= 0 && sel.layer < a.n_layer && sel.head >= 0 && sel.head < a.n_head_kv) {
-    for (std::int64_t p : a.kept[static_cast<std::size_t>(sel.layer)][static_cast<std::size_t>(sel.head)])
+  } else if (const auto* k = a.kept_set(sel.layer, sel.head)) {
+    for (std::int64_t p : *k)
       if (p >= 0 && p < a.n_tok) t.category[static_cast<std::size_t>(p)] = 1;
   }
   t.aggregate = viz::Aggregate::Max;
@@ -63,48 +65,6 @@ bool valid_head(const RunData& a, const Selection& s) {
 }
 
 }  // namespace
-
-std::string_view view_name(View v) {
-  switch (v) {
-    case View::kSessions: return "sessions";
-    case View::kRun: return "run";
-    case View::kHeads: return "heads";
-    case View::kTokens: return "tokens";
-    case View::kAttention: return "attention";
-    case View::kKeys: return "keys";
-    case View::kChannels: return "channels";
-    case View::kBudgets: return "budgets";
-    case View::kFidelity: return "fidelity";
-    case View::kSelection: return "selection";
-    case View::kCompare: return "compare";
-  }
-  return "sessions";
-}
-
-const char* view_title(View v) {
-  switch (v) {
-    case View::kSessions: return "Sessions";
-    case View::kRun: return "Run";
-    case View::kHeads: return "Heads";
-    case View::kTokens: return "Tokens";
-    case View::kAttention: return "Attention";
-    case View::kKeys: return "Key geometry";
-    case View::kChannels: return "Channels";
-    case View::kBudgets: return "Budgets";
-    case View::kFidelity: return "Fidelity";
-    case View::kSelection: return "Selection";
-    case View::kCompare: return "Compare";
-  }
-  return "";
-}
-
-std::optional<View> parse_view(std::string_view name) {
-  for (View v : kAllViews)
-    if (view_name(v) == name) return v;
-  return std::nullopt;
-}
-
-bool view_has_figure(View v) { return v != View::kSessions && v != View::kRun; }
 
 const std::array<const char*, 9>& heads_metric_names() {
   static const std::array<const char*, 9> names = {"entropy",    "mass_top1pct", "mass_top5pct", "tokens95_frac", "sink_share",
@@ -207,8 +167,9 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
   t.values.resize(static_cast<std::size_t>(a.n_tok), kNaNf);
   if (o.coloring == TokenColoring::kKeepRate) {
     const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
-    for (std::int64_t i = 0; i < a.n_tok; ++i)
-      t.values[static_cast<std::size_t>(i)] = static_cast<float>(a.keep_count[static_cast<std::size_t>(i)] / heads);
+    if (const auto* kc = a.keep_count())
+      for (std::int64_t i = 0; i < a.n_tok; ++i)
+        t.values[static_cast<std::size_t>(i)] = static_cast<float>((*kc)[static_cast<std::size_t>(i)] / heads);
     t.title = "fraction of the " + std::to_string(a.n_layer * a.n_head_kv) + " KV heads that kept each token";
     t.value_range = viz::Range{0, 1};
     t.colorbar_label = "keep rate";
@@ -230,15 +191,15 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
   viz::Figure f = base(a, "Window attention over the prompt, layer " + std::to_string(sel.layer));
   f.columns = 1;
   const std::int64_t T = a.n_tok, H = a.n_head_kv;
-  const bool have = sel.layer >= 0 && sel.layer < a.n_layer && !a.attention.empty() &&
-                    !a.attention[static_cast<std::size_t>(sel.layer)].empty();
+  const std::vector<float>* layer_att = a.layer_values(Part::kAttention, sel.layer);
+  const bool have = layer_att != nullptr;
   if (!have || T == 0) {
     f.panels.push_back(note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
     f.panels.push_back(kept_strip(a, sel, "kept by " + head_name(sel)));
     f.row_weights = {3, 1};
     return f;
   }
-  const auto& att = a.attention[static_cast<std::size_t>(sel.layer)];
+  const auto& att = *layer_att;
   viz::Heatmap hm;
   hm.title = "all KV heads of layer " + std::to_string(sel.layer) + (o.log_scale ? " (log10, max per pixel)" : " (max per pixel)");
   hm.rows = H;
@@ -265,8 +226,8 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
   kept.line = viz::LineStyle::None;
   kept.marker = viz::Marker::Circle;
   kept.marker_size = 2.2;
-  const auto& kp = a.has_kept ? a.kept[static_cast<std::size_t>(sel.layer)][static_cast<std::size_t>(sel.head)]
-                              : std::vector<std::int64_t>{};
+  static const std::vector<std::int64_t> kNone;
+  const auto& kp = a.kept_set(sel.layer, sel.head) ? *a.kept_set(sel.layer, sel.head) : kNone;
   std::size_t ki = 0;
   for (std::int64_t s = 0; s < T; s += per) {
     const std::int64_t e = std::min(T, s + per);
@@ -352,7 +313,8 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   hist.x.tick_labels = labels;
   hist.legend = viz::LegendPos::TopLeft;
   f.panels.push_back(std::move(hist));
-  const bool pca = a.has_pca && !a.keys_pca[static_cast<std::size_t>(sel.layer)].empty();
+  const float* pca_keys = a.pca_row(sel.layer, sel.head);
+  const bool pca = pca_keys != nullptr;
   if (pca) f.columns = 3;
   if (att) {
     viz::ScatterPlot sp;
@@ -367,7 +329,7 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   }
   if (pca) {
     // Keys on their two principal axes (capture.cpp), kept vs evicted, same subsampling.
-    const float* k = a.keys_pca[static_cast<std::size_t>(sel.layer)].data() + sel.head * T * 2;
+    const float* k = pca_keys;
     viz::ScatterPlot pp;
     pp.title = "keys on their two principal axes" + std::string(sk > 1 || se > 1 ? " (subsampled)" : "");
     pp.x.label = "PC 1";
@@ -390,14 +352,16 @@ viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Se
   viz::Figure f = base(a, "Channel saliency |q\xcc\x84|\xc2\xb7|k| of layer " + std::to_string(sel.layer));
   f.columns = 1;
   const std::int64_t D = a.head_dim, H = a.n_head_kv;
-  const bool have = a.has_channels && sel.layer >= 0 && sel.layer < a.n_layer &&
-                    !a.channel_mean[static_cast<std::size_t>(sel.layer)].empty();
+  const std::vector<float>* mean = a.layer_values(Part::kChannelMean, sel.layer);
+  const std::vector<float>* cvs = a.layer_values(Part::kChannelCv, sel.layer);
+  const bool have = mean != nullptr;
   if (!have || D == 0) {
     f.panels.push_back(note_panel("no channel statistics captured for layer " + std::to_string(sel.layer) + " (capture full)"));
     return f;
   }
-  const auto& cm = a.channel_mean[static_cast<std::size_t>(sel.layer)];
-  const auto& cv = a.channel_cv[static_cast<std::size_t>(sel.layer)];
+  static const std::vector<float> kNoValues;
+  const auto& cm = *mean;
+  const auto& cv = cvs ? *cvs : kNoValues;
   auto bars = [&](const std::vector<float>& src, std::string title, std::string ylabel, viz::Color col) {
     viz::BarChart b;
     b.title = std::move(title);
@@ -626,6 +590,277 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   return f;
 }
 
+// Per prompt position of (sel.layer, sel.head): 0 neither, 1 only B, 2 only A, 3 both (empty when
+// the runs are on different prompts or the head is outside either run).
+std::vector<int> kept_diff(const RunData& a, const RunData& b, const Selection& sel, KeptDiffCounts* counts) {
+  std::vector<int> c;
+  if (a.record.info.prompt.tokens != b.record.info.prompt.tokens || !valid_head(a, sel) || !valid_head(b, sel)) return c;
+  c.resize(static_cast<std::size_t>(a.n_tok));
+  KeptDiffCounts n;
+  for (std::int64_t i = 0; i < a.n_tok; ++i) {
+    const bool ka = a.kept_at(sel.layer, sel.head, i), kb = b.kept_at(sel.layer, sel.head, i);
+    c[static_cast<std::size_t>(i)] = ka && kb ? 3 : ka ? 2 : kb ? 1 : 0;
+    n.both += ka && kb, n.only_a += ka && !kb, n.only_b += kb && !ka;
+  }
+  if (counts) *counts = n;
+  return c;
+}
+
+namespace {
+
+const std::vector<viz::TokenCategory>& diff_categories() {
+  static const std::vector<viz::TokenCategory> c = {
+      {"neither", kEvictedColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}, {"both", kKeptColor}};
+  return c;
+}
+
+// Kept-set difference of the selected head over the prompt.
+viz::TokenStrip diff_strip(const RunData& a, const RunData& b, const Selection& sel) {
+  viz::TokenStrip t;
+  t.categories = diff_categories();
+  KeptDiffCounts n;
+  t.category = kept_diff(a, b, sel, &n);
+  if (t.category.empty()) {
+    t.category = {0};
+    t.title = "runs are on different prompts: no token-level difference";
+  } else {
+    t.title = head_name(sel) + ": both " + std::to_string(n.both) + ", only A " + std::to_string(n.only_a) + ", only B " +
+              std::to_string(n.only_b);
+  }
+  t.aggregate = viz::Aggregate::Max;
+  return t;
+}
+
+std::string ab_caption(const RunData& a, const RunData& b) {
+  return "A: " + a.caption() + "  |  B: #" + std::to_string(b.ref.run) + " " +
+         (b.record.row.pipeline_spec.empty() ? "full cache" : b.record.row.pipeline_spec) + " \xc2\xb7 " + b.budget_text();
+}
+
+const char* kDiffGroupNames[4] = {"neither", "only B", "only A", "both"};
+
+}  // namespace
+
+viz::Figure tokens_diff_figure(const RunData& a, const RunData& b, const Selection& sel) {
+  viz::Figure f;
+  f.caption = ab_caption(a, b);
+  f.panels.push_back(diff_strip(a, b, sel));
+  std::get<viz::TokenStrip>(f.panels[0]).title = "A \xe2\x88\x92 B, kept by " + std::get<viz::TokenStrip>(f.panels[0]).title;
+  return f;
+}
+
+viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const AttentionOptions& o, const Selection& sel, int width_px) {
+  viz::Figure f;
+  f.title = "Kept A \xe2\x88\x92 kept B over the prompt, layer " + std::to_string(sel.layer);
+  f.caption = ab_caption(a, b);
+  f.columns = 1;
+  const std::int64_t T = a.n_tok, H = a.n_head_kv;
+  const bool comparable = a.record.info.prompt.tokens == b.record.info.prompt.tokens && a.n_head_kv == b.n_head_kv &&
+                          valid_head(a, sel) && valid_head(b, sel) && T > 0;
+  if (!comparable) {
+    f.panels.push_back(note_panel("runs on different prompts or model shapes: no kept-set difference"));
+    return f;
+  }
+  // Every KV head of the layer: +1 kept only by A, -1 only by B, 0 both or neither (mean per pixel).
+  viz::Heatmap hm;
+  hm.title = "all KV heads of layer " + std::to_string(sel.layer) + ": +1 only A, \xe2\x88\x92" "1 only B (mean per pixel)";
+  hm.rows = H;
+  hm.cols = T;
+  hm.values.assign(static_cast<std::size_t>(H * T), 0.0f);
+  for (std::int64_t h = 0; h < H; ++h) {
+    const Selection s{sel.layer, h, -1};
+    const auto c = kept_diff(a, b, s, nullptr);
+    for (std::int64_t i = 0; i < T && !c.empty(); ++i)
+      hm.values[static_cast<std::size_t>(h * T + i)] = c[static_cast<std::size_t>(i)] == 2 ? 1.0f : c[static_cast<std::size_t>(i)] == 1 ? -1.0f : 0.0f;
+  }
+  hm.x.label = "prompt position";
+  hm.y.label = "KV head";
+  hm.colormap = "coolwarm";
+  hm.value_range = viz::Range{-1, 1};
+  hm.colorbar_label = "kept A \xe2\x88\x92 kept B";
+  hm.aggregate = viz::Aggregate::Mean;
+  f.panels.push_back(std::move(hm));
+
+  // Selected head: attention (the same model and prompt: A's capture, else B's), markers where only
+  // one run kept the token (max per bucket).
+  const float* row = a.attention_row(sel.layer, sel.head);
+  if (!row) row = b.attention_row(sel.layer, sel.head);
+  const auto cat = kept_diff(a, b, sel, nullptr);
+  if (row) {
+    const std::int64_t nb = std::clamp<std::int64_t>(width_px / 2, 16, 4096);
+    const std::int64_t per = std::max<std::int64_t>(1, (T + nb - 1) / nb);
+    viz::Series all, only_a, only_b;
+    all.name = per > 1 ? "all tokens (max per " + std::to_string(per) + ")" : "all tokens";
+    all.color = viz::Color::hex(0x555555);
+    all.width = 1.2;
+    only_a.name = "kept only by A";
+    only_b.name = "kept only by B";
+    only_a.color = kOnlyAColor;
+    only_b.color = kOnlyBColor;
+    for (auto* s : {&only_a, &only_b}) s->line = viz::LineStyle::None, s->marker = viz::Marker::Circle, s->marker_size = 2.4;
+    for (std::int64_t s = 0; s < T; s += per) {
+      const std::int64_t e = std::min(T, s + per);
+      float mx = 0, ma = -1, mb = -1;
+      for (std::int64_t i = s; i < e; ++i) {
+        mx = std::max(mx, row[i]);
+        if (cat[static_cast<std::size_t>(i)] == 2) ma = std::max(ma, row[i]);
+        if (cat[static_cast<std::size_t>(i)] == 1) mb = std::max(mb, row[i]);
+      }
+      const double x = per > 1 ? 0.5 * static_cast<double>(s + e - 1) : static_cast<double>(s);
+      all.x.push_back(x), all.y.push_back(mx);
+      if (ma >= 0) only_a.x.push_back(x), only_a.y.push_back(ma);
+      if (mb >= 0) only_b.x.push_back(x), only_b.y.push_back(mb);
+    }
+    viz::LinePlot lp;
+    lp.title = head_name(sel) + ": attention per prompt position, tokens only one run kept";
+    lp.x.label = "prompt position";
+    lp.y.label = "window-mean attention";
+    lp.y.log = o.log_scale;
+    lp.x.range = viz::Range{0, static_cast<double>(std::max<std::int64_t>(T - 1, 1))};
+    lp.series = {std::move(all), std::move(only_a), std::move(only_b)};
+    lp.legend = viz::LegendPos::TopRight;
+    f.panels.push_back(std::move(lp));
+  } else {
+    f.panels.push_back(note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
+  }
+  f.panels.push_back(diff_strip(a, b, sel));
+  f.row_weights = {2.2, 2.6, 1.2};
+  return f;
+}
+
+viz::Figure keys_diff_figure(const RunData& a, const RunData& b, const KeysOptions& o, const Selection& sel) {
+  viz::Figure f;
+  f.title = "Key geometry of " + head_name(sel) + ": tokens kept by A, by B, by both";
+  f.caption = ab_caption(a, b);
+  f.columns = 2;
+  const auto cat = kept_diff(a, b, sel, nullptr);
+  const float* cos = a.cos_row(sel.layer, sel.head);
+  const float* att = a.attention_row(sel.layer, sel.head);
+  const float* pca = a.pca_row(sel.layer, sel.head);
+  if (!cos) cos = b.cos_row(sel.layer, sel.head), att = b.attention_row(sel.layer, sel.head), pca = b.pca_row(sel.layer, sel.head);
+  if (cat.empty() || !cos) {
+    f.columns = 1;
+    f.panels.push_back(note_panel(cat.empty() ? "runs on different prompts: no kept-set difference"
+                                              : "no cos_to_mean captured for " + head_name(sel) + " (run with capture full)"));
+    return f;
+  }
+  const std::int64_t T = a.n_tok;
+  float lo = std::numeric_limits<float>::max(), hi = -lo;
+  for (std::int64_t i = 0; i < T; ++i)
+    if (std::isfinite(cos[i])) lo = std::min(lo, cos[i]), hi = std::max(hi, cos[i]);
+  if (!(hi > lo)) hi = lo + 1e-3f;
+  const int bins = std::clamp(o.bins, 4, 200);
+  const auto& cats = diff_categories();
+  // Histogram of only A / only B / both (neither dominates and is left out).
+  viz::BarChart hist;
+  hist.title = "cosine of each key to the mean key: kept only by A, only by B, by both";
+  for (int g : {2, 1, 3})
+    hist.series.push_back({kDiffGroupNames[g], std::vector<double>(static_cast<std::size_t>(bins), 0.0), cats[static_cast<std::size_t>(g)].color});
+  for (int k = 0; k < bins; ++k) hist.categories.push_back(fmt("%.2f", lo + (hi - lo) * (k + 0.5) / bins));
+  // Scatter groups, subsampled to a few thousand points each (neither drawn first, underneath).
+  std::array<std::int64_t, 4> n{};
+  for (int c : cat) ++n[static_cast<std::size_t>(c)];
+  const std::int64_t cap = 2000;
+  std::array<std::int64_t, 4> stride{}, seen{};
+  for (int g = 0; g < 4; ++g) stride[static_cast<std::size_t>(g)] = std::max<std::int64_t>(1, (n[static_cast<std::size_t>(g)] + cap - 1) / cap);
+  std::array<viz::ScatterGroup, 4> sc, pc;
+  for (int g = 0; g < 4; ++g) {
+    const viz::Color col = g == 0 ? viz::Color::hex(0xbbbbbb) : *cats[static_cast<std::size_t>(g)].color;
+    sc[static_cast<std::size_t>(g)] = {kDiffGroupNames[g], {}, {}, col, viz::Marker::Circle, g == 0 ? 1.8 : 2.4};
+    pc[static_cast<std::size_t>(g)] = sc[static_cast<std::size_t>(g)];
+  }
+  const int hist_series[4] = {-1, 1, 0, 2};
+  for (std::int64_t i = 0; i < T; ++i) {
+    const auto g = static_cast<std::size_t>(cat[static_cast<std::size_t>(i)]);
+    if (std::isfinite(cos[i]) && hist_series[g] >= 0) {
+      const int bin = std::clamp(static_cast<int>((cos[i] - lo) / (hi - lo) * bins), 0, bins - 1);
+      hist.series[static_cast<std::size_t>(hist_series[g])].values[static_cast<std::size_t>(bin)] += 1;
+    }
+    if ((seen[g]++ % stride[g]) != 0) continue;
+    if (att && std::isfinite(cos[i])) sc[g].x.push_back(cos[i]), sc[g].y.push_back(std::max(att[i], 1e-9f));
+    if (pca) pc[g].x.push_back(pca[2 * i]), pc[g].y.push_back(pca[2 * i + 1]);
+  }
+  hist.x.label = "cosine to mean key";
+  hist.y.label = "tokens";
+  for (int k = 0; k < bins; k += std::max(1, bins / 8))
+    hist.x.ticks.push_back(k), hist.x.tick_labels.push_back(hist.categories[static_cast<std::size_t>(k)]);
+  hist.legend = viz::LegendPos::TopLeft;
+  f.panels.push_back(std::move(hist));
+  const bool sub = std::any_of(stride.begin(), stride.end(), [](std::int64_t s) { return s > 1; });
+  if (att) {
+    viz::ScatterPlot sp;
+    sp.title = "cosine to mean key vs attention" + std::string(sub ? " (subsampled)" : "");
+    sp.x.label = "cosine to mean key";
+    sp.y.label = "window-mean attention";
+    sp.y.log = true;
+    sp.groups = {sc[0], sc[3], sc[1], sc[2]};
+    f.panels.push_back(std::move(sp));
+  } else {
+    f.panels.push_back(note_panel("no attention captured: no scatter"));
+  }
+  if (pca) {
+    f.columns = 3;
+    viz::ScatterPlot pp;
+    pp.title = "keys on their two principal axes" + std::string(sub ? " (subsampled)" : "");
+    pp.x.label = "PC 1";
+    pp.y.label = "PC 2";
+    pp.groups = {pc[0], pc[3], pc[1], pc[2]};
+    f.panels.push_back(std::move(pp));
+  }
+  return f;
+}
+
+viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const ChannelsOptions& o, const Selection& sel) {
+  viz::Figure f;
+  f.title = "Channel saliency of layer " + std::to_string(sel.layer) + ": A \xe2\x88\x92 B";
+  f.caption = ab_caption(a, b);
+  f.columns = 1;
+  const std::int64_t D = a.head_dim, H = a.n_head_kv;
+  const auto* ma = a.layer_values(Part::kChannelMean, sel.layer);
+  const auto* mb = b.layer_values(Part::kChannelMean, sel.layer);
+  const auto* ca = a.layer_values(Part::kChannelCv, sel.layer);
+  const auto* cb = b.layer_values(Part::kChannelCv, sel.layer);
+  if (!ma || !mb || b.head_dim != D || b.n_head_kv != H || D == 0) {
+    f.panels.push_back(note_panel("channel statistics of layer " + std::to_string(sel.layer) +
+                                  " not captured in both runs (capture full, same model)"));
+    return f;
+  }
+  const std::int64_t h = std::clamp<std::int64_t>(sel.head, 0, H - 1);
+  auto diff = [&](const std::vector<float>* x, const std::vector<float>* y, std::string title, std::string ylabel) {
+    viz::BarChart bc;
+    bc.title = std::move(title);
+    std::vector<double> v(static_cast<std::size_t>(D), kNaN);
+    if (x && y)
+      for (std::int64_t j = 0; j < D; ++j)
+        v[static_cast<std::size_t>(j)] = (*x)[static_cast<std::size_t>(h * D + j)] - (*y)[static_cast<std::size_t>(h * D + j)];
+    for (std::int64_t j = 0; j < D; ++j) bc.categories.push_back(std::to_string(j));
+    bc.series = {{"", v, kOnlyAColor}};
+    bc.x.label = "channel";
+    bc.y.label = std::move(ylabel);
+    const std::int64_t step = D <= 16 ? 1 : D <= 64 ? 8 : 16;
+    for (std::int64_t j = 0; j < D; j += step) bc.x.ticks.push_back(static_cast<double>(j)), bc.x.tick_labels.push_back(std::to_string(j));
+    bc.legend = viz::LegendPos::None;
+    return bc;
+  };
+  f.panels.push_back(diff(ma, mb, head_name(sel) + ": mean saliency per channel, A \xe2\x88\x92 B", "\xce\x94 mean |q\xcc\x84|\xc2\xb7|k|"));
+  f.panels.push_back(diff(ca, cb, head_name(sel) + ": CV over tokens per channel, A \xe2\x88\x92 B", "\xce\x94 CV"));
+  viz::Heatmap hm;
+  hm.title = std::string(o.cv ? "channel CV" : "mean channel saliency") + ", A \xe2\x88\x92 B, every KV head of layer " + std::to_string(sel.layer);
+  hm.rows = H;
+  hm.cols = D;
+  const auto* x = o.cv ? ca : ma;
+  const auto* y = o.cv ? cb : mb;
+  hm.values.assign(static_cast<std::size_t>(H * D), kNaNf);
+  if (x && y)
+    for (std::size_t i = 0; i < hm.values.size(); ++i) hm.values[i] = (*x)[i] - (*y)[i];
+  hm.x.label = "channel";
+  hm.y.label = "KV head";
+  hm.colormap = "coolwarm";
+  hm.colorbar_label = o.cv ? "\xce\x94 CV" : "\xce\x94 mean";
+  f.panels.push_back(std::move(hm));
+  f.row_weights = {1, 1, 1.3};
+  return f;
+}
+
 viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel) {
   viz::Figure f;
   f.title = "A #" + std::to_string(a.ref.run) + " vs B #" + std::to_string(b.ref.run);
@@ -643,8 +878,8 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
     for (std::int64_t l = 0; l < a.n_layer; ++l)
       for (std::int64_t h = 0; h < a.n_head_kv; ++h) {
         std::vector<std::int64_t> all_a, all_b;
-        const auto& ka = a.has_kept ? a.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)] : all_a;
-        const auto& kb = b.has_kept ? b.kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)] : all_b;
+        const auto& ka = a.kept_set(l, h) ? *a.kept_set(l, h) : all_a;
+        const auto& kb = b.kept_set(l, h) ? *b.kept_set(l, h) : all_b;
         if (!a.has_kept) all_a.resize(static_cast<std::size_t>(a.n_tok)), std::iota(all_a.begin(), all_a.end(), 0);
         if (!b.has_kept) all_b.resize(static_cast<std::size_t>(b.n_tok)), std::iota(all_b.begin(), all_b.end(), 0);
         hm.values[static_cast<std::size_t>(l * a.n_head_kv + h)] = static_cast<float>(jaccard(ka, kb));
@@ -685,25 +920,7 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
   f.panels.push_back(std::move(d));
 
   // Token-level difference for the selected head.
-  viz::TokenStrip t;
-  t.title = "kept by " + head_name(sel) + ": both, only A, only B, neither";
-  t.categories = {{"neither", kEvictedColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}, {"both", kKeptColor}};
-  if (same_prompt && valid_head(a, sel) && valid_head(b, sel)) {
-    t.category.resize(static_cast<std::size_t>(a.n_tok));
-    std::int64_t only_a = 0, only_b = 0, both = 0;
-    for (std::int64_t i = 0; i < a.n_tok; ++i) {
-      const bool ka = a.kept_at(sel.layer, sel.head, i), kb = b.kept_at(sel.layer, sel.head, i);
-      t.category[static_cast<std::size_t>(i)] = ka && kb ? 3 : ka ? 2 : kb ? 1 : 0;
-      both += ka && kb, only_a += ka && !kb, only_b += kb && !ka;
-    }
-    t.title = head_name(sel) + ": both " + std::to_string(both) + ", only A " + std::to_string(only_a) + ", only B " +
-              std::to_string(only_b);
-  } else {
-    t.category = {0};
-    t.title = "runs are on different prompts: no token-level difference";
-  }
-  t.aggregate = viz::Aggregate::Max;
-  f.panels.push_back(std::move(t));
+  f.panels.push_back(diff_strip(a, b, sel));
 
   // Kept entries per head, A - B (where head-wise budgets moved entries).
   viz::Heatmap kd;
@@ -752,4 +969,4 @@ std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, c
   return out;
 }
 
-}  // namespace kvscope::gui
+}  // namespace kvscope::figures
