@@ -4,6 +4,7 @@
 //   bench_engine --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 --contexts 4096,32768
 //   bench_engine --model assets/models/pycode-16m --device cuda --dtype bf16 --contexts 512,3500
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -12,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kvscope/core/decode_graph.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/model.h"
 
@@ -87,10 +89,16 @@ int main(int argc, char** argv) {
     sync(logits);
     const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
     int32_t tok = static_cast<int32_t>(logits.argmax().item<int64_t>());
-    for (int i = 0; i < 3; ++i) tok = static_cast<int32_t>(engine.forward(cache, std::span<const int32_t>(&tok, 1)).argmax().item<int64_t>());
+    // Decode as generate() does: one CUDA graph per step where supported, else the eager path.
+    std::unique_ptr<kvscope::DecodeGraph> graph;
+    if (kvscope::DecodeGraph::supported(engine, cache, decode_steps + 3)) graph = std::make_unique<kvscope::DecodeGraph>(engine, cache);
+    auto step = [&](int32_t t) {
+      const at::Tensor lg = graph ? graph->step(t) : engine.forward(cache, std::span<const int32_t>(&t, 1));
+      return static_cast<int32_t>(lg.argmax().item<int64_t>());
+    };
+    for (int i = 0; i < 3; ++i) tok = step(tok);
     t0 = Clock::now();
-    for (int64_t i = 0; i < decode_steps; ++i)
-      tok = static_cast<int32_t>(engine.forward(cache, std::span<const int32_t>(&tok, 1)).argmax().item<int64_t>());
+    for (int64_t i = 0; i < decode_steps; ++i) tok = step(tok);
     const double decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
     const double mean_ctx = ctx + 3 + decode_steps / 2.0;
     const double kv_bytes = 2.0 * c.n_layer * c.n_head_kv * c.head_dim * itemsize * mean_ctx;

@@ -43,11 +43,12 @@ bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t 
 struct DecodeGraph::Impl {
   const Engine& engine;
   KvCache& cache;
+  DecodeAttentionPolicy* policy;
   DeviceDecodeState state;
   at::Tensor logits;      // fp32 [vocab], the graph's output
   at::cuda::CUDAGraph graph;
 
-  Impl(const Engine& e, KvCache& c) : engine(e), cache(c) {}
+  Impl(const Engine& e, KvCache& c, DecodeAttentionPolicy* p) : engine(e), cache(c), policy(p) {}
 
   /// Device state from the cache's host bookkeeping, copied into the tensors the graph reads.
   void load_state() {
@@ -64,10 +65,10 @@ struct DecodeGraph::Impl {
   }
 };
 
-DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache) {
+DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention) {
   const Model& m = engine.model();
   if (!supported(engine, cache, 1)) throw std::runtime_error("DecodeGraph: this model/cache cannot run as a CUDA graph");
-  impl_ = std::make_unique<Impl>(engine, cache);
+  impl_ = std::make_unique<Impl>(engine, cache, decode_attention);
   Impl& s = *impl_;
   const c10::cuda::CUDAGuard guard(m.device);
   const auto i64 = at::TensorOptions().device(m.device).dtype(at::kLong);
@@ -90,11 +91,11 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache) {
   {
     const c10::cuda::CUDAStreamGuard sg(stream);
     s.load_state();
-    (void)engine.decode_step_device(cache, s.state);
+    (void)engine.decode_step_device(cache, s.state, s.policy);
     s.load_state();
     stream.synchronize();
     s.graph.capture_begin();
-    s.logits = engine.decode_step_device(cache, s.state);
+    s.logits = engine.decode_step_device(cache, s.state, s.policy);
     s.graph.capture_end();
     s.load_state();  // capture records without running, but keep it obviously clean
     stream.synchronize();
@@ -120,7 +121,7 @@ at::Tensor DecodeGraph::step(int32_t token) {
 
 struct DecodeGraph::Impl {};
 
-DecodeGraph::DecodeGraph(const Engine&, KvCache&) {
+DecodeGraph::DecodeGraph(const Engine&, KvCache&, DecodeAttentionPolicy*) {
   throw std::runtime_error("DecodeGraph: kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
 }
 DecodeGraph::~DecodeGraph() = default;

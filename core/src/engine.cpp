@@ -89,8 +89,9 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
                                       const LayerObserver& observer) const {
   // One decode token through the fused kernels (kernels/): RMSNorm, RoPE + in-place cache append,
   // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, SiLU-mul. A
-  // decode-attention policy (HSA, Quest, SparQ, ...) replaces the attention step only. Without a
-  // policy, an observer or m.commit it reads no host state but m's bounds (graph capture).
+  // decode-attention policy (HSA, Quest, SparQ, ...) replaces the attention step only. Without
+  // m.commit or an observer it reads no host state but m's bounds (graph capture; a policy then
+  // runs attend_device).
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
@@ -104,16 +105,20 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
                    m.length, m.position);
   m.length.add_(1);
   if (m.commit) cache.commit_append(l, 1);
-  at::Tensor attn = decode_attention ? decode_attention->attend(l, q, cache).reshape({1, H * D})
-                                     : ops::decode_attention(q, L.k, L.v, m.offset, m.length, m.max_len, m.total_len, H / Hkv)
-                                           .view({1, H * D});
+  at::Tensor attn;
+  if (!decode_attention)
+    attn = ops::decode_attention(q, L.k, L.v, m.offset, m.length, m.max_len, m.total_len, H / Hkv).view({1, H * D});
+  else if (m.commit)
+    attn = decode_attention->attend(l, q, cache).reshape({1, H * D});
+  else
+    attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({1, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
   at::Tensor residual = at::linear(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
   return residual + at::linear(ops::silu_mul(at::linear(h2, w.w_gate_up)), w.w_down);
 }
 
-at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s) const {
+at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {
   const ModelConfig& c = model_.config;
   if (static_cast<int64_t>(s.meta.size()) != c.n_layer || s.max_len.size() != s.meta.size() ||
       s.total_len.size() != s.meta.size())
@@ -122,7 +127,7 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s) cons
   const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.position, s.max_len[l], s.total_len[l], /*commit=*/false};
-    x = fused_decode_layer(l, x, rope, cache, m, nullptr, {});
+    x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {});
   }
   s.position.add_(1);
   return at::linear(rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head).to(at::kFloat).view({-1});

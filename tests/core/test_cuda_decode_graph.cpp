@@ -11,6 +11,9 @@
 #include "../../core/src/ops/cuda_ops.h"
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/engine.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/policy.h"
 #include "kvscope/core/model.h"
 #include "test_support.h"
 
@@ -87,6 +90,32 @@ void compare_paths(at::ScalarType dtype, bool ragged, double logit_tol) {
 TEST_F(CudaDecodeGraph, Fp32FullCacheMatchesEagerSteps) { compare_paths(at::kFloat, false, 1e-3); }
 TEST_F(CudaDecodeGraph, Fp32RaggedCacheMatchesEagerSteps) { compare_paths(at::kFloat, true, 1e-3); }
 TEST_F(CudaDecodeGraph, Bf16RaggedCacheMatchesEagerSteps) { compare_paths(at::kBFloat16, true, 0.25); }
+
+/// A sparse-decode pipeline run twice through generate(): with capture on (telemetry: the eager
+/// fused path, attend_fused) and off (CUDA graph, attend_device). Greedy tokens and bytes per step
+/// agree.
+void compare_generate(const std::string& spec, int64_t budget) {
+  const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kFloat, {}});
+  const Engine engine(model);
+  PolicyRegistry reg;
+  register_builtin_policies(reg);
+  const Pipeline pipeline(reg, spec);
+  GenerateRequest req;
+  req.prompt_ids = random_ids(1500, model.config.vocab_size, 21);
+  req.max_new_tokens = 24;
+  req.pipeline = &pipeline;
+  req.budget = BudgetSpec{BudgetSpec::Unit::kFetched, double(budget)};
+  req.capture = CaptureLevel::kSummary;
+  const GenerateResult eager = generate(engine, req);
+  req.capture = CaptureLevel::kOff;
+  const GenerateResult graphed = generate(engine, req);
+  EXPECT_FALSE(eager.selection_recall.empty()) << spec << ": the eager run should have recorded selections";
+  EXPECT_EQ(eager.output_ids, graphed.output_ids) << spec;
+  EXPECT_EQ(eager.bytes_read, graphed.bytes_read) << spec;
+}
+
+TEST_F(CudaDecodeGraph, RocketKvGraphMatchesEagerFused) { compare_generate("rocketkv", 256); }
+TEST_F(CudaDecodeGraph, QuestGraphMatchesEagerFused) { compare_generate("quest", 256); }
 
 TEST_F(CudaDecodeGraph, RefusesACacheWithoutRoom) {
   const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kBFloat16, {}});

@@ -61,6 +61,7 @@ class Hsa : public DecodeSelectionBase {
     page_ = page_param_ > 0 ? page_param_ : split_.page;
     k1_ = std::min(k1_param_ > 0 ? k1_param_ : split_.k1, D);
     k2_ = k2_param_ > 0 ? k2_param_ : split_.k2;
+    n_head_ = config.n_head;
     pages_.reset(config.n_layer, page_);
     configured_ = true;
   }
@@ -77,22 +78,59 @@ class Hsa : public DecodeSelectionBase {
   // gather decode-attention kernel): page upkeep, scoring, top-k2 selection, sparse attention.
   at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override {
     const LayerKv& kv = cache.layer(layer);
-    const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), G = q.size(0) / Hkv;
-    if ((D != 64 && D != 128) || G > 16) return {};  // the kernels' shapes; attend_heads covers the rest
+    if (!kernels_fit(cache)) return {};  // attend_heads covers the rest
     const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
     if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
-    const int64_t k1 = std::min(k1_, D), row_bytes = 2 * D * kv.k.element_size();
     int64_t max_pages = 1, max_rows = 1;
-    for (int64_t h = 0; h < Hkv; ++h) {
-      const int64_t n = kv.length[h], n_pages = (n + page_ - 1) / page_;
-      max_pages = std::max(max_pages, n_pages);
+    for (int64_t n : kv.length) {
+      max_pages = std::max(max_pages, (n + page_ - 1) / page_);
       max_rows = std::max(max_rows, std::min(n, k2_));
-      bytes_last_ += k2_ >= n ? n * row_bytes : n_pages * k1 * kv.k.element_size() + k2_ * row_bytes;
     }
+    bytes_last_ += layer_bytes(kv);
+    return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
+  }
+
+ public:
+  bool prepare_graph(const KvCache& cache, int64_t steps) override {
+    if (!configured_ || !kernels_fit(cache)) return false;
+    for (int64_t l = 0; l < cache.n_layer(); ++l) pages_.prepare(l, cache, steps);
+    return true;
+  }
+  at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                           const at::Tensor& length_dev) override {
+    const LayerKv& kv = cache.layer(layer);
+    ops::page_minmax_last(kv.k, offset_dev, length_dev, page_, pages_.kmin_all(layer), pages_.kmax_all(layer));
+    return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1), k2_, false);
+  }
+  int64_t after_graph_step(const KvCache& cache) override {
+    int64_t bytes = 0;
+    for (int64_t l = 0; l < cache.n_layer(); ++l) {
+      pages_.mark_covered(l, cache);
+      bytes += layer_bytes(cache.layer(l));
+    }
+    return bytes;
+  }
+
+ protected:
+  bool kernels_fit(const KvCache& cache) const {
+    return (cache.head_dim() == 64 || cache.head_dim() == 128) && n_head_ / cache.n_head_kv() <= 16;
+  }
+  /// Bytes a step reads in one layer: per KV head n_pages·k1 side-store values + k2 K/V rows, or
+  /// every row when the head attends densely.
+  int64_t layer_bytes(const LayerKv& kv) const {
+    const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item, k1 = std::min(k1_, D);
+    int64_t bytes = 0;
+    for (int64_t n : kv.length) bytes += k2_ >= n ? n * row_bytes : (n + page_ - 1) / page_ * k1 * item + k2_ * row_bytes;
+    return bytes;
+  }
+  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record) {
+    const LayerKv& kv = cache.layer(layer);
+    const int64_t G = q.size(0) / cache.n_head_kv(), k1 = std::min(k1_, cache.head_dim());
     auto [index, count] = ops::page_select(ops::PageScore::kHsa, q, pages_.kmin_all(layer), pages_.kmax_all(layer),
-                                           heads[1], max_pages, G, page_, k1, k2_);
-    record_fused_selection(index, count);
-    return ops::decode_attention_gather(q, kv.k, kv.v, heads[0], index, count, max_rows, G);
+                                           length_dev, max_pages, G, page_, k1, k2_);
+    if (record) record_fused_selection(index, count);
+    return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
   }
 
   at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
@@ -121,7 +159,7 @@ class Hsa : public DecodeSelectionBase {
   bool stage1_;
   int64_t page_param_, k1_param_, k2_param_;
   RocketKvSplit split_;
-  int64_t page_ = 1, k1_ = 1, k2_ = 1;
+  int64_t page_ = 1, k1_ = 1, k2_ = 1, n_head_ = 0;
   PageMinMax pages_;
 };
 

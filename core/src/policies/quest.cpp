@@ -88,6 +88,15 @@ void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
   for (int64_t h = 0; h < Hkv; ++h) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);
 }
 
+void PageMinMax::prepare(int64_t l, const KvCache& cache, int64_t steps) {
+  sync(l, cache);
+  int64_t pages = 1;
+  for (int64_t n : cache.layer(l).length) pages = std::max(pages, ceil_div(n + steps, page_));
+  reserve(layers_.at(l), pages);
+}
+
+void PageMinMax::mark_covered(int64_t l, const KvCache& cache) { layers_.at(l).covered = cache.layer(l).length; }
+
 bool PageMinMax::sync_last_page(int64_t l, const KvCache& cache, const at::Tensor& heads_dev) {
   Layer& L = layers_.at(l);
   const LayerKv& kv = cache.layer(l);
@@ -158,6 +167,7 @@ class Quest : public DecodeSelectionBase {
 
   void configure(const RunBudget& budget, const ModelConfig& config) override {
     k_ = k_param_ > 0 ? k_param_ : std::max<int64_t>(1, decode_fetch_budget(budget) / 2);
+    n_head_ = config.n_head;
     pages_.reset(config.n_layer, page_);
     configured_ = true;
   }
@@ -168,25 +178,64 @@ class Quest : public DecodeSelectionBase {
   void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
 
   // The same step on the GPU for all KV heads (kernels/page_select.cu + gather decode attention).
-  // Bytes count whole selected pages (the gather skips the missing tail of a partial last page).
   at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override {
     const LayerKv& kv = cache.layer(layer);
-    const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), G = q.size(0) / Hkv;
-    if ((D != 64 && D != 128) || G > 16) return {};  // the kernels' shapes; attend_heads covers the rest
-    const int64_t n_sel = (k_ + page_ - 1) / page_, row_bytes = 2 * D * kv.k.element_size();
+    if (!kernels_fit(cache)) return {};  // attend_heads covers the rest
     const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
     if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
     int64_t max_pages = 1, max_rows = 1;
-    for (int64_t h = 0; h < Hkv; ++h) {
-      const int64_t n = kv.length[h], n_pages = (n + page_ - 1) / page_;
-      max_pages = std::max(max_pages, n_pages);
-      max_rows = std::max(max_rows, std::min(n, n_sel * page_));
-      bytes_last_ += n_sel >= n_pages ? n * row_bytes : n_pages * 2 * D * kv.k.element_size() + n_sel * page_ * row_bytes;
+    for (int64_t n : kv.length) {
+      max_pages = std::max(max_pages, (n + page_ - 1) / page_);
+      max_rows = std::max(max_rows, std::min(n, n_sel() * page_));
     }
+    bytes_last_ += layer_bytes(kv);
+    return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
+  }
+
+ public:
+  bool prepare_graph(const KvCache& cache, int64_t steps) override {
+    if (!configured_ || !kernels_fit(cache)) return false;
+    for (int64_t l = 0; l < cache.n_layer(); ++l) pages_.prepare(l, cache, steps);
+    return true;
+  }
+  at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                           const at::Tensor& length_dev) override {
+    const LayerKv& kv = cache.layer(layer);
+    ops::page_minmax_last(kv.k, offset_dev, length_dev, page_, pages_.kmin_all(layer), pages_.kmax_all(layer));
+    return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1), n_sel() * page_, false);
+  }
+  int64_t after_graph_step(const KvCache& cache) override {
+    int64_t bytes = 0;
+    for (int64_t l = 0; l < cache.n_layer(); ++l) {
+      pages_.mark_covered(l, cache);
+      bytes += layer_bytes(cache.layer(l));
+    }
+    return bytes;
+  }
+
+ protected:
+  int64_t n_sel() const { return (k_ + page_ - 1) / page_; }
+  bool kernels_fit(const KvCache& cache) const {
+    return (cache.head_dim() == 64 || cache.head_dim() == 128) && n_head_ / cache.n_head_kv() <= 16;
+  }
+  // Bytes count whole selected pages (the gather skips the missing tail of a partial last page).
+  int64_t layer_bytes(const LayerKv& kv) const {
+    const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item;
+    int64_t bytes = 0;
+    for (int64_t n : kv.length) {
+      const int64_t n_pages = (n + page_ - 1) / page_;
+      bytes += n_sel() >= n_pages ? n * row_bytes : n_pages * 2 * D * item + n_sel() * page_ * row_bytes;
+    }
+    return bytes;
+  }
+  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record) {
+    const LayerKv& kv = cache.layer(layer);
+    const int64_t G = q.size(0) / cache.n_head_kv();
     auto [index, count] = ops::page_select(ops::PageScore::kQuest, q, pages_.kmin_all(layer), pages_.kmax_all(layer),
-                                           heads[1], max_pages, G, page_, 0, n_sel);
-    record_fused_selection(index, count);
-    return ops::decode_attention_gather(q, kv.k, kv.v, heads[0], index, count, max_rows, G);
+                                           length_dev, max_pages, G, page_, 0, n_sel());
+    if (record) record_fused_selection(index, count);
+    return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
   }
 
   at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
@@ -207,7 +256,7 @@ class Quest : public DecodeSelectionBase {
   }
 
  private:
-  int64_t page_, k_param_, k_ = 0;
+  int64_t page_, k_param_, k_ = 0, n_head_ = 0;
   PageMinMax pages_;
 };
 

@@ -2,7 +2,8 @@
 // DecodeGraph: the whole decode step (every layer, final norm, LM head) captured once as a CUDA
 // graph and replayed per token, so the ~10 launches per layer cost one graph launch. For the
 // eager-fused path's work (Engine::decode_step_device) over a cache whose buffers stay put:
-// batch 1, no decode-attention policy, no per-layer observer (capture off).
+// batch 1, no per-layer observer (capture off), and either no decode-attention policy or one whose
+// prepare_graph accepts (HSA, Quest); the caller runs its after_graph_step after each step.
 #include <cstdint>
 #include <memory>
 
@@ -21,9 +22,10 @@ class DecodeGraph {
   static bool supported(const Engine& engine, const KvCache& cache, int64_t steps);
 
   /// Captures one step at the cache's current lengths and position (one warm-up step runs first
-  /// and is undone). The cache must outlive the graph and get no other appends while it is used.
+  /// and is undone). The cache (and policy) must outlive the graph and the cache get no other
+  /// appends while it is used. `decode_attention`: optional, already prepare_graph()ed.
   /// Throws std::runtime_error when not supported() or when capture fails.
-  DecodeGraph(const Engine& engine, KvCache& cache);
+  DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention = nullptr);
   ~DecodeGraph();
   DecodeGraph(const DecodeGraph&) = delete;
   DecodeGraph& operator=(const DecodeGraph&) = delete;

@@ -53,11 +53,12 @@ class Engine {
   at::Tensor forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits = false,
                      const LayerObserver& observer = {}, DecodeAttentionPolicy* decode_attention = nullptr) const;
 
-  /// One decode token through the fused CUDA path from `s` alone (no host reads or uploads; no
-  /// decode policy, no observer): appends its K/V to `cache` in place but leaves the cache's host
-  /// lengths and position alone (the caller commits them). Returns fp32 logits [vocab].
-  /// Throws std::invalid_argument when `s` does not have one meta tensor per layer.
-  at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s) const;
+  /// One decode token through the fused CUDA path from `s` alone (no host reads or uploads, no
+  /// observer; a decode policy runs its attend_device after prepare_graph): appends its K/V to
+  /// `cache` in place but leaves the cache's host lengths and position alone (the caller commits
+  /// them). Returns fp32 logits [vocab]. Throws std::invalid_argument when `s` does not have one
+  /// meta tensor per layer.
+  at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention = nullptr) const;
 
   /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward.
   at::Tensor prefill(KvCache& cache, std::span<const int32_t> ids, int64_t chunk = 0, bool all_logits = false,

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,22 @@ class DecodeAttentionPolicy : public Policy {
   virtual int64_t bytes_read_last() const = 0;
   /// Bytes of side stores held (all layers).
   virtual int64_t side_store_bytes() const = 0;
+
+  // CUDA-graph decode (DecodeGraph). A policy that can run inside a captured decode step returns
+  // true from prepare_graph; DecodeGraph then captures attend_device in place of attend, and the
+  // caller runs after_graph_step after each replay. Default: not supported.
+  /// Readies side stores for `steps` decode steps over `cache` without reallocation (e.g. page
+  /// summaries up to date and reserved). Returns false when this policy cannot run in a graph.
+  virtual bool prepare_graph(const class KvCache& cache, int64_t steps) { return false; }
+  /// attend() reading only device state: offset_dev / length_dev int64 [n_head_kv] (lengths
+  /// include the step's entry; the cache's host lengths are stale while capturing).
+  virtual at::Tensor attend_device(int64_t layer, const at::Tensor& q, const class KvCache& cache,
+                                   const at::Tensor& offset_dev, const at::Tensor& length_dev) {
+    throw std::logic_error(name() + ": no CUDA-graph decode (prepare_graph returned false)");
+  }
+  /// Host bookkeeping after a replayed step (the cache's host lengths are committed). Returns the
+  /// K/V and side-store bytes the step read, all layers.
+  virtual int64_t after_graph_step(const class KvCache& cache) { return 0; }
 };
 
 /// The catalogue of policies: name -> stage, ParamSpec table, factory. Built once in main by

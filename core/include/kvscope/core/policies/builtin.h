@@ -176,6 +176,11 @@ class PageMinMax {
   /// offsets and lengths on the device, ops::upload_heads) and returns true; otherwise does nothing
   /// and returns false (call sync()).
   bool sync_last_page(int64_t l, const KvCache& cache, const at::Tensor& heads_dev);
+  /// For `steps` graph-replayed decode steps: sync() layer l, then reserve the pages those steps
+  /// can reach, so the summaries never move while a CUDA graph points at them.
+  void prepare(int64_t l, const KvCache& cache, int64_t steps);
+  /// After a replayed step: the kernel has summarised every live entry of layer l.
+  void mark_covered(int64_t l, const KvCache& cache);
   /// The whole summaries of layer l: [Hkv, page capacity, D] (valid pages only up to n_pages).
   const at::Tensor& kmin_all(int64_t l) const { return layers_.at(l).kmin; }
   const at::Tensor& kmax_all(int64_t l) const { return layers_.at(l).kmax; }
