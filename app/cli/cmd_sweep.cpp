@@ -4,9 +4,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define TOML_HEADER_ONLY 1
-#include <toml++/toml.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -15,66 +12,13 @@
 #include <sstream>
 
 #include "commands.h"
+#include "fault_injection.h"
 #include "kvscope/core/errors.h"
 #include "session_record.h"
+#include "sweep_grid.h"
 
 namespace kvscope::cli {
 namespace {
-
-/// A sweep grid, parsed once from TOML (format in README "Sweeps").
-struct Grid {
-  std::vector<std::string> models, prompts, pipelines;
-  std::string budget_unit = "ratio";
-  std::vector<double> budgets;
-  int64_t max_new_tokens = 32;
-  std::string bos = "auto", device = "cpu", dtype = "fp32", capture = "summary";
-  bool reference_full = true;
-};
-
-template <class T>
-std::vector<T> array_of(const toml::table& t, const char* key, const std::filesystem::path& file) {
-  std::vector<T> out;
-  const auto* arr = t[key].as_array();
-  if (!arr) throw InputError(file, std::string("missing array '") + key + "'");
-  for (const auto& e : *arr) {
-    auto v = e.value<T>();
-    if (!v) throw InputError(file, std::string("'") + key + "' has an element of the wrong type");
-    out.push_back(*v);
-  }
-  if (out.empty()) throw InputError(file, std::string("'") + key + "' is empty");
-  return out;
-}
-
-Grid parse_grid(const std::filesystem::path& file) {
-  toml::table t;
-  try {
-    t = toml::parse_file(file.string());
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << "not valid TOML: " << e.description() << " (line " << e.source().begin.line << ")";
-    throw InputError(file, os.str());
-  }
-  Grid g;
-  const auto base = file.parent_path();
-  auto resolve = [&](const std::string& p) {
-    return std::filesystem::path(p).is_absolute() ? p : (base / p).lexically_normal().string();
-  };
-  for (auto& m : array_of<std::string>(t, "models", file)) g.models.push_back(resolve(m));
-  for (auto& p : array_of<std::string>(t, "prompts", file)) g.prompts.push_back(resolve(p));
-  g.pipelines = array_of<std::string>(t, "pipelines", file);
-  const auto* budget = t["budget"].as_table();
-  if (!budget) throw InputError(file, "missing [budget] table (unit, values)");
-  g.budget_unit = (*budget)["unit"].value_or(std::string("ratio"));
-  g.budgets = array_of<double>(*budget, "values", file);
-  g.max_new_tokens = t["max_new_tokens"].value_or(int64_t{32});
-  g.bos = t["bos"].value_or(std::string("auto"));
-  g.device = t["device"].value_or(std::string("cpu"));
-  g.dtype = t["dtype"].value_or(std::string("fp32"));
-  g.capture = t["capture"].value_or(std::string("summary"));
-  g.reference_full = t["reference"].value_or(std::string("full")) == "full";
-  if (g.budget_unit != "ratio") parse_budget_unit(g.budget_unit);  // validates
-  return g;
-}
 
 struct Item {
   std::string model, prompt, pipeline;
@@ -134,6 +78,7 @@ int run_items(const Grid& g, const std::vector<Item>& items, size_t offset, size
       req.budget = {g.budget_unit == "ratio" ? BudgetSpec::Unit::kCompressionRatio : parse_budget_unit(g.budget_unit), it.budget};
       req.reference_full = g.reference_full;
       req.capture = parse_capture_level(g.capture);
+      req.fault_hook = fault_hook_from_environment();
       int64_t run = -1;
       const std::string name = std::filesystem::path(it.prompt).filename().string() + " / " + it.pipeline;
       generate_into_store(store, engine, &pipeline, registry, req, text, name, key, run);

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "fault_injection.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/generate.h"
@@ -55,6 +56,7 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
   req.sampling = opts.sampling();
   req.stop_ids = model.stop_token_ids;
   req.prefill_chunk = opts.prefill_chunk;
+  req.fault_hook = fault_hook_from_environment();
 
   const bool stream = !opts.json && model.tokenizer;
   std::vector<int32_t> shown = req.prompt_ids;

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <new>
 #include <optional>
+#include <string_view>
 
 #include <ATen/ATen.h>
 
+#include "kvscope/core/decode_graph.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/policies/builtin.h"
 
@@ -25,6 +29,36 @@ std::vector<std::vector<std::vector<int64_t>>> kept_positions(const KvCache& cac
   return out;
 }
 
+bool is_out_of_memory(const char* what) {
+  const std::string_view m(what);
+  return m.find("out of memory") != std::string_view::npos || m.find("not enough memory") != std::string_view::npos;
+}
+
+std::string first_line(const char* what) {
+  const std::string_view m(what);
+  return std::string(m.substr(0, m.find('\n')));
+}
+
+/// Runs one prefill or decode forward `f`; an allocator's out-of-memory error (c10 on GPU or CPU,
+/// std::bad_alloc) becomes a ResourceError that says where it happened and what to try.
+template <class F>
+auto out_of_memory_guard(const GenerateRequest& req, std::string_view phase, int64_t step, const std::string& where,
+                          F&& f) {
+  std::string cause;
+  try {
+    if (req.fault_hook && !phase.empty()) req.fault_hook(phase, step);
+    return f();
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e.what())) throw;
+    cause = first_line(e.what());
+  } catch (const std::bad_alloc&) {
+    cause = "std::bad_alloc";
+  }
+  throw ResourceError("out of memory " + where +
+                      ": try a smaller budget (--budget / --compression-ratio), chunked prefill (--prefill-chunk 256), "
+                      "fewer --max-new-tokens or a shorter prompt (" + cause + ")");
+}
+
 /// KL(p_full || p_comp) and top-1 agreement of two fp32 logit vectors.
 void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp) {
   at::Tensor lp = at::log_softmax(full.to(at::kDouble), -1), lq = at::log_softmax(comp.to(at::kDouble), -1);
@@ -40,9 +74,11 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   const int64_t n_new = std::max<int64_t>(req.max_new_tokens, 1);
   int64_t capacity = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
   for (const auto& t : req.follow_up_turns) capacity += static_cast<int64_t>(t.size()) + 1 + n_new;
-  KvCache cache = engine.new_cache(capacity);
+  const std::string where_cache = "while allocating the KV cache for " + std::to_string(capacity) + " tokens on " +
+                                  engine.model().device.str();
+  KvCache cache = out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); });
   std::optional<KvCache> full;
-  if (req.reference_full) full.emplace(engine.new_cache(capacity));
+  if (req.reference_full) full.emplace(out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); }));
   auto is_stop = [&](int32_t id) { return std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end(); };
   DecodeAttentionPolicy* decode_attention = req.pipeline ? req.pipeline->decode_attention() : nullptr;
 
@@ -105,7 +141,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     // Block-wise prefill with a hard cap when the scorer asks for it (KeyDiff), else as requested.
     const int64_t chunk = req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
     auto t0 = std::chrono::steady_clock::now();
-    at::Tensor logits = engine.prefill(cache, block, chunk, false, compress);
+    const std::string device = engine.model().device.str();
+    at::Tensor logits = out_of_memory_guard(req, "prefill", int64_t(turn),
+                                            "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
+                                            [&] { return engine.prefill(cache, block, chunk, false, compress); });
     const at::Tensor block_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
     if (turn == 0) {
       res.last_logits = block_logits;
@@ -116,9 +155,21 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       if (decode_attention) res.side_store_bytes = decode_attention->side_store_bytes();
     }
     if (req.max_new_tokens <= 0) return res;
-    if (full) full_logits = engine.prefill(*full, block, req.prefill_chunk);
+    if (full)
+      full_logits = out_of_memory_guard(req, "prefill", int64_t(turn),
+                                        "during the full-cache reference prefill of " + std::to_string(block.size()) +
+                                            " tokens on " + device,
+                                        [&] { return engine.prefill(*full, block, req.prefill_chunk); });
 
     std::vector<int32_t>& out = res.turn_output_ids.emplace_back();
+    // Without per-layer telemetry, each step replays one CUDA graph of the whole decode step
+    // (DecodeGraph), captured here for this turn's cache, when the decode policy (if any) can run
+    // in one (HSA, Quest).
+    std::unique_ptr<DecodeGraph> graph;
+    const bool telemetry = topk || (selection && req.capture != CaptureLevel::kOff);
+    if (!telemetry && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
+        (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens)))
+      graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention);
     int32_t next = sampler.next(block_logits);
     t0 = std::chrono::steady_clock::now();
     step_reference(logits);
@@ -128,7 +179,15 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       if (static_cast<int64_t>(out.size()) >= req.max_new_tokens) break;
       const int32_t tok[1] = {next};
       step_bytes = 0;
-      logits = engine.forward(cache, tok, false, decode_attention || topk ? count_bytes : LayerObserver{}, decode_attention);
+      const int64_t step = res.decode_steps;
+      logits = out_of_memory_guard(req, "decode", step, "at decode step " + std::to_string(step) + " on " + device, [&] {
+        if (graph) {
+          at::Tensor lg = graph->step(next);
+          if (decode_attention) step_bytes = decode_attention->after_graph_step(cache);
+          return lg;
+        }
+        return engine.forward(cache, tok, false, decode_attention || topk ? count_bytes : LayerObserver{}, decode_attention);
+      });
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
       if (recall_terms > 0) res.selection_recall.push_back(step_recall / double(recall_terms));
       step_recall = 0;
@@ -137,7 +196,8 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       next = sampler.next(logits);  // reads the result back: the step is complete
       if (full) {
         const auto r0 = std::chrono::steady_clock::now();
-        full_logits = engine.forward(*full, tok);
+        full_logits = out_of_memory_guard(req, "decode", step, "at decode step " + std::to_string(step) + " of the full-cache reference on " + device,
+                                          [&] { return engine.forward(*full, tok); });
         reference_ms += ms_since(r0);
         step_reference(logits);
       }

@@ -14,7 +14,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   ss << in.rdbuf();
   try {
     return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error; out_of_range for a number past double
     throw InputError(path, std::string("not valid JSON: ") + e.what());
   }
 }

@@ -1,6 +1,7 @@
 #include "kvscope/core/model_config.h"
 
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,8 @@ namespace kvscope {
 namespace {
 
 using nlohmann::json;
+
+ModelConfig parse_hf_config_fields(const json& j, const std::filesystem::path& source);
 
 int64_t require_int(const json& j, const char* key, const std::filesystem::path& source) {
   auto it = j.find(key);
@@ -50,13 +53,22 @@ std::vector<int32_t> ids_of(const json& v) {
 
 }  // namespace
 
-int64_t ModelConfig::parameter_count() const {
-  const int64_t attn = hidden_size * head_dim * (2 * n_head + 2 * n_head_kv) +
-                       (qkv_bias ? head_dim * (n_head + 2 * n_head_kv) : 0);
-  const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t per_layer = attn + mlp + 2 * hidden_size;
-  return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + hidden_size;
+namespace {
+
+/// Parameter count in 128-bit arithmetic (validate() bounds every dimension below 2^31, so no
+/// product of them overflows here).
+__int128 parameter_count_wide(const ModelConfig& c) {
+  using i128 = __int128;
+  const i128 attn = i128(c.hidden_size) * c.head_dim * (2 * i128(c.n_head) + 2 * i128(c.n_head_kv)) +
+                    (c.qkv_bias ? i128(c.head_dim) * (i128(c.n_head) + 2 * i128(c.n_head_kv)) : 0);
+  const i128 mlp = 3 * i128(c.hidden_size) * c.intermediate_size;
+  const i128 per_layer = attn + mlp + 2 * i128(c.hidden_size);
+  return i128(c.vocab_size) * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + i128(c.n_layer) * per_layer + c.hidden_size;
 }
+
+}  // namespace
+
+int64_t ModelConfig::parameter_count() const { return static_cast<int64_t>(parameter_count_wide(*this)); }
 
 void ModelConfig::validate(const std::filesystem::path& source) const {
   auto positive = [&](int64_t v, const char* name) {
@@ -69,6 +81,21 @@ void ModelConfig::validate(const std::filesystem::path& source) const {
   positive(n_head, "num_attention_heads");
   positive(n_head_kv, "num_key_value_heads");
   positive(head_dim, "head_dim");
+  // Token ids are int32, and no real model comes near 2^31 in any dimension; larger values would
+  // overflow the size arithmetic downstream.
+  auto bounded = [&](int64_t v, const char* name) {
+    if (v > std::numeric_limits<int32_t>::max())
+      throw InputError(source, std::string(name) + " must be < 2^31 (got " + std::to_string(v) + ")");
+  };
+  bounded(vocab_size, "vocab_size");
+  bounded(hidden_size, "hidden_size");
+  bounded(intermediate_size, "intermediate_size");
+  bounded(n_layer, "num_hidden_layers");
+  bounded(n_head, "num_attention_heads");
+  bounded(n_head_kv, "num_key_value_heads");
+  bounded(head_dim, "head_dim");
+  if (parameter_count_wide(*this) > std::numeric_limits<int64_t>::max() / 8)
+    throw InputError(source, "the shapes imply more than 2^60 parameters");
   if (n_head % n_head_kv != 0)
     throw InputError(source, "num_attention_heads (" + std::to_string(n_head) +
                                  ") is not a multiple of num_key_value_heads (" + std::to_string(n_head_kv) + ")");
@@ -77,6 +104,16 @@ void ModelConfig::validate(const std::filesystem::path& source) const {
 }
 
 ModelConfig parse_hf_config_json(const json& j, const std::filesystem::path& source) {
+  try {
+    return parse_hf_config_fields(j, source);
+  } catch (const json::exception& e) {  // a field of the wrong type, e.g. "rms_norm_eps": "tiny"
+    throw InputError(source, std::string("malformed config: ") + e.what());
+  }
+}
+
+namespace {
+
+ModelConfig parse_hf_config_fields(const json& j, const std::filesystem::path& source) {
   if (!j.is_object()) throw InputError(source, "expected a JSON object");
   ModelConfig c;
   c.model_type = j.value("model_type", std::string());
@@ -116,6 +153,8 @@ ModelConfig parse_hf_config_json(const json& j, const std::filesystem::path& sou
   c.validate(source);
   return c;
 }
+
+}  // namespace
 
 ModelConfig parse_hf_config(const std::filesystem::path& config_json) {
   ModelConfig c = parse_hf_config_json(read_json_file(config_json), config_json);

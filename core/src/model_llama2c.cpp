@@ -1,7 +1,6 @@
 // llama2.c "legacy v0" checkpoints (karpathy/llama2.c run.c format).
 #include <ATen/ATen.h>
 
-#include <cstring>
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/model.h"
@@ -11,44 +10,17 @@ namespace kvscope {
 
 Model load_llama2c_model(const std::filesystem::path& bin, const LoadOptions& o) {
   auto file = std::make_shared<MappedFile>(bin);
-  if (file->size() < 7 * sizeof(int32_t))
-    throw InputError(bin, "truncated llama2.c checkpoint: " + std::to_string(file->size()) + " bytes, header needs 28");
-  int32_t h[7];
-  std::memcpy(h, file->data(), sizeof(h));
   Model m;
   m.source = bin;
   m.device = o.device;
   m.dtype = o.dtype;
-  ModelConfig& c = m.config;
-  c.model_type = "llama2c";
-  c.hidden_size = h[0];
-  c.intermediate_size = h[1];
-  c.n_layer = h[2];
-  c.n_head = h[3];
-  c.n_head_kv = h[4];
-  c.tie_word_embeddings = h[5] > 0;
-  c.vocab_size = h[5] > 0 ? h[5] : -int64_t{h[5]};
-  c.max_position_embeddings = h[6];
-  c.head_dim = c.n_head > 0 ? c.hidden_size / c.n_head : 0;
-  c.rope_layout = RopeLayout::kAdjacentPairs;
-  c.rope_theta = 10000.0;
-  c.rms_norm_eps = 1e-5;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
-  c.weights_dtype = "float32";
-  c.validate(bin);
-  if (c.hidden_size % c.n_head != 0) throw InputError(bin, "dim is not a multiple of n_heads");
-
+  m.config = parse_llama2c_header({file->data(), file->size()}, bin);
+  const ModelConfig& c = m.config;
   const int64_t dim = c.hidden_size, hid = c.intermediate_size, L = c.n_layer, V = c.vocab_size;
   const int64_t kv_dim = c.n_head_kv * c.head_dim, S = c.max_position_embeddings, hs = c.head_dim;
-  const int64_t floats = V * dim + L * dim + L * dim * dim + 2 * L * kv_dim * dim + L * dim * dim + L * dim +
-                         3 * L * hid * dim + dim + S * hs + (c.tie_word_embeddings ? 0 : V * dim);
-  const uint64_t need = sizeof(h) + static_cast<uint64_t>(floats) * sizeof(float);
-  if (file->size() < need)
-    throw InputError(bin, "truncated llama2.c checkpoint: " + std::to_string(file->size()) + " bytes, the header implies " +
-                              std::to_string(need));
+  constexpr size_t kHeaderBytes = 7 * sizeof(int32_t);
 
-  const float* p = reinterpret_cast<const float*>(file->data() + sizeof(h));
+  const float* p = reinterpret_cast<const float*>(file->data() + kHeaderBytes);
   auto take = [&](std::vector<int64_t> shape) {
     int64_t n = 1;
     for (auto d : shape) n *= d;

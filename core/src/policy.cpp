@@ -1,5 +1,6 @@
 #include "kvscope/core/policy.h"
 
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -31,7 +32,8 @@ double parse_number(const std::string& policy, const ParamSpec& p, const std::st
 
 ParamValues resolve_params(const std::string& policy, const std::vector<ParamSpec>& spec, const ParamValues& values) {
   ParamValues out;
-  for (const auto& [key, text] : values) {
+  for (const auto& given : values) {
+    const std::string& key = given.first;
     auto it = std::find_if(spec.begin(), spec.end(), [&](const ParamSpec& p) { return p.key == key; });
     if (it == spec.end())
       throw InputError(policy + ": unknown parameter '" + key + "' (valid: " + join_keys(spec) + ")");

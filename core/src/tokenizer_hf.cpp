@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_file.h"
+#include "text_file.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/tokenizer.h"
 
@@ -1206,7 +1206,16 @@ class HfTokenizer final : public Tokenizer {
 /// Throws InputError(path, ...) if the file is missing, not JSON, malformed, or uses an
 /// unsupported model type / normalizer / pre-tokenizer / decoder ("unsupported ... 'Type'").
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokenizer_json) {
-  const json root = read_json_file(tokenizer_json);
+  return load_hf_tokenizer_text(read_text_file(tokenizer_json), tokenizer_json);
+}
+
+std::unique_ptr<Tokenizer> load_hf_tokenizer_text(std::string_view json_text, const std::filesystem::path& tokenizer_json) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::exception& e) {  // parse_error; out_of_range for a number past double
+    throw InputError(tokenizer_json, std::string("not valid JSON: ") + e.what());
+  }
   try {
     if (!root.is_object()) throw InputError(tokenizer_json, "tokenizer.json is not a JSON object");
     return std::make_unique<HfTokenizer>(root, tokenizer_json);

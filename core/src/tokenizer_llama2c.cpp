@@ -5,6 +5,7 @@
 #include <optional>
 #include <span>
 #include <queue>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -22,6 +23,7 @@ constexpr int32_t kBosId = 1;
 constexpr int32_t kByteTokenOffset = 3;  // run.c: byte b falls back to id b + 3
 constexpr float kNoMergeScore = -1e10f;  // run.c only merges pairs scoring above this
 constexpr int32_t kMaxPieceLength = 1 << 20;
+constexpr size_t kMinVocabulary = kByteTokenOffset + 256;
 
 struct Vocabulary {
   std::vector<std::string> pieces;
@@ -58,10 +60,8 @@ bool read_piece(std::istream& in, const fs::path& file, int32_t index, Vocabular
   return true;
 }
 
-/// Reads tok.bin: `vocab_size` records, or all records up to end of file if vocab_size <= 0.
-Vocabulary read_tok_bin(const fs::path& file, int32_t vocab_size) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError(file, fs::exists(file) ? "cannot be read" : "no such file");
+/// Reads tok.bin from `in`: `vocab_size` records, or all records up to end of file if vocab_size <= 0.
+Vocabulary read_tok_bin(std::istream& in, const fs::path& file, int32_t vocab_size) {
   int32_t max_token_length = 0;
   if (!read_value(in, max_token_length)) throw InputError(file, "truncated: no max_token_length header");
   Vocabulary vocab;
@@ -73,6 +73,10 @@ Vocabulary read_tok_bin(const fs::path& file, int32_t vocab_size) {
     }
   }
   if (vocab.pieces.empty()) throw InputError(file, "has no tokens");
+  // encode() falls back to ids 3..258 for bytes that are no piece (run.c's byte tokens).
+  if (vocab.pieces.size() < kMinVocabulary)
+    throw InputError(file, "has " + std::to_string(vocab.pieces.size()) + " tokens; a llama2.c tokenizer needs at least " +
+                               std::to_string(kMinVocabulary) + " (3 special + 256 byte tokens)");
   return vocab;
 }
 
@@ -230,7 +234,15 @@ class Llama2cTokenizer final : public Tokenizer {
 /// (the format does not store the count). Throws InputError(path, ...) if the file is missing,
 /// unreadable, truncated (fewer than vocab_size tokens or a record cut short) or malformed.
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& tok_bin, int32_t vocab_size) {
-  return std::make_unique<Llama2cTokenizer>(read_tok_bin(tok_bin, vocab_size));
+  std::ifstream in(tok_bin, std::ios::binary);
+  if (!in) throw InputError(tok_bin, fs::exists(tok_bin) ? "cannot be read" : "no such file");
+  return std::make_unique<Llama2cTokenizer>(read_tok_bin(in, tok_bin, vocab_size));
+}
+
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer_bytes(std::string_view bytes, int32_t vocab_size,
+                                                        const std::filesystem::path& source) {
+  std::istringstream in{std::string(bytes), std::ios::binary};
+  return std::make_unique<Llama2cTokenizer>(read_tok_bin(in, source, vocab_size));
 }
 
 }  // namespace kvscope

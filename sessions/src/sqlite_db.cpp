@@ -127,6 +127,10 @@ void Db::fail(int rc, std::string_view context) const {
   std::string msg = sqlite3_errmsg(h_);
   if (msg == "not an error" || msg.empty()) msg = sqlite3_errstr(rc);
   if ((rc & 0xff) == SQLITE_NOTADB) msg = "not a SQLite database (" + msg + ")";
+  // A full disk (or a file size limit) shows up as SQLITE_FULL or as a failed write / truncate.
+  if ((rc & 0xff) == SQLITE_FULL || rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_TRUNCATE || rc == SQLITE_IOERR_SHMSIZE)
+    msg = "the disk is full or the file reached a size limit (" + msg +
+          "); this write was rolled back, everything saved before it is intact";
   throw SessionError(path_, context.empty() ? msg : std::string(context) + ": " + msg);
 }
 

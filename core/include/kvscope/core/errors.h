@@ -14,4 +14,12 @@ class InputError : public std::runtime_error {
   explicit InputError(const std::string& message) : std::runtime_error(message) {}
 };
 
+/// The device (GPU or host) ran out of memory during a run. what() says in which phase, how large
+/// the work was, and what to try instead (a smaller budget, chunked prefill, fewer new tokens).
+/// Nothing is kept of the failed run; the model and engine stay usable.
+class ResourceError : public std::runtime_error {
+ public:
+  explicit ResourceError(const std::string& message) : std::runtime_error(message) {}
+};
+
 }  // namespace kvscope

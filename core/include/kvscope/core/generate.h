@@ -2,6 +2,7 @@
 // The generation loop: prefill, then decode until a stop token or the token limit.
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct GenerateRequest {
   std::vector<std::vector<int32_t>> follow_up_turns;
   CaptureLevel capture = CaptureLevel::kOff;  ///< per-head statistics of the prefill (capture.h)
   int64_t capture_window = 32;                ///< observation window of the attention statistics
+  /// Fault injection for tests: called before the prefill ("prefill", turn) and before each decode
+  /// step ("decode", step). What it throws is handled like the engine's own errors, so a test can
+  /// throw c10::Error("CUDA out of memory ...") to check the out-of-memory path on CPU.
+  std::function<void(std::string_view phase, int64_t step)> fault_hook;
 };
 
 /// Per decode step agreement of the compressed run with the full cache fed the same tokens.

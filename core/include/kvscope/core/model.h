@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,10 @@ Model load_hf_model(const std::filesystem::path& dir, const LoadOptions& options
 /// n_kv_heads, vocab_size (negative = untied classifier), seq_len), then fp32 arrays. RoPE rotates
 /// adjacent pairs. Throws InputError(path, ...) for a short header or truncated payload.
 Model load_llama2c_model(const std::filesystem::path& bin, const LoadOptions& options);
+
+/// The config in a llama2.c checkpoint's header (`bytes` = the whole file), checked against the
+/// file size the shapes imply (computed without overflow). Throws InputError(source, ...).
+ModelConfig parse_llama2c_header(std::span<const uint8_t> bytes, const std::filesystem::path& source);
 
 /// A model of the shape in `config_json` with N(0, 0.02) weights (norms = 1) created directly on
 /// the device, for speed work on large shapes without downloading weights. No tokenizer.

@@ -23,6 +23,10 @@ struct StageSpec {
 /// (empty stage, missing '=', duplicate key).
 std::vector<StageSpec> parse_pipeline_spec(std::string_view spec);
 
+/// parse_pipeline_spec with preset names (presets.h) replaced by their stages. Throws InputError,
+/// also for a preset given parameters.
+std::vector<StageSpec> expand_pipeline_presets(std::string_view spec);
+
 class Pipeline {
  public:
   /// Builds the stages from `spec` with `registry`. A pipeline needs one scoring stage; budget

@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -19,6 +21,25 @@ struct SafetensorsEntry {
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;   ///< byte offsets into the data section
 };
+
+/// The validated header of a safetensors file: its entries and where the data section begins.
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> entries;
+  uint64_t data_offset = 0;  ///< 8 + header length
+};
+
+/// Bytes per element of a safetensors dtype ("F32", "BF16", ...); 0 if kvscope does not support it.
+size_t safetensors_dtype_size(const std::string& dtype);
+
+/// Parses and validates the first bytes of a safetensors file (`bytes` = the whole file): header
+/// length, JSON, dtypes, shapes (no overflow), offsets inside `bytes`, byte sizes matching shapes.
+/// Throws InputError(source, ...) on any problem. SafetensorsFile uses it on the mapped file.
+SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const std::filesystem::path& source);
+
+/// Parses model.safetensors.index.json text: its "weight_map" (tensor name -> shard file name).
+/// Shard names must be relative paths inside the checkpoint folder (not absolute, no "..", not
+/// empty). Throws InputError(source, ...).
+std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text, const std::filesystem::path& source);
 
 /// A read-only memory-mapped .safetensors file. Tensors are zero-copy CPU views into the mapping
 /// (the mapping stays alive as long as any view does).

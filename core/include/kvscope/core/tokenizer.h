@@ -36,6 +36,12 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokeni
 std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& model_file);
 /// llama2.c tok.bin: int32 max_token_length, then per token float32 score, int32 len, bytes.
 /// encode() follows llama2.c run.c (dummy-prefix space, byte fallback +3, best-score merges).
+/// Needs at least 259 tokens (3 special + 256 byte tokens). Throws InputError(tok_bin, ...).
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& tok_bin, int32_t vocab_size);
+/// The same from the file's bytes; errors name `source`.
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer_bytes(std::string_view bytes, int32_t vocab_size,
+                                                        const std::filesystem::path& source);
+/// load_hf_tokenizer from the text of a tokenizer.json; errors name `source`.
+std::unique_ptr<Tokenizer> load_hf_tokenizer_text(std::string_view json_text, const std::filesystem::path& source);
 
 }  // namespace kvscope

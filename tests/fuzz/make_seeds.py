@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Seed corpora for the libFuzzer targets in tests/fuzz, made from the real files in assets/.
+
+    tests/fuzz/make_seeds.py OUT_DIR [SESSION_DB]
+
+Writes OUT_DIR/<target>/seed-*: small inputs (a few KB each; the fuzzers' -max_len) that keep the
+structure of the embedded models' files: the pycode-16m safetensors header with tensors shrunk to
+tiny shapes, its config.json and a vocabulary-trimmed tokenizer.json, stories260K's header (and a
+tiny consistent one) and tok512.bin, the presets and README pipelines, assets/sweeps/*.toml, and a
+session database (SESSION_DB if given, e.g. one written by the test suite; else an empty file).
+Nothing generated is committed.
+"""
+import json
+import os
+import struct
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYCODE = os.path.join(ROOT, "assets", "models", "pycode-16m")
+STORIES = os.path.join(ROOT, "assets", "models", "stories260K")
+
+
+def write(out, target, name, data):
+    d = os.path.join(out, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors_file(header, data):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_seeds(out):
+    with open(os.path.join(PYCODE, "model.safetensors"), "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    size = {"BF16": 2, "F16": 2, "F32": 4}
+    small, offset = {"__metadata__": header.get("__metadata__", {})}, 0
+    for i, (name, e) in enumerate(k for k in header.items() if k[0] != "__metadata__"):
+        if i >= 12:
+            break
+        shape = [2] * len(e["shape"])
+        nbytes = size[e["dtype"]] * (2 ** len(shape))
+        small[name] = {"dtype": e["dtype"], "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    write(out, "fuzz_safetensors_header", "pycode-shrunk", safetensors_file(small, bytes(offset)))
+    one = {"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}
+    write(out, "fuzz_safetensors_header", "f32", safetensors_file(one, bytes(24)))
+    write(out, "fuzz_safetensors_header", "empty", safetensors_file({}, b""))
+    names = [k for k in header if k != "__metadata__"]
+    index = {"metadata": {"total_size": 1}, "weight_map": {
+        n: "model-%05d-of-00002.safetensors" % (1 + i % 2) for i, n in enumerate(names)}}
+    write(out, "fuzz_safetensors_index", "pycode-sharded", json.dumps(index, indent=2))
+    write(out, "fuzz_safetensors_index", "one", '{"weight_map": {"a": "model.safetensors"}}')
+
+
+def config_seeds(out):
+    with open(os.path.join(PYCODE, "config.json")) as f:
+        text = f.read()
+    write(out, "fuzz_config_json", "pycode", text)
+    c = json.loads(text)
+    c.pop("rope_parameters")
+    c.update({"model_type": "qwen2", "rope_theta": 1e6, "eos_token_id": [1, 2],
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+    write(out, "fuzz_config_json", "qwen2-llama3", json.dumps(c))
+
+
+def tokenizer_seeds(out):
+    with open(os.path.join(PYCODE, "tokenizer.json")) as f:
+        t = json.load(f)
+    keep = {tok: i for tok, i in t["model"]["vocab"].items() if i < 320}
+    merges = []
+    for m in t["model"]["merges"]:
+        a, b = m if isinstance(m, list) else m.split(" ")
+        if a in keep and b in keep and a + b in keep:
+            merges.append(m)
+    t["model"]["vocab"], t["model"]["merges"] = keep, merges[:200]
+    write(out, "fuzz_tokenizer_json", "pycode-trimmed", json.dumps(t, ensure_ascii=False))
+    spm = {"model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>",
+                     "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x41>": 3, "\u2581": 4, "a": 5, "b": 6,
+                               "ab": 7, "\u2581a": 8},
+                     "merges": ["a b", "\u2581 a"]},
+           "normalizer": {"type": "Sequence", "normalizers": [
+               {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "},
+                                                          "content": "\u2581"}]},
+           "pre_tokenizer": None,
+           "decoder": {"type": "Sequence", "decoders": [
+               {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+               {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+           "added_tokens": [{"id": 1, "content": "<s>", "special": True}]}
+    write(out, "fuzz_tokenizer_json", "spm-style", json.dumps(spm, ensure_ascii=False))
+
+
+def llama2c_seeds(out):
+    with open(os.path.join(STORIES, "stories260K.bin"), "rb") as f:
+        head = f.read(28)
+    write(out, "fuzz_llama2c_header", "stories260K-truncated", head + bytes(64))
+    dim, hid, layers, heads, kv, vocab, seq = 8, 16, 1, 2, 1, 4, 4
+    hs = dim // heads
+    floats = (vocab * dim + layers * dim + layers * dim * dim + 2 * layers * kv * hs * dim + layers * dim * dim
+              + layers * dim + 3 * layers * hid * dim + dim + seq * hs)
+    write(out, "fuzz_llama2c_header", "tiny", struct.pack("<7i", dim, hid, layers, heads, kv, vocab, seq)
+          + bytes(4 * floats))
+    with open(os.path.join(STORIES, "tok512.bin"), "rb") as f:
+        tok = f.read()
+    write(out, "fuzz_llama2c_tokenizer", "tok512-to-eof", b"\x00" + tok)
+    write(out, "fuzz_llama2c_tokenizer", "tok512-259", b"\x80" + tok)
+
+
+def pipeline_seeds(out):
+    specs = ["snapkv:window=64,kernel=5,pool=avg,gqa=mean", "snapkv+adakv:alpha=0.2", "streamingllm:sink=4",
+             "keydiff:block=128", "tova", "knorm", "rocketkv", "snapkv+spark:ratio=0.5", "quest",
+             "snapkv:window=64,kernel=5,pool=avg,gqa=mean+adakv:alpha=0.2"]
+    for i, s in enumerate(specs):
+        write(out, "fuzz_pipeline_spec", str(i), s)
+
+
+def sweep_seeds(out):
+    d = os.path.join(ROOT, "assets", "sweeps")
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as f:
+            write(out, "fuzz_sweep_toml", name, f.read())
+    write(out, "fuzz_sweep_toml", "minimal", 'models=["m"]\nprompts=["p"]\npipelines=["tova"]\n'
+                                              'max_new_tokens=3\n[budget]\nunit="stored"\nvalues=[8,16]\n')
+
+
+def session_seeds(out, db):
+    if db and os.path.exists(db):
+        with open(db, "rb") as f:
+            write(out, "fuzz_session_open", "session", f.read())
+    write(out, "fuzz_session_open", "empty", b"")
+    write(out, "fuzz_session_open", "header-only", b"SQLite format 3\x00" + bytes(84))
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    safetensors_seeds(out)
+    config_seeds(out)
+    tokenizer_seeds(out)
+    llama2c_seeds(out)
+    pipeline_seeds(out)
+    sweep_seeds(out)
+    session_seeds(out, sys.argv[2] if len(sys.argv) > 2 else None)
+
+
+if __name__ == "__main__":
+    main()
