@@ -97,7 +97,7 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
   const LayerKv& L = cache.layer(l);
   at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
-  at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);  // [1, (H+2Hkv)D]
+  at::Tensor qkv = ops::linear_row(h, w.w_qkv, w.b_qkv);  // [1, (H+2Hkv)D]
   at::Tensor q = qkv.narrow(1, 0, H * D).view({H, D});
   at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({Hkv, D});
   at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Hkv, D});
@@ -113,9 +113,9 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   else
     attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({1, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
-  at::Tensor residual = at::linear(attn, w.w_o);
+  at::Tensor residual = ops::linear_row(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
-  return residual + at::linear(ops::silu_mul(at::linear(h2, w.w_gate_up)), w.w_down);
+  return residual + ops::linear_row(ops::silu_mul(ops::linear_row(h2, w.w_gate_up)), w.w_down);
 }
 
 at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {
@@ -130,7 +130,7 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, Deco
     x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {});
   }
   s.position.add_(1);
-  return at::linear(rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head).to(at::kFloat).view({-1});
+  return ops::linear_row(ops::rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head, {}, true).view({-1});
 }
 
 at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,
@@ -152,7 +152,10 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
   for (int64_t l = 0; l < c.n_layer; ++l) x = layer_forward(l, x, positions, rope, cache, self_only, observer, decode_attention);
   cache.advance_position(T);
   if (!all_logits) x = x.narrow(0, T - 1, 1);
-  at::Tensor logits = at::linear(rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head).to(at::kFloat);
+  const at::Tensor normed = rms_norm(x, model_.weights.final_norm, c.rms_norm_eps);
+  at::Tensor logits = !all_logits && x.is_cuda() && ops::cuda_kernels_available()
+                          ? ops::linear_row(normed, model_.weights.lm_head, {}, /*fp32_out=*/true)
+                          : at::linear(normed, model_.weights.lm_head).to(at::kFloat);
   return all_logits ? logits : logits.squeeze(0);
 }
 

@@ -273,6 +273,31 @@ TEST_F(CudaKernels, SiluMulMatchesReference) {
     }
 }
 
+TEST_F(CudaKernels, LinearRowMatchesReference) {
+  // The decode projections' GEMV against x·Wᵀ in fp32; LibTorch's at::linear in the dtype is the
+  // baseline. k = 100 (bf16/fp16: 200 bytes, not a multiple of 16) takes the at::linear fallback.
+  struct Shape { int64_t n, k; };
+  const Shape shapes[] = {{1, 64}, {37, 128}, {1000, 4096}, {4096, 14336}, {32768, 256}, {5, 100}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Shape& s : shapes)
+      for (bool bias : {false, true})
+        for (bool fp32_out : {false, true}) {
+          const at::Tensor x = at::randn({1, s.k}, opts(at::kFloat)).to(dt);
+          const at::Tensor w = (at::randn({s.n, s.k}, opts(at::kFloat)) / std::sqrt(double(s.k))).to(dt);
+          const at::Tensor b = bias ? at::randn({s.n}, opts(at::kFloat)).to(dt) : at::Tensor();
+          at::Tensor ref = at::matmul(x.to(at::kFloat), w.to(at::kFloat).t());
+          if (bias) ref = ref + b.to(at::kFloat);
+          at::Tensor base = bias ? at::linear(x, w, b) : at::linear(x, w);
+          const at::Tensor got = ops::linear_row(x, w, b, fp32_out);
+          ASSERT_EQ(got.scalar_type(), fp32_out ? at::kFloat : dt);
+          // An fp32 output skips the final rounding, so compare it with the fp32-output baseline.
+          if (fp32_out) base = base.to(at::kFloat);
+          expect_close(got, ref, base, fp32_out ? at::kFloat : dt,
+                       "linear_row " + name(dt) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                           (bias ? " bias" : "") + (fp32_out ? " fp32-out" : ""));
+        }
+}
+
 TEST_F(CudaKernels, RejectsBadArguments) {
   const at::Tensor q = at::randn({8, 96}, opts(at::kBFloat16));  // head_dim 96: unsupported
   const at::Tensor kv = at::randn({10, 96}, opts(at::kBFloat16));

@@ -16,6 +16,7 @@
 
 #include "ops/cuda_util.h"
 #include "kvscope/kernels/decode.h"
+#include "kvscope/kernels/gemv.h"
 #include "kvscope/kernels/mlp.h"
 #include "kvscope/kernels/norm.h"
 #include "kvscope/kernels/rope.h"
@@ -160,6 +161,33 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
   const int64_t n_head_kv = group > 0 ? heads_of(q) / group : 0;
   return run_decode(q, k, v, offset_dev, count_dev, &index, max_count, max_count * n_head_kv, group, scale, 0,
                     std::move(out));
+}
+
+at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out) {
+  const char* op = "linear_row";
+  check_same(op, {&x, &w});
+  if (b.defined()) check_same(op, {&x, &b});
+  const int64_t n = w.size(0), k = w.size(1);
+  if (w.dim() != 2 || x.numel() != k || (b.defined() && b.numel() != n)) bad("linear_row: x must be [1, k], w [n, k], b [n]");
+  kk::GemvArgs a;
+  a.dtype = kernel_dtype(x, op);
+  a.n = n;
+  a.k = k;
+  a.w = w.data_ptr();
+  a.x = x.data_ptr();
+  const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
+  a.y = plain ? reinterpret_cast<void*>(16) : nullptr;  // placeholder: the output is allocated below
+  if (!plain || !kk::gemv_supported(a)) {
+    at::Tensor y = b.defined() ? at::linear(x.reshape({1, k}), w, b) : at::linear(x.reshape({1, k}), w);
+    return fp32_out ? y.to(at::kFloat) : y;
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty({1, n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
+  a.b = b.defined() ? b.data_ptr() : nullptr;
+  a.y = y.data_ptr();
+  a.y_fp32 = fp32_out;
+  check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
+  return y;
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
@@ -334,6 +362,7 @@ at::Tensor decode_attention_gather(const at::Tensor&, const at::Tensor&, const a
                                    const at::Tensor&, const at::Tensor&, int64_t, int64_t, double, at::Tensor) {
   unavailable("decode_attention_gather");
 }
+at::Tensor linear_row(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { unavailable("linear_row"); }
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
 at::Tensor add_rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, at::Tensor) {
   unavailable("add_rms_norm");

@@ -1,0 +1,82 @@
+// Batch-1 GEMV (see gemv.h). One warp per output row, 8 rows per 256-thread block; each lane
+// streams 16-byte vectors of its row with cache-streaming loads (the weight is read once per
+// token: keep it out of L1), four in flight, and dots them with the matching vector of x (x is
+// tiny and shared by every warp: read-only cached loads). A warp shuffle sums the lanes.
+#include "dtype.cuh"
+#include "kvscope/kernels/gemv.h"
+
+namespace kvscope::kernels {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kUnroll = 4;
+
+template <typename T>
+__device__ __forceinline__ float dot16(const uint4& w, const uint4& x) {
+  const T* a = reinterpret_cast<const T*>(&w);
+  const T* b = reinterpret_cast<const T*>(&x);
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < static_cast<int>(16 / sizeof(T)); ++j) s = fmaf(dtype::to_f<T>(a[j]), dtype::to_f<T>(b[j]), s);
+  return s;
+}
+
+template <typename T, bool kF32Out>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
+  constexpr int V = 16 / sizeof(T);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (row >= a.n) return;
+  const int64_t nvec = a.k / V;
+  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + row * a.k);
+  const uint4* x = reinterpret_cast<const uint4*>(a.x);
+  float acc = 0.f;
+  int64_t i = lane;
+  for (; i + (kUnroll - 1) * 32 < nvec; i += kUnroll * 32) {
+    uint4 wv[kUnroll], xv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      wv[u] = __ldcs(w + i + u * 32);
+      xv[u] = __ldg(x + i + u * 32);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc += dot16<T>(wv[u], xv[u]);
+  }
+  for (; i < nvec; i += 32) acc += dot16<T>(__ldcs(w + i), __ldg(x + i));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane != 0) return;
+  if (a.b) acc += dtype::to_f<T>(static_cast<const T*>(a.b)[row]);
+  if constexpr (kF32Out) static_cast<float*>(a.y)[row] = acc;
+  else static_cast<T*>(a.y)[row] = dtype::from_f<T>(acc);
+}
+
+template <typename T>
+cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((a.n + kWarps - 1) / kWarps);
+  if (a.y_fp32) gemv_kernel<T, true><<<blocks, kWarps * 32, 0, stream>>>(a);
+  else gemv_kernel<T, false><<<blocks, kWarps * 32, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool gemv_supported(const GemvArgs& a) {
+  const int64_t item = static_cast<int64_t>(dtype_size(a.dtype));
+  return a.n > 0 && a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y && aligned16(a.w) &&
+         aligned16(a.x) && (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
+}
+
+cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
+  if (!gemv_supported(a)) return cudaErrorInvalidValue;
+  switch (a.dtype) {
+    case DType::kFloat32: return launch<float>(a, stream);
+    case DType::kBFloat16: return launch<__nv_bfloat16>(a, stream);
+    case DType::kFloat16: return launch<__half>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace kvscope::kernels
