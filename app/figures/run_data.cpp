@@ -363,9 +363,22 @@ void load_part(const sessions::SessionStore& store, const RunData& run, Part p, 
     LayerPart c;
     const auto all = static_cast<std::uint32_t>(run.n_layer * run.n_head_kv);
     c.counts.assign(static_cast<std::size_t>(run.n_tok), run.has_kept ? 0u : all);
+    if (run.has_kept) {
+      // Every layer's kept sets in one query when some are missing (not one per head).
+      bool missing = false;
+      for (std::int64_t l = 0; l < run.n_layer; ++l) missing |= !run.ready(Part::kKept, l);
+      if (missing) {
+        std::vector<LayerPart> layers(static_cast<std::size_t>(run.n_layer));
+        for (auto& l : layers) l.kept.resize(static_cast<std::size_t>(run.n_head_kv));
+        for (const auto& b : store.load_blobs(run.ref.run, "kept_positions"))
+          if (b.layer >= 0 && b.layer < run.n_layer && b.head >= 0 && b.head < run.n_head_kv)
+            layers[static_cast<std::size_t>(b.layer)].kept[static_cast<std::size_t>(b.head)] = positions_of(b);
+        for (std::int64_t l = 0; l < run.n_layer; ++l)
+          if (run.stored(Part::kKept, l)) run.parts->put(Part::kKept, l, std::move(layers[static_cast<std::size_t>(l)]));
+      }
+    }
     if (run.has_kept)
       for (std::int64_t l = 0; l < run.n_layer; ++l) {
-        load_part(store, run, Part::kKept, l);
         if (const LayerPart* k = run.part(Part::kKept, l))
           for (const auto& head : k->kept)
             for (std::int64_t pos : head)

@@ -343,6 +343,9 @@ bool apply_options(AppState& s, const GuiOptions& o) {
   }
   if (s.view == View::kCompare && s.a && s.others.empty() && o.runs.size() < 2)
     if (const auto b = same_prompt_run(s, db_index(s, s.a->ref.db)); b >= 0) open_run(s, db_index(s, s.a->ref.db), b, true);
+  // A compare opened from the command line starts the per-run views on the A - B side.
+  if (o.runs.size() >= 2 && !s.others.empty())
+    s.tokens.opt.side = s.attention.opt.side = s.keys.opt.side = s.channels.opt.side = Side::kDiff;
   if (o.layer >= 0) s.sel.layer = o.layer;
   if (o.head >= 0) s.sel.head = o.head;
   if (o.token >= 0) s.sel.token = s.tokens.scroll_to = o.token;
@@ -424,7 +427,9 @@ void draw_app(AppState& s, Ui& ui) {
         if (!s.select_view) s.view = v;
         else if (v == s.view) s.select_view = false;
         ImGui::BeginChild("view_content", {0, -status_h}, false, ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
-        draw_view(s, ui, v);
+        // The tab being left while another is selected shows for this one frame: not drawn (it
+        // could be the Sessions view reading every run's record).
+        if (!s.select_view || v == s.view) draw_view(s, ui, v);
         ImGui::EndChild();
         ImGui::EndTabItem();
       }
