@@ -117,6 +117,30 @@ void compare_generate(const std::string& spec, int64_t budget) {
 TEST_F(CudaDecodeGraph, RocketKvGraphMatchesEagerFused) { compare_generate("rocketkv", 256); }
 TEST_F(CudaDecodeGraph, QuestGraphMatchesEagerFused) { compare_generate("quest", 256); }
 
+TEST_F(CudaDecodeGraph, SparkOnTheGpuMatchesTheCpuPath) {
+  // SPARK's GPU decode folds k̂ into the cache and runs the dense kernel inside the graph; the CPU
+  // path computes the masked logits per head (spark.cpp). fp32 on both: same greedy tokens.
+  PolicyRegistry reg;
+  register_builtin_policies(reg);
+  const Pipeline pipeline(reg, "snapkv+spark");
+  std::vector<std::vector<int32_t>> outputs;
+  std::vector<std::vector<int64_t>> bytes;
+  for (const char* dev : {"cpu", "cuda:0"}) {
+    const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device(dev), at::kFloat, {}});
+    const Engine engine(model);
+    GenerateRequest req;
+    req.prompt_ids = random_ids(900, model.config.vocab_size, 31);
+    req.max_new_tokens = 16;
+    req.pipeline = &pipeline;
+    req.budget = BudgetSpec{BudgetSpec::Unit::kStored, 256};
+    const GenerateResult r = generate(engine, req);
+    outputs.push_back(r.output_ids);
+    bytes.push_back(r.bytes_read);
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(bytes[0], bytes[1]);
+}
+
 TEST_F(CudaDecodeGraph, RefusesACacheWithoutRoom) {
   const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kBFloat16, {}});
   const Engine engine(model);

@@ -62,6 +62,7 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policies/builtin.h"
+#include "ops/cuda_ops.h"
 
 namespace kvscope::policies {
 
@@ -75,6 +76,7 @@ int64_t kept_channels(double ratio, int64_t head_dim) {
 void ChannelPruningBase::configure(const RunBudget&, const ModelConfig& config) {
   stores_.assign(static_cast<size_t>(config.n_layer), {});
   steps_.assign(static_cast<size_t>(config.n_layer), 0);
+  folded_.assign(static_cast<size_t>(config.n_layer), 0);
   bytes_read_last_ = 0;
 }
 
@@ -83,6 +85,8 @@ void ChannelPruningBase::set_head(int64_t layer, int64_t kv_head, HeadStore s, c
   if (static_cast<int64_t>(stores_.size()) <= layer) stores_.resize(static_cast<size_t>(layer) + 1);
   if (static_cast<int64_t>(steps_.size()) <= layer) steps_.resize(static_cast<size_t>(layer) + 1, 0);
   steps_[static_cast<size_t>(layer)] = 0;
+  if (static_cast<int64_t>(folded_.size()) <= layer) folded_.resize(static_cast<size_t>(layer) + 1, 0);
+  folded_[static_cast<size_t>(layer)] = 0;
   auto& heads = stores_[static_cast<size_t>(layer)];
   if (static_cast<int64_t>(heads.size()) <= kv_head) heads.resize(static_cast<size_t>(kv_head) + 1);
   heads[static_cast<size_t>(kv_head)] = std::move(s);
@@ -144,6 +148,67 @@ at::Tensor ChannelPruningBase::head_logits(int64_t layer, int64_t kv_head, const
   return s.mul_(1.0 / std::sqrt(static_cast<double>(D)));
 }
 
+bool ChannelPruningBase::fold_into_cache(int64_t layer, const KvCache& cache) {
+  if (layer < 0 || layer >= static_cast<int64_t>(folded_.size())) return false;
+  if (folded_[static_cast<size_t>(layer)]) return true;
+  const LayerKv& L = cache.layer(layer);
+  if (!L.k.is_cuda() || !ops::cuda_kernels_available() || (cache.head_dim() != 64 && cache.head_dim() != 128)) return false;
+  for (int64_t w : L.ring_window)
+    if (w > 0) return false;
+  std::vector<const HeadStore*> heads;
+  std::vector<at::Tensor> biases;
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
+    const HeadStore* st = find(layer, h);
+    if (!st || st->n == 0) continue;
+    if (st->n > L.length[h]) return false;
+    heads.push_back(st);
+    if (st->bias.defined()) biases.push_back(st->bias.abs().max().reshape({1}));
+  }
+  if (!biases.empty() && at::cat(biases).max().item<float>() != 0.f) return false;  // a query-independent bias
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h)
+    if (const HeadStore* st = find(layer, h); st && st->n > 0) L.k.narrow(0, L.offset[h], st->n).copy_(st->masked_k);
+  folded_[static_cast<size_t>(layer)] = 1;
+  return true;
+}
+
+int64_t ChannelPruningBase::layer_bytes(int64_t layer, const KvCache& cache) const {
+  const LayerKv& L = cache.layer(layer);
+  const int64_t D = cache.head_dim(), item = L.k.element_size();
+  int64_t bytes = 0;
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
+    const HeadStore* st = find(layer, h);
+    const int64_t len = L.length[h], n = st ? st->n : 0;
+    bytes += (st ? st->key_bytes : 0) + (len - n) * D * item + len * D * item;
+  }
+  return bytes;
+}
+
+bool ChannelPruningBase::prepare_graph(const KvCache& cache, int64_t) {
+  for (int64_t l = 0; l < cache.n_layer(); ++l)
+    if (!fold_into_cache(l, cache)) return false;
+  return true;
+}
+
+at::Tensor ChannelPruningBase::attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache,
+                                             const at::Tensor& offset_dev, const at::Tensor& length_dev) {
+  const LayerKv& L = cache.layer(layer);
+  int64_t max_len = 0, total = 0;
+  for (int64_t c : L.capacity) {
+    max_len = std::max(max_len, c);
+    total += c;
+  }
+  return ops::decode_attention(q, L.k, L.v, offset_dev, length_dev, max_len, total, q.size(0) / cache.n_head_kv());
+}
+
+int64_t ChannelPruningBase::after_graph_step(const KvCache& cache) {
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    if (l < static_cast<int64_t>(steps_.size())) ++steps_[static_cast<size_t>(l)];
+    bytes += layer_bytes(l, cache);
+  }
+  return bytes;
+}
+
 at::Tensor ChannelPruningBase::attend(int64_t layer, const at::Tensor& q, const KvCache& cache) {
   const int64_t H = q.size(0), D = q.size(1), Hkv = cache.n_head_kv();
   if (Hkv == 0 || H % Hkv != 0 || D != cache.head_dim())
@@ -151,6 +216,10 @@ at::Tensor ChannelPruningBase::attend(int64_t layer, const at::Tensor& q, const 
   const int64_t G = H / Hkv;
   const int64_t item = cache.layer(layer).k.element_size();
   if (layer < static_cast<int64_t>(steps_.size())) ++steps_[static_cast<size_t>(layer)];
+  if (q.is_cuda() && fold_into_cache(layer, cache)) {  // k̂ in the cache rows: the fused dense kernel
+    bytes_read_last_ = layer_bytes(layer, cache);
+    return ops::decode_attention(q, cache.layer(layer), G);
+  }
   std::vector<at::Tensor> outs;
   outs.reserve(static_cast<size_t>(Hkv));
   int64_t bytes = 0;

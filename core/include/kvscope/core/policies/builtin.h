@@ -312,6 +312,14 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
   /// Bytes the pruned entries' keys would take stored dense (n_h * D * itemsize, all layers and heads).
   int64_t dense_key_bytes() const;
 
+  // CUDA-graph decode: with a zero recovery bias (sign=key, or no recovery) the logits are q·k̂ for
+  // pruned entries and q·k for the rest, so k̂ folded into the cache rows makes the step plain dense
+  // attention (the fused decode-attention kernel); see fold_into_cache.
+  bool prepare_graph(const KvCache& cache, int64_t steps) override;
+  at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                           const at::Tensor& length_dev) override;
+  int64_t after_graph_step(const KvCache& cache) override;
+
  protected:
   /// The pruned state of one (layer, KV head).
   struct HeadStore {
@@ -331,6 +339,13 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
 
  private:
   const HeadStore* find(int64_t layer, int64_t kv_head) const;
+  /// On a CUDA cache: writes k̂ over the pruned rows of every KV head of `layer` (once per prefill)
+  /// when the recovery bias is zero, no head is a ring buffer and head_dim suits the kernels.
+  /// Returns whether the layer's cache rows now hold k̂ (the logits' keys). Syncs once per layer.
+  bool fold_into_cache(int64_t layer, const KvCache& cache);
+  /// Bytes one step reads in `layer` (pruned keys as stored, other keys and all values dense).
+  int64_t layer_bytes(int64_t layer, const KvCache& cache) const;
+  std::vector<char> folded_;  // [layer]: k̂ is in the cache rows
   std::string name_;
   ParamValues params_;
   std::vector<std::vector<HeadStore>> stores_;  // [layer][kv head]
