@@ -5,11 +5,13 @@
 //      memory (fp32), picks HSA's top-k1 channels by rank counting over Σ_g|q| (D <= 256 values),
 //      then each thread scores one page from its min/max row. HSA writes ŝ/τ per group member,
 //      Quest the group-summed upper bound.
-//   2. select: one 1024-thread block per KV head. HSA turns the per-member logits into Σ_g π
-//      per page (a page's entries share one logit, so a token softmax is a page softmax weighted
-//      by the entries per page); then a 4-pass 8-bit radix select over the order-preserving bits of
-//      the page scores, weighted by entries (HSA) or 1 (Quest), finds the threshold score; a block
-//      scan emits rows in ascending order (strictly-above pages whole, ties in page order).
+//   2. select: one 1024-thread block per KV head, each thread a contiguous run of pages. HSA turns
+//      the per-member logits into Σ_g π per page (a page's entries share one logit, so a token
+//      softmax is a page softmax weighted by the entries per page; all G maxima / sums reduced
+//      together); then a 4-pass 8-bit radix select over the order-preserving bits of the page
+//      scores, weighted by entries (HSA) or 1 (Quest), finds the threshold score (warp 0 finds the
+//      bin with a shuffle scan); two block scans emit rows in ascending order (strictly-above
+//      pages whole, ties in page order).
 // The score workspace is fp32 [n_head_kv, G, max_pages].
 #include <cub/block/block_scan.cuh>
 
@@ -140,28 +142,39 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/// Reduces G values per thread over the block with `op`; thread-uniform G <= kMaxGroup. The result
+/// of member g lands in out[g] (shared). Two __syncthreads.
 template <typename Op>
-__device__ float block_reduce(float v, Op op, float* s_part) {
+__device__ void block_reduce_group(const float (&v)[kMaxGroup], int G, Op op, float (*part)[32], float* out) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
-  __syncthreads();  // s_part may still be read by a previous reduction
-  if (lane == 0) s_part[warp] = v;
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= G) break;
+    float x = v[g];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
+    if (lane == 0) part[g][warp] = x;
+  }
   __syncthreads();
-  v = s_part[0];
-  for (int w = 1; w < kSelectThreads / 32; ++w) v = op(v, s_part[w]);
-  return v;
+  if (warp < G) {
+    float x = part[warp][lane];  // kSelectThreads / 32 == 32 warps
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
+    if (lane == 0) out[warp] = x;
+  }
+  __syncthreads();
 }
 
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelectArgs a, float* scores) {
+  static_assert(kSelectThreads == 1024, "block_reduce_group assumes 32 warps");
   using Scan = cub::BlockScan<int, kSelectThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ float s_part[kSelectThreads / 32];
-  __shared__ float s_max[kMaxGroup], s_inv_z[kMaxGroup];
+  __shared__ float part[kMaxGroup][32];
+  __shared__ float s_max[kMaxGroup], s_sum[kMaxGroup];
   __shared__ unsigned hist[256];
   __shared__ unsigned s_prefix;
   __shared__ long long s_rem;
-  const int h = blockIdx.x, G = a.group, tid = threadIdx.x;
+  const int h = blockIdx.x, G = a.group, tid = threadIdx.x, lane = tid & 31;
   const bool hsa = a.mode == PageScore::kHsa;
   const int64_t len = a.length[h], n_pages = (len + a.page - 1) / a.page;
   int32_t* index = a.index + static_cast<int64_t>(h) * a.index_stride;
@@ -172,27 +185,33 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   }
   float* s = scores + static_cast<int64_t>(h) * G * a.max_pages;
   auto entries = [&](int64_t P) { return static_cast<int>(min64(a.page, len - P * a.page)); };
+  // Each thread owns a contiguous run of pages, so a scan over threads orders pages.
+  const int64_t per = (n_pages + kSelectThreads - 1) / kSelectThreads;
+  const int64_t p0 = min64(tid * per, n_pages), p1 = min64(p0 + per, n_pages);
   if (hsa) {
-    for (int g = 0; g < G; ++g) {
-      const float* sg = s + static_cast<int64_t>(g) * a.max_pages;
-      float m = -INFINITY;
-      for (int64_t P = tid; P < n_pages; P += kSelectThreads) m = fmaxf(m, sg[P]);
-      m = block_reduce(m, [](float x, float y) { return fmaxf(x, y); }, s_part);
-      float z = 0.f;
-      for (int64_t P = tid; P < n_pages; P += kSelectThreads) z += entries(P) * __expf(sg[P] - m);
-      z = block_reduce(z, [](float x, float y) { return x + y; }, s_part);
-      if (tid == 0) {
-        s_max[g] = m;
-        s_inv_z[g] = 1.f / z;
-      }
+    // Σ_g softmax over tokens: a page's entries share one logit, so Z_g = Σ_P n_P exp(ŝ_gP - m_g).
+    float m[kMaxGroup], z[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) m[g] = -INFINITY, z[g] = 0.f;
+    for (int64_t P = p0; P < p1; ++P)
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g)
+        if (g < G) m[g] = fmaxf(m[g], s[static_cast<int64_t>(g) * a.max_pages + P]);
+    block_reduce_group(m, G, [](float x, float y) { return fmaxf(x, y); }, part, s_max);
+    for (int64_t P = p0; P < p1; ++P) {
+      const float n = static_cast<float>(entries(P));
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g)
+        if (g < G) z[g] += n * __expf(s[static_cast<int64_t>(g) * a.max_pages + P] - s_max[g]);
     }
-    __syncthreads();
-    for (int64_t P = tid; P < n_pages; P += kSelectThreads) {
+    block_reduce_group(z, G, [](float x, float y) { return x + y; }, part, s_sum);
+    for (int64_t P = p0; P < p1; ++P) {
       float w = 0.f;
-      for (int g = 0; g < G; ++g) w += __expf(s[static_cast<int64_t>(g) * a.max_pages + P] - s_max[g]) * s_inv_z[g];
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g)
+        if (g < G) w += __expf(s[static_cast<int64_t>(g) * a.max_pages + P] - s_max[g]) / s_sum[g];
       s[P] = w;  // this thread alone reads and writes page P
     }
-    __syncthreads();
   }
   // Radix select of the threshold key: weight above it < keep <= weight at or above it.
   if (tid == 0) {
@@ -201,23 +220,39 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   }
   unsigned mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += kSelectThreads) hist[b] = 0;
+    if (tid < 256) hist[tid] = 0;
     __syncthreads();
     const unsigned prefix = s_prefix;
-    for (int64_t P = tid; P < n_pages; P += kSelectThreads) {
+    for (int64_t P = p0; P < p1; ++P) {
       const unsigned key = ordered_bits(s[P]);
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], hsa ? entries(P) : 1u);
     }
     __syncthreads();
-    if (tid == 0) {
-      long long cum = 0;
-      for (int b = 255; b >= 0; --b) {
-        if (cum + hist[b] >= s_rem || b == 0) {
-          s_prefix = prefix | (static_cast<unsigned>(b) << shift);
-          s_rem -= cum;
-          break;
+    if (tid < 32) {  // warp 0: lane L owns bins 255-8L .. 248-8L (descending)
+      unsigned own[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum += own[j] = hist[255 - (lane * 8 + j)];
+      unsigned incl = sum;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const unsigned y = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += y;
+      }
+      const long long rem = s_rem;
+      const unsigned hit = __ballot_sync(0xffffffffu, static_cast<long long>(incl) >= rem);
+      const int first = hit ? __ffs(hit) - 1 : 31;
+      if (lane == first) {
+        long long cum = static_cast<long long>(incl) - sum;
+        int bin = 255 - (lane * 8 + 7);
+        for (int j = 0; j < 8; ++j) {
+          if (cum + own[j] >= rem || j == 7) {
+            bin = 255 - (lane * 8 + j);
+            break;
+          }
+          cum += own[j];
         }
-        cum += hist[b];
+        s_prefix = prefix | (static_cast<unsigned>(bin) << shift);
+        s_rem = rem - cum;
       }
     }
     mask |= 255u << shift;
@@ -225,30 +260,45 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   }
   const unsigned thr = s_prefix;
   const long long rem = s_rem;
-  // Emission in page order.
-  long long tie_carry = 0, out_carry = 0;
-  for (int64_t base = 0; base < n_pages; base += kSelectThreads) {
-    const int64_t P = base + tid;
-    const bool live = P < n_pages;
-    const unsigned key = live ? ordered_bits(s[P]) : 0u;
-    const int n = live ? entries(P) : 0;
-    const bool above = live && key > thr, tie = live && key == thr;
-    int tie_before, tie_total;
-    Scan(scan_tmp).ExclusiveSum(tie ? (hsa ? n : 1) : 0, tie_before, tie_total);
-    __syncthreads();
-    const long long before = tie_carry + tie_before;
-    int take = 0;
-    if (above) take = n;
-    else if (tie) take = hsa ? static_cast<int>(max64(0, min64(n, rem - before))) : (before < rem ? n : 0);
-    int out_before, out_total;
-    Scan(scan_tmp).ExclusiveSum(take, out_before, out_total);
-    __syncthreads();
-    const int64_t o = out_carry + out_before;
-    for (int j = 0; j < take; ++j) index[o + j] = static_cast<int32_t>(P * a.page + j);
-    tie_carry += tie_total;
-    out_carry += out_total;
+  // Emission in page order: ties (weight) before this thread's run, then rows before it.
+  int tie_w = 0;
+  for (int64_t P = p0; P < p1; ++P)
+    if (ordered_bits(s[P]) == thr) tie_w += hsa ? entries(P) : 1;
+  int tie_before = 0, tie_total = 0;
+  Scan(scan_tmp).ExclusiveSum(tie_w, tie_before, tie_total);
+  __syncthreads();
+  int take_total = 0;
+  {
+    long long tb = tie_before;
+    for (int64_t P = p0; P < p1; ++P) {
+      const unsigned key = ordered_bits(s[P]);
+      const int n = entries(P);
+      if (key > thr) take_total += n;
+      else if (key == thr) {
+        take_total += hsa ? static_cast<int>(max64(0, min64(n, rem - tb))) : (tb < rem ? n : 0);
+        tb += hsa ? n : 1;
+      }
+    }
   }
-  if (tid == 0) a.count[h] = out_carry;
+  int out_before = 0, out_total = 0;
+  Scan(scan_tmp).ExclusiveSum(take_total, out_before, out_total);
+  {
+    long long tb = tie_before;
+    int64_t o = out_before;
+    for (int64_t P = p0; P < p1; ++P) {
+      const unsigned key = ordered_bits(s[P]);
+      const int n = entries(P);
+      int take = 0;
+      if (key > thr) take = n;
+      else if (key == thr) {
+        take = hsa ? static_cast<int>(max64(0, min64(n, rem - tb))) : (tb < rem ? n : 0);
+        tb += hsa ? n : 1;
+      }
+      for (int j = 0; j < take; ++j) index[o + j] = static_cast<int32_t>(P * a.page + j);
+      o += take;
+    }
+  }
+  if (tid == 0) a.count[h] = out_total;
 }
 
 template <typename T>
