@@ -1,7 +1,20 @@
 #include "sweep_grid.h"
 
+namespace kvscope::cli {
+/// Thrown by toml++'s internal checks (TOML_ASSERT below).
+struct TomlCheckFailed {};
+}  // namespace kvscope::cli
+
+// toml++ 3.3 states its parser's invariants as TOML_ASSERT_ASSUME, which with NDEBUG becomes
+// __builtin_assume: text that breaks one (fuzz_sweep_toml found several) is undefined behaviour.
+// Compiled here without NDEBUG and with a throwing TOML_ASSERT, a broken invariant is an error
+// that parse_grid_text reports as invalid TOML. (This is the only file that includes toml++.)
+#pragma push_macro("NDEBUG")
+#undef NDEBUG
+#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : throw ::kvscope::cli::TomlCheckFailed{})
 #define TOML_HEADER_ONLY 1
 #include <toml++/toml.h>
+#pragma pop_macro("NDEBUG")
 
 #include <cmath>
 #include <fstream>
@@ -128,6 +141,8 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
   toml::table t;
   try {
     t = toml::parse(text, file.string());
+  } catch (const TomlCheckFailed&) {
+    throw InputError(file, "not valid TOML (refused by an internal check of toml++)");
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << "not valid TOML: " << e.description() << " (line " << e.source().begin.line << ")";

@@ -1089,6 +1089,8 @@ class AddedTokenMatcher {
 // The tokenizer
 // ------------------------------------------------------------------------------------------------
 
+constexpr int32_t kMaxTokenId = 1 << 22;
+
 class HfTokenizer final : public Tokenizer {
  public:
   HfTokenizer(const json& root, const fs::path& file)
@@ -1175,6 +1177,10 @@ class HfTokenizer final : public Tokenizer {
 
   void set_token(int32_t id, const std::string& token) {
     if (id < 0) throw InputError(file_, "negative token id for '" + token + "'");
+    // Ids index a dense table: a forged id near 2^31 would ask for tens of GB (fuzz_tokenizer_json).
+    if (id >= kMaxTokenId)
+      throw InputError(file_, "token id " + std::to_string(id) + " for '" + token + "' is beyond " +
+                                  std::to_string(kMaxTokenId) + " (16x the largest vocabulary in use)");
     if (static_cast<size_t>(id) >= id_to_token_.size()) {
       id_to_token_.resize(id + 1);
       known_.resize(id + 1, false);
