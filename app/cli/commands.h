@@ -17,5 +17,6 @@ Runner add_compare(CLI::App& app);
 Runner add_merge(CLI::App& app);
 Runner add_sweep(CLI::App& app);
 Runner add_export(CLI::App& app);  // only with KVSCOPE_WITH_VIZ
+Runner add_learn_heads(CLI::App& app);
 
 }  // namespace kvscope::cli

@@ -1,6 +1,8 @@
 // DuoAttention-style gate training (Xiao et al. 2024, "DuoAttention", §3.1 optimization-based
 // identification of retrieval heads): the mixed model's last hidden states are distilled toward
 // the full-attention model's, with an L1 penalty pushing the gates toward streaming.
+#include <tuple>
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -32,10 +34,12 @@ Objective duo_objective(const TrainingForward& fwd, const at::Tensor& ids, const
   return o;
 }
 
-double eval_loss(const TrainingForward& fwd, const at::Tensor& ids, const at::Tensor& gates, int64_t sink,
-                 int64_t window, double lambda) {
+/// (loss, task loss) on a batch, without gradients.
+std::pair<double, double> eval_loss(const TrainingForward& fwd, const at::Tensor& ids, const at::Tensor& gates,
+                                    int64_t sink, int64_t window, double lambda) {
   c10::NoGradGuard no_grad;
-  return duo_objective(fwd, ids, gates, sink, window, lambda).loss.item<double>();
+  const Objective o = duo_objective(fwd, ids, gates, sink, window, lambda);
+  return {o.loss.item<double>(), o.task.item<double>()};
 }
 
 }  // namespace
@@ -47,7 +51,7 @@ PhaseResult train_duo_gates(TrainContext& ctx, int64_t steps, int64_t sink, int6
   Adam adam(gates, lr);
   const at::Tensor eval_ids = ctx.batches.evaluation();
   PhaseResult r;
-  r.initial_loss = eval_loss(ctx.forward, eval_ids, gates, sink, window, lambda);
+  std::tie(r.initial_loss, r.initial_task_loss) = eval_loss(ctx.forward, eval_ids, gates, sink, window, lambda);
   for (int64_t s = 1; s <= steps; ++s) {
     Objective o = duo_objective(ctx.forward, ctx.batches.next(), gates, sink, window, lambda);
     o.loss.backward();
@@ -61,7 +65,7 @@ PhaseResult train_duo_gates(TrainContext& ctx, int64_t steps, int64_t sink, int6
     if (ctx.progress && (s % std::max<int64_t>(1, ctx.options.log_every) == 0 || s == steps)) ctx.progress(p);
   }
   ctx.step0 += steps;
-  r.final_loss = eval_loss(ctx.forward, eval_ids, gates, sink, window, lambda);
+  std::tie(r.final_loss, r.final_task_loss) = eval_loss(ctx.forward, eval_ids, gates, sink, window, lambda);
   at::Tensor g = gates.detach().to(at::kCPU).contiguous();
   for (int64_t l = 0; l < g.size(0); ++l) {
     const float* row = g[l].data_ptr<float>();

@@ -1,6 +1,7 @@
 // HS-SFT window learning (hs-sft.md §2.2 "STE-based learnable budget selection" and "budget-aware
 // balance loss", Algorithm 1; methods.md §5.2), with the model weights frozen.
 #include <cmath>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -70,10 +71,11 @@ PhaseResult train_hs_sft_windows(TrainContext& ctx, int64_t steps, const std::ve
   const at::Tensor eval_ids = ctx.batches.evaluation();
   auto eval = [&]() {
     c10::NoGradGuard no_grad;
-    return hs_objective(ctx.forward, eval_ids, z, dense_weight, candidates, sink, ctx.options, lambda).loss.item<double>();
+    const Objective o = hs_objective(ctx.forward, eval_ids, z, dense_weight, candidates, sink, ctx.options, lambda);
+    return std::pair<double, double>{o.loss.item<double>(), o.task.item<double>()};
   };
   PhaseResult r;
-  r.initial_loss = eval();
+  std::tie(r.initial_loss, r.initial_task_loss) = eval();
   for (int64_t s = 1; s <= steps; ++s) {
     Objective o = hs_objective(ctx.forward, ctx.batches.next(), z, dense_weight, candidates, sink, ctx.options, lambda);
     o.loss.backward();
@@ -83,7 +85,7 @@ PhaseResult train_hs_sft_windows(TrainContext& ctx, int64_t steps, const std::ve
     if (ctx.progress && (s % std::max<int64_t>(1, ctx.options.log_every) == 0 || s == steps)) ctx.progress(p);
   }
   ctx.step0 += steps;
-  r.final_loss = eval();
+  std::tie(r.final_loss, r.final_task_loss) = eval();
   c10::NoGradGuard no_grad;
   at::Tensor probs = at::softmax(z / ctx.options.tau, -1).to(at::kCPU).contiguous();
   at::Tensor hard = z.argmax(1).to(at::kCPU);

@@ -105,6 +105,8 @@ LearnResult learn_head_pattern(const Model& model, const TrainingData& data, con
     r.gates = g.values;
     r.initial_loss = g.initial_loss;
     r.final_loss = g.final_loss;
+    r.initial_task_loss = g.initial_task_loss;
+    r.final_task_loss = g.final_task_loss;
     r.pattern = threshold_gates(r.gates, o.budget, r.reference_length, o.sink, o.window);
   } else {
     r.candidates = candidate_windows(o);
@@ -120,6 +122,8 @@ LearnResult learn_head_pattern(const Model& model, const TrainingData& data, con
     for (int64_t i : w.argmax) r.learned_windows.push_back(r.candidates[i]);
     r.initial_loss = w.initial_loss;
     r.final_loss = w.final_loss;
+    r.initial_task_loss = w.initial_task_loss;
+    r.final_task_loss = w.final_task_loss;
     r.pattern = rescale_windows(r.dense, r.learned_windows, o.sink, o.budget, r.reference_length);
   }
   r.pattern.budget = o.budget;

@@ -33,6 +33,8 @@ void save_learned_pattern(const std::filesystem::path& path, const LearnResult& 
       {"data", {{"files", r.n_files}, {"tokens", r.n_tokens}, {"sequences", r.n_sequences}}},
       {"initial_loss", r.initial_loss},
       {"final_loss", r.final_loss},
+      {"initial_task_loss", r.initial_task_loss},
+      {"final_task_loss", r.final_task_loss},
       {"gates", r.gates},
       {"dense", r.dense},
       {"candidates", r.candidates},

@@ -14,6 +14,7 @@ struct PhaseResult {
   std::vector<std::vector<double>> values;  ///< duo: gates [L][Hkv]; hs-sft: softmax(z/tau) [L][m]
   std::vector<int64_t> argmax;              ///< hs-sft: argmax_i z_l per layer
   double initial_loss = 0, final_loss = 0;
+  double initial_task_loss = 0, final_task_loss = 0;  ///< their task terms (without the regulariser)
 };
 
 /// Shared run state: the forward, batches, where the curve goes, step numbering and progress.

@@ -73,6 +73,7 @@ struct LearnResult {
   /// The final phase's objective on one fixed evaluation batch (the first `batch` sequences),
   /// before its first step and after its last: same data, same formula, comparable.
   double initial_loss = 0, final_loss = 0;
+  double initial_task_loss = 0, final_task_loss = 0;  ///< the task term alone (duo: distillation; hs-sft: LM)
   std::vector<std::vector<double>> gates;         ///< duo gates a [n_layer][n_head_kv] (hs-sft: from its init phase)
   std::vector<std::vector<bool>> dense;           ///< hs-sft dense heads before fitting (duo: empty)
   std::vector<int64_t> candidates;                ///< hs-sft candidate windows

@@ -1,0 +1,65 @@
+// kvscope-cli learn-heads through the real binary: a pattern learned on stories260K runs as a
+// `heads` pipeline, and bad input exits 2 with one line naming it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "../cli/cli_support.h"
+
+namespace kvscope::test {
+namespace {
+namespace fs = std::filesystem;
+
+const fs::path kSource = KVSCOPE_SOURCE_DIR;
+
+std::string learn_args(const std::string& method, const std::string& budget, const fs::path& out,
+                       const std::string& data = (kSource / "tests/data/learn-heads/*.txt").string()) {
+  return "learn-heads --model " + quote(kSource / "assets/models/stories260K") + " --data " + quote(data) +
+         " --method " + method + " --budget " + budget + " --steps 4 --seq-len 128 --batch 2 --sink 4 --window 16"
+         " --block 8 --candidates 4 --init-steps 2 --log-every 1 --out " + quote(out);
+}
+
+TEST(LearnHeadsCli, WritesAPatternThatTheHeadsPipelineRuns) {
+  for (const std::string method : {"duo", "hs-sft"}) {
+    const fs::path out = fs::temp_directory_path() / ("kvscope_cli_learn_" + std::to_string(::getpid()) + "_" + method + ".json");
+    const CliResult r = run_cli(learn_args(method, "0.5", out), /*merge=*/true);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("step     4"), std::string::npos) << "progress is printed: " << r.out;
+    EXPECT_NE(r.out.find("wrote " + out.string()), std::string::npos) << r.out;
+    const auto j = nlohmann::json::parse(std::ifstream(out));
+    EXPECT_EQ(j["format"], "kvscope.head_pattern.v1");
+    EXPECT_EQ(j["method"], method);
+    EXPECT_LE(j["budget_achieved"].get<double>(), 0.5);
+    EXPECT_TRUE(fs::exists(out.parent_path() / (out.stem().string() + ".loss.csv")));
+    const CliResult run = run_cli("run --model " + quote(kSource / "assets/models/stories260K") +
+                                  " --prompt 'Once upon a time there was a little dog named Max. He liked to run in the park "
+                                  "with his friends every day, and he was very happy.' --max-new-tokens 4 --pipeline " +
+                                  quote("heads:pattern=" + out.string()) + " --budget 1 --budget-unit fraction --json");
+    ASSERT_EQ(run.exit_code, 0) << run.out;
+    EXPECT_EQ(nlohmann::json::parse(run.out)["budgets"].size(), 5u);
+    fs::remove(out);
+    fs::remove(out.parent_path() / (out.stem().string() + ".loss.csv"));
+  }
+}
+
+TEST(LearnHeadsCli, BadInputExitsTwoNamingIt) {
+  const fs::path out = fs::temp_directory_path() / ("kvscope_cli_learn_bad_" + std::to_string(::getpid()) + ".json");
+  const std::string missing = (kSource / "tests/data/none/*.txt").string();
+  CliResult r = run_cli(learn_args("duo", "0.5", out, missing), true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--data '" + missing + "': no files match"), std::string::npos) << r.out;
+  r = run_cli(learn_args("duo", "1.5", out), true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--budget 1.5"), std::string::npos) << r.out;
+  r = run_cli(learn_args("snapkv", "0.5", out), true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("expected hs-sft or duo"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace kvscope::test
