@@ -26,6 +26,7 @@ int main() {
 #include <cuda_runtime_api.h>
 
 #include "kvscope/kernels/decode.h"
+#include "kvscope/kernels/page_select.h"
 
 namespace kk = kvscope::kernels;
 
@@ -234,6 +235,70 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(q));
     CHECK(cudaFree(o));
     CHECK(cudaFree(dmeta));
+  }
+  // Sparse-decode selection chain of one layer (32 query / 8 KV heads, D 128, bf16), as RocketKV
+  // (HSA after SnapKV to C = 5793 entries at S = 32K, t = 1024: page 3, k1 67, k2 512) and Quest
+  // (32K entries, page 16, 32 pages) run it: last-page min/max, then scoring + selection.
+  std::printf("\n%-8s %8s %6s %5s %6s %12s %12s\n", "method", "entries", "page", "k1", "keep", "minmax_us", "select_us");
+  struct SelCase { const char* name; kk::PageScore mode; int64_t n; int page, k1; int64_t keep; };
+  for (const SelCase& sc : {SelCase{"hsa", kk::PageScore::kHsa, 5793, 3, 67, 512},
+                            SelCase{"quest", kk::PageScore::kQuest, 32768, 16, 0, 32}}) {
+    const int64_t pages = (sc.n + sc.page - 1) / sc.page + 1, rows = static_cast<int64_t>(n_head_kv) * sc.n;
+    void *k = nullptr, *kmin = nullptr, *kmax = nullptr, *q = nullptr, *meta = nullptr, *index = nullptr, *count = nullptr, *ws = nullptr;
+    const std::vector<uint16_t> hk = random_bf16(static_cast<size_t>(rows) * D, rng);
+    const std::vector<uint16_t> hs = random_bf16(static_cast<size_t>(n_head_kv) * pages * D, rng);
+    const std::vector<uint16_t> hq = random_bf16(static_cast<size_t>(n_head) * D, rng);
+    CHECK(cudaMalloc(&k, hk.size() * 2));
+    CHECK(cudaMalloc(&kmin, hs.size() * 2));
+    CHECK(cudaMalloc(&kmax, hs.size() * 2));
+    CHECK(cudaMalloc(&q, hq.size() * 2));
+    CHECK(cudaMemcpy(k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(kmin, hs.data(), hs.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(kmax, hs.data(), hs.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+    std::vector<int64_t> m(2 * n_head_kv);
+    for (int h = 0; h < n_head_kv; ++h) m[h] = h * sc.n, m[n_head_kv + h] = sc.n;
+    CHECK(cudaMalloc(&meta, m.size() * 8));
+    CHECK(cudaMemcpy(meta, m.data(), m.size() * 8, cudaMemcpyHostToDevice));
+    const int64_t width = sc.mode == kk::PageScore::kHsa ? sc.keep : sc.keep * sc.page;
+    CHECK(cudaMalloc(&index, static_cast<size_t>(n_head_kv) * width * 4));
+    CHECK(cudaMalloc(&count, n_head_kv * 8));
+    kk::PageMinMaxArgs mm;
+    mm.dtype = kk::DType::kBFloat16;
+    mm.n_head_kv = n_head_kv;
+    mm.head_dim = D;
+    mm.page = sc.page;
+    mm.k = k;
+    mm.offset = static_cast<const int64_t*>(meta);
+    mm.length = static_cast<const int64_t*>(meta) + n_head_kv;
+    mm.kmin = kmin;
+    mm.kmax = kmax;
+    mm.page_capacity = pages;
+    kk::PageSelectArgs ps;
+    ps.dtype = kk::DType::kBFloat16;
+    ps.mode = sc.mode;
+    ps.n_head_kv = n_head_kv;
+    ps.group = group;
+    ps.head_dim = D;
+    ps.page = sc.page;
+    ps.k1 = sc.k1;
+    ps.keep = sc.keep;
+    ps.q = q;
+    ps.q_stride = D;
+    ps.kmin = kmin;
+    ps.kmax = kmax;
+    ps.page_capacity = pages;
+    ps.length = mm.length;
+    ps.max_pages = pages;
+    ps.index = static_cast<int32_t*>(index);
+    ps.index_stride = width;
+    ps.count = static_cast<int64_t*>(count);
+    CHECK(cudaMalloc(&ws, kk::page_select_workspace_bytes(ps)));
+    const double mm_ms = time_graph_ms([&](int) { CHECK(kk::page_minmax_update(mm, stream)); }, stream, 50, 20);
+    const double sel_ms = time_graph_ms([&](int) { CHECK(kk::page_select(ps, ws, stream)); }, stream, 50, 20);
+    std::printf("%-8s %8lld %6d %5d %6lld %12.2f %12.2f\n", sc.name, static_cast<long long>(sc.n), sc.page, sc.k1,
+                static_cast<long long>(sc.keep), mm_ms * 1e3, sel_ms * 1e3);
+    for (void* p : {k, kmin, kmax, q, meta, index, count, ws}) CHECK(cudaFree(p));
   }
   CHECK(cudaStreamDestroy(stream));
   return 0;
