@@ -1,9 +1,10 @@
 // Page min/max maintenance, page scoring and row selection for HSA / Quest (see page_select.h).
 //
 // page_select runs two kernels:
-//   1. score: grid (KV head, block of 256 pages). Every block loads the group's queries into shared
+//   1. score: grid (KV head, block of 32 pages). Every block loads the group's queries into shared
 //      memory (fp32), picks HSA's top-k1 channels by rank counting over Σ_g|q| (D <= 256 values),
-//      then each thread scores one page from its min/max row. HSA writes ŝ/τ per group member,
+//      then each warp scores a page at a time, its lanes splitting the channels of the page's
+//      min/max row (coalesced loads, no serial dependent chain). HSA writes ŝ/τ per group member,
 //      Quest the group-summed upper bound.
 //   2. select: one 1024-thread block per KV head, each thread a contiguous run of pages. HSA turns
 //      the per-member logits into Σ_g π per page (a page's entries share one logit, so a token
@@ -55,6 +56,11 @@ __global__ void page_minmax_kernel(const PageMinMaxArgs a) {
 
 // ---- scoring ----------------------------------------------------------------------------------
 
+/// Pages one warp scores in turn (a block of kScoreThreads covers kScoreWarps * kPagesPerWarp pages).
+constexpr int kScoreWarps = kScoreThreads / 32;
+constexpr int kPagesPerWarp = 4;
+constexpr int kPagesPerBlock = kScoreWarps * kPagesPerWarp;
+
 template <typename T, int kG>
 __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectArgs a, float* scores) {
   __shared__ float qs[kMaxGroup * kMaxDim];
@@ -62,9 +68,10 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
   __shared__ int sel[kMaxDim];
   __shared__ unsigned char use_max[kMaxDim];
   __shared__ float inv_tau[kMaxGroup];
-  const int h = blockIdx.x, G = a.group, D = a.head_dim, tid = threadIdx.x;
+  const int h = blockIdx.x, G = a.group, D = a.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t len = a.length[h], n_pages = (len + a.page - 1) / a.page;
-  if (static_cast<int64_t>(blockIdx.y) * kScoreThreads >= n_pages) return;  // uniform over the block
+  const int64_t first_page = static_cast<int64_t>(blockIdx.y) * kPagesPerBlock;
+  if (first_page >= n_pages) return;  // uniform over the block
   const T* q = static_cast<const T*>(a.q);
   for (int i = tid; i < G * D; i += kScoreThreads)
     qs[i] = to_f<T>(q[(static_cast<int64_t>(h) * G + i / D) * a.q_stride + i % D]);
@@ -90,47 +97,66 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
       }
     }
     __syncthreads();
-    if (tid < G) {
+    // SparQ temperature per member g (warp g): sqrt(D · Σ|q̂_g| / Σ|q_g|).
+    for (int g = warp; g < G; g += kScoreWarps) {
       float num = 0.f, den = 0.f;
-      for (int r = 0; r < k1; ++r) num += fabsf(qs[tid * D + sel[r]]);
-      for (int c = 0; c < D; ++c) den += fabsf(qs[tid * D + c]);
-      const float ratio = den > 0.f ? num / den : 1.f;
-      inv_tau[tid] = rsqrtf(ratio * static_cast<float>(D));
+      for (int r = lane; r < k1; r += 32) num += fabsf(qs[g * D + sel[r]]);
+      for (int c = lane; c < D; c += 32) den += fabsf(qs[g * D + c]);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        num += __shfl_xor_sync(0xffffffffu, num, off);
+        den += __shfl_xor_sync(0xffffffffu, den, off);
+      }
+      if (lane == 0) inv_tau[g] = rsqrtf((den > 0.f ? num / den : 1.f) * static_cast<float>(D));
     }
     __syncthreads();
   }
-  const int64_t P = static_cast<int64_t>(blockIdx.y) * kScoreThreads + tid;
-  if (P >= n_pages) return;
-  const int64_t row = (static_cast<int64_t>(h) * a.page_capacity + P) * D;
-  const T* mn = static_cast<const T*>(a.kmin) + row;
-  const T* mx = static_cast<const T*>(a.kmax) + row;
-  float* out = scores + static_cast<int64_t>(h) * G * a.max_pages + P;
-  if (hsa) {
+  // One warp per page: lanes split the channels (coalesced within the page's row), then reduce.
+  for (int i = 0; i < kPagesPerWarp; ++i) {
+    const int64_t P = first_page + static_cast<int64_t>(i) * kScoreWarps + warp;
+    if (P >= n_pages) break;
+    const int64_t row = (static_cast<int64_t>(h) * a.page_capacity + P) * D;
+    const T* mn = static_cast<const T*>(a.kmin) + row;
+    const T* mx = static_cast<const T*>(a.kmax) + row;
+    float* out = scores + static_cast<int64_t>(h) * G * a.max_pages + P;
     float acc[kG];
 #pragma unroll
     for (int g = 0; g < kG; ++g) acc[g] = 0.f;
-    for (int r = 0; r < k1; ++r) {
-      const int c = sel[r];
-      const float b = use_max[r] ? to_f<T>(mx[c]) : to_f<T>(mn[c]);
+    if (hsa) {
+      for (int r = lane; r < k1; r += 32) {
+        const int c = sel[r];
+        const float b = use_max[r] ? to_f<T>(mx[c]) : to_f<T>(mn[c]);
 #pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) acc[g] = fmaf(qs[g * D + c], b, acc[g]);
+        for (int g = 0; g < kG; ++g)
+          if (g < G) acc[g] = fmaf(qs[g * D + c], b, acc[g]);
+      }
+    } else {
+      for (int c = lane; c < D; c += 32) {
+        const float lo = to_f<T>(mn[c]), hi = to_f<T>(mx[c]);
+#pragma unroll
+        for (int g = 0; g < kG; ++g)
+          if (g < G) {
+            const float x = qs[g * D + c];
+            acc[0] = fmaf(x, x >= 0.f ? hi : lo, acc[0]);  // Quest: group-summed bound
+          }
+      }
     }
 #pragma unroll
-    for (int g = 0; g < kG; ++g)
-      if (g < G) out[static_cast<int64_t>(g) * a.max_pages] = acc[g] * inv_tau[g];
-  } else {
-    float u = 0.f;
-    for (int c = 0; c < D; ++c) {
-      const float lo = to_f<T>(mn[c]), hi = to_f<T>(mx[c]);
+    for (int g = 0; g < kG; ++g) {
+      if (g < G && (hsa || g == 0)) {
 #pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) {
-          const float x = qs[g * D + c];
-          u = fmaf(x, x >= 0.f ? hi : lo, u);
-        }
+        for (int off = 16; off > 0; off >>= 1) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], off);
+      }
     }
-    out[0] = u;
+    if (lane == 0) {
+      if (hsa) {
+#pragma unroll
+        for (int g = 0; g < kG; ++g)
+          if (g < G) out[static_cast<int64_t>(g) * a.max_pages] = acc[g] * inv_tau[g];
+      } else {
+        out[0] = acc[0];
+      }
+    }
   }
 }
 
@@ -339,7 +365,7 @@ cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t s
       (a.mode == PageScore::kHsa && (a.k1 < 1 || a.k1 > a.head_dim || a.index_stride < a.keep)) ||
       (a.mode == PageScore::kQuest && a.index_stride < a.keep * a.page))
     return cudaErrorInvalidValue;
-  const int64_t blocks = (a.max_pages + kScoreThreads - 1) / kScoreThreads;
+  const int64_t blocks = (a.max_pages + kPagesPerBlock - 1) / kPagesPerBlock;
   if (blocks > 65535) return cudaErrorInvalidValue;
   float* ws = static_cast<float*>(workspace);
   const dim3 grid(a.n_head_kv, static_cast<unsigned>(blocks));
