@@ -82,13 +82,17 @@ viz::Figure head_pattern_figure(const HeadPattern& p, const HeadPatternFigureDat
   if (!d.loss.empty()) {
     viz::LinePlot curve;
     curve.title = "training loss";
-    viz::Series line;
-    line.name = "loss";
-    for (const auto& [step, loss] : d.loss) line.x.push_back(step), line.y.push_back(loss);
-    curve.series.push_back(line);
+    for (const auto& pt : d.loss) {
+      if (curve.series.empty() || curve.series.back().name != pt.phase) {
+        viz::Series line;
+        line.name = pt.phase;
+        curve.series.push_back(line);
+      }
+      curve.series.back().x.push_back(pt.step);
+      curve.series.back().y.push_back(pt.loss);
+    }
     curve.x.label = "step";
-    curve.y.label = "loss";
-    curve.legend = viz::LegendPos::None;
+    curve.y.label = "loss (duo: distillation + L1; hs-sft: LM + balance KL)";
     f.panels.push_back(curve);
   }
   f.columns = static_cast<int>(f.panels.size());
@@ -115,7 +119,8 @@ viz::Figure head_pattern_figure(const std::filesystem::path& path) {
     for (const auto& row : j["learned"]["loss_curve"]) {
       if (!row.is_array() || row.size() < 2 || !row[0].is_number() || !row[1].is_number())
         throw InputError(path, "learned.loss_curve rows must be [step, loss, ...]");
-      d.loss.emplace_back(row[0].get<double>(), row[1].get<double>());
+      d.loss.push_back({row[0].get<double>(), row[1].get<double>(),
+                        row.size() >= 5 && row[4].is_string() ? row[4].get<std::string>() : "loss"});
     }
   }
   return head_pattern_figure(p, d);

@@ -6,6 +6,7 @@
 // and export.
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,7 +19,11 @@ namespace kvscope::figures {
 struct HeadPatternFigureData {
   int64_t reference_length = 0;                    ///< N: the map's colours are min(N, sink + window) and N for dense heads; 0 = largest sink + window
   double budget_achieved = -1;                     ///< kept fraction at N; < 0 = computed from the pattern
-  std::vector<std::pair<double, double>> loss;     ///< (step, loss) of the training curve; empty = no panel
+  struct LossPoint {
+    double step = 0, loss = 0;
+    std::string phase;  ///< one line per phase ("duo", "hs-sft"): their objectives differ
+  };
+  std::vector<LossPoint> loss;                     ///< the training curve; empty = no panel
 };
 
 /// Panels: (1) heatmap layers x KV heads, value = entries kept on an N-token context, dense heads
@@ -28,7 +33,7 @@ struct HeadPatternFigureData {
 viz::Figure head_pattern_figure(const HeadPattern& pattern, const HeadPatternFigureData& data);
 
 /// Reads `pattern_json` (load_head_pattern) and its optional "reference_length",
-/// "budget_achieved" and "learned".loss_curve (pattern_file.h), then builds the figure above.
+/// "budget_achieved" and "learned".loss_curve rows [step, loss, ..., phase] (pattern_file.h), then builds the figure above.
 /// Throws InputError(path, ...) for a missing or malformed file.
 viz::Figure head_pattern_figure(const std::filesystem::path& pattern_json);
 

@@ -50,13 +50,16 @@ TEST(HeadPatternFigure, ReadsTheLearnedLossCurveFromTheFile) {
   save_head_pattern(f, two_by_two());
   nlohmann::json j = nlohmann::json::parse(std::ifstream(f));
   j["reference_length"] = 256;
-  j["learned"] = {{"loss_curve", {{1, 3.0, 2.9, 0.1}, {2, 2.5, 2.4, 0.1}}}};
+  j["learned"] = {{"loss_curve", {{1, 0.9, 0.1, 0.8, "duo"}, {2, 3.0, 2.9, 0.1, "hs-sft"}, {3, 2.5, 2.4, 0.1, "hs-sft"}}}};
   std::ofstream(f) << j.dump();
   const viz::Figure fig = figures::head_pattern_figure(f);
   viz::validate(fig);
   ASSERT_EQ(fig.panels.size(), 3u);
   EXPECT_EQ(std::get<viz::Heatmap>(fig.panels[0]).values[0], 256.0f);
-  EXPECT_EQ(std::get<viz::LinePlot>(fig.panels[2]).series[0].y, (std::vector<double>{3.0, 2.5}));
+  const auto& curve = std::get<viz::LinePlot>(fig.panels[2]);
+  ASSERT_EQ(curve.series.size(), 2u) << "one line per phase";
+  EXPECT_EQ(curve.series[0].name, "duo");
+  EXPECT_EQ(curve.series[1].y, (std::vector<double>{3.0, 2.5}));
   j["learned"]["loss_curve"] = {{"one", 2}};
   std::ofstream(f) << j.dump();
   try {

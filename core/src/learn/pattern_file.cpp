@@ -22,7 +22,7 @@ void save_learned_pattern(const std::filesystem::path& path, const LearnResult& 
   j["reference_length"] = r.reference_length;
   j["budget_achieved"] = r.budget_achieved;
   nlohmann::json curve = nlohmann::json::array();
-  for (const auto& p : r.curve) curve.push_back({p.step, p.loss, p.task_loss, p.reg_loss});
+  for (const auto& p : r.curve) curve.push_back({p.step, p.loss, p.task_loss, p.reg_loss, p.phase});
   j["learned"] = {
       {"method", learn_method_name(o.method)},
       {"options",
@@ -40,7 +40,7 @@ void save_learned_pattern(const std::filesystem::path& path, const LearnResult& 
       {"candidates", r.candidates},
       {"window_probs", r.window_probs},
       {"learned_windows", r.learned_windows},
-      {"loss_curve_columns", {"step", "loss", "task_loss", "reg_loss"}},
+      {"loss_curve_columns", {"step", "loss", "task_loss", "reg_loss", "phase"}},
       {"loss_curve", curve}};
   {
     std::ofstream out(path);
