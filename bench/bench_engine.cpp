@@ -78,10 +78,10 @@ int main(int argc, char** argv) {
     const int64_t ctx = std::stoll(item);
     std::vector<int32_t> ids(ctx);
     for (auto& id : ids) id = static_cast<int32_t>(rng() % c.vocab_size);
-    // Warm-up on a short prompt (kernels, allocator), then the measured prefill.
+    // Warm-up prefill of the same length (kernel selection, allocator growth), then the measured one.
     {
-      kvscope::KvCache warm = engine.new_cache(64);
-      sync(engine.prefill(warm, std::span<const int32_t>(ids.data(), std::min<int64_t>(ctx, 64))));
+      kvscope::KvCache warm = engine.new_cache(ctx);
+      sync(engine.prefill(warm, ids, prefill_chunk));
     }
     kvscope::KvCache cache = engine.new_cache(ctx + decode_steps + 8);
     auto t0 = Clock::now();
