@@ -31,7 +31,9 @@ std::vector<std::vector<std::vector<int64_t>>> kept_positions(const KvCache& cac
 
 bool is_out_of_memory(const char* what) {
   const std::string_view m(what);
-  return m.find("out of memory") != std::string_view::npos || m.find("not enough memory") != std::string_view::npos;
+  for (std::string_view needle : {"out of memory", "not enough memory", "can't allocate memory", "Cannot allocate memory"})
+    if (m.find(needle) != std::string_view::npos) return true;  // CUDA caching allocator; CPU allocators
+  return false;
 }
 
 std::string first_line(const char* what) {

@@ -1,0 +1,146 @@
+// Inputs that crashed, reached undefined behaviour or escaped with an unclear error in the file
+// parsers (found by the libFuzzer targets in tests/fuzz or while writing them; docs/reliability.md).
+// Each now fails with an InputError naming the file and what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "kvscope/core/errors.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/model_config.h"
+#include "kvscope/core/safetensors.h"
+#include "kvscope/core/tokenizer.h"
+#include "test_support.h"
+
+namespace kvscope {
+namespace {
+namespace fs = std::filesystem;
+
+class ParserRegressions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kvscope_parsers_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    test::remove_tree(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { test::remove_tree(dir_); }
+  fs::path write(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+    return dir_ / name;
+  }
+  /// A safetensors file: u64 header length, the header, then `data_bytes` zero bytes.
+  fs::path write_safetensors(const std::string& name, const std::string& header, size_t data_bytes) {
+    std::string bytes(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    return write(name, bytes + header + std::string(data_bytes, '\0'));
+  }
+  template <class Fn>
+  static void expect_input_error(Fn&& fn, const fs::path& file, const std::string& problem) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an InputError about " << problem;
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(file.string() + ": "), std::string::npos) << what;
+      EXPECT_NE(what.find(problem), std::string::npos) << what;
+    }
+  }
+  fs::path dir_;
+};
+
+// The product of the dimensions wrapped around 2^64 to 0 and matched an empty byte range; the
+// tensor view would then have read 2^64 elements from the mapping.
+TEST_F(ParserRegressions, SafetensorsShapeWhoseSizeOverflows) {
+  const auto f = write_safetensors("model.safetensors",
+                                   R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0);
+  expect_input_error([&] { SafetensorsFile{f}; }, f, "tensor 'w': shape [4294967296, 4294967296] x F32 is too large");
+}
+
+// fuzz_safetensors_index: a number beyond double (1e99999) made nlohmann throw out_of_range,
+// which no caller caught as a file error: the message did not name the file.
+TEST_F(ParserRegressions, JsonNumberBeyondDoubleInAnyJsonFile) {
+  write("model.safetensors.index.json", R"({"metadata":{"total_size":29E99999},"weight_map":{}})");
+  expect_input_error([&] { SafetensorsCheckpoint{dir_}; }, dir_ / "model.safetensors.index.json", "not valid JSON");
+  const auto config = write("config.json", R"({"model_type":"llama","vocab_size":1e99999})");
+  expect_input_error([&] { parse_hf_config(config); }, config, "not valid JSON");
+  const auto tokenizer = write("tokenizer.json", R"({"model":{"type":"BPE","vocab":{"a":1e400},"merges":[]}})");
+  expect_input_error([&] { load_hf_tokenizer(tokenizer); }, tokenizer, "not valid JSON");
+  const auto header = write_safetensors("h.safetensors", R"({"__metadata__":{"x":-1e99999}})", 0);
+  expect_input_error([&] { SafetensorsFile{header}; }, header, "safetensors header is not valid JSON");
+}
+
+// A field of the wrong type made nlohmann's value() throw type_error past every handler: the
+// message named no file.
+TEST_F(ParserRegressions, ConfigFieldOfTheWrongType) {
+  auto text = test::read_text(test::pycode_dir() / "config.json");
+  text.replace(text.find("1e-05"), 5, "\"tiny\"");
+  const auto config = write("config.json", text);
+  expect_input_error([&] { parse_hf_config(config); }, config, "malformed config: [json.exception.type_error.302]");
+}
+
+// Dimensions near 2^40 overflowed int64 in parameter_count() (undefined behaviour).
+TEST_F(ParserRegressions, ConfigDimensionsBeyondAnyModel) {
+  auto j = test::read_json(test::pycode_dir() / "config.json");
+  j["hidden_size"] = int64_t{1} << 40;
+  auto config = write("config.json", j.dump());
+  expect_input_error([&] { parse_hf_config(config); }, config, "hidden_size must be < 2^31 (got 1099511627776)");
+  j = test::read_json(test::pycode_dir() / "config.json");
+  j["hidden_size"] = j["intermediate_size"] = j["vocab_size"] = j["num_hidden_layers"] = int64_t{1} << 30;
+  config = write("config.json", j.dump());
+  expect_input_error([&] { parse_hf_config(config); }, config, "the shapes imply more than 2^60 parameters");
+}
+
+// fuzz_tokenizer_json: an id near 2^31 resized the id -> token table to 68 GB.
+TEST_F(ParserRegressions, TokenizerIdFarBeyondAnyVocabulary) {
+  const auto f = write("tokenizer.json", R"({"model":{"type":"BPE","vocab":{"a":0,"b":2147483000},"merges":[]}})");
+  expect_input_error([&] { load_hf_tokenizer(f); }, f, "token id 2147483000 for 'b' is beyond 4194304");
+  const auto g = write("tokenizer2.json", R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
+                                             "added_tokens":[{"id":2000000000,"content":"<x>"}]})");
+  expect_input_error([&] { load_hf_tokenizer(g); }, g, "token id 2000000000 for '<x>' is beyond");
+}
+
+// A shard named by the index was opened wherever it pointed.
+TEST_F(ParserRegressions, ShardIndexPointingOutsideTheCheckpoint) {
+  const auto index = dir_ / "model.safetensors.index.json";
+  for (const std::string shard : {"../secret.safetensors", "/etc/passwd", "a/../../b.safetensors", ""}) {
+    write(index.filename(), R"({"weight_map":{"w":")" + shard + R"("}})");
+    expect_input_error([&] { SafetensorsCheckpoint{dir_}; }, index, "is not a file name in the checkpoint folder");
+  }
+}
+
+// Header dims up to 2^31 overflowed the int64 size computation (undefined behaviour), so a tiny
+// file could pass the size check and be read far past its end. Now such shapes are refused, and
+// the size check runs in 128-bit arithmetic.
+TEST_F(ParserRegressions, Llama2cHeaderWhoseSizeOverflows) {
+  const int32_t header[7] = {1 << 30, 1 << 30, 1 << 20, 1 << 10, 1 << 10, 1 << 30, 1 << 30};
+  std::string bytes(reinterpret_cast<const char*>(header), sizeof header);
+  const auto f = write("model.bin", bytes + std::string(64, '\0'));
+  expect_input_error([&] { load_model(f, LoadOptions{}); }, f, "the shapes imply more than 2^60 parameters");
+  const int32_t big[7] = {1 << 14, 1 << 16, 1 << 10, 1 << 7, 1 << 7, 1 << 20, 1 << 20};  // about 2^42 floats
+  const auto h = write("big.bin", std::string(reinterpret_cast<const char*>(big), sizeof big) + std::string(64, '\0'));
+  expect_input_error([&] { load_model(h, LoadOptions{}); }, h, "truncated llama2.c checkpoint: 92 bytes, the header implies 17661576675356");
+  const int32_t negative_seq[7] = {8, 16, 1, 2, 1, 4, -100};
+  const auto g = write("neg.bin", std::string(reinterpret_cast<const char*>(negative_seq), sizeof negative_seq) + std::string(4096, '\0'));
+  expect_input_error([&] { load_model(g, LoadOptions{}); }, g, "seq_len must be > 0 (got -100)");
+}
+
+// encode() fell back to byte ids 3..258 that a short tok.bin does not have and indexed past it.
+TEST_F(ParserRegressions, Llama2cTokenizerWithoutTheByteTokens) {
+  std::string bytes(4, '\0');
+  for (int i = 0; i < 10; ++i) {
+    const float score = 0;
+    const int32_t len = 1;
+    bytes.append(reinterpret_cast<const char*>(&score), 4).append(reinterpret_cast<const char*>(&len), 4).push_back(char('a' + i));
+  }
+  const auto f = write("tok10.bin", bytes);
+  expect_input_error([&] { load_tokenizer(f); }, f, "has 10 tokens; a llama2.c tokenizer needs at least 259");
+}
+
+}  // namespace
+}  // namespace kvscope
