@@ -36,18 +36,16 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
-#include "ops/cuda_ops.h"
-#include "ops/page_ops.h"
 
 namespace kvscope::policies {
 namespace {
 
 constexpr const char* kRef = "RocketKV (Behnam et al. 2025) §3.4 Alg. 1, §3.6";
 
-class Hsa : public DecodeSelectionBase {
+class Hsa : public PagedSelectionBase {
  public:
   explicit Hsa(const ParamValues& v)
-      : DecodeSelectionBase("hsa", v),
+      : PagedSelectionBase("hsa", v),
         stage1_(param_bool(v, "stage1")),
         page_param_(param_int(v, "page")),
         k1_param_(param_int(v, "k1")),
@@ -68,69 +66,16 @@ class Hsa : public DecodeSelectionBase {
   std::optional<int64_t> eviction_budget(const RunBudget& budget) const override {
     return stage1_ ? split_.prompt_keep : budget.n_prompt;
   }
-  void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override { pages_.rebuild(layer, cache); }
-  int64_t side_store_bytes() const override { return pages_.bytes(); }
 
  protected:
-  void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
-
-  // The same step on the GPU in four launches for all KV heads (kernels/page_select.cu, then the
-  // gather decode-attention kernel): page upkeep, scoring, top-k2 selection, sparse attention.
-  at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override {
-    const LayerKv& kv = cache.layer(layer);
-    if (!kernels_fit(cache)) return {};  // attend_heads covers the rest
-    const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
-    if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
-    int64_t max_pages = 1, max_rows = 1;
-    for (int64_t n : kv.length) {
-      max_pages = std::max(max_pages, (n + page_ - 1) / page_);
-      max_rows = std::max(max_rows, std::min(n, k2_));
-    }
-    bytes_last_ += layer_bytes(kv);
-    return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
-  }
-
- public:
-  bool prepare_graph(const KvCache& cache, int64_t steps) override {
-    if (!configured_ || !kernels_fit(cache)) return false;
-    for (int64_t l = 0; l < cache.n_layer(); ++l) pages_.prepare(l, cache, steps);
-    return true;
-  }
-  at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                           const at::Tensor& length_dev) override {
-    const LayerKv& kv = cache.layer(layer);
-    ops::page_minmax_last(kv.k, offset_dev, length_dev, page_, pages_.kmin_all(layer), pages_.kmax_all(layer));
-    return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1), k2_, false);
-  }
-  int64_t after_graph_step(const KvCache& cache) override {
-    int64_t bytes = 0;
-    for (int64_t l = 0; l < cache.n_layer(); ++l) {
-      pages_.mark_covered(l, cache);
-      bytes += layer_bytes(cache.layer(l));
-    }
-    return bytes;
-  }
-
- protected:
-  bool kernels_fit(const KvCache& cache) const {
-    return (cache.head_dim() == 64 || cache.head_dim() == 128) && n_head_ / cache.n_head_kv() <= 16;
-  }
+  KernelPlan kernel_plan(int64_t head_dim) const override { return {true, std::min(k1_, head_dim), k2_, k2_}; }
   /// Bytes a step reads in one layer: per KV head n_pages·k1 side-store values + k2 K/V rows, or
   /// every row when the head attends densely.
-  int64_t layer_bytes(const LayerKv& kv) const {
+  int64_t layer_bytes(const LayerKv& kv) const override {
     const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item, k1 = std::min(k1_, D);
     int64_t bytes = 0;
     for (int64_t n : kv.length) bytes += k2_ >= n ? n * row_bytes : (n + page_ - 1) / page_ * k1 * item + k2_ * row_bytes;
     return bytes;
-  }
-  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record) {
-    const LayerKv& kv = cache.layer(layer);
-    const int64_t G = q.size(0) / cache.n_head_kv(), k1 = std::min(k1_, cache.head_dim());
-    auto [index, count] = ops::page_select(ops::PageScore::kHsa, q, pages_.kmin_all(layer), pages_.kmax_all(layer),
-                                           length_dev, max_pages, G, page_, k1, k2_);
-    if (record) record_fused_selection(index, count);
-    return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
   }
 
   at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
@@ -159,8 +104,7 @@ class Hsa : public DecodeSelectionBase {
   bool stage1_;
   int64_t page_param_, k1_param_, k2_param_;
   RocketKvSplit split_;
-  int64_t page_ = 1, k1_ = 1, k2_ = 1, n_head_ = 0;
-  PageMinMax pages_;
+  int64_t page_ = 1, k1_ = 1, k2_ = 1;
 };
 
 }  // namespace

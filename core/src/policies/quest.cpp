@@ -156,14 +156,72 @@ int64_t PageMinMax::bytes() const {
 
 // ---- quest -------------------------------------------------------------------------------------
 
+// ---- PagedSelectionBase ------------------------------------------------------------------------
+
+bool PagedSelectionBase::kernels_fit(const KvCache& cache) const {
+  return (cache.head_dim() == 64 || cache.head_dim() == 128) && n_head_ / cache.n_head_kv() <= 16;
+}
+
+at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache,
+                                              const at::Tensor& offset_dev, const at::Tensor& length_dev,
+                                              int64_t max_pages, int64_t max_rows, bool record) {
+  const LayerKv& kv = cache.layer(layer);
+  const int64_t G = q.size(0) / cache.n_head_kv();
+  const KernelPlan k = kernel_plan(cache.head_dim());
+  auto [index, count] = ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
+                                         pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep);
+  if (record) record_fused_selection(index, count);
+  return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
+}
+
+// The step on the GPU for all KV heads at once: page upkeep (one kernel for the usual last-page
+// case), scoring + selection, sparse attention.
+at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) {
+  const LayerKv& kv = cache.layer(layer);
+  if (!kernels_fit(cache)) return {};
+  const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
+  if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
+  const int64_t page = pages_.page(), width = kernel_plan(cache.head_dim()).width;
+  int64_t max_pages = 1, max_rows = 1;
+  for (int64_t n : kv.length) {
+    max_pages = std::max(max_pages, (n + page - 1) / page);
+    max_rows = std::max(max_rows, std::min(n, width));
+  }
+  bytes_last_ += layer_bytes(kv);
+  return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
+}
+
+bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
+  if (!configured_ || !kernels_fit(cache)) return false;
+  for (int64_t l = 0; l < cache.n_layer(); ++l) pages_.prepare(l, cache, steps);
+  return true;
+}
+
+at::Tensor PagedSelectionBase::attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache,
+                                             const at::Tensor& offset_dev, const at::Tensor& length_dev) {
+  const LayerKv& kv = cache.layer(layer);
+  ops::page_minmax_last(kv.k, offset_dev, length_dev, pages_.page(), pages_.kmin_all(layer), pages_.kmax_all(layer));
+  return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1),
+                        kernel_plan(cache.head_dim()).width, false);
+}
+
+int64_t PagedSelectionBase::after_graph_step(const KvCache& cache) {
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    pages_.mark_covered(l, cache);
+    bytes += layer_bytes(cache.layer(l));
+  }
+  return bytes;
+}
+
 namespace {
 
 constexpr const char* kRef = "Quest (Tang et al. 2024) §3.2-3.3; RocketKV (Behnam et al. 2025) App. A.3";
 
-class Quest : public DecodeSelectionBase {
+class Quest : public PagedSelectionBase {
  public:
   explicit Quest(const ParamValues& v)
-      : DecodeSelectionBase("quest", v), page_(param_int(v, "page")), k_param_(param_int(v, "k")) {}
+      : PagedSelectionBase("quest", v), page_(param_int(v, "page")), k_param_(param_int(v, "k")) {}
 
   void configure(const RunBudget& budget, const ModelConfig& config) override {
     k_ = k_param_ > 0 ? k_param_ : std::max<int64_t>(1, decode_fetch_budget(budget) / 2);
@@ -171,55 +229,11 @@ class Quest : public DecodeSelectionBase {
     pages_.reset(config.n_layer, page_);
     configured_ = true;
   }
-  void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override { pages_.rebuild(layer, cache); }
-  int64_t side_store_bytes() const override { return pages_.bytes(); }
 
  protected:
-  void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
-
-  // The same step on the GPU for all KV heads (kernels/page_select.cu + gather decode attention).
-  at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override {
-    const LayerKv& kv = cache.layer(layer);
-    if (!kernels_fit(cache)) return {};  // attend_heads covers the rest
-    const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
-    if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
-    int64_t max_pages = 1, max_rows = 1;
-    for (int64_t n : kv.length) {
-      max_pages = std::max(max_pages, (n + page_ - 1) / page_);
-      max_rows = std::max(max_rows, std::min(n, n_sel() * page_));
-    }
-    bytes_last_ += layer_bytes(kv);
-    return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
-  }
-
- public:
-  bool prepare_graph(const KvCache& cache, int64_t steps) override {
-    if (!configured_ || !kernels_fit(cache)) return false;
-    for (int64_t l = 0; l < cache.n_layer(); ++l) pages_.prepare(l, cache, steps);
-    return true;
-  }
-  at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                           const at::Tensor& length_dev) override {
-    const LayerKv& kv = cache.layer(layer);
-    ops::page_minmax_last(kv.k, offset_dev, length_dev, page_, pages_.kmin_all(layer), pages_.kmax_all(layer));
-    return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1), n_sel() * page_, false);
-  }
-  int64_t after_graph_step(const KvCache& cache) override {
-    int64_t bytes = 0;
-    for (int64_t l = 0; l < cache.n_layer(); ++l) {
-      pages_.mark_covered(l, cache);
-      bytes += layer_bytes(cache.layer(l));
-    }
-    return bytes;
-  }
-
- protected:
-  int64_t n_sel() const { return (k_ + page_ - 1) / page_; }
-  bool kernels_fit(const KvCache& cache) const {
-    return (cache.head_dim() == 64 || cache.head_dim() == 128) && n_head_ / cache.n_head_kv() <= 16;
-  }
+  KernelPlan kernel_plan(int64_t) const override { return {false, 0, n_sel(), n_sel() * page_}; }
   // Bytes count whole selected pages (the gather skips the missing tail of a partial last page).
-  int64_t layer_bytes(const LayerKv& kv) const {
+  int64_t layer_bytes(const LayerKv& kv) const override {
     const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item;
     int64_t bytes = 0;
     for (int64_t n : kv.length) {
@@ -228,15 +242,7 @@ class Quest : public DecodeSelectionBase {
     }
     return bytes;
   }
-  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record) {
-    const LayerKv& kv = cache.layer(layer);
-    const int64_t G = q.size(0) / cache.n_head_kv();
-    auto [index, count] = ops::page_select(ops::PageScore::kQuest, q, pages_.kmin_all(layer), pages_.kmax_all(layer),
-                                           length_dev, max_pages, G, page_, 0, n_sel());
-    if (record) record_fused_selection(index, count);
-    return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
-  }
+  int64_t n_sel() const { return (k_ + page_ - 1) / page_; }
 
   at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v) override {
@@ -256,8 +262,7 @@ class Quest : public DecodeSelectionBase {
   }
 
  private:
-  int64_t page_, k_param_, k_ = 0, n_head_ = 0;
-  PageMinMax pages_;
+  int64_t page_, k_param_, k_ = 0;
 };
 
 }  // namespace

@@ -17,14 +17,9 @@
 
 #include <cuda_runtime_api.h>
 
-namespace kvscope::kernels {
+#include "kvscope/kernels/dtype.h"
 
-#ifndef KVSCOPE_KERNELS_DTYPE_DEFINED
-#define KVSCOPE_KERNELS_DTYPE_DEFINED
-/// Element type of the activations, weights and cache (the same across one call).
-enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
-inline constexpr size_t dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-#endif
+namespace kvscope::kernels {
 
 struct DecodeAttentionArgs {
   DType dtype = DType::kBFloat16;

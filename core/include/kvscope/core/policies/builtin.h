@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policy.h"
 
 namespace kvscope::policies {
@@ -257,6 +258,42 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
   std::vector<Selection> selections_;
 };
 
+/// Decode-time selection over page min/max summaries (HSA, Quest): the GPU paths both share, the
+/// eager fused step (attend_fused) and the CUDA-graph step (prepare_graph / attend_device /
+/// after_graph_step), all through kernels/page_select + the gather decode-attention kernel.
+/// Subclasses reset pages_ and set n_head_ in configure, and describe their kernel call.
+class PagedSelectionBase : public DecodeSelectionBase {
+ public:
+  using DecodeSelectionBase::DecodeSelectionBase;
+  void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override { pages_.rebuild(layer, cache); }
+  int64_t side_store_bytes() const override { return pages_.bytes(); }
+  bool prepare_graph(const KvCache& cache, int64_t steps) override;
+  at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                           const at::Tensor& length_dev) override;
+  int64_t after_graph_step(const KvCache& cache) override;
+
+ protected:
+  /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =
+  /// the most rows a head can emit (HSA k2, Quest keep * page).
+  struct KernelPlan {
+    bool hsa;
+    int64_t k1, keep, width;
+  };
+  virtual KernelPlan kernel_plan(int64_t head_dim) const = 0;
+  /// K/V and side-store bytes one decode step reads in a layer (all KV heads).
+  virtual int64_t layer_bytes(const LayerKv& kv) const = 0;
+  void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
+  at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override;
+  PageMinMax pages_;
+  int64_t n_head_ = 0;
+
+ private:
+  /// head_dim 64 / 128 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
+  bool kernels_fit(const KvCache& cache) const;
+  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record);
+};
+
 // S5 decode-time selection
 PolicyRegistry::Entry hsa_entry();        // hsa.cpp
 PolicyRegistry::Entry quest_entry();      // quest.cpp
@@ -284,8 +321,9 @@ PolicyRegistry::Entry think_entry();  // think.cpp
 ///                                              nor is a row a ring-buffer head has overwritten since)
 ///   out = softmax_fp32(s) · V                  (values are not pruned)
 ///
-/// Compute layout: the keys k̂ are kept dense [n_h, D] (cache dtype) beside the cache,
-/// which is left untouched. Accounting assumes the pruned layout instead: side_store_bytes() is
+/// Compute layout: the keys k̂ are kept dense [n_h, D] (cache dtype) beside the cache; on a CUDA
+/// cache with a zero recovery bias they are also written over the pruned cache rows
+/// (fold_into_cache), so decode is the dense attention kernel. Accounting assumes the pruned layout instead: side_store_bytes() is
 /// what the subclass reports as the pruned key storage (kept values + channel indices + recovery
 /// statistics); bytes_read_last() = that storage for the layer + dense K of decode-time entries + all
 /// V. The K bytes saved versus a dense cache are dense_key_bytes() - side_store_bytes().
