@@ -17,7 +17,7 @@ Runner add_export(CLI::App& app) {
   auto a = std::make_shared<Args>();
   cmd->add_option("FILE", a->db, "Session database")->required();
   cmd->add_option("RUN", a->run, "Run id (any run of the database for --figure grid)")->required();
-  cmd->add_option("--figure", a->figure, "heads | tokens | mass | topk-cdf | keys | channels | fidelity | budgets | grid")
+  cmd->add_option("--figure", a->figure, "heads | tokens | mass | topk-cdf | keys | channels | fidelity | budgets | grid | head-pattern")
       ->required();
   cmd->add_option("--out", a->out, "Output file: .png, .svg, .pdf or .csv")->required();
   cmd->add_option("--layer", a->layer, "Layer of per-layer figures");

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "figures.h"
+#include "head_pattern_figure.h"
 
 namespace kvscope::figures {
 namespace {
@@ -32,7 +33,8 @@ void want(const sessions::SessionStore& store, const RunData& r, std::initialize
 }  // namespace
 
 const std::vector<std::string>& figure_names() {
-  static const std::vector<std::string> n = {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid"};
+  static const std::vector<std::string> n = {"heads",    "tokens",   "mass",    "topk-cdf", "keys",
+                                             "channels", "fidelity", "budgets", "grid",     "head-pattern"};
   return n;
 }
 
@@ -137,7 +139,8 @@ viz::Figure build_figure(const sessions::SessionStore& store, std::int64_t run, 
   if (q.token_text) text = [&q](std::int32_t id) { return std::optional<std::string>(q.token_text(id)); };
   const auto r = load_run_data(store, run, text);
   const Selection sel{q.layer, q.head, -1};
-  const bool per_layer = q.name != "heads" && q.name != "budgets" && q.name != "fidelity" && q.name != "topk-cdf";
+  const bool per_layer = q.name != "heads" && q.name != "budgets" && q.name != "fidelity" && q.name != "topk-cdf" &&
+                         q.name != "head-pattern";
   if (per_layer && (q.layer < 0 || q.layer >= r->n_layer))
     throw std::out_of_range("run " + std::to_string(run) + " has no layer " + std::to_string(q.layer));
   if (per_layer && q.name != "mass" && (q.head < 0 || q.head >= r->n_head_kv))
@@ -153,6 +156,15 @@ viz::Figure build_figure(const sessions::SessionStore& store, std::int64_t run, 
     return heads_figure(*r, nullptr, {m, Side::kA}, sel);
   }
   if (q.name == "budgets") return budgets_figure(*r, nullptr, {});
+  if (q.name == "head-pattern") {
+    const std::string file = head_pattern_file(*r);
+    if (file.empty())
+      throw std::invalid_argument(no_data + "head pattern: its pipeline '" + r->record.row.pipeline_spec +
+                                  "' has no 'heads' stage (record one with --pipeline heads:pattern=FILE)");
+    viz::Figure f = head_pattern_figure(std::filesystem::path(resolve_head_pattern_file(*r, file)));
+    f.caption = "pattern " + file + "; run: " + r->caption() + ". " + f.caption;
+    return f;
+  }
   if (q.name == "fidelity") {
     if (!r->steps.count("kl")) throw std::invalid_argument(no_data + "fidelity (record it with --reference full)");
     return fidelity_figure({r.get()}, {});

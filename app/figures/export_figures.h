@@ -13,7 +13,8 @@
 namespace kvscope::figures {
 
 /// Figure names of `kvscope-cli export --figure`: heads, tokens, mass, topk-cdf, keys, channels,
-/// fidelity, budgets, grid.
+/// fidelity, budgets, grid, head-pattern (a run with a "heads" stage: its pattern file's figure,
+/// head_pattern_figure.h).
 const std::vector<std::string>& figure_names();
 
 /// What a figure is drawn for.
@@ -26,7 +27,8 @@ struct FigureRequest {
 
 /// Builds figure `req.name` of run `run` (for "grid": of every complete run in `store`). Throws
 /// std::invalid_argument naming what is missing (e.g. a figure that needs --capture full, an unknown
-/// figure or metric), std::out_of_range for a layer or head outside the run, sessions::SessionError.
+/// figure or metric, head-pattern of a run without a heads stage), std::out_of_range for a layer or
+/// head outside the run, sessions::SessionError, InputError for an unreadable pattern file.
 viz::Figure build_figure(const sessions::SessionStore& store, std::int64_t run, const FigureRequest& req);
 
 /// Ada-KV Fig. 1 style: per KV head of `layer`, cumulative attention mass against the fraction of

@@ -49,6 +49,9 @@ struct ChannelsOptions {
 
 struct BudgetsOptions {
   Side side = Side::kA;
+  /// For a run whose pipeline has a "heads" stage: also the pattern's panels (dense/streaming map,
+  /// window per layer) read from its `pattern` file.
+  bool head_pattern = true;
 };
 
 struct FidelityOptions {

@@ -7,6 +7,9 @@
 #include <numeric>
 #include <variant>
 #include <array>
+#include <filesystem>
+
+#include "head_pattern_figure.h"
 
 namespace kvscope::figures {
 namespace {
@@ -394,6 +397,39 @@ viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Se
   return f;
 }
 
+namespace {
+
+// Budgets view of a run with a "heads" stage: its pattern's map and windows, on the run's prompt
+// length, after the measured panels; a note panel when the file cannot be read.
+void add_head_pattern_panels(viz::Figure& f, const RunData& r) {
+  const std::string file = head_pattern_file(r);
+  if (file.empty()) return;
+  const std::string name = std::filesystem::path(file).filename().string();
+  const std::string path = resolve_head_pattern_file(r, file);
+  try {
+    const HeadPattern p = load_head_pattern(path);
+    viz::Figure hp = head_pattern_figure(p, {r.n_tok, -1, {}});  // n_tok 0: the pattern's widest window
+    auto& map = std::get<viz::Heatmap>(hp.panels.at(0));
+    map.title = "head pattern " + name + " (" + p.method + ")";
+    if (static_cast<std::int64_t>(p.layers.size()) != r.n_layer)
+      map.title += ": " + std::to_string(p.layers.size()) + " layers, the run " + std::to_string(r.n_layer);
+    auto& windows = std::get<viz::BarChart>(hp.panels.at(1));
+    windows.title = "pattern: streaming window per layer";
+    windows.legend = viz::LegendPos::Outside;
+    f.panels.push_back(std::move(map));
+    f.panels.push_back(std::move(windows));
+    f.caption += " \xc2\xb7 head pattern " + file + ": " + hp.title.substr(hp.title.find(':') + 2);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // InputError(path, problem)
+    f.panels.push_back(note_panel("head pattern " + file + " cannot be read: " + why));
+    f.row_weights = {1, 0.25};  // the note needs no plot area
+  }
+  f.height = std::max(f.height, 820);
+}
+
+}  // namespace
+
 viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOptions& o) {
   const bool comparable = b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv;
   const Side side = comparable ? o.side : Side::kA;
@@ -453,7 +489,25 @@ viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOpti
   for (std::int64_t l = 0; l < L; l += step) bc.x.ticks.push_back(static_cast<double>(l)), bc.x.tick_labels.push_back(std::to_string(l));
   bc.legend = viz::LegendPos::Outside;
   f.panels.push_back(std::move(bc));
+  if (o.head_pattern) add_head_pattern_panels(f, side == Side::kB ? *b : a);
   return f;
+}
+
+std::string head_pattern_file(const RunData& r) {
+  for (const auto& st : r.record.info.pipeline.stages)
+    if (st.policy == "heads")
+      for (const auto& p : st.params)
+        if (p.key == "pattern") return p.value;
+  return "";
+}
+
+std::string resolve_head_pattern_file(const RunData& r, const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(file);
+  if (file.empty() || fs::exists(p, ec) || p.is_absolute() || r.ref.db.empty()) return file;
+  const fs::path next_to_db = fs::path(r.ref.db).parent_path() / p;
+  return fs::exists(next_to_db, ec) ? next_to_db.string() : file;
 }
 
 viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o) {

@@ -40,8 +40,18 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
 viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection& sel);
 /// Channels: channel_mean and channel_cv per channel of the selected head, and a heads x channels map.
 viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Selection& sel);
-/// Budgets: kept entries per layer x KV head (A, B or A - B) and mean kept per layer.
+/// Budgets: kept entries per layer x KV head (A, B or A - B) and mean kept per layer; for a run
+/// (the one shown; A for A - B) with a "heads" stage and o.head_pattern, also its pattern's
+/// layers x KV heads dense/streaming map (entries kept on the run's prompt length) and streaming
+/// window per layer (head_pattern_figure.h), or, when the pattern file cannot be read, a panel
+/// whose title says so.
 viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOptions& o);
+/// The `pattern` parameter of the run's "heads" stage (`--pipeline heads:pattern=FILE`) as
+/// recorded, or "" when its pipeline has no heads stage.
+std::string head_pattern_file(const RunData& r);
+/// Where to read that file: as recorded when it exists, else (a relative path) next to the run's
+/// database, else as recorded (reading it then fails naming the path).
+std::string resolve_head_pattern_file(const RunData& r, const std::string& file);
 /// Fidelity: per-step KL, top-1 agreement and bytes read of every given run (overlaid).
 viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o);
 /// Selection: the selected head's percentile among all heads per metric, and its kept strip.

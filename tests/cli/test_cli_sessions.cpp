@@ -78,6 +78,52 @@ TEST_F(CliSessions, SweepResumesAndCompareAndExportWork) {
   EXPECT_NE(r.out.find("unknown figure 'nope'"), std::string::npos) << r.out;
 }
 
+TEST_F(CliSessions, HeadPatternRunExportsItsPatternAndBudgets) {
+  // stories260K: 5 layers x 4 KV heads; KV head 0 dense, the others 4 sinks + a 16-token window.
+  nlohmann::json layers = nlohmann::json::array();
+  for (int l = 0; l < 5; ++l)
+    layers.push_back({{"heads", {{{"streaming", false}}, {{"streaming", true}, {"sink", 4}, {"window", 16}},
+                                 {{"streaming", true}, {"sink", 4}, {"window", 16}}, {{"streaming", true}, {"sink", 4}, {"window", 16}}}}});
+  const fs::path pattern = dir_ / "pattern.json";
+  std::ofstream(pattern) << nlohmann::json{{"format", "kvscope.head_pattern.v1"}, {"method", "manual"}, {"budget", 0.5},
+                                           {"n_layer", 5}, {"n_head_kv", 4}, {"layers", layers}}.dump();
+  auto r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
+                   " --pipeline heads:pattern=" + quote(pattern) + " --budget 1 --budget-unit fraction --max-new-tokens 4 --db " +
+                   quote(db_), true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
+              " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --db " + quote(db_), true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const std::string ext : {"png", "csv"}) {
+    const fs::path out = dir_ / ("head-pattern." + ext);
+    r = run_cli("export " + quote(db_) + " 1 --figure head-pattern --out " + quote(out), true);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    ASSERT_GT(test::read_text(out).size(), 200u) << out;
+  }
+  // The map (dense heads in the mask) and the window bars; budgets adds them as panels 2 and 3.
+  const std::string csv = test::read_text(dir_ / "head-pattern.csv");
+  EXPECT_NE(csv.find("\n0,heatmap,mask,0,0,"), std::string::npos) << csv.substr(0, 400);
+  EXPECT_NE(csv.find("\n1,bar,window,"), std::string::npos) << csv.substr(0, 400);
+  r = run_cli("export " + quote(db_) + " 1 --figure budgets --out " + quote(dir_ / "budgets.csv"), true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string budgets = test::read_text(dir_ / "budgets.csv");
+  EXPECT_NE(budgets.find("\n2,heatmap,mask,0,0,"), std::string::npos);
+  EXPECT_NE(budgets.find("\n3,bar,window,"), std::string::npos);
+  // A run without a heads stage.
+  r = run_cli("export " + quote(db_) + " 2 --figure head-pattern --out " + quote(dir_ / "x.png"), true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("run 2 has no head pattern: its pipeline 'snapkv:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("has no 'heads' stage"), std::string::npos) << r.out;
+  // The pattern file gone: budgets still exports (a panel says so), head-pattern names the file.
+  fs::rename(pattern, dir_ / "moved.json");
+  r = run_cli("export " + quote(db_) + " 1 --figure budgets --out " + quote(dir_ / "budgets2.csv"), true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(test::read_text(dir_ / "budgets2.csv").find("\n2,heatmap"), std::string::npos);
+  r = run_cli("export " + quote(db_) + " 1 --figure head-pattern --out " + quote(dir_ / "y.png"), true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find(pattern.string() + ": no such file"), std::string::npos) << r.out;
+}
+
 TEST_F(CliSessions, ShardsMergeIntoTheWholeSweep) {
   for (int i = 0; i < 2; ++i)
     ASSERT_EQ(run_cli("sweep " + quote(dir_ / "grid.toml") + " --db " + quote(dir_ / ("s" + std::to_string(i) + ".db")) +

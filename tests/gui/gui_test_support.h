@@ -3,14 +3,18 @@
 // prompt is real Python text tokenized with the embedded pycode-16m tokenizer (when present).
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "kvscope/core/head_pattern.h"
 #include "kvscope/core/tokenizer.h"
+#include "kvscope/sessions/session_store.h"
 #include "synthetic.h"
 
 namespace kvscope::gui::testing {
@@ -47,6 +51,42 @@ inline SyntheticRuns write_test_session(const std::filesystem::path& db, Synthet
     if (spec.prompt_text.empty()) spec.prompt_text = read_text(pycode_dir() / "golden/prompts/argparse_head.py");
   }
   return write_synthetic_session(db.string(), spec, tok.get());
+}
+
+/// A head pattern for n_layer x n_head_kv: KV head 0 of every layer dense, the others streaming
+/// with 4 sinks and a window of 16 x (layer + 1).
+inline HeadPattern test_head_pattern(std::int64_t n_layer, std::int64_t n_head_kv) {
+  HeadPattern p;
+  p.method = "duo";
+  p.budget = 0.5;
+  p.layers.resize(static_cast<std::size_t>(n_layer));
+  for (std::int64_t l = 0; l < n_layer; ++l)
+    for (std::int64_t h = 0; h < n_head_kv; ++h)
+      p.layers[static_cast<std::size_t>(l)].push_back(h == 0 ? HeadPlan{} : HeadPlan{true, 4, 16 * (l + 1)});
+  return p;
+}
+
+/// Appends a complete run to `db` with the model, prompt and budget of run `like`, the pipeline
+/// `heads:pattern=<pattern>` (as kvscope-cli records it) and the kept sets `p` gives on the prompt.
+inline std::int64_t write_heads_run(const std::filesystem::path& db, std::int64_t like, const std::string& pattern,
+                                    const HeadPattern& p) {
+  auto store = sessions::SessionStore::open(db.string());
+  sessions::RunInfo info = store.load_run(like).info;
+  info.name = "learned head pattern";
+  info.sweep_key.reset();
+  info.pipeline = {"heads:pattern=" + pattern, {{"head_pattern", "heads", {{"pattern", sessions::ParamType::kPath, pattern}}}}};
+  const std::int64_t run = store.begin_run(info);
+  const auto n = static_cast<std::int64_t>(info.prompt.tokens.size());
+  for (std::int64_t l = 0; l < info.model.n_layer; ++l)
+    for (std::int64_t h = 0; h < info.model.n_head_kv; ++h) {
+      const HeadPlan plan = p.layers.at(static_cast<std::size_t>(l)).at(static_cast<std::size_t>(h));
+      std::vector<std::int64_t> kept;
+      for (std::int64_t i = 0; i < n; ++i)
+        if (!plan.streaming || i < plan.sink || i >= n - plan.window) kept.push_back(i);
+      store.add_blob(run, sessions::Blob::of<std::int64_t>("kept_positions", l, h, {static_cast<std::int64_t>(kept.size())}, kept));
+    }
+  store.finish_run(run, {{42}, " x"});
+  return run;
 }
 
 }  // namespace kvscope::gui::testing

@@ -303,6 +303,57 @@ TEST_F(GuiPanels, ClickingAHeadsCellSelectsThatHead) {
   EXPECT_EQ(state_->sel.head, 3);
 }
 
+TEST_F(GuiPanels, BudgetsShowTheHeadPatternOfAHeadsRun) {
+  // A run recorded with --pipeline heads:pattern=FILE, opened on its own.
+  const auto db = dir_ / "heads.db";
+  SyntheticSpec spec;
+  spec.n_layer = 6;
+  spec.n_head = 8;
+  spec.n_head_kv = 4;
+  spec.n_tok = 400;
+  spec.n_steps = 4;
+  spec.full_capture = false;
+  const auto runs = testing::write_test_session(db, spec);
+  const auto pattern = dir_ / "heads_pattern.json";
+  const HeadPattern p = testing::test_head_pattern(6, 4);
+  save_head_pattern(pattern, p);
+  const std::int64_t run = testing::write_heads_run(db, runs.snapkv, pattern.string(), p);
+  state_ = std::make_unique<AppState>();
+  state_->headless = true;
+  GuiOptions o;
+  o.open = {db.string()};
+  o.runs = {run};
+  ASSERT_TRUE(apply_options(*state_, o)) << state_->status;
+  ASSERT_EQ(state_->a->ref.run, run);
+  draw_view_frames(View::kBudgets, 16);  // hover and clicks over both maps
+  const FigureView& fig = state_->budgets.fig;
+  ASSERT_TRUE(fig.valid()) << fig.error();
+  ASSERT_EQ(fig.figure().panels.size(), 4u);
+  EXPECT_NE(viz::panel_title(fig.figure().panels[2]).find("head pattern heads_pattern.json"), std::string::npos);
+  // Clicking a cell of the pattern map selects that head.
+  const auto r = fig.cell_rect(2, 3, 1);
+  ASSERT_TRUE(r);
+  const ImVec2 c{static_cast<float>(r->x + r->w / 2), static_cast<float>(r->y + r->h / 2)};
+  Ui ui{im_->fonts(), textures_, catalog_, nullptr};
+  im_->frame([&] { draw_app(*state_, ui); }, c, false);
+  im_->frame([&] { draw_app(*state_, ui); }, c, true);
+  im_->frame([&] { draw_app(*state_, ui); }, c, false);
+  EXPECT_EQ(state_->sel.layer, 3);
+  EXPECT_EQ(state_->sel.head, 1);
+  // The toggle hides the pattern panels.
+  state_->budgets.opt.head_pattern = false;
+  draw_view_frames(View::kBudgets, 2, false);
+  EXPECT_EQ(state_->budgets.fig.figure().panels.size(), 2u);
+  // The pattern file moved away: a panel says so, the view still draws.
+  std::filesystem::rename(pattern, dir_ / "heads_pattern.moved.json");
+  state_->budgets.opt.head_pattern = true;
+  draw_view_frames(View::kBudgets, 4);
+  ASSERT_TRUE(state_->budgets.fig.valid()) << state_->budgets.fig.error();
+  ASSERT_EQ(state_->budgets.fig.figure().panels.size(), 3u);
+  const std::string title = viz::panel_title(state_->budgets.fig.figure().panels[2]);
+  EXPECT_NE(title.find("cannot be read: no such file"), std::string::npos) << title;
+}
+
 TEST_F(GuiPanels, FiguresDoNotRebuildWhileNothingChanges) {
   draw_view_frames(View::kAttention, 3, false);
   const auto builds = state_->attention.fig.builds();

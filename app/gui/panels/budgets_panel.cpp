@@ -1,5 +1,9 @@
 // Budgets: entries kept per layer and KV head after prefill (head-wise budgets: Ada-KV, pyramids,
-// streaming heads), and per layer mean/min/max or A vs B.
+// streaming heads), and per layer mean/min/max or A vs B; for a run with a "heads" stage, its head
+// pattern (dense/streaming map, window per layer) from the pattern file.
+#include <cmath>
+#include <variant>
+
 #include "../ui_util.h"
 #include "figures.h"
 #include "panels.h"
@@ -23,8 +27,16 @@ void budgets(AppState& s, Ui& ui) {
               a.n_tok ? 100.0 * total / heads / static_cast<double>(a.n_tok) : 0.0);
   side_selector(s, st.opt.side);
   const RunData* b = s.b();
+  const RunData& shown = st.opt.side == Side::kB && b ? *b : a;
+  const std::string pattern = figures::head_pattern_file(shown);
+  if (!pattern.empty()) {
+    ImGui::SameLine();
+    ImGui::Checkbox("head pattern", &st.opt.head_pattern);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("dense/streaming map and window per layer of %s", pattern.c_str());
+  }
   const std::string key = run_key(&a) + run_key(b) + "|" + std::to_string(static_cast<int>(st.opt.side)) + "|" +
-                          std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+                          std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head) + "|" +
+                          (st.opt.head_pattern ? "p" : "");
   st.fig.draw(key, figure_size(), [&] { return figures::budgets_figure(a, b, st.opt); }, ui.fonts, ui.textures);
   heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
     std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + ": " + std::to_string(a.kept_count(l, h)) +
@@ -33,6 +45,21 @@ void budgets(AppState& s, Ui& ui) {
     return t;
   });
   outline_cell(st.fig, 0, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
+  // The head pattern's map (panel 2 when the pattern file was read).
+  const auto& panels = st.fig.figure().panels;
+  if (panels.size() > 2 && std::holds_alternative<viz::Heatmap>(panels[2])) {
+    const auto& map = std::get<viz::Heatmap>(panels[2]);
+    heads_map_interaction(s, st.fig, 2, [&](std::int64_t l, std::int64_t h) {
+      const std::size_t i = static_cast<std::size_t>(l * map.cols + h);
+      std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + " of the pattern: ";
+      if (i >= map.values.size() || std::isnan(map.values[i])) return t + "not in the pattern";
+      t += map.mask[i] ? "dense" : "streaming";
+      t += ", keeps " + std::to_string(static_cast<long long>(map.values[i])) + " of " + std::to_string(shown.n_tok) + " entries";
+      if (l < shown.n_layer && h < shown.n_head_kv) t += " (run: " + std::to_string(shown.kept_count(l, h)) + " kept)";
+      return t;
+    });
+    outline_cell(st.fig, 2, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
+  }
 }
 
 }  // namespace kvscope::gui::panels
