@@ -52,7 +52,7 @@ class GenerateFaults : public ::testing::Test {
 };
 Model* GenerateFaults::model_ = nullptr;
 
-const c10::Error kCudaOom("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)", "");
+const c10::Error kCudaOom(c10::SourceLocation{"kvscope", __FILE__, static_cast<uint32_t>(__LINE__)}, "CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)");
 
 TEST_F(GenerateFaults, OutOfMemoryAtPrefillSuggestsChunkedPrefillAndASmallerBudget) {
   const Engine engine(*model_);
