@@ -202,18 +202,20 @@ Header read_header(Db& db) {
   return h;
 }
 
-void check_header(const Db& db, const Header& h) {
+void check_header(const Db& db, const Header& h) { check_header(db.path(), h); }
+
+void check_header(const std::string& path, const Header& h) {
   const bool empty = h.application_id == 0 && h.user_version == 0 && h.n_schema_objects == 0;
   if (empty) return;
   if (h.application_id != kApplicationId)
-    throw SessionError(db.path(), "not a kvscope session database (application_id " + hex32(h.application_id) +
+    throw SessionError(path, "not a kvscope session database (application_id " + hex32(h.application_id) +
                                       ", expected " + hex32(kApplicationId) + " 'KVSC'); left unchanged");
   if (h.user_version > kSchemaVersion)
-    throw SessionError(db.path(), "session schema version " + std::to_string(h.user_version) +
+    throw SessionError(path, "session schema version " + std::to_string(h.user_version) +
                                       " is newer than this kvscope supports (" + std::to_string(kSchemaVersion) +
                                       "); use a newer kvscope. Left unchanged");
   if (h.user_version < 0)
-    throw SessionError(db.path(), "bad session schema version " + std::to_string(h.user_version) + "; left unchanged");
+    throw SessionError(path, "bad session schema version " + std::to_string(h.user_version) + "; left unchanged");
 }
 
 void migrate(Db& db) {

@@ -21,6 +21,8 @@ Header read_header(Db& db);
 /// Throws SessionError (naming the file, saying it was left unchanged) unless `h` is a kvscope
 /// database of version <= kSchemaVersion or an empty database.
 void check_header(const Db& db, const Header& h);
+/// The same, naming `path`.
+void check_header(const std::string& path, const Header& h);
 
 /// Brings `db` to kSchemaVersion, one BEGIN IMMEDIATE transaction per step; each step re-reads
 /// the version inside its transaction, so concurrent openers migrate once.

@@ -1,6 +1,10 @@
 #include "kvscope/sessions/session_store.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
 
 #include <charconv>
 #include <cmath>
@@ -183,6 +187,27 @@ SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) throw SessionError(path, "is a directory, not a session database");
   if (!exists && mode == OpenMode::kReadOnly) throw SessionError(path, "no such session database");
+
+  // Refuse a foreign or newer database from its file header alone when no -wal file exists (then
+  // the main file is the whole database): even a read-only SQLite connection to a WAL database
+  // creates -wal and -shm files beside it, and a refused file should be left exactly as found.
+  if (exists && !S_ISDIR(st.st_mode) && ::access((path + "-wal").c_str(), F_OK) != 0) {
+    unsigned char raw[100] = {};
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      const size_t n = std::fread(raw, 1, sizeof raw, f);
+      std::fclose(f);
+      auto be32 = [&](size_t at) { return (uint32_t(raw[at]) << 24) | (uint32_t(raw[at + 1]) << 16) | (uint32_t(raw[at + 2]) << 8) | raw[at + 3]; };
+      if (n == sizeof raw && std::memcmp(raw, "SQLite format 3", 16) == 0) {
+        detail::Header h;
+        h.user_version = static_cast<int32_t>(be32(60));
+        h.application_id = static_cast<int32_t>(be32(68));
+        // More than one page (the in-header size is valid when offset 92 matches the change
+        // counter at 24): tables beyond an empty schema.
+        h.n_schema_objects = be32(92) == be32(24) && be32(28) > 1 ? 1 : 0;
+        if (h.application_id != 0 || h.user_version != 0 || h.n_schema_objects != 0) detail::check_header(path, h);
+      }
+    }
+  }
 
   detail::Header header;
   // A read-only open always looks through SQLite: a WAL database may hold everything in its -wal

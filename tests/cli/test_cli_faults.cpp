@@ -144,6 +144,33 @@ TEST_F(CliFaults, SweepKilledWithSigkillResumesWithoutLosingOrDuplicatingRuns) {
   EXPECT_NE(again.out.find("0 runs recorded, 24 already done"), std::string::npos) << again.out;
 }
 
+TEST_F(CliFaults, NewerOrForeignDatabasesAreRefusedByEveryCommandAndLeftByteIdentical) {
+  ASSERT_EQ(run_cli(run_args()).exit_code, 0);
+  ASSERT_FALSE(fs::exists(db_.string() + "-wal"));  // checkpointed on close: the file is the whole database
+  const std::string original = test::read_text(db_);
+  // The SQLite header holds user_version at byte 60 and application_id at byte 68 (big-endian).
+  auto patched = [&](size_t offset, uint32_t value) {
+    std::string bytes = original;
+    for (int i = 0; i < 4; ++i) bytes[offset + i] = static_cast<char>(value >> (24 - 8 * i));
+    return bytes;
+  };
+  write_grid("\"tova\"", "0.5");
+  for (const auto& [bytes, problem] : {std::pair{patched(60, 99), std::string("session schema version 99 is newer")},
+                                       std::pair{patched(68, 0x12345678), std::string("not a kvscope session database")}}) {
+    std::ofstream(db_, std::ios::binary | std::ios::trunc) << bytes;
+    for (const std::string& cmd : {run_args(), "sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_),
+                                   "inspect " + quote(db_), "compare " + quote(db_) + " 1 1",
+                                   "merge --out " + quote(dir_ / "merged.db") + " " + quote(db_)}) {
+      const auto r = run_cli(cmd, true);
+      EXPECT_NE(r.exit_code, 0) << cmd << ": " << r.out;
+      EXPECT_NE(r.out.find(db_.string() + ": " + problem), std::string::npos) << cmd << ": " << r.out;
+      EXPECT_EQ(test::read_text(db_), bytes) << cmd << " changed the file";
+      EXPECT_FALSE(fs::exists(db_.string() + "-wal")) << cmd;
+      EXPECT_FALSE(fs::exists(db_.string() + "-journal")) << cmd;
+    }
+  }
+}
+
 TEST_F(CliFaults, GridsThatReachUndefinedBehaviourInTomlPlusPlusAreRefusedClearly) {
   // Found by fuzz_sweep_toml: toml++ 3.3 reached __builtin_unreachable on 'Þ' in a bare key and on
   // U+FCBF in a value, and a false assumption on a table header '[' followed by a newline.

@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kvscope/sessions/session_store.h"
@@ -219,6 +220,45 @@ TEST(SessionFaults, SigkillDuringALargeWriteLosesOnlyThatRun) {
   EXPECT_FALSE(s.find_by_sweep_key("key-killed").has_value());
   // Every blob that was committed before the kill reads back whole.
   for (const Blob& b : s.load_blobs(runs[2].id, "attn")) EXPECT_EQ(b.data, noise_blob("attn", b.layer, 256 * 1024).data);
+}
+
+std::string read_all(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  std::string out;
+  char buf[65536];
+  for (size_t n; f && (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  if (f) std::fclose(f);
+  return out;
+}
+
+// A kvscope database is in WAL mode; even a read-only SQLite connection to it creates -wal and
+// -shm files. A newer or foreign one is refused from its header without any, leaving the folder
+// as it was (the sessions tests check the main file; this checks the files beside it).
+TEST(SessionFaults, RefusedWalDatabasesLeaveNoFilesBehind) {
+  ScratchDir dir;
+  const std::string path = dir.file("runs.db");
+  make_two_runs(path);
+  ASSERT_NE(::access((path + "-wal").c_str(), F_OK), 0);
+  const std::string original = read_all(path);
+  ASSERT_EQ(original[18], 2);  // WAL mode (file format read/write versions)
+  for (const auto& [offset, value, problem] : {std::tuple{60, 7u, "session schema version 7 is newer"},
+                                               std::tuple{68, 0x12345678u, "not a kvscope session database"}}) {
+    std::string bytes = original;
+    for (int i = 0; i < 4; ++i) bytes[offset + i] = static_cast<char>(value >> (24 - 8 * i));
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
+      try {
+        SessionStore::open(path, mode);
+        ADD_FAILURE() << "opened";
+      } catch (const SessionError& e) {
+        EXPECT_NE(std::string(e.what()).find(path + ": " + problem), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(read_all(path), bytes);
+      for (const char* suffix : {"-wal", "-shm", "-journal"}) EXPECT_NE(::access((path + suffix).c_str(), F_OK), 0) << suffix;
+    }
+  }
 }
 
 }  // namespace
