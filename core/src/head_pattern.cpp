@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_file.h"
+#include "json_integers.h"
 #include "kvscope/core/errors.h"
 
 namespace kvscope {
@@ -16,8 +17,9 @@ int64_t HeadPattern::kept_entries(int64_t n_tok) const {
   return total;
 }
 
-HeadPattern load_head_pattern(const std::filesystem::path& path) {
-  const nlohmann::json j = read_json_file(path);
+namespace {
+
+HeadPattern head_pattern_from_json(const nlohmann::json& j, const std::filesystem::path& path) {
   if (!j.is_object() || j.value("format", "") != "kvscope.head_pattern.v1")
     throw InputError(path, "not a kvscope head pattern (expected \"format\": \"kvscope.head_pattern.v1\")");
   HeadPattern p;
@@ -33,8 +35,12 @@ HeadPattern load_head_pattern(const std::filesystem::path& path) {
       const auto& e = layer["heads"][h];
       HeadPlan plan;
       plan.streaming = e.value("streaming", false);
-      plan.sink = e.value("sink", int64_t{0});
-      plan.window = e.value("window", int64_t{0});
+      for (auto [key, field] : {std::pair{"sink", &plan.sink}, std::pair{"window", &plan.window}}) {
+        if (!e.is_object() || !e.contains(key)) continue;
+        const auto v = json_integer(e[key], INT64_MIN, INT64_MAX);
+        if (!v) throw InputError(path, "layer " + std::to_string(l) + " head " + std::to_string(h) + ": '" + key + "' must be an integer");
+        *field = *v;
+      }
       if (plan.streaming && (plan.sink < 0 || plan.window < 1))
         throw InputError(path, "layer " + std::to_string(l) + " head " + std::to_string(h) +
                                    ": a streaming head needs sink >= 0 and window >= 1");
@@ -43,6 +49,17 @@ HeadPattern load_head_pattern(const std::filesystem::path& path) {
     p.layers.push_back(std::move(heads));
   }
   return p;
+}
+
+}  // namespace
+
+HeadPattern load_head_pattern(const std::filesystem::path& path) {
+  const nlohmann::json j = read_json_file(path);
+  try {
+    return head_pattern_from_json(j, path);
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong type
+    throw InputError(path, std::string("malformed head pattern: ") + e.what());
+  }
 }
 
 HeadPattern load_head_pattern(const std::filesystem::path& path, const ModelConfig& c) {

@@ -7,6 +7,7 @@
 
 #include "kvscope/core/errors.h"
 #include "json_file.h"
+#include "json_integers.h"
 
 namespace kvscope {
 namespace {
@@ -22,6 +23,15 @@ int64_t require_int(const json& j, const char* key, const std::filesystem::path&
   return it->get<int64_t>();
 }
 
+/// An optional integer field: `fallback` if absent or null, InputError if not an integer.
+int64_t int_or(const json& j, const char* key, int64_t fallback, const std::filesystem::path& source) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  const auto v = json_integer(*it, INT64_MIN, INT64_MAX);
+  if (!v) throw InputError(source, std::string("'") + key + "' must be an integer (got " + it->dump() + ")");
+  return *v;
+}
+
 RopeScaling parse_rope_scaling(const json& s, const std::filesystem::path& source) {
   RopeScaling r;
   if (s.is_null()) return r;
@@ -34,7 +44,7 @@ RopeScaling parse_rope_scaling(const json& s, const std::filesystem::path& sourc
     r.type = RopeScaling::Type::kLlama3;
     r.low_freq_factor = s.value("low_freq_factor", 1.0);
     r.high_freq_factor = s.value("high_freq_factor", 4.0);
-    r.original_max_position_embeddings = s.value("original_max_position_embeddings", int64_t{8192});
+    r.original_max_position_embeddings = int_or(s, "original_max_position_embeddings", 8192, source);
   } else {
     throw InputError(source, "unsupported rope scaling type '" + type + "' (supported: default, linear, llama3)");
   }
@@ -130,7 +140,7 @@ ModelConfig parse_hf_config_fields(const json& j, const std::filesystem::path& s
   c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
                                                                            : (c.n_head > 0 ? c.hidden_size / c.n_head : 0);
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
-  c.max_position_embeddings = j.value("max_position_embeddings", int64_t{4096});
+  c.max_position_embeddings = int_or(j, "max_position_embeddings", 4096, source);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
   if (j.contains("sliding_window") && j["sliding_window"].is_number_integer())

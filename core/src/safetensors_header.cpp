@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_integers.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/safetensors.h"
 
@@ -50,11 +51,17 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const
     SafetensorsEntry entry;
     try {
       entry.dtype = e.at("dtype").get<std::string>();
-      entry.shape = e.at("shape").get<std::vector<int64_t>>();
-      const auto off = e.at("data_offsets").get<std::vector<uint64_t>>();
-      if (off.size() != 2) throw InputError(path, "tensor '" + name + "': data_offsets must have 2 entries");
-      entry.begin = off[0];
-      entry.end = off[1];
+      for (const auto& d : e.at("shape")) {
+        const auto v = json_integer(d, 0, INT64_MAX);
+        if (!v) throw InputError(path, "tensor '" + name + "': shape entry " + d.dump() + " is not a non-negative integer");
+        entry.shape.push_back(*v);
+      }
+      const auto& off = e.at("data_offsets");
+      if (!off.is_array() || off.size() != 2) throw InputError(path, "tensor '" + name + "': data_offsets must have 2 entries");
+      const auto begin = json_integer(off[0], 0, INT64_MAX), end = json_integer(off[1], 0, INT64_MAX);
+      if (!begin || !end) throw InputError(path, "tensor '" + name + "': data_offsets " + off.dump() + " are not byte offsets");
+      entry.begin = static_cast<uint64_t>(*begin);
+      entry.end = static_cast<uint64_t>(*end);
     } catch (const nlohmann::json::exception& ex) {
       throw InputError(path, "tensor '" + name + "': malformed header entry (" + ex.what() + ")");
     }

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_integers.h"
 #include "text_file.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/tokenizer.h"
@@ -834,7 +835,11 @@ class BpeModel {
   BpeModel(const json& spec, const fs::path& file) {
     const std::string type = spec.contains("type") ? spec.at("type").get<std::string>() : "BPE";
     if (type != "BPE") throw InputError(file, "unsupported model type '" + type + "'");
-    for (const auto& [token, id] : spec.at("vocab").items()) vocab_.emplace(token, id.get<int32_t>());
+    for (const auto& [token, id] : spec.at("vocab").items()) {
+      const auto value = json_integer(id, INT32_MIN, INT32_MAX);
+      if (!value) throw InputError(file, "vocab entry '" + token + "' has id " + id.dump() + ", not a 32-bit integer");
+      vocab_.emplace(token, static_cast<int32_t>(*value));
+    }
     read_merges(spec.value("merges", json::array()), file);
     if (const auto unk = optional_string(spec, "unk_token")) {
       if (const auto it = vocab_.find(*unk); it != vocab_.end()) unk_id_ = it->second;
@@ -1168,7 +1173,9 @@ class HfTokenizer final : public Tokenizer {
   }
 
   void add_token(const json& spec) {
-    AddedToken token{spec.at("content").get<std::string>(), spec.at("id").get<int32_t>(),
+    const auto id = json_integer(spec.at("id"), INT32_MIN, INT32_MAX);
+    if (!id) throw InputError(file_, "added token " + spec.at("content").dump() + " has id " + spec.at("id").dump() + ", not a 32-bit integer");
+    AddedToken token{spec.at("content").get<std::string>(), static_cast<int32_t>(*id),
                      spec.value("lstrip", false),           spec.value("rstrip", false),
                      spec.value("single_word", false),      spec.value("normalized", false)};
     set_token(token.id, token.content);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/head_pattern.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/model_config.h"
 #include "kvscope/core/safetensors.h"
@@ -103,6 +104,33 @@ TEST_F(ParserRegressions, TokenizerIdFarBeyondAnyVocabulary) {
   const auto g = write("tokenizer2.json", R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
                                              "added_tokens":[{"id":2000000000,"content":"<x>"}]})");
   expect_input_error([&] { load_hf_tokenizer(g); }, g, "token id 2000000000 for '<x>' is beyond");
+}
+
+// fuzz_tokenizer_json (the CI fuzz stage): nlohmann's get<int>() of the float 1.98922e+24 is a
+// float-to-int cast out of range, undefined behaviour. The same cast sat in every integer field
+// read with get<> / value<>: safetensors shapes and offsets, config.json sizes, head patterns.
+TEST_F(ParserRegressions, FloatsWhereIntegersBelong) {
+  const auto tokenizer = write("tokenizer.json", R"({"model":{"type":"BPE","vocab":{"a":0,"b":1.98922e+24},"merges":[]}})");
+  expect_input_error([&] { load_hf_tokenizer(tokenizer); }, tokenizer, "vocab entry 'b' has id 1.98922e+24, not a 32-bit integer");
+  const auto added = write("added.json", R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[{"id":0.5,"content":"<x>"}]})");
+  expect_input_error([&] { load_hf_tokenizer(added); }, added, "added token \"<x>\" has id 0.5, not a 32-bit integer");
+  const auto st = write_safetensors("model.safetensors", R"({"w":{"dtype":"F32","shape":[1e30],"data_offsets":[0,4]}})", 4);
+  expect_input_error([&] { SafetensorsFile{st}; }, st, "tensor 'w': shape entry 1e+30 is not a non-negative integer");
+  const auto off = write_safetensors("off.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,-4]}})", 4);
+  expect_input_error([&] { SafetensorsFile{off}; }, off, "tensor 'w': data_offsets [0,-4] are not byte offsets");
+  auto j = test::read_json(test::pycode_dir() / "config.json");
+  j["max_position_embeddings"] = 1e300;
+  const auto config = write("config.json", j.dump());
+  expect_input_error([&] { parse_hf_config(config); }, config, "'max_position_embeddings' must be an integer (got 1e+300)");
+}
+
+// A head pattern with fields of the wrong type escaped as nlohmann::type_error (no file named),
+// and a float sink was cast to int64 (undefined behaviour when out of range).
+TEST_F(ParserRegressions, HeadPatternFieldsOfTheWrongType) {
+  const auto a = write("a.json", R"({"format":7,"layers":[]})");
+  expect_input_error([&] { load_head_pattern(a); }, a, "malformed head pattern: [json.exception.type_error.302]");
+  const auto b = write("b.json", R"({"format":"kvscope.head_pattern.v1","layers":[{"heads":[{"streaming":true,"sink":1e300,"window":8}]}]})");
+  expect_input_error([&] { load_head_pattern(b); }, b, "layer 0 head 0: 'sink' must be an integer");
 }
 
 // A shard named by the index was opened wherever it pointed.
