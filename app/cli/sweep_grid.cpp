@@ -142,7 +142,7 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
   try {
     t = toml::parse(text, file.string());
   } catch (const TomlCheckFailed&) {
-    throw InputError(file, "not valid TOML (refused by an internal check of toml++)");
+    throw InputError(file, "not valid TOML: refused by an internal check of toml++");
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << "not valid TOML: " << e.description() << " (line " << e.source().begin.line << ")";

@@ -173,12 +173,14 @@ TEST_F(CliFaults, NewerOrForeignDatabasesAreRefusedByEveryCommandAndLeftByteIden
 
 TEST_F(CliFaults, GridsThatReachUndefinedBehaviourInTomlPlusPlusAreRefusedClearly) {
   // Found by fuzz_sweep_toml: toml++ 3.3 reached __builtin_unreachable on 'Þ' in a bare key and on
-  // U+FCBF in a value, and a false assumption on a table header '[' followed by a newline.
+  // U+FCBF in a value, and a false assumption (TOML_ASSERT_ASSUME) on a table header '[' followed
+  // by a newline and on "[}]".
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"mo-els\xc3\x9e" "demax_new_t-goldl=5,p=[\"p\"]\npipelines=[\"tova\"]\n",
        "not valid TOML: a character outside comments that kvscope's TOML library (toml++ 3.3) cannot read (line 1)"},
       {"models=-[\"c>>\xef\xb2\xbf>>\"]\n", "cannot read (line 1)"},
       {"models = [\"m\"]\n[\ndbguet]\nunit = \"ratio\"\n", "not valid TOML: a table header without a name after '[' (line 2)"},
+      {"models = [\"m\"]\npipelines = [}]\n", "not valid TOML: refused by an internal check of toml++"},
   };
   for (const auto& [text, problem] : cases) {
     std::ofstream(dir_ / "grid.toml", std::ios::binary) << text;
