@@ -9,6 +9,8 @@
 # (> 10 s on one input) or out-of-memory (> 2 GB) is written to build-fuzz/fuzz-artifacts/<target>/
 # and makes the script exit 1 after all targets ran; reproduce with build-fuzz/tests/fuzz/<target> FILE.
 # Every run appends "date target seconds execs result" to build-fuzz/fuzz-log.txt (fuzz hours).
+# KVSCOPE_FUZZ_SEED: libFuzzer's -seed (0, the default: a new random seed each run; CI fixes it so
+# a short run walks the same inputs every time and a red CI means a reproducible bug).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
@@ -49,7 +51,7 @@ for t in "${targets[@]}"; do
   case $t in fuzz_safetensors_* | fuzz_config_json | fuzz_tokenizer_json) dict=(-dict="$root/tests/fuzz/json.dict") ;; esac
   echo "== $t: ${seconds}s"
   rc=0
-  "$out/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=$max_len \
+  "$out/tests/fuzz/$t" -max_total_time="$seconds" -seed="${KVSCOPE_FUZZ_SEED:-0}" -timeout=10 -rss_limit_mb=2048 -max_len=$max_len \
     -artifact_prefix="$artifacts" -print_final_stats=1 "${dict[@]}" "$corpus" "$seeds/$t" >"$log" 2>&1 || rc=$?
   execs=$(grep -m1 -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$log" || echo 0)
   result=ok
