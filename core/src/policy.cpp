@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "kvscope/core/errors.h"
@@ -20,7 +21,10 @@ double parse_number(const std::string& policy, const ParamSpec& p, const std::st
     size_t used = 0;
     const double v = std::stod(text, &used);
     if (used != text.size()) throw std::invalid_argument(text);
-    if (p.type == ParamSpec::Type::kInt && v != static_cast<double>(static_cast<int64_t>(v)))
+    // Range first: casting a double beyond int64 is undefined behaviour (found by fuzz_pipeline_spec).
+    if (p.type == ParamSpec::Type::kInt && (!std::isfinite(v) || std::fabs(v) > 9.0e15))
+      throw InputError(policy + ": parameter '" + p.key + "' = '" + text + "' is out of range");
+    if (p.type == ParamSpec::Type::kInt && v != std::trunc(v))
       throw InputError(policy + ": parameter '" + p.key + "' must be an integer (got '" + text + "')");
     return v;
   } catch (const std::logic_error&) {

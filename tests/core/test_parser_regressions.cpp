@@ -13,6 +13,8 @@
 #include "kvscope/core/head_pattern.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/model_config.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/policy.h"
 #include "kvscope/core/safetensors.h"
 #include "kvscope/core/tokenizer.h"
 #include "test_support.h"
@@ -168,6 +170,22 @@ TEST_F(ParserRegressions, Llama2cTokenizerWithoutTheByteTokens) {
   }
   const auto f = write("tok10.bin", bytes);
   expect_input_error([&] { load_tokenizer(f); }, f, "has 10 tokens; a llama2.c tokenizer needs at least 259");
+}
+
+TEST_F(ParserRegressions, PipelineIntegerBeyondInt64) {
+  // fuzz_pipeline_spec: "window=6e43" reached a double-to-int64 cast (undefined behaviour).
+  PolicyRegistry reg;
+  register_builtin_policies(reg);
+  for (const char* spec : {"snapkv:window=6e43", "snapkv:window=-1e300", "snapkv:window=inf", "snapkv:window=nan"}) {
+    try {
+      Pipeline p(reg, spec);
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("window"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(Pipeline(reg, "snapkv:window=3.5"), InputError);
+  EXPECT_NO_THROW(Pipeline(reg, "snapkv:window=64"));
 }
 
 }  // namespace
