@@ -49,7 +49,7 @@ ParamValues resolve_params(const std::string& policy, const std::vector<ParamSpe
       case ParamSpec::Type::kInt:
       case ParamSpec::Type::kFloat: {
         const double v = parse_number(policy, p, text);
-        if (v < p.min || v > p.max) {
+        if (!(v >= p.min && v <= p.max)) {  // written so that NaN ("alpha=nan") is out of range too
           std::ostringstream os;
           os << policy << ": parameter '" << p.key << "' = " << text << " is outside [" << p.min << ", " << p.max << "]";
           throw InputError(os.str());

@@ -186,6 +186,16 @@ TEST_F(ParserRegressions, PipelineIntegerBeyondInt64) {
   }
   EXPECT_THROW(Pipeline(reg, "snapkv:window=3.5"), InputError);
   EXPECT_NO_THROW(Pipeline(reg, "snapkv:window=64"));
+  // A float parameter of NaN passed the range check (NaN compares false both ways).
+  for (const char* spec : {"snapkv+adakv:alpha=nan", "snapkv+adakv:alpha=-nan", "snapkv+adakv:alpha=inf"}) {
+    try {
+      Pipeline p(reg, spec);
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("parameter 'alpha' = "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("is outside [0, 1]"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
