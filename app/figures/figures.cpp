@@ -351,6 +351,25 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   return f;
 }
 
+namespace {
+
+/// One bar per head_dim channel (values.size() channels), ticks every 1 / 8 / 16 channels.
+viz::BarChart channel_bars(std::vector<double> values, std::string title, std::string ylabel, viz::Color color) {
+  const auto D = static_cast<std::int64_t>(values.size());
+  viz::BarChart b;
+  b.title = std::move(title);
+  for (std::int64_t j = 0; j < D; ++j) b.categories.push_back(std::to_string(j));
+  b.series = {{"", std::move(values), color}};
+  b.x.label = "channel";
+  b.y.label = std::move(ylabel);
+  const std::int64_t step = D <= 16 ? 1 : D <= 64 ? 8 : 16;
+  for (std::int64_t j = 0; j < D; j += step) b.x.ticks.push_back(static_cast<double>(j)), b.x.tick_labels.push_back(std::to_string(j));
+  b.legend = viz::LegendPos::None;
+  return b;
+}
+
+}  // namespace
+
 viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Selection& sel) {
   viz::Figure f = base(a, "Channel saliency |q\xcc\x84|\xc2\xb7|k| of layer " + std::to_string(sel.layer));
   f.columns = 1;
@@ -366,20 +385,11 @@ viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Se
   const auto& cm = *mean;
   const auto& cv = cvs ? *cvs : kNoValues;
   auto bars = [&](const std::vector<float>& src, std::string title, std::string ylabel, viz::Color col) {
-    viz::BarChart b;
-    b.title = std::move(title);
     std::vector<double> v(static_cast<std::size_t>(D), kNaN);
     const std::int64_t h = std::clamp<std::int64_t>(sel.head, 0, H - 1);
     if (!src.empty())
       for (std::int64_t j = 0; j < D; ++j) v[static_cast<std::size_t>(j)] = src[static_cast<std::size_t>(h * D + j)];
-    for (std::int64_t j = 0; j < D; ++j) b.categories.push_back(std::to_string(j));
-    b.series = {{"", v, col}};
-    b.x.label = "channel";
-    b.y.label = std::move(ylabel);
-    const std::int64_t step = D <= 16 ? 1 : D <= 64 ? 8 : 16;
-    for (std::int64_t j = 0; j < D; j += step) b.x.ticks.push_back(static_cast<double>(j)), b.x.tick_labels.push_back(std::to_string(j));
-    b.legend = viz::LegendPos::None;
-    return b;
+    return channel_bars(std::move(v), std::move(title), std::move(ylabel), col);
   };
   f.panels.push_back(bars(cm, head_name(sel) + ": mean saliency per channel", "mean |q\xcc\x84|\xc2\xb7|k|", viz::Color::hex(0x0072b2)));
   f.panels.push_back(bars(cv, head_name(sel) + ": coefficient of variation over tokens per channel", "CV", viz::Color::hex(0xd55e00)));
@@ -880,20 +890,11 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
   }
   const std::int64_t h = std::clamp<std::int64_t>(sel.head, 0, H - 1);
   auto diff = [&](const std::vector<float>* x, const std::vector<float>* y, std::string title, std::string ylabel) {
-    viz::BarChart bc;
-    bc.title = std::move(title);
     std::vector<double> v(static_cast<std::size_t>(D), kNaN);
     if (x && y)
       for (std::int64_t j = 0; j < D; ++j)
         v[static_cast<std::size_t>(j)] = (*x)[static_cast<std::size_t>(h * D + j)] - (*y)[static_cast<std::size_t>(h * D + j)];
-    for (std::int64_t j = 0; j < D; ++j) bc.categories.push_back(std::to_string(j));
-    bc.series = {{"", v, kOnlyAColor}};
-    bc.x.label = "channel";
-    bc.y.label = std::move(ylabel);
-    const std::int64_t step = D <= 16 ? 1 : D <= 64 ? 8 : 16;
-    for (std::int64_t j = 0; j < D; j += step) bc.x.ticks.push_back(static_cast<double>(j)), bc.x.tick_labels.push_back(std::to_string(j));
-    bc.legend = viz::LegendPos::None;
-    return bc;
+    return channel_bars(std::move(v), std::move(title), std::move(ylabel), kOnlyAColor);
   };
   f.panels.push_back(diff(ma, mb, head_name(sel) + ": mean saliency per channel, A \xe2\x88\x92 B", "\xce\x94 mean |q\xcc\x84|\xc2\xb7|k|"));
   f.panels.push_back(diff(ca, cb, head_name(sel) + ": CV over tokens per channel, A \xe2\x88\x92 B", "\xce\x94 CV"));
