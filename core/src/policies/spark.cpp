@@ -214,25 +214,18 @@ at::Tensor ChannelPruningBase::attend(int64_t layer, const at::Tensor& q, const 
   if (Hkv == 0 || H % Hkv != 0 || D != cache.head_dim())
     throw InputError(name_ + ": query [" + std::to_string(H) + ", " + std::to_string(D) + "] does not fit the cache");
   const int64_t G = H / Hkv;
-  const int64_t item = cache.layer(layer).k.element_size();
   if (layer < static_cast<int64_t>(steps_.size())) ++steps_[static_cast<size_t>(layer)];
-  if (q.is_cuda() && fold_into_cache(layer, cache)) {  // k̂ in the cache rows: the fused dense kernel
-    bytes_read_last_ = layer_bytes(layer, cache);
+  bytes_read_last_ = layer_bytes(layer, cache);
+  if (q.is_cuda() && fold_into_cache(layer, cache))  // k̂ in the cache rows: the fused dense kernel
     return ops::decode_attention(q, cache.layer(layer), G);
-  }
   std::vector<at::Tensor> outs;
   outs.reserve(static_cast<size_t>(Hkv));
-  int64_t bytes = 0;
   for (int64_t h = 0; h < Hkv; ++h) {
     const at::Tensor s = head_logits(layer, h, q.narrow(0, h * G, G), cache);  // fp32 [G, len]
     const at::Tensor v = cache.head_values(layer, h);                           // [len, D]
     const at::Tensor p = at::softmax(s, -1).to(v.scalar_type());
     outs.push_back(at::matmul(p, v));  // [G, D]
-    const HeadStore* st = find(layer, h);
-    const int64_t len = v.size(0), n = st ? st->n : 0;
-    bytes += (st ? st->key_bytes : 0) + (len - n) * D * item + len * D * item;
   }
-  bytes_read_last_ = bytes;
   return at::cat(outs, 0).to(q.scalar_type());
 }
 
