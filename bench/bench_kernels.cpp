@@ -18,6 +18,7 @@ int main() {
 }
 #else
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -27,6 +28,7 @@ int main() {
 
 #include "kvscope/kernels/decode.h"
 #include "kvscope/kernels/page_select.h"
+#include "kvscope/kernels/snapkv_scores.h"
 
 namespace kk = kvscope::kernels;
 
@@ -299,6 +301,54 @@ int main(int argc, char** argv) {
     std::printf("%-8s %8lld %6d %5d %6lld %12.2f %12.2f\n", sc.name, static_cast<long long>(sc.n), sc.page, sc.k1,
                 static_cast<long long>(sc.keep), mm_ms * 1e3, sel_ms * 1e3);
     for (void* p : {k, kmin, kmax, q, meta, index, count, ws}) CHECK(cudaFree(p));
+  }
+  // SnapKV observation-window voting of one prefill layer (kernels/snapkv_scores.h): 32 query / 8 KV
+  // heads, D 128, bf16, window 32, n = 8K / 32K keys, then max-pool 7 + group mean. Two Q·Kᵀ
+  // passes on tensor cores: TFLOP/s counts both (2 · 2 · H · w · n · D).
+  std::printf("\n%-12s %8s %7s %12s %10s\n", "snapkv vote", "n_tok", "window", "time_us", "TFLOP/s");
+  for (const int64_t n : {int64_t{8192}, int64_t{32768}}) {
+    const int w = 32;
+    void *k = nullptr, *q = nullptr, *vote = nullptr, *score = nullptr, *ws = nullptr;
+    const std::vector<uint16_t> hk = random_bf16(static_cast<size_t>(n_head_kv) * n * D, rng);
+    const std::vector<uint16_t> hq = random_bf16(static_cast<size_t>(w) * n_head * D, rng);
+    CHECK(cudaMalloc(&k, hk.size() * 2));
+    CHECK(cudaMalloc(&q, hq.size() * 2));
+    CHECK(cudaMemcpy(k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+    kk::WindowVoteArgs va;
+    va.dtype = kk::DType::kBFloat16;
+    va.n_head_kv = n_head_kv;
+    va.group = group;
+    va.head_dim = D;
+    va.n = n;
+    va.window = w;
+    va.scale = 1.f / std::sqrt(static_cast<float>(D));
+    va.q = q;
+    va.q_row_stride = static_cast<int64_t>(n_head) * D;
+    va.k = k;
+    va.k_head_stride = n * D;
+    CHECK(cudaMalloc(&vote, static_cast<size_t>(n_head) * (n - w) * 4));
+    CHECK(cudaMalloc(&score, static_cast<size_t>(n_head_kv) * (n - w) * 4));
+    CHECK(cudaMalloc(&ws, kk::window_vote_workspace_bytes(va)));
+    va.out = static_cast<float*>(vote);
+    kk::PoolGroupsArgs pa;
+    pa.n_head_kv = n_head_kv;
+    pa.group = group;
+    pa.len = n - w;
+    pa.kernel = 7;
+    pa.max_pool = true;
+    pa.in = static_cast<const float*>(vote);
+    pa.out = static_cast<float*>(score);
+    pa.out_stride = n - w;
+    const double ms = time_ms(
+        [&](int) {
+          CHECK(kk::window_vote(va, ws, nullptr));  // time_ms times the default stream
+          CHECK(kk::pool_groups(pa, nullptr));
+        },
+        10, 5);
+    const double flop = 4.0 * n_head * w * static_cast<double>(n) * D;
+    std::printf("%-12s %8lld %7d %12.1f %10.1f\n", "bf16", static_cast<long long>(n), w, ms * 1e3, flop / (ms * 1e-3) / 1e12);
+    for (void* p : {k, q, vote, score, ws}) CHECK(cudaFree(p));
   }
   CHECK(cudaStreamDestroy(stream));
   return 0;

@@ -2,17 +2,18 @@
 //
 // page_select runs two kernels:
 //   1. score: grid (KV head, block of 32 pages). Every block loads the group's queries into shared
-//      memory (fp32), picks HSA's top-k1 channels by rank counting over Σ_g|q| (D <= 256 values),
-//      then each warp scores a page at a time, its lanes splitting the channels of the page's
-//      min/max row (coalesced loads, no serial dependent chain). HSA writes ŝ/τ per group member,
-//      Quest the group-summed upper bound.
-//   2. select: one 1024-thread block per KV head, each thread a contiguous run of pages. HSA turns
-//      the per-member logits into Σ_g π per page (a page's entries share one logit, so a token
-//      softmax is a page softmax weighted by the entries per page; all G maxima / sums reduced
-//      together); then a 4-pass 8-bit radix select over the order-preserving bits of the page
-//      scores, weighted by entries (HSA) or 1 (Quest), finds the threshold score (warp 0 finds the
-//      bin with a shuffle scan); two block scans emit rows in ascending order (strictly-above
-//      pages whole, ties in page order).
+//      memory (fp32); for HSA one warp picks the top-k1 channels of Σ_g|q| with a bitwise threshold
+//      search (top_channels). Each warp then scores 4 pages, its lanes splitting the channels of the
+//      pages' min/max rows, with the loads of all 4 pages in flight together. HSA writes ŝ/τ per
+//      group member, Quest the group-summed upper bound.
+//   2. select: one 512-thread block per KV head. HSA turns the per-member logits into Σ_g π per
+//      page (a page's entries share one logit, so a token softmax is a page softmax weighted by the
+//      entries per page; one streaming (max, sum) pass merged across the block). The page keys
+//      (order-preserving bits) stay in registers, striped over threads; a 4-pass 8-bit radix select
+//      with warp-aggregated histogram adds finds the threshold key (weighted by entries for HSA,
+//      1 for Quest); one block scan of (above, tie) weights places each thread's contiguous run of
+//      pages, which emits its rows in ascending order (strictly-above pages whole, ties in page
+//      order).
 // The score workspace is fp32 [n_head_kv, G, max_pages].
 #include <cub/block/block_scan.cuh>
 
@@ -28,7 +29,7 @@ using dtype::to_f;
 constexpr int kMaxDim = 256;
 constexpr int kMaxGroup = 16;
 constexpr int kScoreThreads = 256;
-constexpr int kSelectThreads = 1024;
+constexpr int kSelectThreads = 512;
 
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
@@ -61,10 +62,58 @@ constexpr int kScoreWarps = kScoreThreads / 32;
 constexpr int kPagesPerWarp = 4;
 constexpr int kPagesPerBlock = kScoreWarps * kPagesPerWarp;
 
+/// HSA step 1 (RocketKV §3.4 Alg. 1): the top-k1 channels of Σ_g|q_g| (ties: lower channel first),
+/// written in channel order to sel[0..k1), with use_max[r] = (Σ_g q_g[sel[r]] >= 0). Called by one
+/// whole warp. A 31-step bitwise search over the order-preserving bits of the (non-negative)
+/// magnitudes finds the k1-th largest value; larger channels are taken whole, equal ones by index.
+__device__ void top_channels(const float* qs, int G, int D, int k1, int* sel, unsigned char* use_max) {
+  constexpr int kJ = kMaxDim / 32;
+  const int lane = threadIdx.x & 31;
+  unsigned m[kJ];  // channel lane + 32 j; 0 (never a candidate) past D
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int c = lane + 32 * j;
+    float s = 0.f;
+    if (c < D)
+      for (int g = 0; g < G; ++g) s += fabsf(qs[g * D + c]);
+    m[j] = __float_as_uint(s);
+  }
+  unsigned thr = 0;
+  for (int b = 30; b >= 0; --b) {
+    const unsigned cand = thr | (1u << b);
+    int cnt = 0;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) cnt += m[j] >= cand;
+    if (static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(cnt))) >= k1) thr = cand;
+  }
+  int above = 0;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) above += (lane + 32 * j < D) && m[j] > thr;
+  const int need_ties = k1 - static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(above)));
+  const unsigned lt = (1u << lane) - 1u;
+  int taken = 0, ties = 0;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int c = lane + 32 * j;
+    const bool gt = c < D && m[j] > thr, eq = c < D && m[j] == thr;
+    const unsigned eq_mask = __ballot_sync(0xffffffffu, eq);
+    const bool take = gt || (eq && ties + __popc(eq_mask & lt) < need_ties);
+    const unsigned take_mask = __ballot_sync(0xffffffffu, take);
+    if (take) {
+      const int r = taken + __popc(take_mask & lt);
+      float s = 0.f;
+      for (int g = 0; g < G; ++g) s += qs[g * D + c];
+      sel[r] = c;
+      use_max[r] = s >= 0.f;
+    }
+    taken += __popc(take_mask);
+    ties += __popc(eq_mask);
+  }
+}
+
 template <typename T, int kG>
 __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectArgs a, float* scores) {
   __shared__ float qs[kMaxGroup * kMaxDim];
-  __shared__ float mag[kMaxDim];
   __shared__ int sel[kMaxDim];
   __shared__ unsigned char use_max[kMaxDim];
   __shared__ float inv_tau[kMaxGroup];
@@ -72,30 +121,14 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
   const int64_t len = a.length[h], n_pages = (len + a.page - 1) / a.page;
   const int64_t first_page = static_cast<int64_t>(blockIdx.y) * kPagesPerBlock;
   if (first_page >= n_pages) return;  // uniform over the block
-  const T* q = static_cast<const T*>(a.q);
-  for (int i = tid; i < G * D; i += kScoreThreads)
-    qs[i] = to_f<T>(q[(static_cast<int64_t>(h) * G + i / D) * a.q_stride + i % D]);
+  const T* q = static_cast<const T*>(a.q) + static_cast<int64_t>(h) * G * a.q_stride;
+  for (int g = warp; g < G; g += kScoreWarps)
+    for (int c = lane; c < D; c += 32) qs[g * D + c] = to_f<T>(q[g * a.q_stride + c]);
   __syncthreads();
   const bool hsa = a.mode == PageScore::kHsa;
   const int k1 = hsa ? a.k1 : D;
   if (hsa) {
-    for (int c = tid; c < D; c += kScoreThreads) {
-      float m = 0.f;
-      for (int g = 0; g < G; ++g) m += fabsf(qs[g * D + c]);
-      mag[c] = m;
-    }
-    __syncthreads();
-    for (int c = tid; c < D; c += kScoreThreads) {
-      int rank = 0;
-      const float m = mag[c];
-      for (int j = 0; j < D; ++j) rank += (mag[j] > m) || (mag[j] == m && j < c);
-      if (rank < k1) {
-        float s = 0.f;
-        for (int g = 0; g < G; ++g) s += qs[g * D + c];
-        sel[rank] = c;
-        use_max[rank] = s >= 0.f;
-      }
-    }
+    if (warp == 0) top_channels(qs, G, D, k1, sel, use_max);
     __syncthreads();
     // SparQ temperature per member g (warp g): sqrt(D · Σ|q̂_g| / Σ|q_g|).
     for (int g = warp; g < G; g += kScoreWarps) {
@@ -111,51 +144,68 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
     }
     __syncthreads();
   }
-  // One warp per page: lanes split the channels (coalesced within the page's row), then reduce.
+  // Warp w scores pages first_page + i * kScoreWarps + w (i < kPagesPerWarp); its lanes split the
+  // channels of each page's min/max row (coalesced), and the loads of all its pages for one slice of
+  // channels are issued together before any is used.
+  const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
+  const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
+  int64_t row[kPagesPerWarp];
+  bool live[kPagesPerWarp];
+#pragma unroll
   for (int i = 0; i < kPagesPerWarp; ++i) {
     const int64_t P = first_page + static_cast<int64_t>(i) * kScoreWarps + warp;
-    if (P >= n_pages) break;
-    const int64_t row = (static_cast<int64_t>(h) * a.page_capacity + P) * D;
-    const T* mn = static_cast<const T*>(a.kmin) + row;
-    const T* mx = static_cast<const T*>(a.kmax) + row;
-    float* out = scores + static_cast<int64_t>(h) * G * a.max_pages + P;
-    float acc[kG];
+    live[i] = P < n_pages;
+    row[i] = (live[i] ? P : 0) * D;
+  }
+  float acc[kPagesPerWarp][kG];
 #pragma unroll
-    for (int g = 0; g < kG; ++g) acc[g] = 0.f;
+  for (int i = 0; i < kPagesPerWarp; ++i)
+#pragma unroll
+    for (int g = 0; g < kG; ++g) acc[i][g] = 0.f;
+  for (int r = lane; r < k1; r += 32) {
     if (hsa) {
-      for (int r = lane; r < k1; r += 32) {
-        const int c = sel[r];
-        const float b = use_max[r] ? to_f<T>(mx[c]) : to_f<T>(mn[c]);
+      const int c = sel[r];
+      const T* src = use_max[r] ? kmax : kmin;
+      float b[kPagesPerWarp];
 #pragma unroll
-        for (int g = 0; g < kG; ++g)
-          if (g < G) acc[g] = fmaf(qs[g * D + c], b, acc[g]);
-      }
-    } else {
-      for (int c = lane; c < D; c += 32) {
-        const float lo = to_f<T>(mn[c]), hi = to_f<T>(mx[c]);
+      for (int i = 0; i < kPagesPerWarp; ++i) b[i] = live[i] ? to_f<T>(src[row[i] + c]) : 0.f;
 #pragma unroll
-        for (int g = 0; g < kG; ++g)
-          if (g < G) {
-            const float x = qs[g * D + c];
-            acc[0] = fmaf(x, x >= 0.f ? hi : lo, acc[0]);  // Quest: group-summed bound
-          }
+      for (int g = 0; g < kG; ++g)
+        if (g < G) {
+          const float x = qs[g * D + c];
+#pragma unroll
+          for (int i = 0; i < kPagesPerWarp; ++i) acc[i][g] = fmaf(x, b[i], acc[i][g]);
+        }
+    } else {  // Quest: the group-summed upper bound, channel c = r
+      float lo[kPagesPerWarp], hi[kPagesPerWarp];
+#pragma unroll
+      for (int i = 0; i < kPagesPerWarp; ++i) {
+        lo[i] = live[i] ? to_f<T>(kmin[row[i] + r]) : 0.f;
+        hi[i] = live[i] ? to_f<T>(kmax[row[i] + r]) : 0.f;
       }
+#pragma unroll
+      for (int g = 0; g < kG; ++g)
+        if (g < G) {
+          const float x = qs[g * D + r];
+#pragma unroll
+          for (int i = 0; i < kPagesPerWarp; ++i) acc[i][0] = fmaf(x, x >= 0.f ? hi[i] : lo[i], acc[i][0]);
+        }
     }
+  }
+  const int outs = hsa ? G : 1;
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      if (g < G && (hsa || g == 0)) {
+  for (int i = 0; i < kPagesPerWarp; ++i) {
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], off);
+    for (int g = 0; g < kG; ++g)
+      if (g < outs) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[i][g] += __shfl_xor_sync(0xffffffffu, acc[i][g], off);
       }
-    }
-    if (lane == 0) {
-      if (hsa) {
+    if (lane == 0 && live[i]) {
+      float* out = scores + static_cast<int64_t>(h) * G * a.max_pages + first_page + static_cast<int64_t>(i) * kScoreWarps + warp;
 #pragma unroll
-        for (int g = 0; g < kG; ++g)
-          if (g < G) out[static_cast<int64_t>(g) * a.max_pages] = acc[g] * inv_tau[g];
-      } else {
-        out[0] = acc[0];
-      }
+      for (int g = 0; g < kG; ++g)
+        if (g < outs) out[static_cast<int64_t>(g) * a.max_pages] = hsa ? acc[i][g] * inv_tau[g] : acc[i][g];
     }
   }
 }
@@ -168,103 +218,145 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/// Reduces G values per thread over the block with `op`; thread-uniform G <= kMaxGroup. The result
-/// of member g lands in out[g] (shared). Two __syncthreads.
-template <typename Op>
-__device__ void block_reduce_group(const float (&v)[kMaxGroup], int G, Op op, float (*part)[32], float* out) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    if (g >= G) break;
-    float x = v[g];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
-    if (lane == 0) part[g][warp] = x;
-  }
-  __syncthreads();
-  if (warp < G) {
-    float x = part[warp][lane];  // kSelectThreads / 32 == 32 warps
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
-    if (lane == 0) out[warp] = x;
-  }
-  __syncthreads();
+/// Combines two (max, Σ exp(x - max)) pairs of a streaming softmax.
+__device__ __forceinline__ void softmax_merge(float& m, float& z, float m2, float z2) {
+  const float M = fmaxf(m, m2);
+  z = (m == -INFINITY ? 0.f : z * __expf(m - M)) + (m2 == -INFINITY ? 0.f : z2 * __expf(m2 - M));
+  m = M;
 }
 
+/// Striped pages per thread whose keys the select kernel keeps in registers (6144 pages per head
+/// with 512 threads; more would spill at 128 registers); later pages are re-read from the workspace
+/// in every pass.
+constexpr int kRegPages = 12;
+
+template <int kG>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelectArgs a, float* scores) {
-  static_assert(kSelectThreads == 1024, "block_reduce_group assumes 32 warps");
-  using Scan = cub::BlockScan<int, kSelectThreads>;
+  static_assert(kSelectThreads % 32 == 0 && kSelectThreads <= 1024, "whole warps, at most 32");
+  constexpr int kSelectWarps = kSelectThreads / 32;
+  using Scan = cub::BlockScan<unsigned long long, kSelectThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ float part[kMaxGroup][32];
-  __shared__ float s_max[kMaxGroup], s_sum[kMaxGroup];
-  __shared__ unsigned hist[256];
-  __shared__ unsigned s_prefix;
-  __shared__ long long s_rem;
-  const int h = blockIdx.x, G = a.group, tid = threadIdx.x, lane = tid & 31;
+  __shared__ float part_m[kMaxGroup][32], part_z[kMaxGroup][32];
+  __shared__ float s_max[kMaxGroup], s_inv[kMaxGroup];
+  __shared__ unsigned hist[2][256];
+  __shared__ unsigned s_prefix[2];
+  __shared__ long long s_rem[2];
+  const int h = blockIdx.x, G = a.group, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const bool hsa = a.mode == PageScore::kHsa;
-  const int64_t len = a.length[h], n_pages = (len + a.page - 1) / a.page;
+  // Lambdas capture these locals, never `a` (taking the parameter's address copies it to the stack).
+  const int64_t page = a.page, max_pages = a.max_pages, keep = a.keep;
+  const int64_t len = a.length[h], n_pages = (len + page - 1) / page;
   int32_t* index = a.index + static_cast<int64_t>(h) * a.index_stride;
-  if (hsa ? len <= a.keep : n_pages <= a.keep) {  // dense: every live entry
+  if (hsa ? len <= keep : n_pages <= keep) {  // dense: every live entry
     for (int64_t i = tid; i < len; i += kSelectThreads) index[i] = static_cast<int32_t>(i);
     if (tid == 0) a.count[h] = len;
     return;
   }
-  float* s = scores + static_cast<int64_t>(h) * G * a.max_pages;
-  auto entries = [&](int64_t P) { return static_cast<int>(min64(a.page, len - P * a.page)); };
-  // Each thread owns a contiguous run of pages, so a scan over threads orders pages.
-  const int64_t per = (n_pages + kSelectThreads - 1) / kSelectThreads;
-  const int64_t p0 = min64(tid * per, n_pages), p1 = min64(p0 + per, n_pages);
+  float* s = scores + static_cast<int64_t>(h) * G * max_pages;
+  float* keys = s;  // row 0 of the head's scores, overwritten page by page with the selection keys
+  auto entries = [=](int64_t P) { return static_cast<unsigned>(min64(page, len - P * page)); };
+  const int64_t warp_first = tid - lane;  // the warp's first striped page (loops stay warp-uniform)
+
+  // 1. HSA: Σ_g softmax over tokens. A page's entries share one logit, so the normaliser of member
+  //    g is Z_g = Σ_P n_P exp(ŝ_gP - m_g); one streaming (max, sum) pass and one block merge.
   if (hsa) {
-    // Σ_g softmax over tokens: a page's entries share one logit, so Z_g = Σ_P n_P exp(ŝ_gP - m_g).
-    float m[kMaxGroup], z[kMaxGroup];
+    float m[kG], z[kG];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) m[g] = -INFINITY, z[g] = 0.f;
-    for (int64_t P = p0; P < p1; ++P)
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g)
-        if (g < G) m[g] = fmaxf(m[g], s[static_cast<int64_t>(g) * a.max_pages + P]);
-    block_reduce_group(m, G, [](float x, float y) { return fmaxf(x, y); }, part, s_max);
-    for (int64_t P = p0; P < p1; ++P) {
+    for (int g = 0; g < kG; ++g) m[g] = -INFINITY, z[g] = 0.f;
+    for (int64_t P = tid; P < n_pages; P += kSelectThreads) {
       const float n = static_cast<float>(entries(P));
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g)
-        if (g < G) z[g] += n * __expf(s[static_cast<int64_t>(g) * a.max_pages + P] - s_max[g]);
+      for (int g = 0; g < kG; ++g)
+        if (g < G) softmax_merge(m[g], z[g], s[static_cast<int64_t>(g) * max_pages + P], n);
     }
-    block_reduce_group(z, G, [](float x, float y) { return x + y; }, part, s_sum);
-    for (int64_t P = p0; P < p1; ++P) {
-      float w = 0.f;
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g)
-        if (g < G) w += __expf(s[static_cast<int64_t>(g) * a.max_pages + P] - s_max[g]) / s_sum[g];
-      s[P] = w;  // this thread alone reads and writes page P
+    for (int g = 0; g < kG; ++g) {
+      if (g >= G) break;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1)
+        softmax_merge(m[g], z[g], __shfl_xor_sync(0xffffffffu, m[g], off), __shfl_xor_sync(0xffffffffu, z[g], off));
+      if (lane == 0) part_m[g][warp] = m[g], part_z[g][warp] = z[g];
     }
+    __syncthreads();
+    if (warp < G) {
+      float mg = lane < kSelectWarps ? part_m[warp][lane] : -INFINITY;
+      float zg = lane < kSelectWarps ? part_z[warp][lane] : 0.f;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1)
+        softmax_merge(mg, zg, __shfl_xor_sync(0xffffffffu, mg, off), __shfl_xor_sync(0xffffffffu, zg, off));
+      if (lane == 0) s_max[warp] = mg, s_inv[warp] = 1.f / zg;
+    }
+    __syncthreads();
   }
-  // Radix select of the threshold key: weight above it < keep <= weight at or above it.
-  if (tid == 0) {
-    s_prefix = 0;
-    s_rem = a.keep;
+
+  // 2. Selection keys of the striped pages tid + i * kSelectThreads: registers for the first kRegPages, and
+  //    the workspace for all (the emission below reads contiguous runs).
+  auto key_of = [&](int64_t P) {
+    float v = 0.f;
+    if (hsa) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g)
+        if (g < G) v += __expf(s[static_cast<int64_t>(g) * max_pages + P] - s_max[g]) * s_inv[g];
+    } else {
+      v = s[P];
+    }
+    return ordered_bits(v);
+  };
+  unsigned kr[kRegPages];
+#pragma unroll
+  for (int i = 0; i < kRegPages; ++i) {
+    const int64_t P = tid + static_cast<int64_t>(i) * kSelectThreads;
+    kr[i] = P < n_pages ? key_of(P) : 0u;
+    if (P < n_pages) keys[P] = __uint_as_float(kr[i]);
   }
+  for (int64_t P = tid + static_cast<int64_t>(kRegPages) * kSelectThreads; P < n_pages; P += kSelectThreads)
+    keys[P] = __uint_as_float(key_of(P));
+
+  // 3. Radix select of the threshold key (weight above it < keep <= weight at or above it), four
+  //    8-bit passes. Histogram adds are aggregated per warp over lanes with the same bin (the top
+  //    bits of similar scores mostly share one bin); the next pass's histogram is cleared meanwhile.
+  if (tid < 256) hist[0][tid] = 0;
+  if (tid == 0) s_prefix[0] = 0, s_rem[0] = keep;
+  __syncthreads();
   unsigned mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    if (tid < 256) hist[tid] = 0;
-    __syncthreads();
-    const unsigned prefix = s_prefix;
-    for (int64_t P = p0; P < p1; ++P) {
-      const unsigned key = ordered_bits(s[P]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], hsa ? entries(P) : 1u);
+#pragma unroll 1
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass, b = pass & 1;
+    const unsigned prefix = s_prefix[b];
+    unsigned* hc = hist[b];
+    auto count = [&](int64_t P, unsigned key, bool valid) {
+      const bool on = valid && (key & mask) == prefix;
+      const unsigned act = __ballot_sync(0xffffffffu, on);
+      if (on) {
+        const unsigned bin = (key >> shift) & 255u;
+        const unsigned peers = __match_any_sync(act, bin);
+        const unsigned w = hsa ? __reduce_add_sync(peers, entries(P)) : static_cast<unsigned>(__popc(peers));
+        if (lane == __ffs(peers) - 1) atomicAdd(&hc[bin], w);
+      }
+    };
+#pragma unroll
+    for (int i = 0; i < kRegPages; ++i) {
+      const int64_t P = tid + static_cast<int64_t>(i) * kSelectThreads;
+      if (warp_first + static_cast<int64_t>(i) * kSelectThreads >= n_pages) break;  // warp-uniform
+      count(P, kr[i], P < n_pages);
     }
+    for (int64_t wf = warp_first + static_cast<int64_t>(kRegPages) * kSelectThreads; wf < n_pages; wf += kSelectThreads) {
+      const int64_t P = wf + lane;
+      count(P, P < n_pages ? __float_as_uint(keys[P]) : 0u, P < n_pages);
+    }
+    if (tid < 256) hist[b ^ 1][tid] = 0;
     __syncthreads();
-    if (tid < 32) {  // warp 0: lane L owns bins 255-8L .. 248-8L (descending)
+    if (warp == 0) {  // lane L owns bins 255-8L .. 248-8L (descending)
       unsigned own[8], sum = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) sum += own[j] = hist[255 - (lane * 8 + j)];
+      for (int j = 0; j < 8; ++j) sum += own[j] = hc[255 - (lane * 8 + j)];
       unsigned incl = sum;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
         const unsigned y = __shfl_up_sync(0xffffffffu, incl, off);
         if (lane >= off) incl += y;
       }
-      const long long rem = s_rem;
+      const long long rem = s_rem[b];
       const unsigned hit = __ballot_sync(0xffffffffu, static_cast<long long>(incl) >= rem);
       const int first = hit ? __ffs(hit) - 1 : 31;
       if (lane == first) {
@@ -277,54 +369,47 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
           }
           cum += own[j];
         }
-        s_prefix = prefix | (static_cast<unsigned>(bin) << shift);
-        s_rem = rem - cum;
+        s_prefix[b ^ 1] = prefix | (static_cast<unsigned>(bin) << shift);
+        s_rem[b ^ 1] = rem - cum;
       }
     }
     mask |= 255u << shift;
     __syncthreads();
   }
-  const unsigned thr = s_prefix;
-  const long long rem = s_rem;
-  // Emission in page order: ties (weight) before this thread's run, then rows before it.
-  int tie_w = 0;
-  for (int64_t P = p0; P < p1; ++P)
-    if (ordered_bits(s[P]) == thr) tie_w += hsa ? entries(P) : 1;
-  int tie_before = 0, tie_total = 0;
-  Scan(scan_tmp).ExclusiveSum(tie_w, tie_before, tie_total);
-  __syncthreads();
-  int take_total = 0;
-  {
-    long long tb = tie_before;
-    for (int64_t P = p0; P < p1; ++P) {
-      const unsigned key = ordered_bits(s[P]);
-      const int n = entries(P);
-      if (key > thr) take_total += n;
-      else if (key == thr) {
-        take_total += hsa ? static_cast<int>(max64(0, min64(n, rem - tb))) : (tb < rem ? n : 0);
-        tb += hsa ? n : 1;
-      }
-    }
+  const unsigned thr = s_prefix[0];  // pass 3 wrote slot 0
+  const long long rem = s_rem[0];
+
+  // 4. Emission in page order over contiguous runs: one scan of (weight strictly above the
+  //    threshold, tie weight) packed in 32-bit halves. Ties are taken in page order up to `rem`:
+  //    HSA entry by entry (the first entries of the boundary page), Quest page by page; every page
+  //    before the last is full, so the tie rows taken before a run are min(rem, ties before) * page.
+  const int64_t per = (n_pages + kSelectThreads - 1) / kSelectThreads;
+  const int64_t p0 = min64(tid * per, n_pages), p1 = min64(p0 + per, n_pages);
+  unsigned long long run_w = 0;
+  for (int64_t P = p0; P < p1; ++P) {
+    const unsigned key = __float_as_uint(keys[P]);
+    if (key > thr) run_w += static_cast<unsigned long long>(entries(P)) << 32;
+    else if (key == thr) run_w += hsa ? entries(P) : 1u;
   }
-  int out_before = 0, out_total = 0;
-  Scan(scan_tmp).ExclusiveSum(take_total, out_before, out_total);
-  {
-    long long tb = tie_before;
-    int64_t o = out_before;
-    for (int64_t P = p0; P < p1; ++P) {
-      const unsigned key = ordered_bits(s[P]);
-      const int n = entries(P);
-      int take = 0;
-      if (key > thr) take = n;
-      else if (key == thr) {
-        take = hsa ? static_cast<int>(max64(0, min64(n, rem - tb))) : (tb < rem ? n : 0);
-        tb += hsa ? n : 1;
-      }
-      for (int j = 0; j < take; ++j) index[o + j] = static_cast<int32_t>(P * a.page + j);
-      o += take;
+  unsigned long long before = 0;
+  Scan(scan_tmp).ExclusiveSum(run_w, before);
+  const long long tie_before = static_cast<long long>(before & 0xffffffffull);
+  long long tb = tie_before;
+  int64_t o = static_cast<int64_t>(before >> 32) + (hsa ? min64(rem, tie_before) : min64(rem, tie_before) * page);
+  for (int64_t P = p0; P < p1; ++P) {
+    const unsigned key = __float_as_uint(keys[P]);
+    const int64_t n = entries(P);
+    int64_t take = 0;
+    if (key > thr) {
+      take = n;
+    } else if (key == thr) {
+      take = hsa ? max64(0, min64(n, rem - tb)) : (tb < rem ? n : 0);
+      tb += hsa ? n : 1;
     }
+    for (int64_t j = 0; j < take; ++j) index[o + j] = static_cast<int32_t>(P * page + j);
+    o += take;
   }
-  if (tid == 0) a.count[h] = out_total;
+  if (p0 < p1 && p1 == n_pages) a.count[h] = o;  // the thread holding the last page
 }
 
 template <typename T>
@@ -376,7 +461,12 @@ cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t s
     case DType::kFloat16: err = launch_score<__half>(a, ws, grid, stream); break;
   }
   if (err != cudaSuccess) return err;
-  select_kernel<<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
+  const int G = a.group;
+  if (G <= 1) select_kernel<1><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
+  else if (G <= 2) select_kernel<2><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
+  else if (G <= 4) select_kernel<4><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
+  else if (G <= 8) select_kernel<8><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
+  else select_kernel<16><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
   return cudaGetLastError();
 }
 

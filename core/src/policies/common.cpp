@@ -6,6 +6,7 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/policies/builtin.h"
+#include "ops/snapkv_ops.h"
 
 namespace kvscope::policies {
 
@@ -97,6 +98,16 @@ at::Tensor snapkv_scores(const LayerPrefill& in, const SnapKvParams& p) {
   const int64_t w = std::min<int64_t>(p.window, in.queries.size(0));
   at::Tensor out = at::full({Hkv, n}, kKeepScore, in.keys.options().dtype(at::kFloat));
   if (n - w <= 0) return out;  // every entry is inside the observation window
+  // On the GPU (bf16 / fp16): the fused tensor-core kernels (ops/snapkv_ops.h), same formula.
+  const ops::GroupReduce how = p.gqa == GqaReduce::kMean  ? ops::GroupReduce::kMean
+                               : p.gqa == GqaReduce::kSum ? ops::GroupReduce::kSum
+                                                          : ops::GroupReduce::kMax;
+  const at::Tensor fused = ops::snapkv_window_scores(in.queries.narrow(0, in.queries.size(0) - w, w), in.keys,
+                                                     p.kernel, p.pool == Pool::kMax, how);
+  if (fused.defined()) {
+    out.narrow(1, 0, n - w).copy_(fused);
+    return out;
+  }
   at::Tensor a = window_attention(in, w).narrow(3, 0, n - w);  // [Hkv, G, w, n-w]
   const int64_t G = a.size(1);
   at::Tensor s = a.mean(2).reshape({Hkv * G, n - w});  // kvpress: mean over the window rows

@@ -11,6 +11,8 @@
 // returns fp32 [n_head_kv, n_tok]. The paper sums over the window rows; kvpress takes the mean
 // (same ranking). Defaults are the paper's (window 32, max-pool 7, as Ada-KV / RocketKV run it);
 // kvpress's defaults (the golden references) are window=64 kernel=5 pool=avg.
+// On a GPU with bf16 / fp16 tensors the same scores come from the fused tensor-core kernels
+// (kernels/snapkv_scores.h: no [G, w, n] attention tensor); elsewhere from the LibTorch ops below.
 #include <ATen/ATen.h>
 
 #include "kvscope/core/policies/builtin.h"
