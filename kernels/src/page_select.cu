@@ -149,6 +149,27 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
   // channels are issued together before any is used.
   const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
   const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
+  if (a.k) {  // fused upkeep: the warp that scores the head's last page recomputes its min/max first
+    const int64_t last = n_pages - 1, rel = last - first_page;
+    if (rel < kPagesPerBlock && static_cast<int>(rel % kScoreWarps) == warp) {  // warp-uniform
+      const T* kr = static_cast<const T*>(a.k) + (a.offset[h] + last * a.page) * D;
+      const int rows = static_cast<int>(len - last * a.page);
+      T* mn = static_cast<T*>(a.kmin) + (static_cast<int64_t>(h) * a.page_capacity + last) * D;
+      T* mx = static_cast<T*>(a.kmax) + (static_cast<int64_t>(h) * a.page_capacity + last) * D;
+      for (int c = lane; c < D; c += 32) {
+        float lo = to_f<T>(kr[c]), hi = lo;
+        for (int r = 1; r < rows; ++r) {
+          const float x = to_f<T>(kr[r * D + c]);
+          lo = fminf(lo, x);
+          hi = fmaxf(hi, x);
+        }
+        mn[c] = from_f<T>(lo);  // exact: lo and hi are values of T
+        mx[c] = from_f<T>(hi);
+      }
+      __threadfence_block();  // this warp reads the row back below
+      __syncwarp();
+    }
+  }
   int64_t row[kPagesPerWarp];
   bool live[kPagesPerWarp];
 #pragma unroll
@@ -162,7 +183,12 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
   for (int i = 0; i < kPagesPerWarp; ++i)
 #pragma unroll
     for (int g = 0; g < kG; ++g) acc[i][g] = 0.f;
-  for (int r = lane; r < k1; r += 32) {
+  // Channel slices unrolled (D <= 256: at most 8), so every slice's loads can be in flight together.
+#pragma unroll
+  for (int j = 0; j < kMaxDim / 32; ++j) {
+    if (j * 32 >= k1) break;
+    const int r = lane + 32 * j;
+    if (r >= k1) continue;
     if (hsa) {
       const int c = sel[r];
       const T* src = use_max[r] ? kmax : kmin;
@@ -230,8 +256,12 @@ __device__ __forceinline__ void softmax_merge(float& m, float& z, float m2, floa
 /// in every pass.
 constexpr int kRegPages = 12;
 
+/// Dynamic shared memory the select kernel stages page scores in (within the 48 KB a launch gets
+/// without an opt-in attribute, next to the kernel's ~6 KB of static shared memory).
+constexpr size_t kStageBytes = 40 * 1024;
+
 template <int kG>
-__global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelectArgs a, float* scores) {
+__global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelectArgs a, float* scores, bool staged) {
   static_assert(kSelectThreads % 32 == 0 && kSelectThreads <= 1024, "whole warps, at most 32");
   constexpr int kSelectWarps = kSelectThreads / 32;
   using Scan = cub::BlockScan<unsigned long long, kSelectThreads>;
@@ -252,7 +282,20 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
     if (tid == 0) a.count[h] = len;
     return;
   }
+  // The head's page scores, staged in shared memory when they fit (every later read then costs
+  // shared-memory latency instead of L2's); ss: the row stride of member g's scores.
+  extern __shared__ float stage[];
   float* s = scores + static_cast<int64_t>(h) * G * max_pages;
+  int64_t ss = max_pages;
+  if (staged) {
+    const int rows = hsa ? G : 1;
+    for (int g = 0; g < rows; ++g)
+#pragma unroll 4
+      for (int64_t P = tid; P < n_pages; P += kSelectThreads) stage[g * n_pages + P] = s[g * max_pages + P];
+    __syncthreads();
+    s = stage;
+    ss = n_pages;
+  }
   float* keys = s;  // row 0 of the head's scores, overwritten page by page with the selection keys
   auto entries = [=](int64_t P) { return static_cast<unsigned>(min64(page, len - P * page)); };
   const int64_t warp_first = tid - lane;  // the warp's first striped page (loops stay warp-uniform)
@@ -267,7 +310,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
       const float n = static_cast<float>(entries(P));
 #pragma unroll
       for (int g = 0; g < kG; ++g)
-        if (g < G) softmax_merge(m[g], z[g], s[static_cast<int64_t>(g) * max_pages + P], n);
+        if (g < G) softmax_merge(m[g], z[g], s[g * ss + P], n);
     }
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
@@ -296,7 +339,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
     if (hsa) {
 #pragma unroll
       for (int g = 0; g < kG; ++g)
-        if (g < G) v += __expf(s[static_cast<int64_t>(g) * max_pages + P] - s_max[g]) * s_inv[g];
+        if (g < G) v += __expf(s[g * ss + P] - s_max[g]) * s_inv[g];
     } else {
       v = s[P];
     }
@@ -448,7 +491,7 @@ cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t s
       a.page <= 0 || a.keep <= 0 || a.max_pages <= 0 || a.max_pages > a.page_capacity || !a.q || !a.kmin ||
       !a.kmax || !a.length || !a.index || !a.count || !workspace ||
       (a.mode == PageScore::kHsa && (a.k1 < 1 || a.k1 > a.head_dim || a.index_stride < a.keep)) ||
-      (a.mode == PageScore::kQuest && a.index_stride < a.keep * a.page))
+      (a.mode == PageScore::kQuest && a.index_stride < a.keep * a.page) || (a.k && !a.offset))
     return cudaErrorInvalidValue;
   const int64_t blocks = (a.max_pages + kPagesPerBlock - 1) / kPagesPerBlock;
   if (blocks > 65535) return cudaErrorInvalidValue;
@@ -462,11 +505,14 @@ cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t s
   }
   if (err != cudaSuccess) return err;
   const int G = a.group;
-  if (G <= 1) select_kernel<1><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
-  else if (G <= 2) select_kernel<2><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
-  else if (G <= 4) select_kernel<4><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
-  else if (G <= 8) select_kernel<8><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
-  else select_kernel<16><<<a.n_head_kv, kSelectThreads, 0, stream>>>(a, ws);
+  const size_t stage = static_cast<size_t>(a.mode == PageScore::kHsa ? G : 1) * a.max_pages * sizeof(float);
+  const bool staged = stage <= kStageBytes;
+  const size_t smem = staged ? stage : 0;
+  if (G <= 1) select_kernel<1><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
+  else if (G <= 2) select_kernel<2><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
+  else if (G <= 4) select_kernel<4><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
+  else if (G <= 8) select_kernel<8><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
+  else select_kernel<16><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
   return cudaGetLastError();
 }
 

@@ -156,6 +156,40 @@ TEST_F(CudaPageSelect, QuestSelectsTheReferencePages) {
         }
 }
 
+TEST_F(CudaPageSelect, FusedLastPageUpkeepMatchesTheSeparateKernel) {
+  // page_select with k / offset recomputes each head's last page before scoring: the summaries it
+  // leaves and the rows it selects equal page_minmax_last followed by page_select.
+  std::mt19937 rng(6);
+  for (bool hsa : {true, false})
+    for (at::ScalarType dt : kDtypes)
+      for (int64_t n_tok : {37, 1000, 32768}) {
+        const int64_t D = 128, G = 4, page = hsa ? 3 : 16, k1 = 32, keep = hsa ? std::max<int64_t>(1, n_tok / 8) : 4;
+        Layer L = make_layer(3, n_tok, D, dt, rng);
+        const int64_t cap = max_pages_of(L, page) + 1;
+        auto [lo, hi] = summaries(L, page, cap);
+        for (int64_t h = 0; h < 3; ++h) {  // poison every last page
+          const int64_t last = (L.length[h] - 1) / page;
+          lo[h][last].fill_(1e4);
+          hi[h][last].fill_(-1e4);
+        }
+        at::Tensor lo2 = lo.clone(), hi2 = hi.clone();
+        const at::Tensor q = at::randn({3 * G, D}, L.k.options().dtype(at::kFloat)).to(dt);
+        const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
+        const auto mode = hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest;
+        auto [index, count] = ops::page_select(mode, q, lo, hi, heads[1], max_pages_of(L, page), G, page, k1, keep, L.k, heads[0]);
+        ops::page_minmax_last(L.k, heads[0], heads[1], page, lo2, hi2);
+        auto [index2, count2] = ops::page_select(mode, q, lo2, hi2, heads[1], max_pages_of(L, page), G, page, k1, keep);
+        const std::string what = std::string(hsa ? "hsa " : "quest ") + c10::toString(dt) + " n=" + std::to_string(n_tok);
+        EXPECT_TRUE(at::equal(lo.cpu(), lo2.cpu())) << what;
+        EXPECT_TRUE(at::equal(hi.cpu(), hi2.cpu())) << what;
+        ASSERT_TRUE(at::equal(count.cpu(), count2.cpu())) << what;
+        for (int64_t h = 0; h < 3; ++h) {
+          const int64_t c = count.cpu()[h].item<int64_t>();
+          EXPECT_TRUE(at::equal(index[h].narrow(0, 0, c).cpu(), index2[h].narrow(0, 0, c).cpu())) << what << " head " << h;
+        }
+      }
+}
+
 TEST_F(CudaPageSelect, PartialLastPageAndDenseHeads) {
   // HSA keeps the first entries of a tie page only up to k2; a head shorter than k2 is dense.
   std::mt19937 rng(4);

@@ -67,7 +67,8 @@ void page_minmax_last(const at::Tensor& k, const at::Tensor& offset_dev, const a
 
 std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& q_in, const at::Tensor& kmin,
                                               const at::Tensor& kmax, const at::Tensor& length_dev, int64_t max_pages,
-                                              int64_t group, int64_t page, int64_t k1, int64_t keep) {
+                                              int64_t group, int64_t page, int64_t k1, int64_t keep,
+                                              const at::Tensor& k, const at::Tensor& offset_dev) {
   const char* op = "page_select";
   check_same(op, {&q_in, &kmin, &kmax});
   const at::Tensor q = q_in.dim() == 3 && q_in.size(0) == 1 ? q_in.select(0, 0) : q_in;
@@ -103,6 +104,13 @@ std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& 
   a.index = index.data_ptr<int32_t>();
   a.index_stride = width;
   a.count = count.data_ptr<int64_t>();
+  if (k.defined()) {
+    check_same(op, {&q, &k});
+    if (k.dim() != 2 || !k.is_contiguous() || k.size(1) != D) bad("page_select: k must be contiguous [rows, head_dim]");
+    check_heads(op, offset_dev, n_head_kv, q.device());
+    a.k = k.data_ptr();
+    a.offset = offset_dev.data_ptr<int64_t>();
+  }
   at::Tensor ws = at::empty({static_cast<int64_t>(kk::page_select_workspace_bytes(a))}, q.options().dtype(at::kByte));
   check_cuda(kk::page_select(a, ws.data_ptr(), at::cuda::getCurrentCUDAStream()), op);
   return {index, count};
@@ -124,7 +132,8 @@ void page_minmax_last(const at::Tensor&, const at::Tensor&, const at::Tensor&, i
   unavailable("page_minmax_last");
 }
 std::pair<at::Tensor, at::Tensor> page_select(PageScore, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                              const at::Tensor&, int64_t, int64_t, int64_t, int64_t, int64_t) {
+                                              const at::Tensor&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                              const at::Tensor&, const at::Tensor&) {
   unavailable("page_select");
 }
 

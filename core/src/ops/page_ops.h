@@ -26,10 +26,14 @@ enum class PageScore { kHsa, kQuest };
 /// in kernels/page_select.h). q: [n_head, D] (n_head = group * n_head_kv); kmin / kmax as above;
 /// length_dev: int64 [n_head_kv]; max_pages: host bound of ceil(length / page). keep: HSA tokens
 /// k2 / Quest pages. k1: HSA channels (1..D). Returns {index int32 [n_head_kv, S], count int64
-/// [n_head_kv]} on q's device, S = keep (HSA) or keep * page (Quest); rows ascending.
+/// [n_head_kv]} on q's device, S = keep (HSA) or keep * page (Quest); rows ascending. With k
+/// ([rows, D] contiguous cache keys) and offset_dev (int64 [n_head_kv]) given, the page holding
+/// entry length[h] - 1 of every head is first recomputed in the same launch (page_minmax_last fused
+/// in: the decode-append case).
 std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& q, const at::Tensor& kmin,
                                               const at::Tensor& kmax, const at::Tensor& length_dev, int64_t max_pages,
-                                              int64_t group, int64_t page, int64_t k1, int64_t keep);
+                                              int64_t group, int64_t page, int64_t k1, int64_t keep,
+                                              const at::Tensor& k = {}, const at::Tensor& offset_dev = {});
 
 /// offset and length of a layer's KV heads on `device` (one pinned, non-blocking upload): int64
 /// [2, n_head_kv], row 0 offsets, row 1 lengths.

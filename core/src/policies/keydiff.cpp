@@ -11,9 +11,15 @@
 // The block-wise procedure of the paper (§3, methods.md §2.3: feed the prompt in blocks of M tokens,
 // after each block cut the cache back to N, reserving a `recent` share of N for the newest tokens)
 // is driven by the pipeline through prefill_block() (M) and recent_share(); score() ignores them.
+//
+// On CUDA (bf16 / fp16 / fp32 keys, D <= 256, a build with the kernels) the score is the fused kernel
+// of kernels/key_scores.h (ops::keydiff_scores: the same formula, fp32 accumulation, K read twice);
+// elsewhere the LibTorch ops below.
 #include <ATen/ATen.h>
 
 #include "kvscope/core/policies/builtin.h"
+#include "ops/cuda_ops.h"
+#include "ops/key_score_ops.h"
 
 namespace kvscope::policies {
 namespace {
@@ -29,6 +35,7 @@ class KeyDiff : public ScoringBase {
   double recent_share() const override { return recent_; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("keydiff", in, /*needs_queries=*/false);
+    if (use_kernel(in.keys)) return ops::keydiff_scores(in.keys, normalized_);
     at::Tensor k = in.keys.to(at::kFloat);                                  // [Hkv, n, D]
     // F.normalize(k, p=2, dim=-1): k / max(||k||, 1e-12)
     at::Tensor a = normalized_ ? k / k.norm(2, {-1}, /*keepdim=*/true).clamp_min(1e-12) : k;
@@ -37,6 +44,12 @@ class KeyDiff : public ScoringBase {
   }
 
  private:
+  static bool use_kernel(const at::Tensor& keys) {
+    const at::ScalarType t = keys.scalar_type();
+    return keys.is_cuda() && ops::cuda_kernels_available() && keys.size(2) >= 1 && keys.size(2) <= 256 &&
+           keys.size(0) <= 65535 && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+  }
+
   bool normalized_;
   int64_t block_;
   double recent_;

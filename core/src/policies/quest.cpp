@@ -164,12 +164,13 @@ bool PagedSelectionBase::kernels_fit(const KvCache& cache) const {
 
 at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache,
                                               const at::Tensor& offset_dev, const at::Tensor& length_dev,
-                                              int64_t max_pages, int64_t max_rows, bool record) {
+                                              int64_t max_pages, int64_t max_rows, bool record, bool update_last_page) {
   const LayerKv& kv = cache.layer(layer);
   const int64_t G = q.size(0) / cache.n_head_kv();
   const KernelPlan k = kernel_plan(cache.head_dim());
   auto [index, count] = ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
-                                         pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep);
+                                         pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep,
+                                         update_last_page ? kv.k : at::Tensor(), update_last_page ? offset_dev : at::Tensor());
   if (record) record_fused_selection(index, count);
   return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
 }
@@ -188,7 +189,7 @@ at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, 
     max_rows = std::max(max_rows, std::min(n, width));
   }
   bytes_last_ += layer_bytes(kv);
-  return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
+  return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true, false);
 }
 
 bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
@@ -199,10 +200,9 @@ bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
 
 at::Tensor PagedSelectionBase::attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache,
                                              const at::Tensor& offset_dev, const at::Tensor& length_dev) {
-  const LayerKv& kv = cache.layer(layer);
-  ops::page_minmax_last(kv.k, offset_dev, length_dev, pages_.page(), pages_.kmin_all(layer), pages_.kmax_all(layer));
+  // The appended entry's page is recomputed inside page_select (one launch fewer per layer).
   return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1),
-                        kernel_plan(cache.head_dim()).width, false);
+                        kernel_plan(cache.head_dim()).width, false, true);
 }
 
 int64_t PagedSelectionBase::after_graph_step(const KvCache& cache) {

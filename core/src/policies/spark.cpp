@@ -48,6 +48,9 @@
 // Decode-time entries (methods.md §6.1 S6 [?]): keys appended during decode are NOT pruned (they
 // attend densely); only the n_h entries present at on_prefill are.
 //
+// On CUDA, mode=fixed runs the fused kernel of kernels/key_scores.h (ops::spark_prune_fixed): saliency,
+// top-T mask, pruned sum and the refilled k̂ in one pass over the keys, one warp per entry.
+//
 // Memory accounting (the cache itself keeps dense K; the compute path uses k̂): per pruned entry
 // T_t kept key values (cache itemsize) + T_t channel indices (uint8; int16 when D > 256) + μ (fp32,
 // only with recovery=degenerate) + a per-entry channel count (int16, mode=p only) + ceil((D-T_t)/8)
@@ -63,6 +66,7 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policies/builtin.h"
 #include "ops/cuda_ops.h"
+#include "ops/key_score_ops.h"
 
 namespace kvscope::policies {
 
@@ -282,24 +286,38 @@ class Spark : public ChannelPruningBase {
     for (int64_t h = 0; h < Hkv; ++h) {
       const at::Tensor k = cache.head_keys(layer, h);  // [n, D] retained entries
       const int64_t n = k.size(0);
-      const at::Tensor sal = k.to(at::kFloat).abs().mul_(a[h].to(k.device()));  // w [n, D]
-      const at::Tensor mask = top_p_ ? top_p_mask(sal, threshold_) : top_t_mask(sal, kept_channels(ratio_, D));
-      const at::Tensor pruned_sum = sal.masked_fill(mask, 0.0f).sum(-1);  // [n] = (D - T_t)·μ[t]
       HeadStore s;
       s.n = n;
+      at::Tensor mask, pruned_sum;
+      const bool fused = use_kernel(k);
+      if (fused) {
+        // One fused kernel: saliency, top-T mask, pruned sum and k̂ (refilled when sign=key), with
+        // spark.cpp's arithmetic below (kernels/key_scores.h).
+        ops::SparkPruned p =
+            ops::spark_prune_fixed(k, a[h].to(k.device()), kept_channels(ratio_, D), degenerate_ && key_sign_);
+        mask = std::move(p.mask);
+        pruned_sum = std::move(p.pruned_sum);
+        s.masked_k = std::move(p.masked_k);
+      } else {
+        const at::Tensor sal = k.to(at::kFloat).abs().mul_(a[h].to(k.device()));  // w [n, D]
+        mask = top_p_ ? top_p_mask(sal, threshold_) : top_t_mask(sal, kept_channels(ratio_, D));
+        pruned_sum = sal.masked_fill(mask, 0.0f).sum(-1);  // [n] = (D - T_t)·μ[t]
+        s.masked_k = k.mul(mask.to(k.scalar_type()));
+      }
       s.mask = mask;
-      s.masked_k = k.mul(mask.to(k.scalar_type()));
       const int64_t kept = n > 0 ? mask.sum().item<int64_t>() : 0;
       s.key_bytes = kept * item + kept * index_bytes(D) + (degenerate_ ? n * 4 : 0) + (top_p_ ? n * 2 : 0);
       if (degenerate_ && key_sign_) {
         // k̃_tj = sign(k_tj) · μ[t] / a_j on pruned channels (0 where a_j = 0: w is 0 there anyway);
-        // one sign bit per pruned channel is stored.
-        const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);                       // [n, 1]
-        const at::Tensor mu = pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);               // [n, 1]
-        const at::Tensor ah = a[h].to(k.device());
-        const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));      // [D]
-        const at::Tensor refill = k.to(at::kFloat).sign().mul_(mu).mul_(inv_a).masked_fill_(mask, 0.0f);
-        s.masked_k = s.masked_k.add(refill.to(k.scalar_type()));
+        // one sign bit per pruned channel is stored. (The fused kernel has refilled k̂ already.)
+        if (!fused) {
+          const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);                     // [n, 1]
+          const at::Tensor mu = pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);             // [n, 1]
+          const at::Tensor ah = a[h].to(k.device());
+          const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));    // [D]
+          const at::Tensor refill = k.to(at::kFloat).sign().mul_(mu).mul_(inv_a).masked_fill_(mask, 0.0f);
+          s.masked_k = s.masked_k.add(refill.to(k.scalar_type()));
+        }
         s.bias = at::zeros_like(pruned_sum);
         const at::Tensor bits = ((~mask).sum(-1) + 7).div(8, "floor");                          // [n]
         s.key_bytes += n > 0 ? bits.sum().item<int64_t>() : 0;
@@ -309,6 +327,15 @@ class Spark : public ChannelPruningBase {
       s.dense_bytes = n * D * item;
       set_head(layer, h, std::move(s), cache);
     }
+  }
+
+  /// The fused CUDA path (ops::spark_prune_fixed) applies: mode=fixed, keys on CUDA in fp32 / bf16 /
+  /// fp16 with D <= 256, and a build with the kernels. Same mask (ties at the threshold may pick
+  /// other channels of exactly equal saliency), same k̂ arithmetic; pruned_sum summed in another order.
+  bool use_kernel(const at::Tensor& k) const {
+    const at::ScalarType t = k.scalar_type();
+    return !top_p_ && k.is_cuda() && ops::cuda_kernels_available() && k.size(1) >= 1 && k.size(1) <= 256 &&
+           (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
   }
 
   /// bool [n, D]: the t largest entries of each row (t in [0, D]).

@@ -60,11 +60,16 @@ struct PageSelectArgs {
   int64_t keep = 0;  ///< HSA: tokens (k2); Quest: pages
   const void* q = nullptr;  ///< dtype [n_head, D], head i at q + i * q_stride
   int64_t q_stride = 0;
-  const void* kmin = nullptr;  ///< dtype [n_head_kv, page_capacity, D]
-  const void* kmax = nullptr;
+  void* kmin = nullptr;  ///< dtype [n_head_kv, page_capacity, D] (written only by the fused upkeep)
+  void* kmax = nullptr;
   int64_t page_capacity = 0;
   const int64_t* length = nullptr;  ///< int64 [n_head_kv]
   int64_t max_pages = 0;            ///< host upper bound of ceil(length[h] / page)
+  /// Optional fused page upkeep (the decode-append case): with k and offset set, the page holding
+  /// entry length[h] - 1 of every head is first recomputed from K, as page_minmax_update with
+  /// first_page = nullptr would (K, offset: see PageMinMaxArgs), saving that launch.
+  const void* k = nullptr;
+  const int64_t* offset = nullptr;
   int32_t* index = nullptr;         ///< out int32 [n_head_kv, index_stride]: selected entries, ascending
   int64_t index_stride = 0;         ///< >= rows any head can emit (HSA: keep; Quest: keep * page)
   int64_t* count = nullptr;         ///< out int64 [n_head_kv]: rows written per head

@@ -290,8 +290,11 @@ class PagedSelectionBase : public DecodeSelectionBase {
  private:
   /// head_dim 64 / 128 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
   bool kernels_fit(const KvCache& cache) const;
+  /// update_last_page: page_select recomputes the appended entry's page itself (the graph step);
+  /// otherwise the caller has brought the page summaries up to date.
   at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record);
+                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record,
+                            bool update_last_page);
 };
 
 // S5 decode-time selection
