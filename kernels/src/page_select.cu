@@ -2,13 +2,17 @@
 //
 // page_select runs two kernels:
 //   1. score: grid (KV head, block of 32 pages). Every block loads the group's queries into shared
-//      memory (fp32); for HSA one warp picks the top-k1 channels of Σ_g|q| with a bitwise threshold
-//      search (top_channels). Each warp then scores 4 pages, its lanes splitting the channels of the
-//      pages' min/max rows, with the loads of all 4 pages in flight together. HSA writes ŝ/τ per
-//      group member, Quest the group-summed upper bound.
+//      memory (fp32); for HSA the block ranks the channels of Σ_g|q| to pick the top k1
+//      (top_channels). With K and offsets given, the warp owning a head's last page recomputes its
+//      min/max first (the decode-append upkeep, fused). Each warp then scores 4 pages, its lanes
+//      splitting the channels of the pages' min/max rows, the loads of all 4 pages in flight
+//      together. HSA writes ŝ/τ per group member, Quest the group-summed upper bound.
+//      (The selection chain of one layer, measured per phase with clock64 on an H200: see
+//      docs/performance.md.)
 //   2. select: one 512-thread block per KV head. HSA turns the per-member logits into Σ_g π per
 //      page (a page's entries share one logit, so a token softmax is a page softmax weighted by the
-//      entries per page; one streaming (max, sum) pass merged across the block). The page keys
+//      entries per page; block-wide max, then block-wide Σ n·exp), from scores staged in shared
+//      memory when they fit (kStageBytes). The page keys
 //      (order-preserving bits) stay in registers, striped over threads; a 4-pass 8-bit radix select
 //      with warp-aggregated histogram adds finds the threshold key (weighted by entries for HSA,
 //      1 for Quest); one block scan of (above, tie) weights places each thread's contiguous run of
@@ -30,6 +34,8 @@ constexpr int kMaxDim = 256;
 constexpr int kMaxGroup = 16;
 constexpr int kScoreThreads = 256;
 constexpr int kSelectThreads = 512;
+
+
 
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
@@ -63,60 +69,61 @@ constexpr int kPagesPerWarp = 4;
 constexpr int kPagesPerBlock = kScoreWarps * kPagesPerWarp;
 
 /// HSA step 1 (RocketKV §3.4 Alg. 1): the top-k1 channels of Σ_g|q_g| (ties: lower channel first),
-/// written in channel order to sel[0..k1), with use_max[r] = (Σ_g q_g[sel[r]] >= 0). Called by one
-/// whole warp. A 31-step bitwise search over the order-preserving bits of the (non-negative)
-/// magnitudes finds the k1-th largest value; larger channels are taken whole, equal ones by index.
-__device__ void top_channels(const float* qs, int G, int D, int k1, int* sel, unsigned char* use_max) {
-  constexpr int kJ = kMaxDim / 32;
-  const int lane = threadIdx.x & 31;
-  unsigned m[kJ];  // channel lane + 32 j; 0 (never a candidate) past D
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const int c = lane + 32 * j;
-    float s = 0.f;
-    if (c < D)
-      for (int g = 0; g < G; ++g) s += fabsf(qs[g * D + c]);
-    m[j] = __float_as_uint(s);
+/// written in rank order to sel[0..k1), with use_max[r] = (Σ_g q_g[sel[r]] >= 0). Called by the whole
+/// block. Every channel's rank is counted against all D magnitudes, each of kScoreThreads / D
+/// threads per channel counting a slice of them (4 values per shared-memory load); the slices meet
+/// in shared memory. mag: D floats of scratch, rank: D ints of scratch.
+__device__ void top_channels(const float* qs, int G, int D, int k1, float* mag, int* rank, int* sel,
+                             unsigned char* use_max) {
+  const int tid = threadIdx.x;
+  for (int c = tid; c < D; c += kScoreThreads) {
+    float m = 0.f;
+    for (int g = 0; g < G; ++g) m += fabsf(qs[g * D + c]);
+    mag[c] = m;
+    rank[c] = 0;
   }
-  unsigned thr = 0;
-  for (int b = 30; b >= 0; --b) {
-    const unsigned cand = thr | (1u << b);
-    int cnt = 0;
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) cnt += m[j] >= cand;
-    if (static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(cnt))) >= k1) thr = cand;
+  __syncthreads();
+  const int splits = kScoreThreads / D, span = D / splits;  // D in {64, 128, 256}: 4, 2, 1 slices
+  if (kScoreThreads % D == 0 && span % 4 == 0) {
+    const int c = tid % D, part = tid / D;
+    const float m = mag[c];
+    int r = 0;
+    const float4* m4 = reinterpret_cast<const float4*>(mag + part * span);
+    for (int j4 = 0; j4 < span / 4; ++j4) {
+      const float4 v = m4[j4];
+      const int j = part * span + 4 * j4;
+      r += (v.x > m) || (v.x == m && j < c);
+      r += (v.y > m) || (v.y == m && j + 1 < c);
+      r += (v.z > m) || (v.z == m && j + 2 < c);
+      r += (v.w > m) || (v.w == m && j + 3 < c);
+    }
+    atomicAdd(&rank[c], r);
+  } else {
+    for (int c = tid; c < D; c += kScoreThreads) {
+      int r = 0;
+      const float m = mag[c];
+      for (int j = 0; j < D; ++j) r += (mag[j] > m) || (mag[j] == m && j < c);
+      rank[c] = r;
+    }
   }
-  int above = 0;
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) above += (lane + 32 * j < D) && m[j] > thr;
-  const int need_ties = k1 - static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(above)));
-  const unsigned lt = (1u << lane) - 1u;
-  int taken = 0, ties = 0;
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const int c = lane + 32 * j;
-    const bool gt = c < D && m[j] > thr, eq = c < D && m[j] == thr;
-    const unsigned eq_mask = __ballot_sync(0xffffffffu, eq);
-    const bool take = gt || (eq && ties + __popc(eq_mask & lt) < need_ties);
-    const unsigned take_mask = __ballot_sync(0xffffffffu, take);
-    if (take) {
-      const int r = taken + __popc(take_mask & lt);
+  __syncthreads();
+  for (int c = tid; c < D; c += kScoreThreads)
+    if (rank[c] < k1) {
       float s = 0.f;
       for (int g = 0; g < G; ++g) s += qs[g * D + c];
-      sel[r] = c;
-      use_max[r] = s >= 0.f;
+      sel[rank[c]] = c;
+      use_max[rank[c]] = s >= 0.f;
     }
-    taken += __popc(take_mask);
-    ties += __popc(eq_mask);
-  }
 }
 
 template <typename T, int kG>
-__global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectArgs a, float* scores) {
+__global__ void __launch_bounds__(kScoreThreads, kG >= 16 ? 2 : 4) score_kernel(const PageSelectArgs a, float* scores) {
   __shared__ float qs[kMaxGroup * kMaxDim];
   __shared__ int sel[kMaxDim];
   __shared__ unsigned char use_max[kMaxDim];
   __shared__ float inv_tau[kMaxGroup];
+  __shared__ __align__(16) float mag[kMaxDim];
+  __shared__ int rank[kMaxDim];
   const int h = blockIdx.x, G = a.group, D = a.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t len = a.length[h], n_pages = (len + a.page - 1) / a.page;
   const int64_t first_page = static_cast<int64_t>(blockIdx.y) * kPagesPerBlock;
@@ -128,7 +135,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
   const bool hsa = a.mode == PageScore::kHsa;
   const int k1 = hsa ? a.k1 : D;
   if (hsa) {
-    if (warp == 0) top_channels(qs, G, D, k1, sel, use_max);
+    top_channels(qs, G, D, k1, mag, rank, sel, use_max);
     __syncthreads();
     // SparQ temperature per member g (warp g): sqrt(D · Σ|q̂_g| / Σ|q_g|).
     for (int g = warp; g < G; g += kScoreWarps) {
@@ -184,11 +191,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const PageSelectAr
 #pragma unroll
     for (int g = 0; g < kG; ++g) acc[i][g] = 0.f;
   // Channel slices unrolled (D <= 256: at most 8), so every slice's loads can be in flight together.
-#pragma unroll
-  for (int j = 0; j < kMaxDim / 32; ++j) {
-    if (j * 32 >= k1) break;
-    const int r = lane + 32 * j;
-    if (r >= k1) continue;
+  // Lanes split the selected channels; each slice's loads for all the warp's pages go out together.
+  for (int r = lane; r < k1; r += 32) {
     if (hsa) {
       const int c = sel[r];
       const T* src = use_max[r] ? kmax : kmin;
@@ -244,17 +248,12 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/// Combines two (max, Σ exp(x - max)) pairs of a streaming softmax.
-__device__ __forceinline__ void softmax_merge(float& m, float& z, float m2, float z2) {
-  const float M = fmaxf(m, m2);
-  z = (m == -INFINITY ? 0.f : z * __expf(m - M)) + (m2 == -INFINITY ? 0.f : z2 * __expf(m2 - M));
-  m = M;
-}
-
 /// Striped pages per thread whose keys the select kernel keeps in registers (6144 pages per head
 /// with 512 threads; more would spill at 128 registers); later pages are re-read from the workspace
 /// in every pass.
 constexpr int kRegPages = 12;
+
+
 
 /// Dynamic shared memory the select kernel stages page scores in (within the 48 KB a launch gets
 /// without an opt-in attribute, next to the kernel's ~6 KB of static shared memory).
@@ -289,9 +288,11 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   int64_t ss = max_pages;
   if (staged) {
     const int rows = hsa ? G : 1;
-    for (int g = 0; g < rows; ++g)
-#pragma unroll 4
-      for (int64_t P = tid; P < n_pages; P += kSelectThreads) stage[g * n_pages + P] = s[g * max_pages + P];
+#pragma unroll 2
+    for (int64_t P = tid; P < n_pages; P += kSelectThreads)
+#pragma unroll
+      for (int g = 0; g < kG; ++g)  // the members' loads in flight together
+        if (g < rows) stage[g * n_pages + P] = s[g * max_pages + P];
     __syncthreads();
     s = stage;
     ss = n_pages;
@@ -301,33 +302,53 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   const int64_t warp_first = tid - lane;  // the warp's first striped page (loops stay warp-uniform)
 
   // 1. HSA: Σ_g softmax over tokens. A page's entries share one logit, so the normaliser of member
-  //    g is Z_g = Σ_P n_P exp(ŝ_gP - m_g); one streaming (max, sum) pass and one block merge.
+  //    g is Z_g = Σ_P n_P exp(ŝ_gP - m_g).
   if (hsa) {
+    // Max, then Σ n·exp(x - max), each reduced over the block with cheap ops; the G members'
+    // shuffle chains interleave (offset outer, member inner).
     float m[kG], z[kG];
 #pragma unroll
     for (int g = 0; g < kG; ++g) m[g] = -INFINITY, z[g] = 0.f;
+    for (int64_t P = tid; P < n_pages; P += kSelectThreads)
+#pragma unroll
+      for (int g = 0; g < kG; ++g)
+        if (g < G) m[g] = fmaxf(m[g], s[g * ss + P]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int g = 0; g < kG; ++g) m[g] = fmaxf(m[g], __shfl_xor_sync(0xffffffffu, m[g], off));
+    if (lane == 0)
+#pragma unroll
+      for (int g = 0; g < kG; ++g)
+        if (g < G) part_m[g][warp] = m[g];
+    __syncthreads();
+    if (warp < G) {
+      float x = lane < kSelectWarps ? part_m[warp][lane] : -INFINITY;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+      if (lane == 0) s_max[warp] = x;
+    }
+    __syncthreads();
     for (int64_t P = tid; P < n_pages; P += kSelectThreads) {
       const float n = static_cast<float>(entries(P));
 #pragma unroll
       for (int g = 0; g < kG; ++g)
-        if (g < G) softmax_merge(m[g], z[g], s[g * ss + P], n);
+        if (g < G) z[g] += n * __expf(s[g * ss + P] - s_max[g]);
     }
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      if (g >= G) break;
+    for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1)
-        softmax_merge(m[g], z[g], __shfl_xor_sync(0xffffffffu, m[g], off), __shfl_xor_sync(0xffffffffu, z[g], off));
-      if (lane == 0) part_m[g][warp] = m[g], part_z[g][warp] = z[g];
-    }
+      for (int g = 0; g < kG; ++g) z[g] += __shfl_xor_sync(0xffffffffu, z[g], off);
+    if (lane == 0)
+#pragma unroll
+      for (int g = 0; g < kG; ++g)
+        if (g < G) part_z[g][warp] = z[g];
     __syncthreads();
     if (warp < G) {
-      float mg = lane < kSelectWarps ? part_m[warp][lane] : -INFINITY;
-      float zg = lane < kSelectWarps ? part_z[warp][lane] : 0.f;
+      float x = lane < kSelectWarps ? part_z[warp][lane] : 0.f;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1)
-        softmax_merge(mg, zg, __shfl_xor_sync(0xffffffffu, mg, off), __shfl_xor_sync(0xffffffffu, zg, off));
-      if (lane == 0) s_max[warp] = mg, s_inv[warp] = 1.f / zg;
+      for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+      if (lane == 0) s_inv[warp] = 1.f / x;
     }
     __syncthreads();
   }
@@ -373,8 +394,11 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
       if (on) {
         const unsigned bin = (key >> shift) & 255u;
         const unsigned peers = __match_any_sync(act, bin);
-        const unsigned w = hsa ? __reduce_add_sync(peers, entries(P)) : static_cast<unsigned>(__popc(peers));
-        if (lane == __ffs(peers) - 1) atomicAdd(&hc[bin], w);
+        // HSA weighs a page by its entries: every page holds `page` but the head's last one, whose
+        // lane adds the difference itself (a reduce over the peers would serialise the groups).
+        const unsigned per_page = hsa ? static_cast<unsigned>(page) : 1u;
+        if (lane == __ffs(peers) - 1) atomicAdd(&hc[bin], per_page * static_cast<unsigned>(__popc(peers)));
+        if (hsa && P == n_pages - 1) atomicAdd(&hc[bin], entries(P) - per_page);  // unsigned wrap: subtracts
       }
     };
 #pragma unroll
@@ -467,6 +491,7 @@ cudaError_t launch_score(const PageSelectArgs& a, float* ws, dim3 grid, cudaStre
 }
 
 }  // namespace
+
 
 cudaError_t page_minmax_update(const PageMinMaxArgs& a, cudaStream_t stream) {
   if (a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim > kMaxDim || a.page <= 0 || a.max_span <= 0 || !a.k ||
