@@ -1,6 +1,7 @@
 // LibTorch adapters over kvscope_kernels (see cuda_ops.h). Everything CUDA sits behind
 // KVSCOPE_HAVE_CUDA_KERNELS: <ATen/cuda/CUDAContext.h> exists only in a CUDA LibTorch.
 #include "ops/cuda_ops.h"
+#include "ops/no_kernels.h"
 
 #include <stdexcept>
 #include <string>
@@ -335,11 +336,7 @@ at::Tensor silu_mul(const at::Tensor& gate_up, at::Tensor out) {
 
 #else  // !KVSCOPE_HAVE_CUDA_KERNELS
 
-namespace {
-[[noreturn]] void unavailable(const char* op) {
-  throw std::runtime_error(std::string(op) + ": kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
-}
-}  // namespace
+using detail::unavailable;
 
 bool cuda_kernels_available() { return false; }
 

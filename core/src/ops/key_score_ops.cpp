@@ -2,6 +2,7 @@
 // Everything CUDA sits behind KVSCOPE_HAVE_CUDA_KERNELS: <ATen/cuda/CUDAContext.h> exists only in
 // a CUDA LibTorch.
 #include "ops/key_score_ops.h"
+#include "ops/no_kernels.h"
 
 #include <stdexcept>
 #include <string>
@@ -87,11 +88,7 @@ SparkPruned spark_prune_fixed(const at::Tensor& k_in, const at::Tensor& a_in, in
 
 #else  // !KVSCOPE_HAVE_CUDA_KERNELS
 
-namespace {
-[[noreturn]] void unavailable(const char* op) {
-  throw std::runtime_error(std::string(op) + ": kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
-}
-}  // namespace
+using detail::unavailable;
 
 at::Tensor keydiff_scores(const at::Tensor&, bool) { unavailable("keydiff_scores"); }
 SparkPruned spark_prune_fixed(const at::Tensor&, const at::Tensor&, int64_t, bool) { unavailable("spark_prune_fixed"); }

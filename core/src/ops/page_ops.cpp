@@ -1,5 +1,6 @@
 // LibTorch adapters over kernels/page_select (see page_ops.h).
 #include "ops/page_ops.h"
+#include "ops/no_kernels.h"
 
 #include <stdexcept>
 #include <string>
@@ -118,11 +119,7 @@ std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& 
 
 #else  // !KVSCOPE_HAVE_CUDA_KERNELS
 
-namespace {
-[[noreturn]] void unavailable(const char* op) {
-  throw std::runtime_error(std::string(op) + ": kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
-}
-}  // namespace
+using detail::unavailable;
 
 at::Tensor upload_heads(const std::vector<int64_t>&, const std::vector<int64_t>&, c10::Device) {
   unavailable("upload_heads");

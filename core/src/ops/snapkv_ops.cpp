@@ -1,5 +1,6 @@
 // LibTorch adapters over kernels/snapkv_scores (see snapkv_ops.h).
 #include "ops/snapkv_ops.h"
+#include "ops/no_kernels.h"
 
 #include <stdexcept>
 #include <string>
@@ -113,9 +114,7 @@ at::Tensor snapkv_window_scores(const at::Tensor& window_queries, const at::Tens
 
 #else  // !KVSCOPE_HAVE_CUDA_KERNELS
 
-at::Tensor window_vote(const at::Tensor&, const at::Tensor&) {
-  throw std::runtime_error("window_vote: this build has no CUDA kernels (configure with -DKVSCOPE_WITH_CUDA=ON)");
-}
+at::Tensor window_vote(const at::Tensor&, const at::Tensor&) { detail::unavailable("window_vote"); }
 
 at::Tensor snapkv_window_scores(const at::Tensor&, const at::Tensor&, int64_t, bool, GroupReduce) { return {}; }
 
