@@ -25,6 +25,7 @@
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
+#include "policy_registry.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -32,14 +33,7 @@ namespace {
 
 using policies::ChannelPruningBase;
 
-const PolicyRegistry& registry() {
-  static const PolicyRegistry r = [] {
-    PolicyRegistry reg;
-    register_builtin_policies(reg);
-    return reg;
-  }();
-  return r;
-}
+const PolicyRegistry& registry() { return test::builtin_registry(); }
 
 std::unique_ptr<ChannelPruningBase> make_pruner(const std::string& name, const ParamValues& p) {
   auto pol = registry().make(name, p);

@@ -28,6 +28,7 @@
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
+#include "policy_registry.h"
 
 namespace kvscope {
 namespace {
@@ -58,14 +59,7 @@ void expect_close(const at::Tensor& got, const at::Tensor& ref, const at::Tensor
                                    << base << ", floor " << floor;
 }
 
-const PolicyRegistry& registry() {
-  static const PolicyRegistry r = [] {
-    PolicyRegistry reg;
-    register_builtin_policies(reg);
-    return reg;
-  }();
-  return r;
-}
+const PolicyRegistry& registry() { return test::builtin_registry(); }
 
 /// k̂ of (layer, kv_head) as the decode logits see it: head_logits with the identity as the query
 /// group gives k̂ᵀ / sqrt(D) + bias, exact for D = 64 (a power-of-two scale) and a zero bias.
