@@ -102,8 +102,7 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({Hkv, D});
   at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Hkv, D});
   ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, L.k, L.v, L.pos, m.offset,
-                   m.length, m.position);
-  m.length.add_(1);
+                   m.length, m.position);  // advances m.length on the device
   if (m.commit) cache.commit_append(l, 1);
   at::Tensor attn;
   if (!decode_attention)
@@ -115,7 +114,8 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
   at::Tensor residual = ops::linear_row(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
-  return residual + ops::linear_row(ops::silu_mul(ops::linear_row(h2, w.w_gate_up)), w.w_down);
+  // The down projection adds the residual stream as its bias: one kernel, one rounding.
+  return ops::linear_row(ops::silu_mul(ops::linear_row(h2, w.w_gate_up)), w.w_down, residual.view({-1}));
 }
 
 at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {

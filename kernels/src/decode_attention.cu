@@ -11,7 +11,7 @@
 // fp32, lazy rescaling), and the slots are merged through shuffles (within a warp) and shared
 // memory (across warps) at the end.
 // Pass 2 (combine_kernel): one warp per (query head, 32 dims) merges the splits' (max, sum, acc)
-// partials; launched as a programmatic dependent launch so its launch overlaps pass 1's tail.
+// partials. Both passes are programmatic dependent launches (pdl.cuh).
 //
 // Measured on an H200 (bench/bench_kernels, bf16, 32 query / 8 KV heads, D 128, CUDA-graph replay,
 // median; device-to-device copy 4.26 TB/s read + write), over several runs: 4K tokens 11-12 us
@@ -20,6 +20,7 @@
 // The loop issues ~90 instructions per token and warp (256 of the ~740 per stage are the FFMAs of
 // q.k and p.v, 128 the shuffle reduction), so at 32K it is not far from compute-limited either.
 #include "kvscope/kernels/decode.h"
+#include "pdl.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -151,6 +152,8 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   using Sh = Shape<T, D, GT>;
   constexpr int LPT = Sh::LPT, TPW = Sh::TPW, W = Sh::W, U = Sh::U, S = Sh::S, kStep = Sh::kStep;
   extern __shared__ uint4 s_pipe[];
+  pdl_trigger();
+  pdl_wait();
 
   // Work item blockIdx.x -> (KV head, split): head h owns max(1, ceil(length[h] / chunk))
   // consecutive items, so ragged heads get work in proportion to their length (one wave in all).
@@ -328,9 +331,6 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
     }
   }
   cp_async_wait<0>();
-  // Let the combine kernel (programmatic dependent launch) get scheduled; it still waits for this
-  // grid's completion and memory before reading the partials.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
   // Merge the TPW token slots of the warp (lanes sub, sub + LPT, ...).
 #pragma unroll
@@ -391,10 +391,10 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
 template <typename T, int D>
 __global__ void __launch_bounds__(32) combine_kernel(const Params p) {
   extern __shared__ float s_w[];
+  pdl_trigger();
+  pdl_wait();  // pass 1's results
   const int h = blockIdx.x, lane = threadIdx.x, d = blockIdx.y * 32 + lane;
-  const int64_t len = p.length[h / p.group];  // an input of pass 1, not one of its outputs
-  // Programmatic dependent launch: this grid may start before pass 1 ends; wait for its results.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t len = p.length[h / p.group];
   const int64_t n_nonempty = (len + p.chunk - 1) / p.chunk;
   const int n_valid = len <= 0 ? 0 : static_cast<int>(n_nonempty < p.n_split ? n_nonempty : p.n_split);
   T* out = static_cast<T*>(p.o) + static_cast<int64_t>(h) * D;
@@ -454,27 +454,16 @@ template <typename T, int D, int GT>
 cudaError_t launch_typed(const Params& p, int n_head, int n_items, cudaStream_t stream) {
   const dim3 grid(n_items, p.n_hchunk);
   constexpr size_t smem = Shape<T, D, GT>::kSmemBytes;
+  cudaError_t err;
   if (p.index) {
     configure_split_kernel<T, D, GT, true>();
-    decode_split_kernel<T, D, GT, true><<<grid, kThreads, smem, stream>>>(p);
+    err = launch_pdl(decode_split_kernel<T, D, GT, true>, grid, kThreads, smem, stream, p);
   } else {
     configure_split_kernel<T, D, GT, false>();
-    decode_split_kernel<T, D, GT, false><<<grid, kThreads, smem, stream>>>(p);
+    err = launch_pdl(decode_split_kernel<T, D, GT, false>, grid, kThreads, smem, stream, p);
   }
-  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || p.n_split == 1) return err;
-  // Pass 2 as a programmatic dependent launch: its launch overlaps pass 1's tail.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(n_head, D / 32);
-  cfg.blockDim = dim3(32);
-  cfg.dynamicSmemBytes = p.n_split * sizeof(float);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, combine_kernel<T, D>, p);
+  return launch_pdl(combine_kernel<T, D>, dim3(n_head, D / 32), 32, p.n_split * sizeof(float), stream, p);
 }
 
 template <typename T, int D>

@@ -2,14 +2,24 @@
 // streams 16-byte vectors of its row with cache-streaming loads (the weight is read once per
 // token: keep it out of L1), four in flight, and dots them with the matching vector of x (x is
 // tiny and shared by every warp: read-only cached loads). A warp shuffle sums the lanes.
+// Launched as a programmatic dependent (pdl.cuh): the weights depend on no kernel, so before its
+// wait a block loads its first weight vectors into registers and, for the rows within the first
+// kL2PrefetchBytes of W, asks L2 for the rest of its rows. While the kernels before it are
+// latency-bound (page selection, attention over a few rows, norms) the projection's weights are
+// then already on their way.
 #include "dtype.cuh"
 #include "kvscope/kernels/gemv.h"
+#include "pdl.cuh"
 
 namespace kvscope::kernels {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
+/// Weight bytes (from the start of W) whose rows a block launched early prefetches into L2: half
+/// the 50 MB L2 of an H100/H200, so that what is prefetched survives until it is read.
+constexpr int64_t kL2PrefetchBytes = 24ll << 20;
+constexpr int kLineBytes = 128;
 
 template <typename T>
 __device__ __forceinline__ float dot16(const uint4& w, const uint4& x) {
@@ -25,15 +35,36 @@ template <typename T, bool kF32Out>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   constexpr int V = 16 / sizeof(T);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  pdl_trigger();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (row >= a.n) return;
   const int64_t nvec = a.k / V;
   const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + row * a.k);
+  // Before the wait: weights only (no kernel writes them).
+  uint4 wv[kUnroll];
+  int64_t i = lane;
+  const bool full = i + (kUnroll - 1) * 32 < nvec;
+  if (full) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + i + u * 32);
+  }
+  const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
+  if ((row + 1) * row_bytes <= kL2PrefetchBytes)
+    for (int64_t b = (kUnroll * 32 * 16 / kLineBytes + lane) * kLineBytes; b < row_bytes; b += 32 * kLineBytes)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w) + b));
+  pdl_wait();
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
   float acc = 0.f;
-  int64_t i = lane;
+  if (full) {
+    uint4 xv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) xv[u] = __ldg(x + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc += dot16<T>(wv[u], xv[u]);
+    i += kUnroll * 32;
+  }
   for (; i + (kUnroll - 1) * 32 < nvec; i += kUnroll * 32) {
-    uint4 wv[kUnroll], xv[kUnroll];
+    uint4 xv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       wv[u] = __ldcs(w + i + u * 32);
@@ -54,9 +85,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
 template <typename T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((a.n + kWarps - 1) / kWarps);
-  if (a.y_fp32) gemv_kernel<T, true><<<blocks, kWarps * 32, 0, stream>>>(a);
-  else gemv_kernel<T, false><<<blocks, kWarps * 32, 0, stream>>>(a);
-  return cudaGetLastError();
+  return a.y_fp32 ? launch_pdl(gemv_kernel<T, true>, blocks, kWarps * 32, 0, stream, a)
+                  : launch_pdl(gemv_kernel<T, false>, blocks, kWarps * 32, 0, stream, a);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -23,6 +23,7 @@
 
 #include "dtype.cuh"
 #include "kvscope/kernels/page_select.h"
+#include "pdl.cuh"
 
 namespace kvscope::kernels {
 namespace {
@@ -42,23 +43,31 @@ __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? 
 
 // ---- page min/max ---------------------------------------------------------------------------
 
+/// Channel c of one page's summaries: mn[c] / mx[c] = min / max over its `rows` rows (kr: the page's
+/// first row of K, row stride D). Exact: the results are values of T.
+template <typename T>
+__device__ __forceinline__ void page_channel_minmax(const T* kr, int64_t rows, int D, int c, T* mn, T* mx) {
+  float lo = to_f<T>(kr[c]), hi = lo;
+  for (int64_t r = 1; r < rows; ++r) {
+    const float x = to_f<T>(kr[r * D + c]);
+    lo = fminf(lo, x);
+    hi = fmaxf(hi, x);
+  }
+  mn[c] = from_f<T>(lo);
+  mx[c] = from_f<T>(hi);
+}
+
 template <typename T>
 __global__ void page_minmax_kernel(const PageMinMaxArgs a) {
+  pdl_trigger();
+  pdl_wait();
   const int h = blockIdx.x, c = threadIdx.x, D = a.head_dim;
   const int64_t len = a.length[h];
   const int64_t P = (a.first_page ? a.first_page[h] : max64(len - 1, 0) / a.page) + blockIdx.y, first = P * a.page;
   if (c >= D || first >= len || P >= a.page_capacity) return;
-  const int64_t last = min64(len, first + a.page);
-  const T* k = static_cast<const T*>(a.k) + (a.offset[h] + first) * D + c;
-  float lo = to_f<T>(k[0]), hi = lo;
-  for (int64_t r = 1; r < last - first; ++r) {
-    const float x = to_f<T>(k[r * D]);
-    lo = fminf(lo, x);
-    hi = fmaxf(hi, x);
-  }
-  const int64_t o = (static_cast<int64_t>(h) * a.page_capacity + P) * D + c;
-  static_cast<T*>(a.kmin)[o] = from_f<T>(lo);  // exact: lo and hi are values of T
-  static_cast<T*>(a.kmax)[o] = from_f<T>(hi);
+  const int64_t o = (static_cast<int64_t>(h) * a.page_capacity + P) * D;
+  page_channel_minmax(static_cast<const T*>(a.k) + (a.offset[h] + first) * D, min64(len, first + a.page) - first, D, c,
+                      static_cast<T*>(a.kmin) + o, static_cast<T*>(a.kmax) + o);
 }
 
 // ---- scoring ----------------------------------------------------------------------------------
@@ -124,6 +133,8 @@ __global__ void __launch_bounds__(kScoreThreads, kG >= 16 ? 2 : 4) score_kernel(
   __shared__ float inv_tau[kMaxGroup];
   __shared__ __align__(16) float mag[kMaxDim];
   __shared__ int rank[kMaxDim];
+  pdl_trigger();
+  pdl_wait();
   const int h = blockIdx.x, G = a.group, D = a.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t len = a.length[h], n_pages = (len + a.page - 1) / a.page;
   const int64_t first_page = static_cast<int64_t>(blockIdx.y) * kPagesPerBlock;
@@ -160,19 +171,9 @@ __global__ void __launch_bounds__(kScoreThreads, kG >= 16 ? 2 : 4) score_kernel(
     const int64_t last = n_pages - 1, rel = last - first_page;
     if (rel < kPagesPerBlock && static_cast<int>(rel % kScoreWarps) == warp) {  // warp-uniform
       const T* kr = static_cast<const T*>(a.k) + (a.offset[h] + last * a.page) * D;
-      const int rows = static_cast<int>(len - last * a.page);
-      T* mn = static_cast<T*>(a.kmin) + (static_cast<int64_t>(h) * a.page_capacity + last) * D;
-      T* mx = static_cast<T*>(a.kmax) + (static_cast<int64_t>(h) * a.page_capacity + last) * D;
-      for (int c = lane; c < D; c += 32) {
-        float lo = to_f<T>(kr[c]), hi = lo;
-        for (int r = 1; r < rows; ++r) {
-          const float x = to_f<T>(kr[r * D + c]);
-          lo = fminf(lo, x);
-          hi = fmaxf(hi, x);
-        }
-        mn[c] = from_f<T>(lo);  // exact: lo and hi are values of T
-        mx[c] = from_f<T>(hi);
-      }
+      const int64_t o = (static_cast<int64_t>(h) * a.page_capacity + last) * D;
+      for (int c = lane; c < D; c += 32)
+        page_channel_minmax(kr, len - last * a.page, D, c, static_cast<T*>(a.kmin) + o, static_cast<T*>(a.kmax) + o);
       __threadfence_block();  // this warp reads the row back below
       __syncwarp();
     }
@@ -248,6 +249,32 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/// Reduces v[g] (g < G) over the block with op: warp shuffles (the members' chains interleaved),
+/// then warp g folds the warps' partials of member g; out[g] = fin(total). part: shared scratch,
+/// [kMaxGroup][32]. Called by the whole block; ends with a barrier.
+template <int kWarps, int kG, typename Op, typename Fin>
+__device__ __forceinline__ void block_reduce_members(float (&v)[kG], int G, float (*part)[32], float* out, float identity,
+                                                     Op op, Fin fin) {
+  static_assert(kWarps <= 32 && kG <= kWarps, "one warp per member");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+    for (int g = 0; g < kG; ++g) v[g] = op(v[g], __shfl_xor_sync(0xffffffffu, v[g], off));
+  if (lane == 0)
+#pragma unroll
+    for (int g = 0; g < kG; ++g)
+      if (g < G) part[g][warp] = v[g];
+  __syncthreads();
+  if (warp < G) {
+    float x = lane < kWarps ? part[warp][lane] : identity;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
+    if (lane == 0) out[warp] = fin(x);
+  }
+  __syncthreads();
+}
+
 /// Striped pages per thread whose keys the select kernel keeps in registers (6144 pages per head
 /// with 512 threads; more would spill at 128 registers); later pages are re-read from the workspace
 /// in every pass.
@@ -255,9 +282,13 @@ constexpr int kRegPages = 12;
 
 
 
-/// Dynamic shared memory the select kernel stages page scores in (within the 48 KB a launch gets
-/// without an opt-in attribute, next to the kernel's ~6 KB of static shared memory).
-constexpr size_t kStageBytes = 40 * 1024;
+/// Dynamic shared memory the select kernel may stage page scores in: with the opt-in attribute
+/// (above 48 KB) sm_90 gives a block up to 227 KB, next to the kernel's ~6 KB of static shared
+/// memory; one 512-thread block per KV head needs no more room on its SM. (RocketKV at t = 4,096 of
+/// 32K: ~7.5K pages x G 4 = 119 KB.)
+constexpr size_t kStageBytes = 200 * 1024;
+/// Dynamic shared memory a launch gets without the opt-in (48 KB less the static ~6 KB).
+constexpr size_t kNoOptInBytes = 40 * 1024;
 
 template <int kG>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelectArgs a, float* scores, bool staged) {
@@ -265,11 +296,13 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   constexpr int kSelectWarps = kSelectThreads / 32;
   using Scan = cub::BlockScan<unsigned long long, kSelectThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ float part_m[kMaxGroup][32], part_z[kMaxGroup][32];
+  __shared__ float part[kMaxGroup][32];
   __shared__ float s_max[kMaxGroup], s_inv[kMaxGroup];
   __shared__ unsigned hist[2][256];
   __shared__ unsigned s_prefix[2];
   __shared__ long long s_rem[2];
+  pdl_trigger();
+  pdl_wait();
   const int h = blockIdx.x, G = a.group, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const bool hsa = a.mode == PageScore::kHsa;
   // Lambdas capture these locals, never `a` (taking the parameter's address copies it to the stack).
@@ -288,7 +321,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   int64_t ss = max_pages;
   if (staged) {
     const int rows = hsa ? G : 1;
-#pragma unroll 2
+#pragma unroll 4
     for (int64_t P = tid; P < n_pages; P += kSelectThreads)
 #pragma unroll
       for (int g = 0; g < kG; ++g)  // the members' loads in flight together
@@ -304,8 +337,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
   // 1. HSA: Σ_g softmax over tokens. A page's entries share one logit, so the normaliser of member
   //    g is Z_g = Σ_P n_P exp(ŝ_gP - m_g).
   if (hsa) {
-    // Max, then Σ n·exp(x - max), each reduced over the block with cheap ops; the G members'
-    // shuffle chains interleave (offset outer, member inner).
+    // Max, then Σ n·exp(x - max), each reduced over the block with cheap ops.
     float m[kG], z[kG];
 #pragma unroll
     for (int g = 0; g < kG; ++g) m[g] = -INFINITY, z[g] = 0.f;
@@ -313,44 +345,16 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
 #pragma unroll
       for (int g = 0; g < kG; ++g)
         if (g < G) m[g] = fmaxf(m[g], s[g * ss + P]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-      for (int g = 0; g < kG; ++g) m[g] = fmaxf(m[g], __shfl_xor_sync(0xffffffffu, m[g], off));
-    if (lane == 0)
-#pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) part_m[g][warp] = m[g];
-    __syncthreads();
-    if (warp < G) {
-      float x = lane < kSelectWarps ? part_m[warp][lane] : -INFINITY;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-      if (lane == 0) s_max[warp] = x;
-    }
-    __syncthreads();
+    block_reduce_members<kSelectWarps>(m, G, part, s_max, -INFINITY, [](float x, float y) { return fmaxf(x, y); },
+                                       [](float x) { return x; });
     for (int64_t P = tid; P < n_pages; P += kSelectThreads) {
       const float n = static_cast<float>(entries(P));
 #pragma unroll
       for (int g = 0; g < kG; ++g)
         if (g < G) z[g] += n * __expf(s[g * ss + P] - s_max[g]);
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-      for (int g = 0; g < kG; ++g) z[g] += __shfl_xor_sync(0xffffffffu, z[g], off);
-    if (lane == 0)
-#pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) part_z[g][warp] = z[g];
-    __syncthreads();
-    if (warp < G) {
-      float x = lane < kSelectWarps ? part_z[warp][lane] : 0.f;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-      if (lane == 0) s_inv[warp] = 1.f / x;
-    }
-    __syncthreads();
+    block_reduce_members<kSelectWarps>(z, G, part, s_inv, 0.f, [](float x, float y) { return x + y; },
+                                       [](float x) { return 1.f / x; });
   }
 
   // 2. Selection keys of the striped pages tid + i * kSelectThreads: registers for the first kRegPages, and
@@ -482,12 +486,9 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
 template <typename T>
 cudaError_t launch_score(const PageSelectArgs& a, float* ws, dim3 grid, cudaStream_t stream) {
   const int G = a.group;
-  if (G <= 1) score_kernel<T, 1><<<grid, kScoreThreads, 0, stream>>>(a, ws);
-  else if (G <= 2) score_kernel<T, 2><<<grid, kScoreThreads, 0, stream>>>(a, ws);
-  else if (G <= 4) score_kernel<T, 4><<<grid, kScoreThreads, 0, stream>>>(a, ws);
-  else if (G <= 8) score_kernel<T, 8><<<grid, kScoreThreads, 0, stream>>>(a, ws);
-  else score_kernel<T, 16><<<grid, kScoreThreads, 0, stream>>>(a, ws);
-  return cudaGetLastError();
+  const auto kernel = G <= 1 ? score_kernel<T, 1> : G <= 2 ? score_kernel<T, 2> : G <= 4 ? score_kernel<T, 4>
+                    : G <= 8 ? score_kernel<T, 8> : score_kernel<T, 16>;
+  return launch_pdl(kernel, grid, kScoreThreads, 0, stream, a, ws);
 }
 
 }  // namespace
@@ -500,11 +501,11 @@ cudaError_t page_minmax_update(const PageMinMaxArgs& a, cudaStream_t stream) {
   const dim3 grid(a.n_head_kv, static_cast<unsigned>(a.max_span));
   const int threads = (a.head_dim + 31) / 32 * 32;
   switch (a.dtype) {
-    case DType::kFloat32: page_minmax_kernel<float><<<grid, threads, 0, stream>>>(a); break;
-    case DType::kBFloat16: page_minmax_kernel<__nv_bfloat16><<<grid, threads, 0, stream>>>(a); break;
-    case DType::kFloat16: page_minmax_kernel<__half><<<grid, threads, 0, stream>>>(a); break;
+    case DType::kFloat32: return launch_pdl(page_minmax_kernel<float>, grid, threads, 0, stream, a);
+    case DType::kBFloat16: return launch_pdl(page_minmax_kernel<__nv_bfloat16>, grid, threads, 0, stream, a);
+    case DType::kFloat16: return launch_pdl(page_minmax_kernel<__half>, grid, threads, 0, stream, a);
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 size_t page_select_workspace_bytes(const PageSelectArgs& a) {
@@ -533,12 +534,13 @@ cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t s
   const size_t stage = static_cast<size_t>(a.mode == PageScore::kHsa ? G : 1) * a.max_pages * sizeof(float);
   const bool staged = stage <= kStageBytes;
   const size_t smem = staged ? stage : 0;
-  if (G <= 1) select_kernel<1><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
-  else if (G <= 2) select_kernel<2><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
-  else if (G <= 4) select_kernel<4><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
-  else if (G <= 8) select_kernel<8><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
-  else select_kernel<16><<<a.n_head_kv, kSelectThreads, smem, stream>>>(a, ws, staged);
-  return cudaGetLastError();
+  const auto select = G <= 1 ? select_kernel<1> : G <= 2 ? select_kernel<2> : G <= 4 ? select_kernel<4>
+                    : G <= 8 ? select_kernel<8> : select_kernel<16>;
+  if (smem > kNoOptInBytes) {  // opt in (not a stream operation: fine under graph capture)
+    err = cudaFuncSetAttribute(select, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  return launch_pdl(select, a.n_head_kv, kSelectThreads, smem, stream, a, ws, staged);
 }
 
 }  // namespace kvscope::kernels

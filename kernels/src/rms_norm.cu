@@ -3,6 +3,7 @@
 // passes over the row: sum of squares (block reduction), then normalise; the second read hits
 // L1/L2 (a row is at most a few tens of KB).
 #include "dtype.cuh"
+#include "pdl.cuh"
 #include "kvscope/kernels/norm.h"
 
 #include <cuda_bf16.h>
@@ -71,6 +72,8 @@ __device__ __forceinline__ float block_sum(float v) {
 template <typename T, int V, bool kResidual>
 __global__ void rms_norm_kernel(const T* x, int64_t xs, T* res, int64_t rs, const T* __restrict__ w, T* y,
                                 int64_t ys, int hidden, float eps) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t row = blockIdx.x;
   const T* xr = x + row * xs;
   T* rr = kResidual ? res + row * rs : nullptr;
@@ -120,9 +123,8 @@ cudaError_t launch(const void* x, int64_t xs, void* res, int64_t rs, const void*
   T* rp = static_cast<T*>(res);
   T* yp = static_cast<T*>(y);
   const int h = static_cast<int>(hidden);
-  if (vec) rms_norm_kernel<T, 8, kResidual><<<grid, threads, 0, stream>>>(xp, xs, rp, rs, wp, yp, ys, h, eps);
-  else rms_norm_kernel<T, 1, kResidual><<<grid, threads, 0, stream>>>(xp, xs, rp, rs, wp, yp, ys, h, eps);
-  return cudaGetLastError();
+  return vec ? launch_pdl(rms_norm_kernel<T, 8, kResidual>, grid, threads, 0, stream, xp, xs, rp, rs, wp, yp, ys, h, eps)
+             : launch_pdl(rms_norm_kernel<T, 1, kResidual>, grid, threads, 0, stream, xp, xs, rp, rs, wp, yp, ys, h, eps);
 }
 
 template <bool kResidual>

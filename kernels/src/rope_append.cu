@@ -1,12 +1,15 @@
 // RoPE on one decode token's q and k, fused with the KV-cache append (see rope.h). A tiny,
-// latency-bound op (a few thousand elements): one grid-stride launch over three kinds of items,
-//   [0, P)            rotation pairs: (n_head + n_head_kv) heads x D/2 pairs; KV heads also
-//                     write the rotated pair to the cache row
-//   [P, P + Hkv*D)    V elements copied to the cache row
-//   [.., .. + Hkv)    the position of the cache row
+// latency-bound op (a few thousand elements). One block per KV head h (one block in all without
+// KV heads) runs over three kinds of items:
+//   rotation pairs of the query heads h, h + Hkv, h + 2 Hkv, ... and of KV head h (D/2 each); the
+//   KV head also writes its rotated pair to the cache row
+//   V elements of head h copied to the cache row, then the position of the row
+// and, once every thread of the block has read length[h], advances it by one: the head's items all
+// live in its block, so a block barrier orders that write after the reads.
 // Accesses are coalesced across threads; nothing is reused, so no vectorisation.
 #include "dtype.cuh"
 #include "kvscope/kernels/rope.h"
+#include "pdl.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,19 +25,22 @@ constexpr int kThreads = 256;
 
 template <typename T, bool kPairs>
 __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendArgs a) {
-  const int D = a.head_dim, half = D / 2;
-  const int64_t n_pairs = static_cast<int64_t>(a.n_head + a.n_head_kv) * half;
-  const int64_t n_v = static_cast<int64_t>(a.n_head_kv) * D;
-  const int64_t total = n_pairs + n_v + a.n_head_kv;
+  pdl_trigger();
+  pdl_wait();
+  const int D = a.head_dim, half = D / 2, hk = blockIdx.x, nb = gridDim.x;
+  const bool has_kv = a.n_head_kv > 0;
+  const int q_heads = (a.n_head - hk + nb - 1) / nb;  // query heads hk, hk + nb, ...
+  const int64_t n_pairs = static_cast<int64_t>(q_heads + (has_kv ? 1 : 0)) * half;
+  const int64_t total = n_pairs + (has_kv ? D + 1 : 0);
+  const int64_t row = has_kv ? a.offset[hk] + a.length[hk] : 0;
   const T* cs = static_cast<const T*>(a.cos);
   const T* sn = static_cast<const T*>(a.sin);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = threadIdx.x; i < total; i += kThreads) {
     if (i < n_pairs) {
-      const int head = static_cast<int>(i / half), j = static_cast<int>(i % half);
-      const bool is_q = head < a.n_head;
-      const int hk = head - a.n_head;
-      T* x = is_q ? static_cast<T*>(a.q) + head * a.q_stride : static_cast<T*>(a.k) + hk * a.k_stride;
+      const int local = static_cast<int>(i / half), j = static_cast<int>(i % half);
+      const bool is_q = local < q_heads;
+      T* x = is_q ? static_cast<T*>(a.q) + static_cast<int64_t>(hk + local * nb) * a.q_stride
+                  : static_cast<T*>(a.k) + static_cast<int64_t>(hk) * a.k_stride;
       const int i0 = kPairs ? 2 * j : j, i1 = kPairs ? 2 * j + 1 : j + half;
       const float c = to_f<T>(cs[j]), s = to_f<T>(sn[j]);
       const float x0 = to_f<T>(x[i0]), x1 = to_f<T>(x[i1]);
@@ -42,31 +48,27 @@ __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendA
       x[i0] = y0;
       x[i1] = y1;
       if (!is_q) {
-        T* row = static_cast<T*>(a.k_cache) + (a.offset[hk] + a.length[hk]) * D;
-        row[i0] = y0;
-        row[i1] = y1;
+        T* kr = static_cast<T*>(a.k_cache) + row * D;
+        kr[i0] = y0;
+        kr[i1] = y1;
       }
-    } else if (i < n_pairs + n_v) {
-      const int64_t e = i - n_pairs;
-      const int hk = static_cast<int>(e / D), d = static_cast<int>(e % D);
-      const T* v = static_cast<const T*>(a.v) + hk * a.v_stride;
-      static_cast<T*>(a.v_cache)[(a.offset[hk] + a.length[hk]) * D + d] = v[d];
-    } else {
-      const int hk = static_cast<int>(i - n_pairs - n_v);
-      if (a.pos) a.pos[a.offset[hk] + a.length[hk]] = a.position_dev ? *a.position_dev : a.position;
+    } else if (i < n_pairs + D) {
+      const int d = static_cast<int>(i - n_pairs);
+      static_cast<T*>(a.v_cache)[row * D + d] = (static_cast<const T*>(a.v) + static_cast<int64_t>(hk) * a.v_stride)[d];
+    } else if (a.pos) {
+      a.pos[row] = a.position_dev ? *a.position_dev : a.position;
     }
   }
+  if (!has_kv) return;
+  __syncthreads();  // every read of length[hk] (row) is done
+  if (threadIdx.x == 0) a.length[hk] = a.length[hk] + 1;
 }
 
 template <typename T>
 cudaError_t launch(const RopeAppendArgs& a, cudaStream_t stream) {
-  const int64_t total = static_cast<int64_t>(a.n_head + a.n_head_kv) * (a.head_dim / 2) +
-                        static_cast<int64_t>(a.n_head_kv) * a.head_dim + a.n_head_kv;
-  const int64_t blocks64 = (total + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(blocks64 < 1024 ? blocks64 : 1024);
-  if (a.mode == RopeMode::kAdjacentPairs) rope_append_kernel<T, true><<<blocks, kThreads, 0, stream>>>(a);
-  else rope_append_kernel<T, false><<<blocks, kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  const unsigned blocks = static_cast<unsigned>(a.n_head_kv > 0 ? a.n_head_kv : 1);
+  return a.mode == RopeMode::kAdjacentPairs ? launch_pdl(rope_append_kernel<T, true>, blocks, kThreads, 0, stream, a)
+                                            : launch_pdl(rope_append_kernel<T, false>, blocks, kThreads, 0, stream, a);
 }
 
 }  // namespace

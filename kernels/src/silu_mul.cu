@@ -1,6 +1,7 @@
 // SwiGLU activation out = silu(gate) * up (see mlp.h). Grid (column blocks, <= 65535 row lanes); each thread
 // handles V = 8 consecutive columns of every gridDim.y-th row with 16-byte accesses (two for fp32), V = 1 fallback.
 #include "dtype.cuh"
+#include "pdl.cuh"
 #include "kvscope/kernels/mlp.h"
 
 #include <cuda_bf16.h>
@@ -18,6 +19,8 @@ constexpr int kThreads = 256;
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) silu_mul_kernel(const T* __restrict__ gu, int64_t gs, T* __restrict__ out,
                                                             int64_t os, int64_t rows, int64_t inter) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (c >= inter) return;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
@@ -60,9 +63,8 @@ cudaError_t launch(const void* gu, int64_t gs, void* out, int64_t os, int64_t ro
   const dim3 grid(static_cast<unsigned>((per_row + kThreads - 1) / kThreads), static_cast<unsigned>(rows < 65535 ? rows : 65535));
   const T* g = static_cast<const T*>(gu);
   T* o = static_cast<T*>(out);
-  if (vec) silu_mul_kernel<T, 8><<<grid, kThreads, 0, stream>>>(g, gs, o, os, rows, inter);
-  else silu_mul_kernel<T, 1><<<grid, kThreads, 0, stream>>>(g, gs, o, os, rows, inter);
-  return cudaGetLastError();
+  return vec ? launch_pdl(silu_mul_kernel<T, 8>, grid, kThreads, 0, stream, g, gs, o, os, rows, inter)
+             : launch_pdl(silu_mul_kernel<T, 1>, grid, kThreads, 0, stream, g, gs, o, os, rows, inter);
 }
 
 }  // namespace

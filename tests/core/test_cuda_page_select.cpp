@@ -145,6 +145,19 @@ TEST_F(CudaPageSelect, HsaSelectsTheReferenceTokens) {
         }
 }
 
+TEST_F(CudaPageSelect, HsaSelectionPathsBySizeSelectTheReferenceTokens) {
+  // The select kernel stages a head's scores in shared memory up to 200 KB (opt-in above 40 KB)
+  // and keeps 12 keys per thread in registers: cover each side of both limits. G 2, page 1:
+  // 32768 pages x 2 x 4 B = 256 KB (workspace reads, 64 keys per thread); G 4, page 2: 16384
+  // pages, 256 KB; G 8, page 8: 4096 pages, 128 KB (opt-in staging).
+  std::mt19937 rng(4);
+  for (at::ScalarType dt : kDtypes) {
+    check_selection(true, dt, 128, 2, 32768, 1, 32, 4096, rng);
+    check_selection(true, dt, 128, 4, 32768, 2, 64, 2048, rng);
+    check_selection(true, dt, 64, 8, 32768, 8, 16, 1024, rng);
+  }
+}
+
 TEST_F(CudaPageSelect, QuestSelectsTheReferencePages) {
   std::mt19937 rng(3);
   for (at::ScalarType dt : kDtypes)

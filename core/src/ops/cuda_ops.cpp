@@ -251,7 +251,7 @@ std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tenso
 
 void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& cos, const at::Tensor& sin, RopeLayout layout,
                         const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
-                        const int64_t* offset, const int64_t* length, int64_t position, const int64_t* position_dev) {
+                        const int64_t* offset, int64_t* length, int64_t position, const int64_t* position_dev) {
   const char* op = "rope_append";
   const auto& [qh, kh, vh] = qkv;
   kk::RopeAppendArgs a;

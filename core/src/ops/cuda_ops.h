@@ -77,14 +77,15 @@ at::Tensor add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const a
 /// RoPE for one token + cache append. q: [n_head, D] (or [1, n_head, D]) rotated in place; k:
 /// [n_head_kv, D] rotated in place; v: [n_head_kv, D]; cos, sin: D/2 elements in the dtype (e.g.
 /// RopeTable::cos of one position). Writes row offset[h] + length[h] of k_cache / v_cache and
-/// pos_cache (int64, may be undefined) for every KV head h. Lengths are NOT changed.
+/// pos_cache (int64, may be undefined) for every KV head h. `length` is NOT changed (the kernel
+/// advances an uploaded copy).
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
                  RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
                  const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position);
 
 /// Same with the heads' offset / length (int64 [n_head_kv]) and the position (int64 [1]) on the
-/// device: no upload and no host read, so it can be captured in a CUDA graph. The caller
-/// guarantees length[h] < capacity[h].
+/// device: no upload and no host read, so it can be captured in a CUDA graph. Advances
+/// length_dev[h] by one on the device. The caller guarantees length[h] < capacity[h].
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
                  RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
                  const at::Tensor& offset_dev, const at::Tensor& length_dev, const at::Tensor& position_dev);

@@ -97,7 +97,7 @@ void PageMinMax::prepare(int64_t l, const KvCache& cache, int64_t steps) {
 
 void PageMinMax::mark_covered(int64_t l, const KvCache& cache) { layers_.at(l).covered = cache.layer(l).length; }
 
-bool PageMinMax::sync_last_page(int64_t l, const KvCache& cache, const at::Tensor& heads_dev) {
+bool PageMinMax::cover_last_page(int64_t l, const KvCache& cache) {
   Layer& L = layers_.at(l);
   const LayerKv& kv = cache.layer(l);
   const int64_t Hkv = cache.n_head_kv();
@@ -109,7 +109,6 @@ bool PageMinMax::sync_last_page(int64_t l, const KvCache& cache, const at::Tenso
     pages = std::max(pages, ceil_div(n, page_));
   }
   reserve(L, pages);
-  ops::page_minmax_last(kv.k, heads_dev[0], heads_dev[1], page_, L.kmin, L.kmax);
   L.covered = kv.length;
   return true;
 }
@@ -164,24 +163,24 @@ bool PagedSelectionBase::kernels_fit(const KvCache& cache) const {
 
 at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache,
                                               const at::Tensor& offset_dev, const at::Tensor& length_dev,
-                                              int64_t max_pages, int64_t max_rows, bool record, bool update_last_page) {
+                                              int64_t max_pages, int64_t max_rows, bool record) {
   const LayerKv& kv = cache.layer(layer);
   const int64_t G = q.size(0) / cache.n_head_kv();
   const KernelPlan k = kernel_plan(cache.head_dim());
   auto [index, count] = ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
                                          pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep,
-                                         update_last_page ? kv.k : at::Tensor(), update_last_page ? offset_dev : at::Tensor());
+                                         kv.k, offset_dev);
   if (record) record_fused_selection(index, count);
   return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
 }
 
-// The step on the GPU for all KV heads at once: page upkeep (one kernel for the usual last-page
-// case), scoring + selection, sparse attention.
+// The step on the GPU for all KV heads at once: scoring + selection (with the appended entry's page
+// recomputed in the same launch), sparse attention. Only a new page or an eviction needs sync().
 at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) {
   const LayerKv& kv = cache.layer(layer);
   if (!kernels_fit(cache)) return {};
   const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
-  if (!pages_.sync_last_page(layer, cache, heads)) pages_.sync(layer, cache);
+  if (!pages_.cover_last_page(layer, cache)) pages_.sync(layer, cache);
   const int64_t page = pages_.page(), width = kernel_plan(cache.head_dim()).width;
   int64_t max_pages = 1, max_rows = 1;
   for (int64_t n : kv.length) {
@@ -189,7 +188,7 @@ at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, 
     max_rows = std::max(max_rows, std::min(n, width));
   }
   bytes_last_ += layer_bytes(kv);
-  return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true, false);
+  return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
 }
 
 bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
@@ -200,9 +199,8 @@ bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
 
 at::Tensor PagedSelectionBase::attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache,
                                              const at::Tensor& offset_dev, const at::Tensor& length_dev) {
-  // The appended entry's page is recomputed inside page_select (one launch fewer per layer).
   return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1),
-                        kernel_plan(cache.head_dim()).width, false, true);
+                        kernel_plan(cache.head_dim()).width, false);
 }
 
 int64_t PagedSelectionBase::after_graph_step(const KvCache& cache) {

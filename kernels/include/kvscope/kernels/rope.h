@@ -7,8 +7,8 @@
 // with c = cos[j], s = sin[j], j < D/2 (dtype arrays, computed by the caller in fp32 and cast, as
 // HF does). q is rotated in place, k is rotated in place and appended; v is appended unchanged:
 //   k_cache[offset[h] + length[h]] = k'[h], v_cache[...] = v[h], pos[offset[h] + length[h]] = position
-// The kernel does NOT increment length (the host owns it) and does not check capacity: the caller
-// guarantees length[h] < capacity[h].
+// then length[h] += 1 (the device-side bookkeeping of a CUDA-graph step; the host mirrors it). The
+// kernel does not check capacity: the caller guarantees length[h] < capacity[h].
 #include <cstddef>
 #include <cstdint>
 
@@ -36,7 +36,7 @@ struct RopeAppendArgs {
   void* v_cache = nullptr;  ///< dtype [rows, head_dim] contiguous
   int64_t* pos = nullptr;   ///< int64 [rows] (may be null: positions not recorded)
   const int64_t* offset = nullptr;  ///< int64 [n_head_kv] device
-  const int64_t* length = nullptr;  ///< int64 [n_head_kv] device: row of head h written = offset + length
+  int64_t* length = nullptr;  ///< int64 [n_head_kv] device: row of head h written = offset + length; then +1
   int64_t position = 0;     ///< the token's true position (host value)
   /// If set, the position is read from this device int64 instead (CUDA-graph replays).
   const int64_t* position_dev = nullptr;

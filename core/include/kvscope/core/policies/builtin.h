@@ -173,10 +173,10 @@ class PageMinMax {
   /// else recomputes only the pages that appended entries touched (normally the last one).
   void sync(int64_t l, const KvCache& cache);
   /// The decode fast path on CUDA: when every KV head of layer l only appended entries inside its
-  /// last page since the last sync, one kernel recomputes those pages (heads_dev: int64 [2, Hkv]
-  /// offsets and lengths on the device, ops::upload_heads) and returns true; otherwise does nothing
-  /// and returns false (call sync()).
-  bool sync_last_page(int64_t l, const KvCache& cache, const at::Tensor& heads_dev);
+  /// last page since the last sync, marks them covered and returns true: ops::page_select, given
+  /// the cache keys, recomputes that page in its scoring launch. Otherwise does nothing and
+  /// returns false (call sync()).
+  bool cover_last_page(int64_t l, const KvCache& cache);
   /// For `steps` graph-replayed decode steps: sync() layer l, then reserve the pages those steps
   /// can reach, so the summaries never move while a CUDA graph points at them.
   void prepare(int64_t l, const KvCache& cache, int64_t steps);
@@ -290,11 +290,10 @@ class PagedSelectionBase : public DecodeSelectionBase {
  private:
   /// head_dim 64 / 128 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
   bool kernels_fit(const KvCache& cache) const;
-  /// update_last_page: page_select recomputes the appended entry's page itself (the graph step);
-  /// otherwise the caller has brought the page summaries up to date.
+  /// Scoring + selection (page_select recomputes the page of each head's last entry first) and
+  /// the gather attention; record: keep the selection for the step's telemetry.
   at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record,
-                            bool update_last_page);
+                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record);
 };
 
 // S5 decode-time selection
