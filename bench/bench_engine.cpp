@@ -1,13 +1,16 @@
-// bench_engine: prefill and decode throughput of the engine, batch 1, printed next to the decode
-// roofline = measured device copy bandwidth / (weight bytes + KV bytes read per token).
+// bench_engine: prefill and decode throughput of the engine, printed next to the decode roofline =
+// measured device copy bandwidth / (weight bytes + KV bytes read per step) x tokens per step.
 //
 //   bench_engine --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 --contexts 4096,32768
 //   bench_engine --model assets/models/pycode-16m --device cuda --dtype bf16 --contexts 512,3500
+//   bench_engine ... --batch 8   (B sequences per step, CUDA only: decode alone, their caches
+//                                 filled with random K/V of the context length; prefill not run)
 #include <chrono>
 #include <memory>
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
@@ -38,12 +41,45 @@ double copy_bandwidth(c10::Device dev) {
   return 2.0 * n * 2 * reps / s;
 }
 
+/// Decode of `batch` sequences per step at context `ctx` (DecodeGraph over a cache of batch x
+/// n_head_kv heads filled with random K/V): tokens/s = batch x steps / time; the roofline counts the
+/// weights once and every sequence's K/V.
+nlohmann::json batched_decode(const kvscope::Engine& engine, int64_t ctx, int64_t batch, int64_t steps,
+                              int64_t weight_bytes, double bw) {
+  const kvscope::Model& model = engine.model();
+  kvscope::ModelConfig bc = model.config;
+  bc.n_head_kv *= batch;
+  kvscope::KvCache cache(bc, ctx + steps + 8, model.device, model.dtype);
+  {
+    const auto o = at::TensorOptions().device(model.device).dtype(model.dtype);
+    const at::Tensor k = at::randn({bc.n_head_kv, ctx, bc.head_dim}, o), v = at::randn({bc.n_head_kv, ctx, bc.head_dim}, o);
+    const at::Tensor pos = at::arange(ctx, o.dtype(at::kLong));
+    for (int64_t l = 0; l < cache.n_layer(); ++l) cache.append(l, k, v, pos);
+    cache.advance_position(ctx);
+  }
+  if (!kvscope::DecodeGraph::supported(engine, cache, steps + 3))
+    throw std::runtime_error("--batch needs a CUDA build and device (DecodeGraph)");
+  kvscope::DecodeGraph graph(engine, cache);
+  for (int i = 0; i < 3; ++i) sync(graph.step(1));
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) (void)graph.step(static_cast<int32_t>(i + 2));
+  sync(graph.step(1));
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double mean_ctx = ctx + 3 + steps / 2.0;
+  const double kv_bytes = 2.0 * bc.n_layer * bc.n_head_kv * bc.head_dim * at::elementSize(model.dtype) * mean_ctx;
+  const double bytes = weight_bytes + kv_bytes;
+  const double dec = batch * (steps + 1) / s, roof = batch * bw / bytes;
+  std::printf("%8lld %14s %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, "-", dec, roof, bytes, 100 * dec / roof);
+  return {{"context", ctx}, {"batch", batch}, {"decode_tokens_per_s", dec}, {"roofline_tokens_per_s", roof},
+          {"bytes_per_step", bytes}, {"copy_bandwidth_Bps", bw}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kvscope engine benchmark"};
   std::string model_path, random_init, device = "cpu", dtype = "bf16", contexts_arg = "4096", json_out;
-  int64_t decode_steps = 64, prefill_chunk = 0;
+  int64_t decode_steps = 64, prefill_chunk = 0, batch = 1;
   app.add_option("--model", model_path);
   app.add_option("--random-init", random_init);
   app.add_option("--device", device);
@@ -52,6 +88,7 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", decode_steps);
   app.add_option("--prefill-chunk", prefill_chunk);
   app.add_option("--json", json_out, "also write the results to this JSON file");
+  app.add_option("--batch", batch, "sequences decoded per step (> 1: CUDA graph, random caches)")->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   const c10::Device dev(device);
@@ -69,13 +106,18 @@ int main(int argc, char** argv) {
 
   std::printf("model %s  device %s  dtype %s  copy bandwidth %.0f GB/s  weights read/token %.2f GB\n",
               (random_init.empty() ? model_path : random_init).c_str(), device.c_str(), dtype.c_str(), bw / 1e9, weight_bytes / 1e9);
-  std::printf("%8s %14s %14s %14s %12s %8s\n", "context", "prefill tok/s", "decode tok/s", "roofline tok/s", "bytes/token", "% roof");
+  std::printf("batch %lld\n%8s %14s %14s %14s %12s %8s\n", (long long)batch, "context", "prefill tok/s", "decode tok/s",
+              "roofline tok/s", "bytes/step", "% roof");
   nlohmann::json results = nlohmann::json::array();
   std::mt19937 rng(0);
   std::string item;
   std::stringstream ss(contexts_arg);
   while (std::getline(ss, item, ',')) {
     const int64_t ctx = std::stoll(item);
+    if (batch > 1) {
+      results.push_back(batched_decode(engine, ctx, batch, decode_steps, weight_bytes, bw));
+      continue;
+    }
     std::vector<int32_t> ids(ctx);
     for (auto& id : ids) id = static_cast<int32_t>(rng() % c.vocab_size);
     // Warm-up prefill of the same length (kernel selection, allocator growth), then the measured one.
@@ -105,7 +147,7 @@ int main(int argc, char** argv) {
     const double bytes = weight_bytes + kv_bytes;
     const double roof = bw / bytes, dec = decode_steps / decode_s;
     std::printf("%8lld %14.0f %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, ctx / prefill_s, dec, roof, bytes, 100 * dec / roof);
-    results.push_back({{"context", ctx}, {"prefill_tokens_per_s", ctx / prefill_s}, {"decode_tokens_per_s", dec},
+    results.push_back({{"context", ctx}, {"batch", 1}, {"prefill_tokens_per_s", ctx / prefill_s}, {"decode_tokens_per_s", dec},
                        {"roofline_tokens_per_s", roof}, {"bytes_per_token", bytes}, {"copy_bandwidth_Bps", bw}});
   }
   if (!json_out.empty()) std::ofstream(json_out) << results.dump(1) << "\n";

@@ -46,6 +46,8 @@ if [[ $what == bench || $what == all ]]; then
     --json "$OUT/bench_pycode.json" 2>&1 | tee "$OUT/bench_pycode.txt"
   ./build-cuda/bench/bench_engine --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \
     --contexts ${KVSCOPE_CONTEXTS:-8192,32768,131072} --json "$OUT/bench_8b.json" 2>&1 | tee "$OUT/bench_8b.txt"
+  ./build-cuda/bench/bench_engine --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 --batch 8 \
+    --contexts ${KVSCOPE_BATCH_CONTEXTS:-8192,32768} --json "$OUT/bench_8b_batch8.json" 2>&1 | tee "$OUT/bench_8b_batch8.txt"
   ./build-cuda/bench/bench_kernels 2>&1 | tee "$OUT/bench_kernels.txt" | tail -12
   for ctx in ${KVSCOPE_PIPELINE_CONTEXTS:-32768}; do
     ./build-cuda/bench/bench_pipeline --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \

@@ -25,6 +25,7 @@ bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t 
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
   const Model& m = engine.model();
   if (!m.device.is_cuda() || (m.config.head_dim != 64 && m.config.head_dim != 128)) return false;
+  if (cache.n_head_kv() % m.config.n_head_kv != 0) return false;  // B x n_head_kv heads: a batch of B
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     const LayerKv& L = cache.layer(l);
     for (size_t h = 0; h < L.length.size(); ++h) {
@@ -72,7 +73,7 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPo
   Impl& s = *impl_;
   const c10::cuda::CUDAGuard guard(m.device);
   const auto i64 = at::TensorOptions().device(m.device).dtype(at::kLong);
-  s.state.token = at::zeros({1}, i64);
+  s.state.token = at::zeros({cache.n_head_kv() / m.config.n_head_kv}, i64);  // B sequences (see DeviceDecodeState)
   s.state.position = at::zeros({1}, i64);
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     int64_t max_len = 0, total = 0;

@@ -20,6 +20,17 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * normed.to(x.scalar_type());
 }
 
+namespace {
+
+/// A projection of the decode rows x [B, k]: the streaming GEMV (kernels/gemv.h) for one row,
+/// cuBLAS through at::linear for a batch (B > 1, where the weight is still read once).
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  if (x.size(0) == 1) return ops::linear_row(x, w, b);
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+}  // namespace
+
 Engine::Engine(const Model& model) : model_(model) { inv_freq_ = rope_inv_freq(model.config).to(model.device); }
 
 KvCache Engine::new_cache(int64_t capacity) const { return KvCache(model_.config, capacity, model_.device, model_.dtype); }
@@ -94,28 +105,42 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   // runs attend_device).
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
-  const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
+  const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, B = x.size(0);
   const LayerKv& L = cache.layer(l);
+  if (B > 1 && (decode_attention || m.commit || observer || cache.n_head_kv() != B * Hkv))
+    throw std::invalid_argument("fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, dense attention and no observer");
   at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
-  at::Tensor qkv = ops::linear_row(h, w.w_qkv, w.b_qkv);  // [1, (H+2Hkv)D]
-  at::Tensor q = qkv.narrow(1, 0, H * D).view({H, D});
-  at::Tensor k = qkv.narrow(1, H * D, Hkv * D).view({Hkv, D});
-  at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Hkv, D});
+  at::Tensor q, k, v;
+  if (B == 1) {
+    const at::Tensor qkv = ops::linear_row(h, w.w_qkv, w.b_qkv);  // [1, (H+2Hkv)D]
+    q = qkv.narrow(1, 0, H * D).view({H, D});
+    k = qkv.narrow(1, H * D, Hkv * D).view({Hkv, D});
+    v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Hkv, D});
+  } else {  // one product per row slice of w_qkv, so that q, k, v come out as [B * heads, D]
+    auto part = [&](int64_t first, int64_t rows) {
+      const at::Tensor b = w.b_qkv.defined() ? w.b_qkv.narrow(0, first, rows) : at::Tensor();
+      return project(h, w.w_qkv.narrow(0, first, rows), b).view({-1, D});
+    };
+    q = part(0, H * D);
+    k = part(H * D, Hkv * D);
+    v = part((H + Hkv) * D, Hkv * D);
+  }
   ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, L.k, L.v, L.pos, m.offset,
                    m.length, m.position);  // advances m.length on the device
   if (m.commit) cache.commit_append(l, 1);
   at::Tensor attn;
   if (!decode_attention)
-    attn = ops::decode_attention(q, L.k, L.v, m.offset, m.length, m.max_len, m.total_len, H / Hkv).view({1, H * D});
+    attn = ops::decode_attention(q, L.k, L.v, m.offset, m.length, m.max_len, m.total_len, H / Hkv).view({B, H * D});
   else if (m.commit)
     attn = decode_attention->attend(l, q, cache).reshape({1, H * D});
   else
     attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({1, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
-  at::Tensor residual = ops::linear_row(attn, w.w_o);
+  at::Tensor residual = project(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
-  // The down projection adds the residual stream as its bias: one kernel, one rounding.
-  return ops::linear_row(ops::silu_mul(ops::linear_row(h2, w.w_gate_up)), w.w_down, residual.view({-1}));
+  const at::Tensor act = ops::silu_mul(project(h2, w.w_gate_up));
+  // One row: the down projection adds the residual stream as its bias (one kernel, one rounding).
+  return B == 1 ? ops::linear_row(act, w.w_down, residual.view({-1})) : residual + project(act, w.w_down);
 }
 
 at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {
@@ -123,14 +148,16 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, Deco
   if (static_cast<int64_t>(s.meta.size()) != c.n_layer || s.max_len.size() != s.meta.size() ||
       s.total_len.size() != s.meta.size())
     throw std::invalid_argument("decode_step_device: one meta tensor and bound per layer expected");
-  at::Tensor x = at::embedding(model_.weights.embed, s.token);  // [1, hidden]
+  at::Tensor x = at::embedding(model_.weights.embed, s.token);  // [B, hidden]
   const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.position, s.max_len[l], s.total_len[l], /*commit=*/false};
     x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {});
   }
   s.position.add_(1);
-  return ops::linear_row(ops::rms_norm(x, model_.weights.final_norm, c.rms_norm_eps), model_.weights.lm_head, {}, true).view({-1});
+  const at::Tensor normed = ops::rms_norm(x, model_.weights.final_norm, c.rms_norm_eps);
+  if (x.size(0) > 1) return at::linear(normed, model_.weights.lm_head).to(at::kFloat);  // [B, vocab]
+  return ops::linear_row(normed, model_.weights.lm_head, {}, true).view({-1});
 }
 
 at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,

@@ -114,6 +114,47 @@ void compare_generate(const std::string& spec, int64_t budget) {
   EXPECT_EQ(eager.bytes_read, graphed.bytes_read) << spec;
 }
 
+TEST_F(CudaDecodeGraph, BatchOfSequencesMatchesEachSequenceAlone) {
+  // Three prompts of one length prefilled separately, stacked into one cache of 3 x n_head_kv heads
+  // (sequence b owns heads b * Hkv ..): every graphed batch step gives each sequence the logits of
+  // its own batch-1 step (fp32; the batch's projections go through cuBLAS, the single row's
+  // through the GEMV kernel, so equal up to summation order).
+  const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kFloat, {}});
+  const Engine engine(model);
+  const int64_t B = 3, n_prompt = 300, steps = 6;
+  std::vector<KvCache> alone;
+  for (int64_t b = 0; b < B; ++b) {
+    alone.push_back(engine.new_cache(n_prompt + steps));
+    engine.prefill(alone.back(), random_ids(n_prompt, model.config.vocab_size, 20 + static_cast<uint32_t>(b)));
+  }
+  ModelConfig bc = model.config;
+  bc.n_head_kv *= B;
+  KvCache batch(bc, n_prompt + steps, model.device, model.dtype);
+  for (int64_t l = 0; l < batch.n_layer(); ++l) {
+    std::vector<at::Tensor> k, v;
+    for (const KvCache& c : alone) {
+      k.push_back(c.keys(l));
+      v.push_back(c.values(l));
+    }
+    batch.append(l, at::cat(k), at::cat(v), alone[0].positions(l)[0]);
+  }
+  batch.advance_position(n_prompt);
+  ASSERT_TRUE(DecodeGraph::supported(engine, batch, steps));
+  DecodeGraph graph(engine, batch);
+  const auto tokens = random_ids(steps, model.config.vocab_size, 9);
+  for (int64_t t = 0; t < steps; ++t) {
+    const at::Tensor got = graph.step(tokens[t]).cpu();
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{B, model.config.vocab_size}));
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t tok[1] = {tokens[t]};
+      const at::Tensor want = engine.forward(alone[b], tok).cpu();
+      EXPECT_LE((got[b] - want).abs().max().item<double>(), 1e-3) << "step " << t << " sequence " << b;
+      EXPECT_EQ(got[b].argmax().item<int64_t>(), want.argmax().item<int64_t>()) << "step " << t << " sequence " << b;
+    }
+  }
+  EXPECT_EQ(batch.layer(0).length[0], n_prompt + steps);
+}
+
 TEST_F(CudaDecodeGraph, RocketKvGraphMatchesEagerFused) { compare_generate("rocketkv", 256); }
 TEST_F(CudaDecodeGraph, QuestGraphMatchesEagerFused) { compare_generate("quest", 256); }
 

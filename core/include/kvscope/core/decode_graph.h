@@ -2,8 +2,10 @@
 // DecodeGraph: the whole decode step (every layer, final norm, LM head) captured once as a CUDA
 // graph and replayed per token, so the ~10 launches per layer cost one graph launch. For the
 // eager-fused path's work (Engine::decode_step_device) over a cache whose buffers stay put:
-// batch 1, no per-layer observer (capture off), and either no decode-attention policy or one whose
-// prepare_graph accepts (HSA, Quest); the caller runs its after_graph_step after each step.
+// no per-layer observer (capture off), and either no decode-attention policy or one whose
+// prepare_graph accepts (HSA, Quest); the caller runs its after_graph_step after each step. A cache
+// of B x n_head_kv heads decodes B sequences at once (dense attention; each step feeds its token to
+// every sequence and returns [B, vocab] logits): the batch of bench_engine --batch.
 #include <cstdint>
 #include <memory>
 

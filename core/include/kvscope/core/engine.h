@@ -29,7 +29,10 @@ class DecodeAttentionPolicy;
 /// Device-resident inputs of a decode step that never reads the host, so a CUDA graph can capture
 /// it (DecodeGraph). All tensors on the model's CUDA device.
 struct DeviceDecodeState {
-  at::Tensor token;               ///< int64 [1]: the token to run
+  /// int64 [B]: the token to run. B > 1 decodes B sequences at the same position at once (the
+  /// batch of bench_engine --batch): the cache then holds B x n_head_kv heads, sequence b owning
+  /// heads b * n_head_kv .. (b + 1) * n_head_kv - 1, with dense attention.
+  at::Tensor token;
   at::Tensor position;            ///< int64 [1]: its position; the step adds 1
   std::vector<at::Tensor> meta;   ///< per layer int64 [2, n_head_kv]: offsets, live lengths (the step adds 1)
   std::vector<int64_t> max_len;   ///< per layer: host bound of every length after the step (e.g. capacity)
@@ -56,8 +59,9 @@ class Engine {
   /// One decode token through the fused CUDA path from `s` alone (no host reads or uploads, no
   /// observer; a decode policy runs its attend_device after prepare_graph): appends its K/V to
   /// `cache` in place but leaves the cache's host lengths and position alone (the caller commits
-  /// them). Returns fp32 logits [vocab]. Throws std::invalid_argument when `s` does not have one
-  /// meta tensor per layer.
+  /// them). Returns fp32 logits [vocab] ([B, vocab] for B tokens). Throws std::invalid_argument
+  /// when `s` does not have one meta tensor per layer, or for a batch with a decode policy or a
+  /// cache that is not B x n_head_kv heads.
   at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention = nullptr) const;
 
   /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward.
