@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "batch_decode.h"
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/model.h"
@@ -41,36 +42,17 @@ double copy_bandwidth(c10::Device dev) {
   return 2.0 * n * 2 * reps / s;
 }
 
-/// Decode of `batch` sequences per step at context `ctx` (DecodeGraph over a cache of batch x
-/// n_head_kv heads filled with random K/V): tokens/s = batch x steps / time; the roofline counts the
-/// weights once and every sequence's K/V.
+/// Decode of `batch` sequences per step at context `ctx` (batch_decode.h): tokens/s of all
+/// sequences; the roofline counts the weights once and every sequence's K/V.
 nlohmann::json batched_decode(const kvscope::Engine& engine, int64_t ctx, int64_t batch, int64_t steps,
                               int64_t weight_bytes, double bw) {
-  const kvscope::Model& model = engine.model();
-  kvscope::ModelConfig bc = model.config;
-  bc.n_head_kv *= batch;
-  kvscope::KvCache cache(bc, ctx + steps + 8, model.device, model.dtype);
-  {
-    const auto o = at::TensorOptions().device(model.device).dtype(model.dtype);
-    const at::Tensor k = at::randn({bc.n_head_kv, ctx, bc.head_dim}, o), v = at::randn({bc.n_head_kv, ctx, bc.head_dim}, o);
-    const at::Tensor pos = at::arange(ctx, o.dtype(at::kLong));
-    for (int64_t l = 0; l < cache.n_layer(); ++l) cache.append(l, k, v, pos);
-    cache.advance_position(ctx);
-  }
-  if (!kvscope::DecodeGraph::supported(engine, cache, steps + 3))
-    throw std::runtime_error("--batch needs a CUDA build and device (DecodeGraph)");
-  kvscope::DecodeGraph graph(engine, cache);
-  for (int i = 0; i < 3; ++i) sync(graph.step(1));
-  const auto t0 = Clock::now();
-  for (int64_t i = 0; i < steps; ++i) (void)graph.step(static_cast<int32_t>(i + 2));
-  sync(graph.step(1));
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double mean_ctx = ctx + 3 + steps / 2.0;
-  const double kv_bytes = 2.0 * bc.n_layer * bc.n_head_kv * bc.head_dim * at::elementSize(model.dtype) * mean_ctx;
-  const double bytes = weight_bytes + kv_bytes;
-  const double dec = batch * (steps + 1) / s, roof = batch * bw / bytes;
-  std::printf("%8lld %14s %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, "-", dec, roof, bytes, 100 * dec / roof);
-  return {{"context", ctx}, {"batch", batch}, {"decode_tokens_per_s", dec}, {"roofline_tokens_per_s", roof},
+  const auto& c = engine.model().config;
+  const std::vector<std::vector<int64_t>> lengths(c.n_layer, std::vector<int64_t>(c.n_head_kv, ctx));
+  const kvscope::bench::BatchDecode r = kvscope::bench::time_batched_decode(engine, lengths, batch, steps);
+  const double bytes = weight_bytes + r.kv_bytes_per_step, roof = batch * bw / bytes;
+  std::printf("%8lld %14s %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, "-", r.tokens_per_s, roof, bytes,
+              100 * r.tokens_per_s / roof);
+  return {{"context", ctx}, {"batch", batch}, {"decode_tokens_per_s", r.tokens_per_s}, {"roofline_tokens_per_s", roof},
           {"bytes_per_step", bytes}, {"copy_bandwidth_Bps", bw}};
 }
 

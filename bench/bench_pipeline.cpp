@@ -18,6 +18,7 @@
 #include "kvscope/core/generate.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
+#include "batch_decode.h"
 
 namespace {
 
@@ -43,7 +44,7 @@ struct Case {
 int main(int argc, char** argv) {
   CLI::App app{"kvscope pipeline benchmark"};
   std::string model_path, random_init, device = "cpu", dtype = "bf16", json_out, budgets_arg = "256,1024,4096";
-  int64_t context = 4096, steps = 32;
+  int64_t context = 4096, steps = 32, batch = 1;
   app.add_option("--model", model_path);
   app.add_option("--random-init", random_init);
   app.add_option("--device", device);
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_out);
   std::string only;
   app.add_option("--pipelines", only, "comma-separated labels to run (default: all)");
+  app.add_option("--batch", batch,
+                 "also decode this many sequences per step with each eviction pipeline's kept sizes (CUDA; "
+                 "decode-time selection methods run batch 1 only)")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   const c10::Device dev(device);
@@ -98,6 +103,23 @@ int main(int argc, char** argv) {
                     {"decode_tokens_per_s", tps}, {"bytes_read_per_step", bytes}, {"roofline_tokens_per_s", roof}});
   };
   report("full", context, full);
+  // Batch rows: `batch` sequences with this run's kept sizes per (layer, KV head), random K/V
+  // (batch_decode.h); roofline = weights once + every sequence's K/V.
+  auto report_batch = [&](const std::string& label, int64_t budget, const kvscope::GenerateResult& r) {
+    if (batch <= 1) return;
+    const auto& c = model.config;
+    std::vector<std::vector<int64_t>> lengths(c.n_layer, std::vector<int64_t>(c.n_head_kv, context));
+    for (size_t l = 0; l < r.kept.size() && l < lengths.size(); ++l)
+      for (size_t h = 0; h < r.kept[l].size() && h < lengths[l].size(); ++h) lengths[l][h] = static_cast<int64_t>(r.kept[l][h].size());
+    const kvscope::bench::BatchDecode b = kvscope::bench::time_batched_decode(engine, lengths, batch, steps);
+    const double roof = batch * bw / (weight_bytes + b.kv_bytes_per_step);
+    const std::string name = label + " x" + std::to_string(batch);
+    std::printf("%-20s %7lld %12s %14s %12.1f %14.1f %7.1f%%\n", name.c_str(), (long long)budget, "-", "-", b.tokens_per_s,
+                b.kv_bytes_per_step / 1e6, 100 * b.tokens_per_s / roof);
+    rows.push_back({{"pipeline", label}, {"budget", budget}, {"batch", batch}, {"decode_tokens_per_s", b.tokens_per_s},
+                    {"bytes_read_per_step", b.kv_bytes_per_step}, {"roofline_tokens_per_s", roof}});
+  };
+  report_batch("full", context, full);
   const std::vector<Case> cases = {
       {"snapkv", "snapkv", kvscope::BudgetSpec::Unit::kStored},
       {"ada-snapkv", "ada-snapkv", kvscope::BudgetSpec::Unit::kStored},
@@ -120,7 +142,9 @@ int main(int argc, char** argv) {
     for (const auto& c : cases) {
       if (!wanted(c.label)) continue;
       const kvscope::Pipeline p(registry, c.spec);
-      report(c.label, budget, run(&p, {c.unit, double(budget)}));
+      const kvscope::GenerateResult r = run(&p, {c.unit, double(budget)});
+      report(c.label, budget, r);
+      if (!p.decode_attention()) report_batch(c.label, budget, r);
     }
   }
   // Capture cost (issue 4: summary must be cheap enough to leave on): SnapKV at 1024 with capture.

@@ -20,17 +20,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * normed.to(x.scalar_type());
 }
 
-namespace {
-
-/// A projection of the decode rows x [B, k]: the streaming GEMV (kernels/gemv.h) for one row,
-/// cuBLAS through at::linear for a batch (B > 1, where the weight is still read once).
-at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-  if (x.size(0) == 1) return ops::linear_row(x, w, b);
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
-}
-
-}  // namespace
-
 Engine::Engine(const Model& model) : model_(model) { inv_freq_ = rope_inv_freq(model.config).to(model.device); }
 
 KvCache Engine::new_cache(int64_t capacity) const { return KvCache(model_.config, capacity, model_.device, model_.dtype); }
@@ -119,7 +108,7 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   } else {  // one product per row slice of w_qkv, so that q, k, v come out as [B * heads, D]
     auto part = [&](int64_t first, int64_t rows) {
       const at::Tensor b = w.b_qkv.defined() ? w.b_qkv.narrow(0, first, rows) : at::Tensor();
-      return project(h, w.w_qkv.narrow(0, first, rows), b).view({-1, D});
+      return ops::linear_row(h, w.w_qkv.narrow(0, first, rows), b).view({-1, D});
     };
     q = part(0, H * D);
     k = part(H * D, Hkv * D);
@@ -136,11 +125,10 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   else
     attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({1, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
-  at::Tensor residual = project(attn, w.w_o);
+  at::Tensor residual = ops::linear_row(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
-  const at::Tensor act = ops::silu_mul(project(h2, w.w_gate_up));
-  // One row: the down projection adds the residual stream as its bias (one kernel, one rounding).
-  return B == 1 ? ops::linear_row(act, w.w_down, residual.view({-1})) : residual + project(act, w.w_down);
+  // The down projection adds the residual stream as its bias (one kernel, one rounding).
+  return ops::linear_row(ops::silu_mul(ops::linear_row(h2, w.w_gate_up)), w.w_down, residual);
 }
 
 at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {
@@ -156,8 +144,7 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, Deco
   }
   s.position.add_(1);
   const at::Tensor normed = ops::rms_norm(x, model_.weights.final_norm, c.rms_norm_eps);
-  if (x.size(0) > 1) return at::linear(normed, model_.weights.lm_head).to(at::kFloat);  // [B, vocab]
-  return ops::linear_row(normed, model_.weights.lm_head, {}, true).view({-1});
+  return ops::linear_row(normed, model_.weights.lm_head, {}, true).squeeze(0);  // [vocab] or [B, vocab]
 }
 
 at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,

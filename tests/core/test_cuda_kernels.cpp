@@ -275,27 +275,34 @@ TEST_F(CudaKernels, SiluMulMatchesReference) {
 
 TEST_F(CudaKernels, LinearRowMatchesReference) {
   // The decode projections' GEMV against x·Wᵀ in fp32; LibTorch's at::linear in the dtype is the
-  // baseline. k = 100 (bf16/fp16: 200 bytes, not a multiple of 16) takes the at::linear fallback.
+  // baseline. m = 1: the GEMV kernel; m = 2, 3, 8 (a batch's rows, with a bias or the residual
+  // stream): cuBLAS. k = 100 (bf16/fp16: 200 bytes, not a multiple of 16) takes the at::linear
+  // fallback.
   struct Shape { int64_t n, k; };
   const Shape shapes[] = {{1, 64}, {37, 128}, {1000, 4096}, {4096, 14336}, {32768, 256}, {5, 100}};
   for (at::ScalarType dt : kDtypes)
     for (const Shape& s : shapes)
-      for (bool bias : {false, true})
-        for (bool fp32_out : {false, true}) {
-          const at::Tensor x = at::randn({1, s.k}, opts(at::kFloat)).to(dt);
-          const at::Tensor w = (at::randn({s.n, s.k}, opts(at::kFloat)) / std::sqrt(double(s.k))).to(dt);
-          const at::Tensor b = bias ? at::randn({s.n}, opts(at::kFloat)).to(dt) : at::Tensor();
-          at::Tensor ref = at::matmul(x.to(at::kFloat), w.to(at::kFloat).t());
-          if (bias) ref = ref + b.to(at::kFloat);
-          at::Tensor base = bias ? at::linear(x, w, b) : at::linear(x, w);
-          const at::Tensor got = ops::linear_row(x, w, b, fp32_out);
-          ASSERT_EQ(got.scalar_type(), fp32_out ? at::kFloat : dt);
-          // An fp32 output skips the final rounding, so compare it with the fp32-output baseline.
-          if (fp32_out) base = base.to(at::kFloat);
-          expect_close(got, ref, base, fp32_out ? at::kFloat : dt,
-                       "linear_row " + name(dt) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
-                           (bias ? " bias" : "") + (fp32_out ? " fp32-out" : ""));
-        }
+      for (int64_t m : {1, 2, 3, 8})
+        for (int bias : {0, 1, 2})  // none, [n], [m, n] (the residual stream)
+          for (bool fp32_out : {false, true}) {
+            if (m == 1 && bias == 2) continue;
+            const at::Tensor x = at::randn({m, s.k}, opts(at::kFloat)).to(dt);
+            const at::Tensor w = (at::randn({s.n, s.k}, opts(at::kFloat)) / std::sqrt(double(s.k))).to(dt);
+            const at::Tensor b = bias == 0 ? at::Tensor()
+                                           : at::randn(bias == 1 ? std::vector<int64_t>{s.n} : std::vector<int64_t>{m, s.n},
+                                                       opts(at::kFloat)).to(dt);
+            at::Tensor ref = at::matmul(x.to(at::kFloat), w.to(at::kFloat).t());
+            if (bias) ref = ref + b.to(at::kFloat);
+            at::Tensor base = bias == 1 ? at::linear(x, w, b) : bias == 2 ? at::linear(x, w) + b : at::linear(x, w);
+            const at::Tensor got = ops::linear_row(x, w, b, fp32_out);
+            ASSERT_EQ(got.scalar_type(), fp32_out ? at::kFloat : dt);
+            // An fp32 output skips the final rounding, so compare it with the fp32-output baseline.
+            if (fp32_out) base = base.to(at::kFloat);
+            expect_close(got, ref, base, fp32_out ? at::kFloat : dt,
+                         "linear_row " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) +
+                             " k=" + std::to_string(s.k) + (bias == 1 ? " bias" : bias == 2 ? " residual" : "") +
+                             (fp32_out ? " fp32-out" : ""));
+          }
 }
 
 TEST_F(CudaKernels, RejectsBadArguments) {

@@ -168,8 +168,10 @@ at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   const char* op = "linear_row";
   check_same(op, {&x, &w});
   if (b.defined()) check_same(op, {&x, &b});
-  const int64_t n = w.size(0), k = w.size(1);
-  if (w.dim() != 2 || x.numel() != k || (b.defined() && b.numel() != n)) bad("linear_row: x must be [1, k], w [n, k], b [n]");
+  if (w.dim() != 2) bad("linear_row: w must be [n, k]");
+  const int64_t n = w.size(0), k = w.size(1), m = k > 0 ? x.numel() / k : 0;
+  if (k == 0 || x.numel() != m * k || m < 1 || (b.defined() && b.numel() != n && b.numel() != m * n))
+    bad("linear_row: x must be [m, k], w [n, k], b [n] or [m, n]");
   kk::GemvArgs a;
   a.dtype = kernel_dtype(x, op);
   a.n = n;
@@ -178,12 +180,14 @@ at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   a.x = x.data_ptr();
   const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
   a.y = plain ? reinterpret_cast<void*>(16) : nullptr;  // placeholder: the output is allocated below
-  if (!plain || !kk::gemv_supported(a)) {
-    at::Tensor y = b.defined() ? at::linear(x.reshape({1, k}), w, b) : at::linear(x.reshape({1, k}), w);
+  if (m > 1 || !plain || !kk::gemv_supported(a)) {  // several rows (cuBLAS), strided or unaligned operands
+    const at::Tensor x2 = x.reshape({m, k});
+    at::Tensor y = !b.defined() ? at::linear(x2, w) : b.numel() == n ? at::linear(x2, w, b.reshape({n}))
+                                                                      : at::linear(x2, w) + b.reshape({m, n});
     return fp32_out ? y.to(at::kFloat) : y;
   }
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty({1, n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
+  at::Tensor y = at::empty({m, n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
   a.b = b.defined() ? b.data_ptr() : nullptr;
   a.y = y.data_ptr();
   a.y_fp32 = fp32_out;

@@ -59,10 +59,11 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
                                    const at::Tensor& offset_dev, const at::Tensor& index, const at::Tensor& count_dev,
                                    int64_t max_count, int64_t group, double scale = 0.0, at::Tensor out = {});
 
-/// One row through a linear layer (the decode step's projections): x [1, k] or [k], w [n, k]
-/// (contiguous), b [n] or undefined. Returns [1, n] in x's dtype, or fp32 when fp32_out (logits).
-/// Uses the streaming GEMV kernel (kernels/gemv.h); falls back to at::linear where it does not
-/// apply (k * itemsize not a multiple of 16, unaligned or strided operands).
+/// The decode rows through a linear layer (the decode step's projections): x [m, k] (or [k]),
+/// w [n, k] (contiguous), b [n] (a bias) or [m, n] (e.g. the residual stream) or undefined.
+/// Returns [m, n] in x's dtype, or fp32 when fp32_out (logits). One row uses the streaming GEMV
+/// kernel (kernels/gemv.h); several rows (a batch) and the cases the kernel does not take (k *
+/// itemsize not a multiple of 16, unaligned or strided operands) go through at::linear (cuBLAS).
 at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}, bool fp32_out = false);
 
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim
