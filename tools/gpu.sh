@@ -51,7 +51,7 @@ if [[ $what == bench || $what == all ]]; then
   ./build-cuda/bench/bench_kernels 2>&1 | tee "$OUT/bench_kernels.txt" | tail -12
   for ctx in ${KVSCOPE_PIPELINE_CONTEXTS:-32768}; do
     ./build-cuda/bench/bench_pipeline --random-init bench/configs/llama-3.1-8b.json --device cuda --dtype bf16 \
-      --context $ctx --decode-steps 16 --json "$OUT/bench_pipeline_$ctx.json" 2>&1 | tee "$OUT/bench_pipeline_$ctx.txt"
+      --context $ctx --decode-steps 16 --batch 8 --json "$OUT/bench_pipeline_$ctx.json" 2>&1 | tee "$OUT/bench_pipeline_$ctx.txt"
   done
   # Hugging Face transformers on the same shape and GPU, same call (decode and SDPA prefill).
   python3 bench/hf_generate.py --config bench/configs/llama-3.1-8b.json --contexts ${KVSCOPE_HF_CONTEXTS:-8192,32768} \
