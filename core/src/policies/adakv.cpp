@@ -35,11 +35,20 @@ class AdaKv : public BudgetBase {
     at::Tensor s = scores.to(at::kFloat).clone();
     const int64_t n_safe = static_cast<int64_t>(static_cast<double>(n_kept) * alpha_);
     if (n_safe > 0) s.scatter_(1, std::get<1>(s.topk(n_safe, 1)), kKeepScore);
-    at::Tensor flat = std::get<1>(s.reshape({-1}).topk(Hkv * n_kept));  // global top over the layer's heads
-    at::Tensor head = flat.div(n, "floor"), pos = flat.remainder(n);
+    // Global top over the layer's heads; sorting the flat indices groups them by head with positions
+    // ascending, so one count per head (a single host read) splits them.
+    const at::Tensor flat = std::get<0>(at::sort(std::get<1>(s.reshape({-1}).topk(Hkv * n_kept))));
+    const at::Tensor head = flat.div(n, "floor"), pos = flat.remainder(n);
+    const at::Tensor counts =
+        at::zeros({Hkv}, head.options()).scatter_add_(0, head, at::ones_like(head)).to(at::kCPU);
     std::vector<at::Tensor> out;
     out.reserve(Hkv);
-    for (int64_t h = 0; h < Hkv; ++h) out.push_back(std::get<0>(at::sort(pos.masked_select(head == h))));
+    int64_t first = 0;
+    for (int64_t h = 0; h < Hkv; ++h) {
+      const int64_t c = counts[h].item<int64_t>();
+      out.push_back(pos.narrow(0, first, c));
+      first += c;
+    }
     return out;
   }
 
