@@ -26,6 +26,7 @@
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
 #include "policy_registry.h"
+#include "small_config.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -50,11 +51,7 @@ struct RandomSetup {
   static constexpr int64_t kTok = 24;
 
   RandomSetup() {
-    cfg.n_layer = 2;
-    cfg.n_head = 4;
-    cfg.n_head_kv = 2;
-    cfg.head_dim = 16;
-    cfg.hidden_size = 64;
+    cfg = test::small_config(2, 2, 2, 16);
     at::manual_seed(1234);
     cache = std::make_unique<KvCache>(cfg, kTok + 4, c10::Device(c10::kCPU), at::kFloat);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {

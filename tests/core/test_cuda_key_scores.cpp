@@ -29,6 +29,7 @@
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
 #include "policy_registry.h"
+#include "small_config.h"
 
 namespace kvscope {
 namespace {
@@ -82,12 +83,7 @@ at::Tensor strided_keys(int64_t hkv, int64_t n, int64_t D, int64_t cap, int64_t 
 // ---- the references are the policies' LibTorch paths (no GPU needed) ---------------------------------
 
 TEST(KeyScoreRefs, KeyDiffReferenceIsThePolicyScoreOnCpu) {
-  ModelConfig cfg;
-  cfg.n_layer = 1;
-  cfg.n_head = 6;
-  cfg.n_head_kv = 3;
-  cfg.head_dim = 64;
-  cfg.hidden_size = 384;
+  const ModelConfig cfg = test::small_config(1, 3, 2, 64);
   at::manual_seed(11);
   for (const std::string anchor : {"normalized", "raw"})
     for (int64_t n : {1, 37, 300}) {
@@ -116,12 +112,7 @@ TEST(KeyScoreRefs, KeyDiffReferenceIsThePolicyScoreOnCpu) {
 /// and the SPARK policy prefilled on it; checks the references against the policy's stores.
 void check_spark_reference(at::ScalarType dt, const std::string& recovery, const std::string& sign) {
   SCOPED_TRACE(name(dt) + " recovery=" + recovery + " sign=" + sign);
-  ModelConfig cfg;
-  cfg.n_layer = 1;
-  cfg.n_head = 4;
-  cfg.n_head_kv = 2;
-  cfg.head_dim = 64;
-  cfg.hidden_size = 256;
+  const ModelConfig cfg = test::small_config(1, 2, 2, 64);
   const int64_t n_tok = 24, W = 8, D = cfg.head_dim, G = cfg.n_head / cfg.n_head_kv;
   at::manual_seed(1234);
   KvCache cache(cfg, n_tok + 4, c10::Device(c10::kCPU), dt);
@@ -311,12 +302,7 @@ TEST_F(CudaKeyScores, SparkFixedTiesTakeLowerChannelsFirst) {
 
 TEST_F(CudaKeyScores, PoliciesUseTheKernelsOnCuda) {
   // KeyDiff's score() on CUDA keys (the kernel) against the same policy on the CPU copy.
-  ModelConfig cfg;
-  cfg.n_layer = 1;
-  cfg.n_head = 8;
-  cfg.n_head_kv = 2;
-  cfg.head_dim = 128;
-  cfg.hidden_size = 1024;
+  const ModelConfig cfg = test::small_config(1, 2, 4, 128);
   at::manual_seed(5);
   const at::Tensor keys = strided_keys(2, 900, 128, 1000, 0, opts(at::kFloat));
   const auto pol = registry().make("keydiff", {});

@@ -21,6 +21,7 @@
 #include "../../core/src/ops/snapkv_ops.h"
 #include "kvscope/core/model_config.h"
 #include "kvscope/core/policies/builtin.h"
+#include "small_config.h"
 
 namespace kvscope {
 namespace {
@@ -102,10 +103,7 @@ TEST_F(CudaSnapKvScores, PolicyOnTheGpuKeepsTheCpuKeptSet) {
   const int64_t Hkv = 2, G = 4, D = 64, n = 2000, keep = 256;
   const at::Tensor q = (at::randn({n, Hkv * G, D}) * 2.0).to(at::kBFloat16);
   const at::Tensor k = at::randn({Hkv, n, D}).to(at::kBFloat16);
-  ModelConfig cfg;
-  cfg.n_head = Hkv * G;
-  cfg.n_head_kv = Hkv;
-  cfg.head_dim = D;
+  const ModelConfig cfg = test::small_config(1, Hkv, G, D);
   policies::SnapKvParams p;  // paper defaults: window 32, kernel 7, max pool, group mean
   const at::Tensor cpu = policies::snapkv_scores(LayerPrefill{cfg, 0, q.to(at::kFloat), k.to(at::kFloat)}, p);
   const at::Tensor gpu = policies::snapkv_scores(LayerPrefill{cfg, 0, q.to(at::kCUDA), k.to(at::kCUDA)}, p).cpu();

@@ -29,6 +29,7 @@
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "kvscope/core/policy.h"
+#include "small_config.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -129,12 +130,7 @@ PolicyRegistry registry() {
 }
 
 ModelConfig small_config(int64_t n_head_kv, int64_t group) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head_kv = n_head_kv;
-  c.n_head = n_head_kv * group;
-  c.head_dim = 16;
-  c.hidden_size = c.n_head * c.head_dim;
+  ModelConfig c = test::small_config(2, n_head_kv, group, 16);
   c.max_position_embeddings = 1 << 20;
   return c;
 }

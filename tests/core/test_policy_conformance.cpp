@@ -19,6 +19,7 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
+#include "small_config.h"
 
 namespace kvscope {
 namespace {
@@ -34,16 +35,6 @@ std::vector<std::string> names_of(const PolicyRegistry& r, Stage stage) {
   for (const auto& n : r.names())
     if (r.at(n).stage == stage) out.push_back(n);
   return out;
-}
-
-ModelConfig small_config(int64_t n_head_kv, int64_t group, int64_t n_layer) {
-  ModelConfig c;
-  c.n_layer = n_layer;
-  c.n_head_kv = n_head_kv;
-  c.n_head = n_head_kv * group;
-  c.head_dim = 16;
-  c.hidden_size = c.n_head * c.head_dim;
-  return c;
 }
 
 struct RandomPrefill {
@@ -118,7 +109,7 @@ TEST(PolicyConformance, EveryScoringWithEveryBudget) {
   const int64_t n_layer = 4, Hkv = 2;
   uint64_t seed = 1;
   for (const int64_t group : {1, 3}) {
-    const ModelConfig cfg = small_config(Hkv, group, n_layer);
+    const ModelConfig cfg = test::small_config(n_layer, Hkv, group, 16);
     for (const int64_t n_tok : {1, 2, 5, 37, 100}) {
       // One random prefill per layer, as an engine observer would hand them over.
       std::vector<LayerPrefill> layers;
@@ -190,7 +181,7 @@ TEST(PolicyConformance, EveryScoringWithEveryBudget) {
 
 TEST(PolicyConformance, AlwaysKeptEntriesSurviveUniformSelection) {
   const PolicyRegistry r = builtin_registry();
-  const ModelConfig cfg = small_config(2, 3, 2);
+  const ModelConfig cfg = test::small_config(2, 2, 3, 16);
   const RandomPrefill rp = random_prefill(cfg, 100, 7);
   const LayerPrefill lp{cfg, 0, rp.q, rp.k, rp.v};
   const auto uniform = r.make("uniform", {});
@@ -229,7 +220,7 @@ TEST(PolicyConformance, QueryScorersAcceptOnlyTheLastQueries) {
   // Block-wise prefill hands over only the block's queries (the last T of n_tok); window scorers
   // must give the same scores as with all queries when the window fits in the block.
   const PolicyRegistry r = builtin_registry();
-  const ModelConfig cfg = small_config(2, 3, 1);
+  const ModelConfig cfg = test::small_config(1, 2, 3, 16);
   const RandomPrefill rp = random_prefill(cfg, 90, 5);
   const LayerPrefill full{cfg, 0, rp.q, rp.k, rp.v};
   const LayerPrefill tail{cfg, 0, rp.q.narrow(0, 50, 40), rp.k, rp.v};
@@ -253,7 +244,7 @@ TEST(PolicyConformance, H2OBlockedEqualsDenseAccumulation) {
   // The blocked accumulation (query blocks of 16M / (n_head * n_tok) rows: 2 blocks here) must equal
   // the plain n x n computation.
   const PolicyRegistry r = builtin_registry();
-  const ModelConfig cfg = small_config(2, 3, 1);
+  const ModelConfig cfg = test::small_config(1, 2, 3, 16);
   const int64_t n = 2000;
   const RandomPrefill rp = random_prefill(cfg, n, 11);
   const LayerPrefill lp{cfg, 0, rp.q, rp.k, rp.v};
@@ -265,7 +256,7 @@ TEST(PolicyConformance, H2OBlockedEqualsDenseAccumulation) {
 
 TEST(PolicyConformance, AdaKVGuaranteesTheSafeguardPerHead) {
   const PolicyRegistry r = builtin_registry();
-  const ModelConfig cfg = small_config(2, 1, 1);
+  const ModelConfig cfg = test::small_config(1, 2, 1, 16);
   const int64_t n = 100;
   const RandomPrefill rp = random_prefill(cfg, n, 3);
   const LayerPrefill lp{cfg, 0, rp.q, rp.k, rp.v};
