@@ -1,5 +1,6 @@
 // See batch_decode.h.
 #include "batch_decode.h"
+#include "device_timing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -46,7 +47,6 @@ BatchDecode time_batched_decode(const Engine& engine, const std::vector<std::vec
   if (!DecodeGraph::supported(engine, cache, steps + 4))
     throw std::runtime_error("batched decode needs a CUDA build and device (DecodeGraph)");
   DecodeGraph graph(engine, cache);
-  auto sync = [](const at::Tensor& t) { (void)t.flatten()[0].item<float>(); };
   for (int i = 0; i < 3; ++i) sync(graph.step(1));
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) (void)graph.step(static_cast<int32_t>(i + 2));

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "batch_decode.h"
+#include "device_timing.h"
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/model.h"
@@ -25,22 +26,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Forces completion of queued device work (a 1-element read-back).
-void sync(const at::Tensor& t) { (void)t.flatten()[0].item<float>(); }
-
-/// Device copy bandwidth in bytes/s, counting bytes read plus bytes written (METHOD.md).
-double copy_bandwidth(c10::Device dev) {
-  const int64_t n = int64_t{1} << 29;  // 1 GiB of bf16 per buffer
-  at::Tensor a = at::rand({n}, at::TensorOptions().device(dev).dtype(at::kBFloat16)), b = at::empty_like(a);
-  for (int i = 0; i < 3; ++i) b.copy_(a);
-  sync(b);
-  const int reps = dev.is_cuda() ? 20 : 3;
-  const auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) b.copy_(a);
-  sync(b);
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return 2.0 * n * 2 * reps / s;
-}
+using kvscope::bench::copy_bandwidth;
+using kvscope::bench::sync;
 
 /// Decode of `batch` sequences per step at context `ctx` (batch_decode.h): tokens/s of all
 /// sequences; the roofline counts the weights once and every sequence's K/V.

@@ -19,20 +19,9 @@
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
 #include "batch_decode.h"
+#include "device_timing.h"
 
 namespace {
-
-double copy_bandwidth(c10::Device dev) {
-  const int64_t n = int64_t{1} << 29;
-  at::Tensor a = at::rand({n}, at::TensorOptions().device(dev).dtype(at::kBFloat16)), b = at::empty_like(a);
-  for (int i = 0; i < 3; ++i) b.copy_(a);
-  (void)b[0].item<float>();
-  const int reps = dev.is_cuda() ? 20 : 2;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) b.copy_(a);
-  (void)b[0].item<float>();
-  return 4.0 * n * reps / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 struct Case {
   std::string label, spec;
@@ -68,7 +57,7 @@ int main(int argc, char** argv) {
   const kvscope::Engine engine(model);
   kvscope::PolicyRegistry registry;
   kvscope::register_builtin_policies(registry);
-  const double bw = copy_bandwidth(dev);
+  const double bw = kvscope::bench::copy_bandwidth(dev);
   int64_t weight_bytes = model.weights.bytes();
   if (!model.weights.lm_head.is_same(model.weights.embed)) weight_bytes -= model.weights.embed.numel() * model.weights.embed.element_size();
 
