@@ -1,24 +1,31 @@
 // Page min/max maintenance, page scoring and row selection for HSA / Quest (see page_select.h).
 //
-// page_select runs two kernels:
-//   1. score: grid (KV head, block of 32 pages). Every block loads the group's queries into shared
-//      memory (fp32); for HSA the block ranks the channels of Σ_g|q| to pick the top k1
-//      (top_channels). With K and offsets given, the warp owning a head's last page recomputes its
-//      min/max first (the decode-append upkeep, fused). Each warp then scores 4 pages, its lanes
-//      splitting the channels of the pages' min/max rows, the loads of all 4 pages in flight
-//      together. HSA writes ŝ/τ per group member, Quest the group-summed upper bound.
-//      (The selection chain of one layer, measured per phase with clock64 on an H200: see
-//      docs/performance.md.)
-//   2. select: one 512-thread block per KV head. HSA turns the per-member logits into Σ_g π per
-//      page (a page's entries share one logit, so a token softmax is a page softmax weighted by the
-//      entries per page; block-wide max, then block-wide Σ n·exp), from scores staged in shared
-//      memory when they fit (kStageBytes). The page keys
-//      (order-preserving bits) stay in registers, striped over threads; a 4-pass 8-bit radix select
-//      with warp-aggregated histogram adds finds the threshold key (weighted by entries for HSA,
-//      1 for Quest); one block scan of (above, tie) weights places each thread's contiguous run of
-//      pages, which emits its rows in ascending order (strictly-above pages whole, ties in page
-//      order).
-// The score workspace is fp32 [n_head_kv, G, max_pages].
+// page_select is one launch: a thread-block cluster of kCluster blocks per KV head (sm_90, CUDA
+// Programming Guide "Thread Block Clusters"), block r of the cluster owning the r-th contiguous
+// chunk of the head's pages. Selection over a whole head used to be one block per head (8 blocks
+// on 132 SMs for a Llama-3 layer, each phase a chain of barrier and memory latencies); a cluster
+// splits every phase of it, and the blocks meet through distributed shared memory.
+//   1. Every block loads the group's queries (fp32, shared memory). HSA ranks the channels of
+//      Σ_g|q| (top k1) and computes each member's SparQ temperature; Quest folds the group into two
+//      coefficients per channel (Σ_g max(q_g, 0) on Kmax, Σ_g min(q_g, 0) on Kmin, as
+//      max(q·Kmax, q·Kmin) = q⁺·Kmax + q⁻·Kmin for Kmax >= Kmin).
+//   2. Scoring: the block's warps stream the chunk's min/max rows with 16-byte loads, a slot of L
+//      lanes per page, several pages in flight per lane; scores go to shared memory (the global
+//      workspace when the chunk does not fit). With K given, the block holding the head's last page
+//      recomputes that page's min/max first (the decode-append upkeep, fused).
+//   3. HSA: a page's entries share one logit, so the token softmax of member g is a page softmax
+//      weighted by entries per page; each block's max and Σ n·exp are merged over the cluster.
+//      Key of a page: Σ_g π_g (HSA), the upper bound (Quest); order-preserving bits.
+//   4. Radix select of the threshold key over the cluster (weights: entries for HSA, 1 for Quest):
+//      per 8-bit pass every block histograms its keys (warp-aggregated adds) and adds its non-zero
+//      bins to every block's totals (remote shared-memory atomics); after one cluster barrier each
+//      block finds the same bin. It stops once the bin is taken whole (or, HSA, holds one page).
+//   5. Emission: a block scan of (weight strictly above, tie weight) over each thread's contiguous
+//      run of pages, offset by the totals of the cluster's blocks before it, writes the rows in
+//      ascending order (ties in page order; HSA takes the first entries of a boundary page).
+// The score workspace is fp32 [n_head_kv, G, max_pages] (used only for chunks too large to stage).
+#include <cooperative_groups.h>
+
 #include <cub/block/block_scan.cuh>
 
 #include "dtype.cuh"
@@ -31,12 +38,17 @@ namespace {
 using dtype::from_f;
 using dtype::to_f;
 
+namespace cg = cooperative_groups;
+
 constexpr int kMaxDim = 256;
 constexpr int kMaxGroup = 16;
-constexpr int kScoreThreads = 256;
-constexpr int kSelectThreads = 512;
-
-
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+/// Query values each thread loads (G x D <= 16 x 256).
+constexpr int kQPerThread = kMaxGroup * kMaxDim / kThreads;
+/// Blocks per KV head: the portable cluster size. (16, the non-portable maximum, scores faster
+/// alone but waits for a whole free GPC: slower inside the decode step, docs/performance.md.)
+constexpr int kCluster = 8;
 
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
@@ -72,28 +84,22 @@ __global__ void page_minmax_kernel(const PageMinMaxArgs a) {
 
 // ---- scoring ----------------------------------------------------------------------------------
 
-/// Pages one warp scores in turn (a block of kScoreThreads covers kScoreWarps * kPagesPerWarp pages).
-constexpr int kScoreWarps = kScoreThreads / 32;
-constexpr int kPagesPerWarp = 4;
-constexpr int kPagesPerBlock = kScoreWarps * kPagesPerWarp;
-
-/// HSA step 1 (RocketKV §3.4 Alg. 1): the top-k1 channels of Σ_g|q_g| (ties: lower channel first),
-/// written in rank order to sel[0..k1), with use_max[r] = (Σ_g q_g[sel[r]] >= 0). Called by the whole
-/// block. Every channel's rank is counted against all D magnitudes, each of kScoreThreads / D
-/// threads per channel counting a slice of them (4 values per shared-memory load); the slices meet
-/// in shared memory. mag: D floats of scratch, rank: D ints of scratch.
-__device__ void top_channels(const float* qs, int G, int D, int k1, float* mag, int* rank, int* sel,
-                             unsigned char* use_max) {
+/// HSA step 1 (RocketKV §3.4 Alg. 1): the top-k1 channels of Σ_g|q_g| (ties: lower channel first).
+/// chan[c] = 1 (selected) | 2 (Σ_g q_g[c] >= 0: the page's Kmax bounds it, else Kmin). Called by the
+/// whole block; ends with a barrier. Every channel's rank is counted against all D magnitudes, each
+/// of kThreads / D threads per channel counting a slice of them (4 values per shared-memory load).
+/// mag: D floats of scratch, rank: D ints of scratch.
+__device__ void top_channels(const float* qs, int G, int D, int k1, float* mag, int* rank, unsigned char* chan) {
   const int tid = threadIdx.x;
-  for (int c = tid; c < D; c += kScoreThreads) {
+  for (int c = tid; c < D; c += kThreads) {
     float m = 0.f;
     for (int g = 0; g < G; ++g) m += fabsf(qs[g * D + c]);
     mag[c] = m;
     rank[c] = 0;
   }
   __syncthreads();
-  const int splits = kScoreThreads / D, span = D / splits;  // D in {64, 128, 256}: 4, 2, 1 slices
-  if (kScoreThreads % D == 0 && span % 4 == 0) {
+  const int splits = kThreads / D, span = D / splits;  // D in {64, 128, 256}: 8, 4, 2 slices
+  if (kThreads % D == 0 && span % 4 == 0) {
     const int c = tid % D, part = tid / D;
     const float m = mag[c];
     int r = 0;
@@ -108,7 +114,7 @@ __device__ void top_channels(const float* qs, int G, int D, int k1, float* mag, 
     }
     atomicAdd(&rank[c], r);
   } else {
-    for (int c = tid; c < D; c += kScoreThreads) {
+    for (int c = tid; c < D; c += kThreads) {
       int r = 0;
       const float m = mag[c];
       for (int j = 0; j < D; ++j) r += (mag[j] > m) || (mag[j] == m && j < c);
@@ -116,130 +122,132 @@ __device__ void top_channels(const float* qs, int G, int D, int k1, float* mag, 
     }
   }
   __syncthreads();
-  for (int c = tid; c < D; c += kScoreThreads)
-    if (rank[c] < k1) {
-      float s = 0.f;
-      for (int g = 0; g < G; ++g) s += qs[g * D + c];
-      sel[rank[c]] = c;
-      use_max[rank[c]] = s >= 0.f;
-    }
+  for (int c = tid; c < D; c += kThreads) {
+    float s = 0.f;
+    for (int g = 0; g < G; ++g) s += qs[g * D + c];
+    chan[c] = rank[c] < k1 ? static_cast<unsigned char>(1 | (s >= 0.f ? 2 : 0)) : 0;
+  }
+  __syncthreads();
 }
 
-template <typename T, int kG>
-__global__ void __launch_bounds__(kScoreThreads, kG >= 16 ? 2 : 4) score_kernel(const PageSelectArgs a, float* scores) {
-  __shared__ float qs[kMaxGroup * kMaxDim];
-  __shared__ int sel[kMaxDim];
-  __shared__ unsigned char use_max[kMaxDim];
-  __shared__ float inv_tau[kMaxGroup];
-  __shared__ __align__(16) float mag[kMaxDim];
-  __shared__ int rank[kMaxDim];
-  pdl_trigger();
-  pdl_wait();
-  const int h = blockIdx.x, G = a.group, D = a.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t len = a.length[h], n_pages = (len + a.page - 1) / a.page;
-  const int64_t first_page = static_cast<int64_t>(blockIdx.y) * kPagesPerBlock;
-  if (first_page >= n_pages) return;  // uniform over the block
-  const T* q = static_cast<const T*>(a.q) + static_cast<int64_t>(h) * G * a.q_stride;
-  for (int g = warp; g < G; g += kScoreWarps)
-    for (int c = lane; c < D; c += 32) qs[g * D + c] = to_f<T>(q[g * a.q_stride + c]);
-  __syncthreads();
-  const bool hsa = a.mode == PageScore::kHsa;
-  const int k1 = hsa ? a.k1 : D;
-  if (hsa) {
-    top_channels(qs, G, D, k1, mag, rank, sel, use_max);
-    __syncthreads();
-    // SparQ temperature per member g (warp g): sqrt(D · Σ|q̂_g| / Σ|q_g|).
-    for (int g = warp; g < G; g += kScoreWarps) {
-      float num = 0.f, den = 0.f;
-      for (int r = lane; r < k1; r += 32) num += fabsf(qs[g * D + sel[r]]);
-      for (int c = lane; c < D; c += 32) den += fabsf(qs[g * D + c]);
+/// 16 bytes of a min/max row: kN channels.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kN = 16 / static_cast<int>(sizeof(T));
+  T v[kN];
+};
+
+/// Channels c0 .. c0 + kN - 1 of a row (row + c0); channels >= D and !on read as 0. aligned: rows
+/// are 16-byte aligned and D a multiple of kN (one vector load), else element loads.
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p, int c0, int D, bool aligned, bool on) {
+  Pack<T> x;
+  if (on && aligned) return *reinterpret_cast<const Pack<T>*>(p);
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        num += __shfl_xor_sync(0xffffffffu, num, off);
-        den += __shfl_xor_sync(0xffffffffu, den, off);
-      }
-      if (lane == 0) inv_tau[g] = rsqrtf((den > 0.f ? num / den : 1.f) * static_cast<float>(D));
-    }
-    __syncthreads();
-  }
-  // Warp w scores pages first_page + i * kScoreWarps + w (i < kPagesPerWarp); its lanes split the
-  // channels of each page's min/max row (coalesced), and the loads of all its pages for one slice of
-  // channels are issued together before any is used.
-  const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
-  const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
-  if (a.k) {  // fused upkeep: the warp that scores the head's last page recomputes its min/max first
-    const int64_t last = n_pages - 1, rel = last - first_page;
-    if (rel < kPagesPerBlock && static_cast<int>(rel % kScoreWarps) == warp) {  // warp-uniform
-      const T* kr = static_cast<const T*>(a.k) + (a.offset[h] + last * a.page) * D;
-      const int64_t o = (static_cast<int64_t>(h) * a.page_capacity + last) * D;
-      for (int c = lane; c < D; c += 32)
-        page_channel_minmax(kr, len - last * a.page, D, c, static_cast<T*>(a.kmin) + o, static_cast<T*>(a.kmax) + o);
-      __threadfence_block();  // this warp reads the row back below
-      __syncwarp();
-    }
-  }
-  int64_t row[kPagesPerWarp];
-  bool live[kPagesPerWarp];
-#pragma unroll
-  for (int i = 0; i < kPagesPerWarp; ++i) {
-    const int64_t P = first_page + static_cast<int64_t>(i) * kScoreWarps + warp;
-    live[i] = P < n_pages;
-    row[i] = (live[i] ? P : 0) * D;
-  }
-  float acc[kPagesPerWarp][kG];
-#pragma unroll
-  for (int i = 0; i < kPagesPerWarp; ++i)
-#pragma unroll
-    for (int g = 0; g < kG; ++g) acc[i][g] = 0.f;
-  // Channel slices unrolled (D <= 256: at most 8), so every slice's loads can be in flight together.
-  // Lanes split the selected channels; each slice's loads for all the warp's pages go out together.
-  for (int r = lane; r < k1; r += 32) {
-    if (hsa) {
-      const int c = sel[r];
-      const T* src = use_max[r] ? kmax : kmin;
-      float b[kPagesPerWarp];
-#pragma unroll
-      for (int i = 0; i < kPagesPerWarp; ++i) b[i] = live[i] ? to_f<T>(src[row[i] + c]) : 0.f;
-#pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) {
-          const float x = qs[g * D + c];
-#pragma unroll
-          for (int i = 0; i < kPagesPerWarp; ++i) acc[i][g] = fmaf(x, b[i], acc[i][g]);
-        }
-    } else {  // Quest: the group-summed upper bound, channel c = r
-      float lo[kPagesPerWarp], hi[kPagesPerWarp];
-#pragma unroll
-      for (int i = 0; i < kPagesPerWarp; ++i) {
-        lo[i] = live[i] ? to_f<T>(kmin[row[i] + r]) : 0.f;
-        hi[i] = live[i] ? to_f<T>(kmax[row[i] + r]) : 0.f;
-      }
-#pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) {
-          const float x = qs[g * D + r];
-#pragma unroll
-          for (int i = 0; i < kPagesPerWarp; ++i) acc[i][0] = fmaf(x, x >= 0.f ? hi[i] : lo[i], acc[i][0]);
-        }
-    }
-  }
-  const int outs = hsa ? G : 1;
-#pragma unroll
-  for (int i = 0; i < kPagesPerWarp; ++i) {
-#pragma unroll
-    for (int g = 0; g < kG; ++g)
-      if (g < outs) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc[i][g] += __shfl_xor_sync(0xffffffffu, acc[i][g], off);
-      }
-    if (lane == 0 && live[i]) {
-      float* out = scores + static_cast<int64_t>(h) * G * a.max_pages + first_page + static_cast<int64_t>(i) * kScoreWarps + warp;
-#pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < outs) out[static_cast<int64_t>(g) * a.max_pages] = hsa ? acc[i][g] * inv_tau[g] : acc[i][g];
-    }
-  }
+  for (int t = 0; t < Pack<T>::kN; ++t) x.v[t] = on && c0 + t < D ? p[t] : from_f<T>(0.f);
+  return x;
 }
+
+/// One lane's share of page scoring. A page's min/max rows (D channels, D / kN vectors each) are
+/// read by a slot of L lanes, L the power of two >= the vectors of a row (at most 32), lane sl of the
+/// slot covering vectors sl, sl + L, ... (at most 8 channels: D <= 256); a warp scores 32 / L pages
+/// per load instruction. The lane keeps its channels' coefficients in registers.
+template <typename T, int kG, bool kHsa>
+struct PageScorer {
+  static constexpr int kN = Pack<T>::kN;
+  static constexpr int kVpl = 8 / kN;    ///< vectors per lane, at most
+  static constexpr int kCh = kVpl * kN;  ///< channels per lane, at most
+  static constexpr int kOut = kHsa ? kG : 1;
+  int D = 0, L = 1, slots = 32, slot = 0, sl = 0;
+  bool aligned = false;
+  int c0[kVpl];
+  /// HSA: q_g[c] on selected channels, 0 elsewhere. Quest: Σ_g max(q_g[c], 0) (on Kmax).
+  float cf[kCh][kOut];
+  /// Quest: Σ_g min(q_g[c], 0) (on Kmin).
+  float cb[kHsa ? 1 : kCh];
+  /// HSA: channel bits taking Kmax; vector bits that need the Kmin / Kmax row at all.
+  unsigned use_max = 0, need_lo = 0, need_hi = 0;
+
+  __device__ PageScorer(const float* qs, const unsigned char* chan, int G, int D_, bool aligned_) : D(D_), aligned(aligned_) {
+    const int nvec = (D + kN - 1) / kN, lane = threadIdx.x & 31;
+    while (L < nvec && L < 32) L <<= 1;
+    slots = 32 / L;
+    slot = lane / L;
+    sl = lane % L;
+#pragma unroll
+    for (int j = 0; j < kVpl; ++j) {
+      c0[j] = (sl + j * L) * kN;
+      bool any = false;
+#pragma unroll
+      for (int t = 0; t < kN; ++t) {
+        const int e = j * kN + t, c = c0[j] + t;
+        const bool valid = c < D;
+        if (kHsa) {
+          const unsigned char f = valid ? chan[c] : 0;
+#pragma unroll
+          for (int g = 0; g < kG; ++g) cf[e][g] = (f & 1) && g < G ? qs[g * D + c] : 0.f;
+          if (f & 1) {
+            if (f & 2) use_max |= 1u << e, need_hi |= 1u << j;
+            else need_lo |= 1u << j;
+          }
+        } else {
+          float hi = 0.f, lo = 0.f;
+          if (valid)
+            for (int g = 0; g < G; ++g) {
+              const float x = qs[g * D + c];
+              hi += fmaxf(x, 0.f);
+              lo += fminf(x, 0.f);
+            }
+          cf[e][0] = hi;
+          cb[e] = lo;
+          any |= valid;
+        }
+      }
+      if (!kHsa && any) need_lo |= 1u << j, need_hi |= 1u << j;
+    }
+  }
+
+  /// Scores pages P[u] (live[u]; else 0) of the head's rows kmin / kmax into acc[u] (every lane of the
+  /// slot gets the slot's sums). Called by whole warps.
+  template <int U>
+  __device__ __forceinline__ void score(const T* kmin, const T* kmax, const int64_t (&P)[U], const bool (&live)[U],
+                                       float (&acc)[U][kOut]) const {
+    Pack<T> lo[U][kVpl], hi[U][kVpl];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < kVpl; ++j) {
+        const int64_t r = P[u] * D + c0[j];
+        const bool on = live[u] && c0[j] < D;
+        lo[u][j] = load_pack(kmin + r, c0[j], D, aligned, on && ((need_lo >> j) & 1u));
+        hi[u][j] = load_pack(kmax + r, c0[j], D, aligned, on && ((need_hi >> j) & 1u));
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) acc[u][o] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kVpl; ++j)
+#pragma unroll
+        for (int t = 0; t < kN; ++t) {
+          const int e = j * kN + t;
+          const float l = to_f<T>(lo[u][j].v[t]), x = to_f<T>(hi[u][j].v[t]);
+          if (kHsa) {
+            const float v = (use_max >> e) & 1u ? x : l;
+#pragma unroll
+            for (int g = 0; g < kG; ++g) acc[u][g] = fmaf(cf[e][g], v, acc[u][g]);
+          } else {
+            acc[u][0] = fmaf(cf[e][0], x, fmaf(cb[e], l, acc[u][0]));
+          }
+        }
+    }
+    for (int off = L >> 1; off > 0; off >>= 1)  // the slot's sums, all pages' and outputs' chains together
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) acc[u][o] += __shfl_xor_sync(0xffffffffu, acc[u][o], off);
+  }
+};
 
 // ---- selection --------------------------------------------------------------------------------
 
@@ -250,11 +258,11 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
 }
 
 /// Reduces v[g] (g < G) over the block with op: warp shuffles (the members' chains interleaved),
-/// then warp g folds the warps' partials of member g; out[g] = fin(total). part: shared scratch,
+/// then warp g folds the warps' partials of member g; out[g] = total. part: shared scratch,
 /// [kMaxGroup][32]. Called by the whole block; ends with a barrier.
-template <int kWarps, int kG, typename Op, typename Fin>
+template <int kG, typename Op>
 __device__ __forceinline__ void block_reduce_members(float (&v)[kG], int G, float (*part)[32], float* out, float identity,
-                                                     Op op, Fin fin) {
+                                                     Op op) {
   static_assert(kWarps <= 32 && kG <= kWarps, "one warp per member");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -270,129 +278,258 @@ __device__ __forceinline__ void block_reduce_members(float (&v)[kG], int G, floa
     float x = lane < kWarps ? part[warp][lane] : identity;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
-    if (lane == 0) out[warp] = fin(x);
+    if (lane == 0) out[warp] = x;
   }
   __syncthreads();
 }
 
-/// Striped pages per thread whose keys the select kernel keeps in registers (6144 pages per head
-/// with 512 threads; more would spill at 128 registers); later pages are re-read from the workspace
-/// in every pass.
-constexpr int kRegPages = 12;
+/// Pages per scoring slot in flight (HSA with 8+ members holds more coefficients per lane).
+template <int kG, bool kHsa>
+constexpr int kPagesInFlight = kHsa && kG >= 8 ? 2 : 4;
 
+/// Striped pages per thread whose keys stay in registers (2048 pages per block); later pages are
+/// re-read from the scores in every radix pass.
+constexpr int kRegPages = 4;
 
+/// Dynamic shared memory a block may stage its chunk's scores in: with the opt-in attribute (above
+/// 48 KB) sm_90 gives a block up to 227 KB, next to the kernel's <= 34 KB of static shared memory
+/// (HSA at t = 4,096 of 32K: ~940 pages x G 4 per block = 15 KB; 184 KB holds 11.7K pages x G 4).
+constexpr size_t kStageBytes = 184 * 1024;
+/// Dynamic shared memory a launch gets without the opt-in (48 KB less the static part).
+constexpr size_t kNoOptInBytes = 12 * 1024;
 
-/// Dynamic shared memory the select kernel may stage page scores in: with the opt-in attribute
-/// (above 48 KB) sm_90 gives a block up to 227 KB, next to the kernel's ~6 KB of static shared
-/// memory; one 512-thread block per KV head needs no more room on its SM. (RocketKV at t = 4,096 of
-/// 32K: ~7.5K pages x G 4 = 119 KB.)
-constexpr size_t kStageBytes = 200 * 1024;
-/// Dynamic shared memory a launch gets without the opt-in (48 KB less the static ~6 KB).
-constexpr size_t kNoOptInBytes = 40 * 1024;
-
-template <int kG>
-__global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelectArgs a, float* scores, bool staged) {
-  static_assert(kSelectThreads % 32 == 0 && kSelectThreads <= 1024, "whole warps, at most 32");
-  constexpr int kSelectWarps = kSelectThreads / 32;
-  using Scan = cub::BlockScan<unsigned long long, kSelectThreads>;
+template <typename T, int kG, bool kHsa>
+__global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSelectArgs a, float* ws, bool staged) {
+  using Scan = cub::BlockScan<unsigned long long, kThreads>;
+  using Scorer = PageScorer<T, kG, kHsa>;
+  constexpr int U = kPagesInFlight<kG, kHsa>;
   __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ float qs[kMaxGroup * kMaxDim];
+  __shared__ __align__(16) float mag[kMaxDim];
+  __shared__ int rnk[kMaxDim];
+  __shared__ unsigned char chan[kMaxDim];
+  __shared__ float inv_tau[kMaxGroup];
   __shared__ float part[kMaxGroup][32];
-  __shared__ float s_max[kMaxGroup], s_inv[kMaxGroup];
-  __shared__ unsigned hist[2][256];
-  __shared__ unsigned s_prefix[2];
-  __shared__ long long s_rem[2];
+  __shared__ float s_mloc[kMaxGroup], s_zloc[kMaxGroup], s_max[kMaxGroup], s_inv[kMaxGroup];
+  __shared__ unsigned hist[256], tot[2][256];
+  __shared__ float up_part[2][kThreads];
+  __shared__ __align__(16) T up_row[2][kMaxDim];
+  __shared__ unsigned s_prefix;
+  __shared__ long long s_rem;
+  __shared__ int s_done;
+  __shared__ unsigned long long s_total, s_pre;
+  extern __shared__ float stage[];
+  const cg::cluster_group cluster = cg::this_cluster();
   pdl_trigger();
   pdl_wait();
-  const int h = blockIdx.x, G = a.group, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const bool hsa = a.mode == PageScore::kHsa;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.group, D = a.head_dim;
+  const int rank = static_cast<int>(cluster.block_rank()), h = static_cast<int>(blockIdx.x) / kCluster;
   // Lambdas capture these locals, never `a` (taking the parameter's address copies it to the stack).
-  const int64_t page = a.page, max_pages = a.max_pages, keep = a.keep;
-  const int64_t len = a.length[h], n_pages = (len + page - 1) / page;
+  const int64_t page = a.page, keep = a.keep;
+  // Every global load the block's set-up needs goes out before any is used: the head's length and
+  // cache offset, and the group's queries (kQPerThread values per thread, into registers).
+  const int64_t len = a.length[h], k_offset = a.k ? a.offset[h] : 0;
+  const T* q = static_cast<const T*>(a.q) + static_cast<int64_t>(h) * G * a.q_stride;
+  float qv[kQPerThread];
+#pragma unroll
+  for (int i = 0; i < kQPerThread; ++i) {
+    const int e = tid + i * kThreads;  // member e / D, channel e % D
+    qv[i] = e < G * D ? to_f<T>(q[(e / D) * a.q_stride + e % D]) : 0.f;
+  }
+  const int64_t n_pages = (len + page - 1) / page, last = n_pages - 1;
+  const int64_t chunk = (n_pages + kCluster - 1) / kCluster;
+  const int64_t cbeg = min64(rank * chunk, n_pages), cend = min64(cbeg + chunk, n_pages), nloc = cend - cbeg;
+  const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
+  const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
   int32_t* index = a.index + static_cast<int64_t>(h) * a.index_stride;
-  if (hsa ? len <= keep : n_pages <= keep) {  // dense: every live entry
-    for (int64_t i = tid; i < len; i += kSelectThreads) index[i] = static_cast<int32_t>(i);
-    if (tid == 0) a.count[h] = len;
+  // The block holding the head's last page recomputes its summaries (decode-append upkeep): thread
+  // t takes channel t % D over rows t / D, t / D + R, ... of the page (R = kThreads / D row groups),
+  // its loads in flight with the queries'; the groups meet in shared memory (finish_upkeep), and
+  // the last warp scores the page from there after the rest.
+  const bool upkeep = a.k && last >= cbeg && last < cend;
+  const int R = kThreads / D;
+  float up_lo = INFINITY, up_hi = -INFINITY;
+  if (upkeep && tid < R * D) {
+    const T* kr = static_cast<const T*>(a.k) + (k_offset + last * page) * D + tid % D;
+    const int64_t rows = len - last * page;
+#pragma unroll 4
+    for (int64_t r = tid / D; r < rows; r += R) {
+      const float x = to_f<T>(kr[r * D]);
+      up_lo = fminf(up_lo, x);
+      up_hi = fmaxf(up_hi, x);
+    }
+  }
+  auto finish_upkeep = [&] {  // the upkeep block's threads, all of them
+    if (tid < R * D) up_part[0][tid] = up_lo, up_part[1][tid] = up_hi;
+    __syncthreads();
+    if (tid < D) {
+      float lo = up_part[0][tid], hi = up_part[1][tid];
+      for (int r = 1; r < R; ++r) lo = fminf(lo, up_part[0][r * D + tid]), hi = fmaxf(hi, up_part[1][r * D + tid]);
+      const int64_t o = (static_cast<int64_t>(h) * a.page_capacity + last) * D + tid;
+      up_row[0][tid] = static_cast<T*>(a.kmin)[o] = from_f<T>(lo);
+      up_row[1][tid] = static_cast<T*>(a.kmax)[o] = from_f<T>(hi);
+    }
+  };
+  if (kHsa ? len <= keep : n_pages <= keep) {  // dense: every live entry (uniform over the cluster)
+    if (upkeep) finish_upkeep();
+    for (int64_t i = cbeg * page + tid; i < min64(cend * page, len); i += kThreads) index[i] = static_cast<int32_t>(i);
+    if (rank == 0 && tid == 0) a.count[h] = len;
     return;
   }
-  // The head's page scores, staged in shared memory when they fit (every later read then costs
-  // shared-memory latency instead of L2's); ss: the row stride of member g's scores.
-  extern __shared__ float stage[];
-  float* s = scores + static_cast<int64_t>(h) * G * max_pages;
-  int64_t ss = max_pages;
-  if (staged) {
-    const int rows = hsa ? G : 1;
-#pragma unroll 4
-    for (int64_t P = tid; P < n_pages; P += kSelectThreads)
-#pragma unroll
-      for (int g = 0; g < kG; ++g)  // the members' loads in flight together
-        if (g < rows) stage[g * n_pages + P] = s[g * max_pages + P];
-    __syncthreads();
-    s = stage;
-    ss = n_pages;
-  }
-  float* keys = s;  // row 0 of the head's scores, overwritten page by page with the selection keys
-  auto entries = [=](int64_t P) { return static_cast<unsigned>(min64(page, len - P * page)); };
-  const int64_t warp_first = tid - lane;  // the warp's first striped page (loops stay warp-uniform)
 
-  // 1. HSA: Σ_g softmax over tokens. A page's entries share one logit, so the normaliser of member
-  //    g is Z_g = Σ_P n_P exp(ŝ_gP - m_g).
-  if (hsa) {
-    // Max, then Σ n·exp(x - max), each reduced over the block with cheap ops.
-    float m[kG], z[kG];
+  // 1. Queries, channels, coefficients. The radix totals, which other blocks add to, are cleared
+  //    before this block's arrival on the cluster barrier that every block waits on before its
+  //    first add (t0).
 #pragma unroll
-    for (int g = 0; g < kG; ++g) m[g] = -INFINITY, z[g] = 0.f;
-    for (int64_t P = tid; P < n_pages; P += kSelectThreads)
+  for (int i = 0; i < kQPerThread; ++i)
+    if (tid + i * kThreads < G * D) qs[tid + i * kThreads] = qv[i];
+  if (tid < 256) hist[tid] = tot[0][tid] = tot[1][tid] = 0;
+  if (upkeep) finish_upkeep();
+  __syncthreads();
+  auto t0 = cluster.barrier_arrive();
+  if (kHsa) {
+    top_channels(qs, G, D, a.k1, mag, rnk, chan);
+    // SparQ temperature per member g (warp g): sqrt(D · Σ|q̂_g| / Σ|q_g|).
+    for (int g = warp; g < G; g += kWarps) {
+      float num = 0.f, den = 0.f;
+      for (int c = lane; c < D; c += 32) {
+        const float x = fabsf(qs[g * D + c]);
+        den += x;
+        if (chan[c] & 1) num += x;
+      }
 #pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) m[g] = fmaxf(m[g], s[g * ss + P]);
-    block_reduce_members<kSelectWarps>(m, G, part, s_max, -INFINITY, [](float x, float y) { return fmaxf(x, y); },
-                                       [](float x) { return x; });
-    for (int64_t P = tid; P < n_pages; P += kSelectThreads) {
+      for (int off = 16; off > 0; off >>= 1) {
+        num += __shfl_xor_sync(0xffffffffu, num, off);
+        den += __shfl_xor_sync(0xffffffffu, den, off);
+      }
+      if (lane == 0) inv_tau[g] = rsqrtf((den > 0.f ? num / den : 1.f) * static_cast<float>(D));
+    }
+    __syncthreads();
+  }
+  const bool aligned = D % Scorer::kN == 0 && (reinterpret_cast<uintptr_t>(a.kmin) | reinterpret_cast<uintptr_t>(a.kmax)) % 16 == 0;
+  const Scorer scorer(qs, chan, G, D, aligned);
+
+  // 2. Scores of the chunk: s[g * ss + (P - cbeg)], in shared memory when staged.
+  float* s = staged ? stage : ws + static_cast<int64_t>(h) * (kHsa ? G : 1) * a.max_pages + cbeg;
+  const int64_t ss = staged ? (a.max_pages + kCluster - 1) / kCluster : a.max_pages;
+  float m[kG];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) m[g] = -INFINITY;
+  auto store = [&](int64_t P, const float (&acc)[Scorer::kOut]) {
+#pragma unroll
+    for (int o = 0; o < Scorer::kOut; ++o) {
+      const float v = kHsa ? acc[o] * inv_tau[o] : acc[o];
+      if (kHsa && o < G) {
+        s[o * ss + (P - cbeg)] = v;
+        m[o] = fmaxf(m[o], v);
+      } else if (!kHsa) {
+        s[P - cbeg] = __uint_as_float(ordered_bits(v));  // Quest: the score's key, final already
+      }
+    }
+  };
+  const int64_t scored_end = upkeep ? last : cend;
+  const int64_t per_warp = static_cast<int64_t>(scorer.slots) * U;
+  for (int64_t base = cbeg + warp * per_warp; base < scored_end; base += kWarps * per_warp) {  // warp-uniform
+    int64_t P[U];
+    bool live[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      P[u] = base + u * scorer.slots + scorer.slot;
+      live[u] = P[u] < scored_end;
+    }
+    float acc[U][Scorer::kOut];
+    scorer.score(kmin, kmax, P, live, acc);
+    if (scorer.sl == 0)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (live[u]) store(P[u], acc[u]);
+  }
+  if (upkeep && warp == kWarps - 1) {  // the last page, from its recomputed rows
+    const int64_t P[1] = {0};
+    const bool live[1] = {scorer.slot == 0};
+    float acc[1][Scorer::kOut];
+    scorer.score(up_row[0], up_row[1], P, live, acc);
+    if (scorer.sl == 0 && live[0]) store(last, acc[0]);
+  }
+  auto entries = [=](int64_t P) { return static_cast<unsigned>(min64(page, len - P * page)); };
+
+  // 3. HSA: Σ_g softmax over tokens, Z_g = Σ_P n_P exp(ŝ_gP - m_g), merged over the cluster from
+  //    each block's (max, Σ n·exp relative to it).
+  if (kHsa) {
+    block_reduce_members(m, G, part, s_mloc, -INFINITY, [](float x, float y) { return fmaxf(x, y); });
+    float z[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) z[g] = 0.f;
+    for (int64_t P = cbeg + tid; P < cend; P += kThreads) {
       const float n = static_cast<float>(entries(P));
 #pragma unroll
       for (int g = 0; g < kG; ++g)
-        if (g < G) z[g] += n * __expf(s[g * ss + P] - s_max[g]);
+        if (g < G) z[g] += n * __expf(s[g * ss + (P - cbeg)] - s_mloc[g]);
     }
-    block_reduce_members<kSelectWarps>(z, G, part, s_inv, 0.f, [](float x, float y) { return x + y; },
-                                       [](float x) { return 1.f / x; });
+    block_reduce_members(z, G, part, s_zloc, 0.f, [](float x, float y) { return x + y; });
+    cluster.barrier_wait(std::move(t0));
+    cluster.sync();
+    if (tid < G) {
+      float mx = -INFINITY, zs = 0.f, mr[kCluster], zr[kCluster];
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) {
+        mr[r] = *cluster.map_shared_rank(&s_mloc[tid], r);
+        zr[r] = *cluster.map_shared_rank(&s_zloc[tid], r);
+        mx = fmaxf(mx, mr[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r)
+        if (zr[r] > 0.f) zs += zr[r] * __expf(mr[r] - mx);
+      s_max[tid] = mx;
+      s_inv[tid] = 1.f / zs;
+    }
+    __syncthreads();
+  } else {
+    cluster.barrier_wait(std::move(t0));
+    __syncthreads();
   }
 
-  // 2. Selection keys of the striped pages tid + i * kSelectThreads: registers for the first kRegPages, and
-  //    the workspace for all (the emission below reads contiguous runs).
-  auto key_of = [&](int64_t P) {
+  // 4. Keys of the striped pages cbeg + tid + i * kThreads: registers for the first kRegPages, and
+  //    row 0 of the scores for all (the emission reads contiguous runs).
+  float* keys = s;
+  auto key_of = [&](int64_t Pl) {
     float v = 0.f;
-    if (hsa) {
+    if (kHsa) {
 #pragma unroll
       for (int g = 0; g < kG; ++g)
-        if (g < G) v += __expf(s[g * ss + P] - s_max[g]) * s_inv[g];
+        if (g < G) v += __expf(s[g * ss + Pl] - s_max[g]) * s_inv[g];
     } else {
-      v = s[P];
+      return __float_as_uint(s[Pl]);
     }
     return ordered_bits(v);
   };
   unsigned kr[kRegPages];
 #pragma unroll
   for (int i = 0; i < kRegPages; ++i) {
-    const int64_t P = tid + static_cast<int64_t>(i) * kSelectThreads;
-    kr[i] = P < n_pages ? key_of(P) : 0u;
-    if (P < n_pages) keys[P] = __uint_as_float(kr[i]);
+    const int64_t Pl = tid + static_cast<int64_t>(i) * kThreads;
+    kr[i] = Pl < nloc ? key_of(Pl) : 0u;
+    if (kHsa && Pl < nloc) keys[Pl] = __uint_as_float(kr[i]);
   }
-  for (int64_t P = tid + static_cast<int64_t>(kRegPages) * kSelectThreads; P < n_pages; P += kSelectThreads)
-    keys[P] = __uint_as_float(key_of(P));
+  if (kHsa)
+    for (int64_t Pl = tid + static_cast<int64_t>(kRegPages) * kThreads; Pl < nloc; Pl += kThreads)
+      keys[Pl] = __uint_as_float(key_of(Pl));
 
-  // 3. Radix select of the threshold key (weight above it < keep <= weight at or above it), four
-  //    8-bit passes. Histogram adds are aggregated per warp over lanes with the same bin (the top
-  //    bits of similar scores mostly share one bin); the next pass's histogram is cleared meanwhile.
-  if (tid < 256) hist[0][tid] = 0;
-  if (tid == 0) s_prefix[0] = 0, s_rem[0] = keep;
+  // 5. Radix select of the threshold (weight above it < keep <= weight at or above it), 8-bit passes
+  //    over the cluster. Pass p counts into the block's hist, adds its non-zero bins to tot[p & 1]
+  //    of every block of the cluster (shared-memory atomics over DSMEM) and clears hist; after the
+  //    cluster barrier tot[p & 1] holds the cluster's histogram. A block clears its tot[p & 1]
+  //    before it arrives at the next barrier, after which alone the others add to it again (pass
+  //    p + 2).
+  if (tid == 0) s_prefix = 0, s_rem = keep, s_done = 0;
   __syncthreads();
+  const int64_t warp_first = tid - lane;  // the warp's first striped page (loops stay warp-uniform)
   unsigned mask = 0;
 #pragma unroll 1
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass, b = pass & 1;
-    const unsigned prefix = s_prefix[b];
-    unsigned* hc = hist[b];
-    auto count = [&](int64_t P, unsigned key, bool valid) {
+    const unsigned prefix = s_prefix;
+    unsigned* hc = hist;
+    auto count = [&](int64_t Pl, unsigned key, bool valid) {
       const bool on = valid && (key & mask) == prefix;
       const unsigned act = __ballot_sync(0xffffffffu, on);
       if (on) {
@@ -400,95 +537,128 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PageSelect
         const unsigned peers = __match_any_sync(act, bin);
         // HSA weighs a page by its entries: every page holds `page` but the head's last one, whose
         // lane adds the difference itself (a reduce over the peers would serialise the groups).
-        const unsigned per_page = hsa ? static_cast<unsigned>(page) : 1u;
+        const unsigned per_page = kHsa ? static_cast<unsigned>(page) : 1u;
         if (lane == __ffs(peers) - 1) atomicAdd(&hc[bin], per_page * static_cast<unsigned>(__popc(peers)));
-        if (hsa && P == n_pages - 1) atomicAdd(&hc[bin], entries(P) - per_page);  // unsigned wrap: subtracts
+        if (kHsa && cbeg + Pl == last) atomicAdd(&hc[bin], entries(last) - per_page);  // unsigned wrap: subtracts
       }
     };
 #pragma unroll
     for (int i = 0; i < kRegPages; ++i) {
-      const int64_t P = tid + static_cast<int64_t>(i) * kSelectThreads;
-      if (warp_first + static_cast<int64_t>(i) * kSelectThreads >= n_pages) break;  // warp-uniform
-      count(P, kr[i], P < n_pages);
+      const int64_t Pl = tid + static_cast<int64_t>(i) * kThreads;
+      if (warp_first + static_cast<int64_t>(i) * kThreads >= nloc) break;  // warp-uniform
+      count(Pl, kr[i], Pl < nloc);
     }
-    for (int64_t wf = warp_first + static_cast<int64_t>(kRegPages) * kSelectThreads; wf < n_pages; wf += kSelectThreads) {
-      const int64_t P = wf + lane;
-      count(P, P < n_pages ? __float_as_uint(keys[P]) : 0u, P < n_pages);
+    for (int64_t wf = warp_first + static_cast<int64_t>(kRegPages) * kThreads; wf < nloc; wf += kThreads) {
+      const int64_t Pl = wf + lane;
+      count(Pl, Pl < nloc ? __float_as_uint(keys[Pl]) : 0u, Pl < nloc);
     }
-    if (tid < 256) hist[b ^ 1][tid] = 0;
     __syncthreads();
+    if (tid < 256) {
+      const unsigned v = hc[tid];
+      if (v)
+#pragma unroll
+        for (int r = 0; r < kCluster; ++r) atomicAdd(cluster.map_shared_rank(&tot[b][tid], r), v);
+      hc[tid] = 0;
+      tot[b ^ 1][tid] = 0;  // this block searched it in pass p - 1; the others add to it again in p + 1
+    }
+    cluster.sync();
     if (warp == 0) {  // lane L owns bins 255-8L .. 248-8L (descending)
       unsigned own[8], sum = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) sum += own[j] = hc[255 - (lane * 8 + j)];
+      for (int j = 0; j < 8; ++j) sum += own[j] = tot[b][255 - (lane * 8 + j)];
       unsigned incl = sum;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
         const unsigned y = __shfl_up_sync(0xffffffffu, incl, off);
         if (lane >= off) incl += y;
       }
-      const long long rem = s_rem[b];
+      const long long rem = s_rem;
       const unsigned hit = __ballot_sync(0xffffffffu, static_cast<long long>(incl) >= rem);
       const int first = hit ? __ffs(hit) - 1 : 31;
       if (lane == first) {
         long long cum = static_cast<long long>(incl) - sum;
-        int bin = 255 - (lane * 8 + 7);
-        for (int j = 0; j < 8; ++j) {
-          if (cum + own[j] >= rem || j == 7) {
-            bin = 255 - (lane * 8 + j);
-            break;
-          }
-          cum += own[j];
-        }
-        s_prefix[b ^ 1] = prefix | (static_cast<unsigned>(bin) << shift);
-        s_rem[b ^ 1] = rem - cum;
+        int j = 0;
+        for (; j < 7 && cum + own[j] < rem; ++j) cum += own[j];
+        s_prefix = prefix | (static_cast<unsigned>(255 - (lane * 8 + j)) << shift);
+        s_rem = rem - cum;
+        // Done once the bin is taken whole, or (HSA) holds one page, of which the emission takes
+        // the first rem - cum entries (a bin of two pages weighs more than `page`).
+        s_done = static_cast<long long>(own[j]) == rem - cum || (kHsa && own[j] <= page);
       }
     }
     mask |= 255u << shift;
     __syncthreads();
+    if (s_done) break;  // uniform over the cluster: every block saw the same totals
   }
-  const unsigned thr = s_prefix[0];  // pass 3 wrote slot 0
-  const long long rem = s_rem[0];
+  const unsigned thr = s_prefix;
+  const long long rem = s_rem;
 
-  // 4. Emission in page order over contiguous runs: one scan of (weight strictly above the
-  //    threshold, tie weight) packed in 32-bit halves. Ties are taken in page order up to `rem`:
-  //    HSA entry by entry (the first entries of the boundary page), Quest page by page; every page
-  //    before the last is full, so the tie rows taken before a run are min(rem, ties before) * page.
-  const int64_t per = (n_pages + kSelectThreads - 1) / kSelectThreads;
-  const int64_t p0 = min64(tid * per, n_pages), p1 = min64(p0 + per, n_pages);
+  // 6. Emission in page order over contiguous runs: one scan of (weight strictly above the
+  //    threshold, tie weight) packed in 32-bit halves, offset by the blocks before this one. Ties are
+  //    taken in page order up to `rem`: HSA entry by entry, Quest page by page; every page before the
+  //    last is full, so the tie rows taken before a run are min(rem, ties before) * page.
+  const int64_t per = (nloc + kThreads - 1) / kThreads;
+  const int64_t p0 = min64(tid * per, nloc), p1 = min64(p0 + per, nloc);
   unsigned long long run_w = 0;
-  for (int64_t P = p0; P < p1; ++P) {
-    const unsigned key = __float_as_uint(keys[P]);
-    if (key > thr) run_w += static_cast<unsigned long long>(entries(P)) << 32;
-    else if (key == thr) run_w += hsa ? entries(P) : 1u;
+  for (int64_t Pl = p0; Pl < p1; ++Pl) {
+    const unsigned key = __float_as_uint(keys[Pl]) & mask;
+    if (key > thr) run_w += static_cast<unsigned long long>(entries(cbeg + Pl)) << 32;
+    else if (key == thr) run_w += kHsa ? entries(cbeg + Pl) : 1u;
   }
-  unsigned long long before = 0;
-  Scan(scan_tmp).ExclusiveSum(run_w, before);
+  unsigned long long before = 0, total = 0;
+  Scan(scan_tmp).ExclusiveSum(run_w, before, total);
+  if (tid == 0) s_total = total;
+  cluster.sync();
+  if (warp == 0) {
+    unsigned long long v = lane < rank ? *cluster.map_shared_rank(&s_total, lane) : 0ull;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == 0) s_pre = v;
+  }
+  __syncthreads();
+  auto token = cluster.barrier_arrive();  // no block reads another's shared memory after this
+  before += s_pre;
   const long long tie_before = static_cast<long long>(before & 0xffffffffull);
   long long tb = tie_before;
-  int64_t o = static_cast<int64_t>(before >> 32) + (hsa ? min64(rem, tie_before) : min64(rem, tie_before) * page);
-  for (int64_t P = p0; P < p1; ++P) {
-    const unsigned key = __float_as_uint(keys[P]);
-    const int64_t n = entries(P);
+  int64_t o = static_cast<int64_t>(before >> 32) + (kHsa ? min64(rem, tie_before) : min64(rem, tie_before) * page);
+  for (int64_t Pl = p0; Pl < p1; ++Pl) {
+    const unsigned key = __float_as_uint(keys[Pl]) & mask;
+    const int64_t P = cbeg + Pl, n = entries(P);
     int64_t take = 0;
     if (key > thr) {
       take = n;
     } else if (key == thr) {
-      take = hsa ? max64(0, min64(n, rem - tb)) : (tb < rem ? n : 0);
-      tb += hsa ? n : 1;
+      take = kHsa ? max64(0, min64(n, rem - tb)) : (tb < rem ? n : 0);
+      tb += kHsa ? n : 1;
     }
     for (int64_t j = 0; j < take; ++j) index[o + j] = static_cast<int32_t>(P * page + j);
     o += take;
   }
-  if (p0 < p1 && p1 == n_pages) a.count[h] = o;  // the thread holding the last page
+  if (p0 < p1 && cbeg + p1 == n_pages) a.count[h] = o;  // the thread holding the head's last page
+  cluster.barrier_wait(std::move(token));
+}
+
+template <typename T, int kG, bool kHsa>
+cudaError_t launch_select(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
+  const auto kernel = page_select_kernel<T, kG, kHsa>;
+  const size_t rows = kHsa ? static_cast<size_t>(a.group) : 1;
+  const size_t stage = rows * static_cast<size_t>((a.max_pages + kCluster - 1) / kCluster) * sizeof(float);
+  const bool staged = stage <= kStageBytes;
+  const size_t smem = staged ? stage : 0;
+  if (smem > kNoOptInBytes) {  // opt in (not a stream operation: fine under graph capture)
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  return launch_pdl_cluster(kernel, dim3(a.n_head_kv * kCluster), kThreads, kCluster, smem, stream, a, ws, staged);
 }
 
 template <typename T>
-cudaError_t launch_score(const PageSelectArgs& a, float* ws, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_typed(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
+  if (a.mode == PageScore::kQuest) return launch_select<T, 1, false>(a, ws, stream);
   const int G = a.group;
-  const auto kernel = G <= 1 ? score_kernel<T, 1> : G <= 2 ? score_kernel<T, 2> : G <= 4 ? score_kernel<T, 4>
-                    : G <= 8 ? score_kernel<T, 8> : score_kernel<T, 16>;
-  return launch_pdl(kernel, grid, kScoreThreads, 0, stream, a, ws);
+  return G <= 1 ? launch_select<T, 1, true>(a, ws, stream) : G <= 2 ? launch_select<T, 2, true>(a, ws, stream)
+       : G <= 4 ? launch_select<T, 4, true>(a, ws, stream) : G <= 8 ? launch_select<T, 8, true>(a, ws, stream)
+       : launch_select<T, 16, true>(a, ws, stream);
 }
 
 }  // namespace
@@ -517,30 +687,16 @@ cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t s
       a.page <= 0 || a.keep <= 0 || a.max_pages <= 0 || a.max_pages > a.page_capacity || !a.q || !a.kmin ||
       !a.kmax || !a.length || !a.index || !a.count || !workspace ||
       (a.mode == PageScore::kHsa && (a.k1 < 1 || a.k1 > a.head_dim || a.index_stride < a.keep)) ||
-      (a.mode == PageScore::kQuest && a.index_stride < a.keep * a.page) || (a.k && !a.offset))
+      (a.mode == PageScore::kQuest && a.index_stride < a.keep * a.page) || (a.k && !a.offset) ||
+      static_cast<int64_t>(a.n_head_kv) * kCluster > 0x7fffffff)
     return cudaErrorInvalidValue;
-  const int64_t blocks = (a.max_pages + kPagesPerBlock - 1) / kPagesPerBlock;
-  if (blocks > 65535) return cudaErrorInvalidValue;
   float* ws = static_cast<float*>(workspace);
-  const dim3 grid(a.n_head_kv, static_cast<unsigned>(blocks));
-  cudaError_t err = cudaSuccess;
   switch (a.dtype) {
-    case DType::kFloat32: err = launch_score<float>(a, ws, grid, stream); break;
-    case DType::kBFloat16: err = launch_score<__nv_bfloat16>(a, ws, grid, stream); break;
-    case DType::kFloat16: err = launch_score<__half>(a, ws, grid, stream); break;
+    case DType::kFloat32: return launch_typed<float>(a, ws, stream);
+    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(a, ws, stream);
+    case DType::kFloat16: return launch_typed<__half>(a, ws, stream);
   }
-  if (err != cudaSuccess) return err;
-  const int G = a.group;
-  const size_t stage = static_cast<size_t>(a.mode == PageScore::kHsa ? G : 1) * a.max_pages * sizeof(float);
-  const bool staged = stage <= kStageBytes;
-  const size_t smem = staged ? stage : 0;
-  const auto select = G <= 1 ? select_kernel<1> : G <= 2 ? select_kernel<2> : G <= 4 ? select_kernel<4>
-                    : G <= 8 ? select_kernel<8> : select_kernel<16>;
-  if (smem > kNoOptInBytes) {  // opt in (not a stream operation: fine under graph capture)
-    err = cudaFuncSetAttribute(select, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-  }
-  return launch_pdl(select, a.n_head_kv, kSelectThreads, smem, stream, a, ws, staged);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace kvscope::kernels

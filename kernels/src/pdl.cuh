@@ -34,23 +34,35 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-/// Launches `kernel` on `stream` as a programmatic dependent of the stream's previous kernel. The
-/// kernel must call pdl_wait() before touching any memory another kernel of the stream writes.
-/// Returns the launch error.
+/// Launches `kernel` on `stream` as a programmatic dependent of the stream's previous kernel, in
+/// thread-block clusters of `cluster` blocks along x when cluster > 1 (grid.x a multiple of it;
+/// sm_90). The kernel must call pdl_wait() before touching any memory another kernel of the stream
+/// writes. Returns the launch error.
 template <typename... Params, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       Args&&... args) {
+cudaError_t launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster, size_t smem,
+                               cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = cluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+/// launch_pdl_cluster without clusters.
+template <typename... Params, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  return launch_pdl_cluster(kernel, grid, block, 1u, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace kvscope::kernels

@@ -145,16 +145,21 @@ TEST_F(CudaPageSelect, HsaSelectsTheReferenceTokens) {
         }
 }
 
-TEST_F(CudaPageSelect, HsaSelectionPathsBySizeSelectTheReferenceTokens) {
-  // The select kernel stages a head's scores in shared memory up to 200 KB (opt-in above 40 KB)
-  // and keeps 12 keys per thread in registers: cover each side of both limits. G 2, page 1:
-  // 32768 pages x 2 x 4 B = 256 KB (workspace reads, 64 keys per thread); G 4, page 2: 16384
-  // pages, 256 KB; G 8, page 8: 4096 pages, 128 KB (opt-in staging).
+TEST_F(CudaPageSelect, SelectionPathsBySizeSelectTheReferenceTokens) {
+  // A cluster of 8 blocks splits each head's pages; a block stages its chunk's scores in shared
+  // memory up to 184 KB (opt-in above 12 KB) and keeps 4 keys per thread (2048 pages) in
+  // registers. Cover each side of both limits: G 16, page 1: 4096 pages per block x 16 x 4 B =
+  // 256 KB (workspace, keys re-read); G 4, page 2: 2048 pages per block, 32 KB (opt-in staging,
+  // every key in registers); G 8, page 8: 512 pages per block, 16 KB (opt-in); the other tests
+  // stage without it. Head dims 20 (16-bit rows not 16-byte aligned: element loads) and 36 (a
+  // partial slot of lanes).
   std::mt19937 rng(4);
   for (at::ScalarType dt : kDtypes) {
-    check_selection(true, dt, 128, 2, 32768, 1, 32, 4096, rng);
+    check_selection(true, dt, 64, 16, 32768, 1, 16, 4096, rng);
     check_selection(true, dt, 128, 4, 32768, 2, 64, 2048, rng);
     check_selection(true, dt, 64, 8, 32768, 8, 16, 1024, rng);
+    check_selection(true, dt, 20, 3, 1000, 4, 5, 100, rng);
+    check_selection(false, dt, 36, 3, 1000, 4, 0, 25, rng);
   }
 }
 
