@@ -78,8 +78,10 @@ struct PageSelectArgs {
 /// fp32 scratch the selection needs (scores of every page of every head and group member).
 size_t page_select_workspace_bytes(const PageSelectArgs& a);
 
-/// Scores pages and writes index/count on `stream` (two launches). workspace: page_select_workspace_bytes
-/// bytes of device memory. Returns cudaErrorInvalidValue on bad arguments, else the launch error.
+/// Scores pages and writes index/count on `stream`: one launch of a thread-block cluster of 8 blocks
+/// per KV head (sm_90). workspace: page_select_workspace_bytes bytes of device memory (read only when
+/// a block's share of a head's scores exceeds its shared-memory staging). Returns
+/// cudaErrorInvalidValue on bad arguments, else the launch error.
 cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t stream);
 
 }  // namespace kvscope::kernels
