@@ -77,6 +77,23 @@ __device__ __forceinline__ void load_chunk(const T* row, int c0, int D, bool vec
   }
 }
 
+/// The lane's chunks of rows r, r + kWarps, ..., r + (kRowsPerWarp - 1) * kWarps of one head (row
+/// stride rs), their loads in flight together; rows >= end read 0.
+template <typename T, int PER>
+__device__ __forceinline__ void load_rows(const T* head, int64_t r, int64_t end, int64_t rs, int c0, int D, bool vec,
+                                          float (&f)[kRowsPerWarp][PER]) {
+#pragma unroll
+  for (int u = 0; u < kRowsPerWarp; ++u) {
+    const int64_t row = r + static_cast<int64_t>(u) * kWarps;
+    if (row < end) {
+      load_chunk<T, PER>(head + row * rs, c0, D, vec, f[u]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < PER; ++i) f[u][i] = 0.f;
+    }
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
@@ -128,16 +145,7 @@ __global__ void __launch_bounds__(kThreads) keydiff_sum_kernel(const T* __restri
   for (int i = 0; i < PER; ++i) acc[i] = 0.f;
   for (int64_t r = r0 + warp; r < r1; r += kWarps * kRowsPerWarp) {
     float f[kRowsPerWarp][PER];
-#pragma unroll
-    for (int u = 0; u < kRowsPerWarp; ++u) {
-      const int64_t row = r + static_cast<int64_t>(u) * kWarps;
-      if (row < r1) {
-        load_chunk<T, PER>(head + row * rs, c0, D, vec, f[u]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < PER; ++i) f[u][i] = 0.f;
-      }
-    }
+    load_rows<T, PER>(head, r, r1, rs, c0, D, vec, f);
 #pragma unroll
     for (int u = 0; u < kRowsPerWarp; ++u) {
       float scale = 1.f;
@@ -202,16 +210,7 @@ __global__ void __launch_bounds__(kThreads) keydiff_score_kernel(const T* __rest
   const T* head = keys + static_cast<int64_t>(h) * hs;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kWarps * kRowsPerWarp) + warp;
   float f[kRowsPerWarp][PER];
-#pragma unroll
-  for (int u = 0; u < kRowsPerWarp; ++u) {
-    const int64_t row = r + static_cast<int64_t>(u) * kWarps;
-    if (row < n) {
-      load_chunk<T, PER>(head + row * rs, c0, D, vec, f[u]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < PER; ++i) f[u][i] = 0.f;
-    }
-  }
+  load_rows<T, PER>(head, r, n, rs, c0, D, vec, f);
   float mu[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) mu[i] = c0 + i < D ? anchor[static_cast<int64_t>(h) * D + c0 + i] : 0.f;

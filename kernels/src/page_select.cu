@@ -1,4 +1,5 @@
-// Page min/max maintenance, page scoring and row selection for HSA / Quest (see page_select.h).
+// Page scoring and row selection for HSA / Quest, with the decode-append page min/max upkeep (see
+// page_select.h).
 //
 // page_select is one launch: a thread-block cluster of kCluster blocks per KV head (sm_90, CUDA
 // Programming Guide "Thread Block Clusters"), block r of the cluster owning the r-th contiguous
@@ -52,35 +53,6 @@ constexpr int kCluster = 8;
 
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
-
-// ---- page min/max ---------------------------------------------------------------------------
-
-/// Channel c of one page's summaries: mn[c] / mx[c] = min / max over its `rows` rows (kr: the page's
-/// first row of K, row stride D). Exact: the results are values of T.
-template <typename T>
-__device__ __forceinline__ void page_channel_minmax(const T* kr, int64_t rows, int D, int c, T* mn, T* mx) {
-  float lo = to_f<T>(kr[c]), hi = lo;
-  for (int64_t r = 1; r < rows; ++r) {
-    const float x = to_f<T>(kr[r * D + c]);
-    lo = fminf(lo, x);
-    hi = fmaxf(hi, x);
-  }
-  mn[c] = from_f<T>(lo);
-  mx[c] = from_f<T>(hi);
-}
-
-template <typename T>
-__global__ void page_minmax_kernel(const PageMinMaxArgs a) {
-  pdl_trigger();
-  pdl_wait();
-  const int h = blockIdx.x, c = threadIdx.x, D = a.head_dim;
-  const int64_t len = a.length[h];
-  const int64_t P = (a.first_page ? a.first_page[h] : max64(len - 1, 0) / a.page) + blockIdx.y, first = P * a.page;
-  if (c >= D || first >= len || P >= a.page_capacity) return;
-  const int64_t o = (static_cast<int64_t>(h) * a.page_capacity + P) * D;
-  page_channel_minmax(static_cast<const T*>(a.k) + (a.offset[h] + first) * D, min64(len, first + a.page) - first, D, c,
-                      static_cast<T*>(a.kmin) + o, static_cast<T*>(a.kmax) + o);
-}
 
 // ---- scoring ----------------------------------------------------------------------------------
 
@@ -663,20 +635,6 @@ cudaError_t launch_typed(const PageSelectArgs& a, float* ws, cudaStream_t stream
 
 }  // namespace
 
-
-cudaError_t page_minmax_update(const PageMinMaxArgs& a, cudaStream_t stream) {
-  if (a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim > kMaxDim || a.page <= 0 || a.max_span <= 0 || !a.k ||
-      !a.offset || !a.length || !a.kmin || !a.kmax || a.page_capacity <= 0 || a.max_span > 65535)
-    return cudaErrorInvalidValue;
-  const dim3 grid(a.n_head_kv, static_cast<unsigned>(a.max_span));
-  const int threads = (a.head_dim + 31) / 32 * 32;
-  switch (a.dtype) {
-    case DType::kFloat32: return launch_pdl(page_minmax_kernel<float>, grid, threads, 0, stream, a);
-    case DType::kBFloat16: return launch_pdl(page_minmax_kernel<__nv_bfloat16>, grid, threads, 0, stream, a);
-    case DType::kFloat16: return launch_pdl(page_minmax_kernel<__half>, grid, threads, 0, stream, a);
-  }
-  return cudaErrorInvalidValue;
-}
 
 size_t page_select_workspace_bytes(const PageSelectArgs& a) {
   return static_cast<size_t>(a.n_head_kv) * static_cast<size_t>(a.group) * static_cast<size_t>(a.max_pages) * sizeof(float);

@@ -1,4 +1,4 @@
-// The page-summary kernels (ops/page_ops.h: page min/max upkeep, HSA / Quest page selection)
+// The page-summary kernels (ops/page_ops.h: HSA / Quest page selection with the last-page upkeep)
 // against their fp32 LibTorch references (ops/reference_ops.h), on ragged caches of awkward
 // lengths (1, 37, 1000, 32768 entries), head_dim 64 / 128, GQA groups 1, 3, 4, 8 and every dtype.
 // Skipped without a CUDA device or without the kernels in the build.
@@ -75,34 +75,6 @@ int64_t max_pages_of(const Layer& L, int64_t page) {
   return m;
 }
 
-TEST_F(CudaPageSelect, PageMinMaxLastMatchesReference) {
-  std::mt19937 rng(1);
-  for (at::ScalarType dt : kDtypes)
-    for (int64_t D : {64, 128})
-      for (int64_t n_tok : {1, 37, 1000, 32768})
-        for (int64_t page : {1, 7, 16}) {
-          Layer L = make_layer(3, n_tok, D, dt, rng);
-          const int64_t cap = max_pages_of(L, page) + 2;
-          // Stale summaries: everything but the last page right, the last page poisoned.
-          auto [lo, hi] = summaries(L, page, cap);
-          for (int64_t h = 0; h < 3; ++h) {
-            const int64_t last = (L.length[h] - 1) / page;
-            lo[h][last].fill_(1e4);
-            hi[h][last].fill_(-1e4);
-          }
-          const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
-          ops::page_minmax_last(L.k, heads[0], heads[1], page, lo, hi);
-          for (int64_t h = 0; h < 3; ++h) {
-            auto [rlo, rhi] = ops::ref::page_minmax(head_keys(L, h), page);
-            const int64_t P = rlo.size(0);
-            const std::string what = "dtype " + std::string(c10::toString(dt)) + " D=" + std::to_string(D) +
-                                     " n=" + std::to_string(L.length[h]) + " page=" + std::to_string(page);
-            EXPECT_TRUE(at::equal(lo[h].narrow(0, 0, P).to(at::kFloat).cpu(), rlo.cpu())) << what;
-            EXPECT_TRUE(at::equal(hi[h].narrow(0, 0, P).to(at::kFloat).cpu(), rhi.cpu())) << what;
-          }
-        }
-}
-
 /// Checks one selection against the reference; returns the number of rows that differ.
 int64_t differing_rows(const at::Tensor& got, const at::Tensor& want) {
   const at::Tensor a = got.cpu().to(at::kLong), b = want.cpu();
@@ -174,38 +146,46 @@ TEST_F(CudaPageSelect, QuestSelectsTheReferencePages) {
         }
 }
 
-TEST_F(CudaPageSelect, FusedLastPageUpkeepMatchesTheSeparateKernel) {
-  // page_select with k / offset recomputes each head's last page before scoring: the summaries it
-  // leaves and the rows it selects equal page_minmax_last followed by page_select.
-  std::mt19937 rng(6);
+TEST_F(CudaPageSelect, LastPageUpkeepRecomputesTheSummariesAndSelectsAsIfFresh) {
+  // page_select with k / offset first recomputes each head's last page (the decode append): from
+  // poisoned last pages it must leave exactly the reference summaries of every page, and select
+  // the same rows as a selection over fresh summaries without the upkeep.
+  std::mt19937 rng(1);
   for (bool hsa : {true, false})
     for (at::ScalarType dt : kDtypes)
-      for (int64_t n_tok : {37, 1000, 32768}) {
-        const int64_t D = 128, G = 4, page = hsa ? 3 : 16, k1 = 32, keep = hsa ? std::max<int64_t>(1, n_tok / 8) : 4;
-        Layer L = make_layer(3, n_tok, D, dt, rng);
-        const int64_t cap = max_pages_of(L, page) + 1;
-        auto [lo, hi] = summaries(L, page, cap);
-        for (int64_t h = 0; h < 3; ++h) {  // poison every last page
-          const int64_t last = (L.length[h] - 1) / page;
-          lo[h][last].fill_(1e4);
-          hi[h][last].fill_(-1e4);
-        }
-        at::Tensor lo2 = lo.clone(), hi2 = hi.clone();
-        const at::Tensor q = at::randn({3 * G, D}, L.k.options().dtype(at::kFloat)).to(dt);
-        const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
-        const auto mode = hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest;
-        auto [index, count] = ops::page_select(mode, q, lo, hi, heads[1], max_pages_of(L, page), G, page, k1, keep, L.k, heads[0]);
-        ops::page_minmax_last(L.k, heads[0], heads[1], page, lo2, hi2);
-        auto [index2, count2] = ops::page_select(mode, q, lo2, hi2, heads[1], max_pages_of(L, page), G, page, k1, keep);
-        const std::string what = std::string(hsa ? "hsa " : "quest ") + c10::toString(dt) + " n=" + std::to_string(n_tok);
-        EXPECT_TRUE(at::equal(lo.cpu(), lo2.cpu())) << what;
-        EXPECT_TRUE(at::equal(hi.cpu(), hi2.cpu())) << what;
-        ASSERT_TRUE(at::equal(count.cpu(), count2.cpu())) << what;
-        for (int64_t h = 0; h < 3; ++h) {
-          const int64_t c = count.cpu()[h].item<int64_t>();
-          EXPECT_TRUE(at::equal(index[h].narrow(0, 0, c).cpu(), index2[h].narrow(0, 0, c).cpu())) << what << " head " << h;
-        }
-      }
+      for (int64_t D : {64, 128})
+        for (int64_t n_tok : {1, 37, 1000, 32768})
+          for (int64_t page : {1, 7, 16}) {
+            const int64_t G = 4, k1 = D / 4, keep = std::max<int64_t>(1, hsa ? n_tok / 8 : n_tok / page / 8);
+            Layer L = make_layer(3, n_tok, D, dt, rng);
+            const int64_t cap = max_pages_of(L, page) + 2;
+            auto [fresh_lo, fresh_hi] = summaries(L, page, cap);
+            at::Tensor lo = fresh_lo.clone(), hi = fresh_hi.clone();
+            for (int64_t h = 0; h < 3; ++h) {  // poison every last page
+              const int64_t last = (L.length[h] - 1) / page;
+              lo[h][last].fill_(1e4);
+              hi[h][last].fill_(-1e4);
+            }
+            const at::Tensor q = at::randn({3 * G, D}, L.k.options().dtype(at::kFloat)).to(dt);
+            const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
+            const auto mode = hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest;
+            const int64_t max_pages = max_pages_of(L, page);
+            auto [index, count] = ops::page_select(mode, q, lo, hi, heads[1], max_pages, G, page, k1, keep, L.k, heads[0]);
+            auto [index2, count2] = ops::page_select(mode, q, fresh_lo, fresh_hi, heads[1], max_pages, G, page, k1, keep);
+            const std::string what = std::string(hsa ? "hsa " : "quest ") + c10::toString(dt) + " D=" + std::to_string(D) +
+                                     " n=" + std::to_string(n_tok) + " page=" + std::to_string(page);
+            for (int64_t h = 0; h < 3; ++h) {
+              auto [rlo, rhi] = ops::ref::page_minmax(head_keys(L, h), page);
+              const int64_t P = rlo.size(0);
+              EXPECT_TRUE(at::equal(lo[h].narrow(0, 0, P).to(at::kFloat).cpu(), rlo.cpu())) << what << " head " << h;
+              EXPECT_TRUE(at::equal(hi[h].narrow(0, 0, P).to(at::kFloat).cpu(), rhi.cpu())) << what << " head " << h;
+            }
+            ASSERT_TRUE(at::equal(count.cpu(), count2.cpu())) << what;
+            for (int64_t h = 0; h < 3; ++h) {
+              const int64_t c = count.cpu()[h].item<int64_t>();
+              EXPECT_TRUE(at::equal(index[h].narrow(0, 0, c).cpu(), index2[h].narrow(0, 0, c).cpu())) << what << " head " << h;
+            }
+          }
 }
 
 TEST_F(CudaPageSelect, PartialLastPageAndDenseHeads) {

@@ -40,32 +40,6 @@ at::Tensor upload_heads(const std::vector<int64_t>& offset, const std::vector<in
   return upload(offset, length, device).view({2, static_cast<int64_t>(offset.size())});
 }
 
-void page_minmax_last(const at::Tensor& k, const at::Tensor& offset_dev, const at::Tensor& length_dev, int64_t page,
-                      const at::Tensor& kmin, const at::Tensor& kmax) {
-  const char* op = "page_minmax_last";
-  check_same(op, {&k, &kmin, &kmax});
-  if (k.dim() != 2 || !k.is_contiguous()) bad("page_minmax_last: k must be contiguous [rows, head_dim]");
-  const int64_t n_head_kv = kmin.size(0), D = k.size(1);
-  check_pages(op, kmin, kmax, n_head_kv, D);
-  check_heads(op, offset_dev, n_head_kv, k.device());
-  check_heads(op, length_dev, n_head_kv, k.device());
-  if (page < 1) bad("page_minmax_last: page must be >= 1");
-  const c10::cuda::CUDAGuard guard(k.device());
-  kk::PageMinMaxArgs a;
-  a.dtype = kernel_dtype(k, op);
-  a.n_head_kv = static_cast<int>(n_head_kv);
-  a.head_dim = static_cast<int>(D);
-  a.page = static_cast<int>(page);
-  a.k = k.data_ptr();
-  a.offset = offset_dev.data_ptr<int64_t>();
-  a.length = length_dev.data_ptr<int64_t>();
-  a.max_span = 1;
-  a.kmin = kmin.data_ptr();
-  a.kmax = kmax.data_ptr();
-  a.page_capacity = kmin.size(1);
-  check_cuda(kk::page_minmax_update(a, at::cuda::getCurrentCUDAStream()), op);
-}
-
 std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& q_in, const at::Tensor& kmin,
                                               const at::Tensor& kmax, const at::Tensor& length_dev, int64_t max_pages,
                                               int64_t group, int64_t page, int64_t k1, int64_t keep,
@@ -123,10 +97,6 @@ using detail::unavailable;
 
 at::Tensor upload_heads(const std::vector<int64_t>&, const std::vector<int64_t>&, c10::Device) {
   unavailable("upload_heads");
-}
-void page_minmax_last(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&,
-                      const at::Tensor&) {
-  unavailable("page_minmax_last");
 }
 std::pair<at::Tensor, at::Tensor> page_select(PageScore, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                               const at::Tensor&, int64_t, int64_t, int64_t, int64_t, int64_t,

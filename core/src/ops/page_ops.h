@@ -1,6 +1,6 @@
 #pragma once
-// LibTorch adapters over the page-summary kernels (kernels/page_select.h): page min/max upkeep,
-// HSA / Quest page scoring and row selection for sparse decode. Internal to kvscope_core; the
+// LibTorch adapters over the page-summary kernels (kernels/page_select.h): HSA / Quest page scoring
+// and row selection for sparse decode, with the decode-append page min/max upkeep. Internal to kvscope_core; the
 // bodies exist only with KVSCOPE_HAVE_CUDA_KERNELS, elsewhere every function throws
 // std::runtime_error. Errors: std::invalid_argument for bad shapes / dtypes / devices,
 // std::runtime_error for a failed launch.
@@ -12,24 +12,18 @@
 
 namespace kvscope::ops {
 
-/// Recomputes, for every KV head h, the page holding entry length[h] - 1 (the only page a decode
-/// append changes). k: cache dtype [rows, D] contiguous; offset_dev / length_dev: int64
-/// [n_head_kv] on k's device; kmin / kmax: [n_head_kv, page_capacity, D] contiguous, k's dtype.
-/// A head with no entries is left alone.
-void page_minmax_last(const at::Tensor& k, const at::Tensor& offset_dev, const at::Tensor& length_dev, int64_t page,
-                      const at::Tensor& kmin, const at::Tensor& kmax);
-
 enum class PageScore { kHsa, kQuest };
 
 /// Scores the pages of every KV head against the decode query and selects the rows to attend
 /// (RocketKV HSA §3.4 Alg. 1, or Quest §3.2 as RocketKV App. A.3 configures it for GQA; formulas
-/// in kernels/page_select.h). q: [n_head, D] (n_head = group * n_head_kv); kmin / kmax as above;
+/// in kernels/page_select.h). q: [n_head, D] (n_head = group * n_head_kv); kmin / kmax: [n_head_kv,
+/// page_capacity, D] contiguous, q's dtype (per-page key min / max);
 /// length_dev: int64 [n_head_kv]; max_pages: host bound of ceil(length / page). keep: HSA tokens
 /// k2 / Quest pages. k1: HSA channels (1..D). Returns {index int32 [n_head_kv, S], count int64
 /// [n_head_kv]} on q's device, S = keep (HSA) or keep * page (Quest); rows ascending. With k
 /// ([rows, D] contiguous cache keys) and offset_dev (int64 [n_head_kv]) given, the page holding
-/// entry length[h] - 1 of every head is first recomputed in the same launch (page_minmax_last fused
-/// in: the decode-append case).
+/// entry length[h] - 1 of every head is first recomputed from k and written to kmin / kmax in the
+/// same launch (the decode-append case).
 std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& q, const at::Tensor& kmin,
                                               const at::Tensor& kmax, const at::Tensor& length_dev, int64_t max_pages,
                                               int64_t group, int64_t page, int64_t k1, int64_t keep,

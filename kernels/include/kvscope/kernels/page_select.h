@@ -17,24 +17,6 @@
 
 namespace kvscope::kernels {
 
-/// Recomputes pages first_page[h] .. ceil(length[h] / page) - 1 of every KV head (after appends,
-/// normally just the last page). max_span: a host upper bound of the pages any head recomputes.
-struct PageMinMaxArgs {
-  DType dtype = DType::kBFloat16;
-  int n_head_kv = 0;
-  int head_dim = 0;  ///< D <= 256
-  int page = 1;
-  const void* k = nullptr;               ///< dtype [rows, D]
-  const int64_t* offset = nullptr;       ///< int64 [n_head_kv]
-  const int64_t* length = nullptr;       ///< int64 [n_head_kv]: entries per head
-  const int64_t* first_page = nullptr;   ///< int64 [n_head_kv]; nullptr: the page of entry length[h]-1
-  int64_t max_span = 1;
-  void* kmin = nullptr;                  ///< dtype [n_head_kv, page_capacity, D]
-  void* kmax = nullptr;
-  int64_t page_capacity = 0;
-};
-cudaError_t page_minmax_update(const PageMinMaxArgs& a, cudaStream_t stream);
-
 /// How pages are scored and how many rows are kept.
 enum class PageScore : int {
   /// RocketKV HSA (Behnam et al. 2025 §3.4 Alg. 1): i1 = top-k1 channels of Σ_g|q_g|; per channel
@@ -65,11 +47,11 @@ struct PageSelectArgs {
   int64_t page_capacity = 0;
   const int64_t* length = nullptr;  ///< int64 [n_head_kv]
   int64_t max_pages = 0;            ///< host upper bound of ceil(length[h] / page)
-  /// Optional fused page upkeep (the decode-append case): with k and offset set, the page holding
-  /// entry length[h] - 1 of every head is first recomputed from K, as page_minmax_update with
-  /// first_page = nullptr would (K, offset: see PageMinMaxArgs), saving that launch.
+  /// Optional page upkeep (the decode-append case): with k and offset set, the summaries of the page
+  /// holding entry length[h] - 1 of every head are first recomputed from K (dtype [rows, D], head h
+  /// at rows offset[h] ..), exactly (min / max of the dtype values), and written to kmin / kmax.
   const void* k = nullptr;
-  const int64_t* offset = nullptr;
+  const int64_t* offset = nullptr;  ///< int64 [n_head_kv]
   int32_t* index = nullptr;         ///< out int32 [n_head_kv, index_stride]: selected entries, ascending
   int64_t index_stride = 0;         ///< >= rows any head can emit (HSA: keep; Quest: keep * page)
   int64_t* count = nullptr;         ///< out int64 [n_head_kv]: rows written per head
