@@ -283,6 +283,10 @@ class Spark : public ChannelPruningBase {
       a = at::zeros({Hkv, D}, in.queries.options().dtype(at::kFloat));
     }
     const int64_t item = cache.layer(layer).k.element_size();
+    // The heads' stores and the data-dependent part of their key bytes (kept channels, sign bits)
+    // as device scalars, read back together once the layer is done: one host sync per layer.
+    std::vector<HeadStore> stores;
+    std::vector<at::Tensor> kept_bytes;
     for (int64_t h = 0; h < Hkv; ++h) {
       const at::Tensor k = cache.head_keys(layer, h);  // [n, D] retained entries
       const int64_t n = k.size(0);
@@ -305,8 +309,8 @@ class Spark : public ChannelPruningBase {
         s.masked_k = k.mul(mask.to(k.scalar_type()));
       }
       s.mask = mask;
-      const int64_t kept = n > 0 ? mask.sum().item<int64_t>() : 0;
-      s.key_bytes = kept * item + kept * index_bytes(D) + (degenerate_ ? n * 4 : 0) + (top_p_ ? n * 2 : 0);
+      at::Tensor var_bytes = mask.sum() * (item + index_bytes(D));  // int64 scalar on the keys' device
+      s.key_bytes = (degenerate_ ? n * 4 : 0) + (top_p_ ? n * 2 : 0);
       if (degenerate_ && key_sign_) {
         // k̃_tj = sign(k_tj) · μ[t] / a_j on pruned channels (0 where a_j = 0: w is 0 there anyway);
         // one sign bit per pruned channel is stored. (The fused kernel has refilled k̂ already.)
@@ -320,12 +324,18 @@ class Spark : public ChannelPruningBase {
         }
         s.bias = at::zeros_like(pruned_sum);
         const at::Tensor bits = ((~mask).sum(-1) + 7).div(8, "floor");                          // [n]
-        s.key_bytes += n > 0 ? bits.sum().item<int64_t>() : 0;
+        var_bytes = var_bytes + bits.sum();
       } else {
         s.bias = degenerate_ ? pruned_sum : at::zeros_like(pruned_sum);
       }
       s.dense_bytes = n * D * item;
-      set_head(layer, h, std::move(s), cache);
+      stores.push_back(std::move(s));
+      kept_bytes.push_back(std::move(var_bytes));
+    }
+    const at::Tensor var = Hkv > 0 ? at::stack(kept_bytes).to(at::kCPU) : at::Tensor();
+    for (int64_t h = 0; h < Hkv; ++h) {
+      stores[static_cast<size_t>(h)].key_bytes += var[h].item<int64_t>();
+      set_head(layer, h, std::move(stores[static_cast<size_t>(h)]), cache);
     }
   }
 
