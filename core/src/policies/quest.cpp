@@ -85,6 +85,7 @@ void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
   L.kmax = at::empty_like(L.kmin);
   L.covered.assign(static_cast<size_t>(Hkv), 0);
   L.built = true;
+  if (kv.uniform()) return fill(L, 0, cache.keys(l), 0);  // every head in one pass
   for (int64_t h = 0; h < Hkv; ++h) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);
 }
 
