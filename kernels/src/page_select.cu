@@ -51,6 +51,10 @@ constexpr int kQPerThread = kMaxGroup * kMaxDim / kThreads;
 /// alone but waits for a whole free GPC: slower inside the decode step, docs/performance.md.)
 constexpr int kCluster = 8;
 
+/// Pages of a head each block of its cluster owns at most (the row stride of staged scores), for a
+/// host bound max_pages of the pages per head.
+__host__ __device__ constexpr int64_t block_pages(int64_t max_pages) { return (max_pages + kCluster - 1) / kCluster; }
+
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
 
@@ -383,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
 
   // 2. Scores of the chunk: s[g * ss + (P - cbeg)], in shared memory when staged.
   float* s = staged ? stage : ws + static_cast<int64_t>(h) * (kHsa ? G : 1) * a.max_pages + cbeg;
-  const int64_t ss = staged ? (a.max_pages + kCluster - 1) / kCluster : a.max_pages;
+  const int64_t ss = staged ? block_pages(a.max_pages) : a.max_pages;
   float m[kG];
 #pragma unroll
   for (int g = 0; g < kG; ++g) m[g] = -INFINITY;
@@ -465,14 +469,11 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   //    row 0 of the scores for all (the emission reads contiguous runs).
   float* keys = s;
   auto key_of = [&](int64_t Pl) {
+    if constexpr (!kHsa) return __float_as_uint(s[Pl]);  // Quest stored its keys while scoring
     float v = 0.f;
-    if (kHsa) {
 #pragma unroll
-      for (int g = 0; g < kG; ++g)
-        if (g < G) v += __expf(s[g * ss + Pl] - s_max[g]) * s_inv[g];
-    } else {
-      return __float_as_uint(s[Pl]);
-    }
+    for (int g = 0; g < kG; ++g)
+      if (g < G) v += __expf(s[g * ss + Pl] - s_max[g]) * s_inv[g];
     return ordered_bits(v);
   };
   unsigned kr[kRegPages];
@@ -500,7 +501,6 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass, b = pass & 1;
     const unsigned prefix = s_prefix;
-    unsigned* hc = hist;
     auto count = [&](int64_t Pl, unsigned key, bool valid) {
       const bool on = valid && (key & mask) == prefix;
       const unsigned act = __ballot_sync(0xffffffffu, on);
@@ -510,8 +510,8 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
         // HSA weighs a page by its entries: every page holds `page` but the head's last one, whose
         // lane adds the difference itself (a reduce over the peers would serialise the groups).
         const unsigned per_page = kHsa ? static_cast<unsigned>(page) : 1u;
-        if (lane == __ffs(peers) - 1) atomicAdd(&hc[bin], per_page * static_cast<unsigned>(__popc(peers)));
-        if (kHsa && cbeg + Pl == last) atomicAdd(&hc[bin], entries(last) - per_page);  // unsigned wrap: subtracts
+        if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], per_page * static_cast<unsigned>(__popc(peers)));
+        if (kHsa && cbeg + Pl == last) atomicAdd(&hist[bin], entries(last) - per_page);  // unsigned wrap: subtracts
       }
     };
 #pragma unroll
@@ -526,11 +526,11 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     }
     __syncthreads();
     if (tid < 256) {
-      const unsigned v = hc[tid];
+      const unsigned v = hist[tid];
       if (v)
 #pragma unroll
         for (int r = 0; r < kCluster; ++r) atomicAdd(cluster.map_shared_rank(&tot[b][tid], r), v);
-      hc[tid] = 0;
+      hist[tid] = 0;
       tot[b ^ 1][tid] = 0;  // this block searched it in pass p - 1; the others add to it again in p + 1
     }
     cluster.sync();
@@ -614,7 +614,7 @@ template <typename T, int kG, bool kHsa>
 cudaError_t launch_select(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
   const auto kernel = page_select_kernel<T, kG, kHsa>;
   const size_t rows = kHsa ? static_cast<size_t>(a.group) : 1;
-  const size_t stage = rows * static_cast<size_t>((a.max_pages + kCluster - 1) / kCluster) * sizeof(float);
+  const size_t stage = rows * static_cast<size_t>(block_pages(a.max_pages)) * sizeof(float);
   const bool staged = stage <= kStageBytes;
   const size_t smem = staged ? stage : 0;
   if (smem > kNoOptInBytes) {  // opt in (not a stream operation: fine under graph capture)

@@ -1,8 +1,8 @@
 #pragma once
 // LibTorch adapters over the page-summary kernels (kernels/page_select.h): HSA / Quest page scoring
-// and row selection for sparse decode, with the decode-append page min/max upkeep. Internal to kvscope_core; the
-// bodies exist only with KVSCOPE_HAVE_CUDA_KERNELS, elsewhere every function throws
-// std::runtime_error. Errors: std::invalid_argument for bad shapes / dtypes / devices,
+// and row selection for sparse decode, with the decode-append page min/max upkeep. Internal to
+// kvscope_core; the bodies exist only with KVSCOPE_HAVE_CUDA_KERNELS, elsewhere every function
+// throws std::runtime_error. Errors: std::invalid_argument for bad shapes / dtypes / devices,
 // std::runtime_error for a failed launch.
 #include <cstdint>
 #include <utility>

@@ -332,7 +332,7 @@ class Spark : public ChannelPruningBase {
       stores.push_back(std::move(s));
       kept_bytes.push_back(std::move(var_bytes));
     }
-    const at::Tensor var = Hkv > 0 ? at::stack(kept_bytes).to(at::kCPU) : at::Tensor();
+    const at::Tensor var = at::stack(kept_bytes).to(at::kCPU);  // Hkv >= 1 (checked above)
     for (int64_t h = 0; h < Hkv; ++h) {
       stores[static_cast<size_t>(h)].key_bytes += var[h].item<int64_t>();
       set_head(layer, h, std::move(stores[static_cast<size_t>(h)]), cache);
