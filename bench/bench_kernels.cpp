@@ -1,4 +1,5 @@
-// bench_kernels: split-K decode attention (kernels/decode.h) against the memory roofline.
+// bench_kernels: the decode projections' GEMV (kernels/gemv.h: 1 and 8 rows on the Llama-3.1-8B
+// projection shapes) and split-K decode attention (kernels/decode.h) against the memory roofline.
 // n_head 32, n_head_kv 8, head_dim 128, bf16 (Llama-3-8B shapes), n_tok 4K / 32K / 128K per KV
 // head. Reports the median time of many calls (CUDA events), both launched one by one on a stream
 // (host launch cost included when it exceeds the GPU time) and replayed from a CUDA graph (GPU
@@ -27,6 +28,7 @@ int main() {
 #include <cuda_runtime_api.h>
 
 #include "kvscope/kernels/decode.h"
+#include "kvscope/kernels/gemv.h"
 #include "kvscope/kernels/page_select.h"
 #include "kvscope/kernels/snapkv_scores.h"
 
@@ -146,6 +148,43 @@ int main(int argc, char** argv) {
   std::mt19937 rng(42);
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  // Decode projections (kernels/gemv.h), Llama-3.1-8B shapes, bf16: m = 1 (CUDA cores) and m = 8
+  // rows (a decode batch, tensor cores). Weight copies rotate over 512 MB so that L2 never holds
+  // the matrix; GB/s counts the weight bytes of one call (graph replay).
+  {
+    std::printf("%-8s %6s %6s %3s %10s %9s %8s\n", "gemv", "n", "k", "m", "graph_us", "GB/s", "of_copy");
+    const size_t pool_bytes = size_t{512} << 20;
+    void *pool = nullptr, *x = nullptr, *y = nullptr;
+    CHECK(cudaMalloc(&pool, pool_bytes));
+    CHECK(cudaMemset(pool, 0x3c, pool_bytes));  // bf16 0x3c3c: a finite value
+    CHECK(cudaMalloc(&x, 8 * 14336 * 2));
+    CHECK(cudaMemset(x, 0x3c, 8 * 14336 * 2));
+    CHECK(cudaMalloc(&y, 8 * 28672 * 4));
+    struct Proj { const char* name; int64_t n, k; };
+    for (const Proj& pr : {Proj{"qkv", 6144, 4096}, Proj{"o", 4096, 4096}, Proj{"gate_up", 28672, 4096}, Proj{"down", 4096, 14336}})
+      for (const int64_t m : {int64_t{1}, int64_t{8}}) {
+        const size_t wbytes = static_cast<size_t>(pr.n * pr.k * 2);
+        const int copies = static_cast<int>(pool_bytes / wbytes);
+        kk::GemvArgs ga;
+        ga.m = m;
+        ga.n = pr.n;
+        ga.k = pr.k;
+        ga.x = x;
+        ga.y = y;
+        const double ms = time_graph_ms(
+            [&](int i) {
+              ga.w = static_cast<const char*>(pool) + (i % copies) * wbytes;
+              CHECK(kk::gemv(ga, stream));
+            },
+            stream, 20, 16);
+        const double gbs = wbytes / (ms * 1e-3) / 1e9;
+        std::printf("%-8s %6lld %6lld %3lld %10.1f %9.1f %7.1f%%\n", pr.name, static_cast<long long>(pr.n),
+                    static_cast<long long>(pr.k), static_cast<long long>(m), ms * 1e3, gbs, 100 * gbs / copy_gbs);
+      }
+    for (void* p : {pool, x, y}) CHECK(cudaFree(p));
+    std::printf("\n");
+  }
   std::printf("%8s %7s %7s %7s %10s %10s %9s %8s\n", "n_tok", "case", "blocks", "chunk", "stream_us", "graph_us", "GB/s",
               "of_copy");
   for (const int64_t n_tok : {int64_t{4096}, int64_t{32768}, int64_t{131072}}) {

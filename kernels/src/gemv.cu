@@ -1,4 +1,4 @@
-// Batch-1 GEMV (see gemv.h). One warp per output row, 8 rows per 256-thread block; each lane
+// Batch-1 GEMV (see gemv.h; 2..8 rows: gemv_rows.cu). One warp per output row, 8 rows per 256-thread block; each lane
 // streams 16-byte vectors of its row with cache-streaming loads (the weight is read once per
 // token: keep it out of L1), four in flight, and dots them with the matching vector of x (x is
 // tiny and shared by every warp: read-only cached loads). A warp shuffle sums the lanes.
@@ -8,6 +8,7 @@
 // latency-bound (page selection, attention over a few rows, norms) the projection's weights are
 // then already on their way.
 #include "dtype.cuh"
+#include "gemv_rows.cuh"
 #include "kvscope/kernels/gemv.h"
 #include "pdl.cuh"
 
@@ -16,9 +17,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
-/// Weight bytes (from the start of W) whose rows a block launched early prefetches into L2: half
-/// the 50 MB L2 of an H100/H200, so that what is prefetched survives until it is read.
-constexpr int64_t kL2PrefetchBytes = 24ll << 20;
+using detail::kL2PrefetchBytes;
 constexpr int kLineBytes = 128;
 
 template <typename T>
@@ -95,12 +94,14 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 bool gemv_supported(const GemvArgs& a) {
   const int64_t item = static_cast<int64_t>(dtype_size(a.dtype));
-  return a.n > 0 && a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y && aligned16(a.w) &&
-         aligned16(a.x) && (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
+  return a.m >= 1 && a.m <= 8 && (a.m == 1 || a.dtype != DType::kFloat32) && a.b_stride >= 0 && a.n > 0 &&
+         a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y && aligned16(a.w) && aligned16(a.x) &&
+         (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
 }
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (!gemv_supported(a)) return cudaErrorInvalidValue;
+  if (a.m > 1) return detail::gemv_rows(a, stream);
   switch (a.dtype) {
     case DType::kFloat32: return launch<float>(a, stream);
     case DType::kBFloat16: return launch<__nv_bfloat16>(a, stream);

@@ -21,6 +21,10 @@
 #include "../../core/src/ops/cuda_ops.h"
 #include "../../core/src/ops/reference_ops.h"
 
+#ifdef KVSCOPE_HAVE_CUDA_KERNELS
+#include "kvscope/kernels/gemv.h"
+#endif
+
 namespace kvscope {
 namespace {
 
@@ -275,14 +279,16 @@ TEST_F(CudaKernels, SiluMulMatchesReference) {
 
 TEST_F(CudaKernels, LinearRowMatchesReference) {
   // The decode projections' GEMV against x·Wᵀ in fp32; LibTorch's at::linear in the dtype is the
-  // baseline. m = 1: the GEMV kernel; m = 2, 3, 8 (a batch's rows, with a bias or the residual
-  // stream): cuBLAS. k = 100 (bf16/fp16: 200 bytes, not a multiple of 16) takes the at::linear
-  // fallback.
+  // baseline. m = 1: the CUDA-core GEMV; m = 2, 3, 8 (a batch's rows, with a bias or the residual
+  // stream): the tensor-core GEMV for bf16 / fp16 (n = 37: a partial 16-row tile; k = 128, 4096,
+  // 14336: one and several 128-value chunks per warp; k = 64: half a chunk), cuBLAS for fp32;
+  // m = 9: cuBLAS.
+  // k = 100 (bf16/fp16: 200 bytes, not a multiple of 16) takes the at::linear fallback.
   struct Shape { int64_t n, k; };
   const Shape shapes[] = {{1, 64}, {37, 128}, {1000, 4096}, {4096, 14336}, {32768, 256}, {5, 100}};
   for (at::ScalarType dt : kDtypes)
     for (const Shape& s : shapes)
-      for (int64_t m : {1, 2, 3, 8})
+      for (int64_t m : {1, 2, 3, 8, 9})
         for (int bias : {0, 1, 2})  // none, [n], [m, n] (the residual stream)
           for (bool fp32_out : {false, true}) {
             if (m == 1 && bias == 2) continue;
@@ -304,6 +310,59 @@ TEST_F(CudaKernels, LinearRowMatchesReference) {
                              (fp32_out ? " fp32-out" : ""));
           }
 }
+
+#ifdef KVSCOPE_HAVE_CUDA_KERNELS
+TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
+  // The kernel API itself (linear_row would fall back to cuBLAS unnoticed): 2..8 rows of bf16 /
+  // fp16 are the tensor-core kernel's, into NaN-poisoned outputs, with a shared or per-row bias.
+  namespace kk = kvscope::kernels;
+  for (at::ScalarType dt : {at::kBFloat16, at::kHalf})
+    for (int64_t m : {2, 5, 8})
+      for (int64_t n : {37, 4096})
+        for (int64_t k : {64, 4096})
+          for (int bias : {0, 1, 2}) {
+            const at::Tensor x = at::randn({m, k}, opts(at::kFloat)).to(dt);
+            const at::Tensor w = (at::randn({n, k}, opts(at::kFloat)) / std::sqrt(double(k))).to(dt);
+            const at::Tensor b = bias == 0 ? at::Tensor() : at::randn({bias == 1 ? 1 : m, n}, opts(at::kFloat)).to(dt);
+            at::Tensor y = at::full({m, n}, kNaN, opts(dt));
+            kk::GemvArgs a;
+            a.dtype = dt == at::kHalf ? kk::DType::kFloat16 : kk::DType::kBFloat16;
+            a.m = m;
+            a.n = n;
+            a.k = k;
+            a.w = w.data_ptr();
+            a.x = x.data_ptr();
+            a.b = b.defined() ? b.data_ptr() : nullptr;
+            a.b_stride = bias == 2 ? n : 0;
+            a.y = y.data_ptr();
+            ASSERT_TRUE(kk::gemv_supported(a));
+            ASSERT_EQ(kk::gemv(a, nullptr), cudaSuccess);  // LibTorch's default stream: the legacy stream
+            at::Tensor ref = at::matmul(x.to(at::kFloat), w.to(at::kFloat).t());
+            at::Tensor base = at::linear(x, w);
+            if (bias) {
+              ref = ref + b.to(at::kFloat);
+              base = base + b;
+            }
+            expect_close(y, ref, base, dt,
+                         "gemv " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                             (bias == 1 ? " bias" : bias == 2 ? " per-row bias" : ""));
+          }
+  kk::GemvArgs a;
+  a.n = 16;
+  a.k = 64;
+  a.w = a.x = a.y = reinterpret_cast<void*>(256);
+  a.m = 9;  // more rows than the mma's 8 columns
+  EXPECT_FALSE(kk::gemv_supported(a));
+  EXPECT_EQ(kk::gemv(a, nullptr), cudaErrorInvalidValue);
+  a.m = 0;
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.m = 2;
+  a.dtype = kk::DType::kFloat32;  // tensor cores take bf16 / fp16 only
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.m = 1;
+  EXPECT_TRUE(kk::gemv_supported(a));
+}
+#endif
 
 TEST_F(CudaKernels, RejectsBadArguments) {
   const at::Tensor q = at::randn({8, 96}, opts(at::kBFloat16));  // head_dim 96: unsupported

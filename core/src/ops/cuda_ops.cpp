@@ -174,13 +174,14 @@ at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor
     bad("linear_row: x must be [m, k], w [n, k], b [n] or [m, n]");
   kk::GemvArgs a;
   a.dtype = kernel_dtype(x, op);
+  a.m = m;
   a.n = n;
   a.k = k;
   a.w = w.data_ptr();
   a.x = x.data_ptr();
   const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
   a.y = plain ? reinterpret_cast<void*>(16) : nullptr;  // placeholder: the output is allocated below
-  if (m > 1 || !plain || !kk::gemv_supported(a)) {  // several rows (cuBLAS), strided or unaligned operands
+  if (!plain || !kk::gemv_supported(a)) {  // over 8 rows, fp32 rows, strided or unaligned operands: cuBLAS
     const at::Tensor x2 = x.reshape({m, k});
     at::Tensor y = !b.defined() ? at::linear(x2, w) : b.numel() == n ? at::linear(x2, w, b.reshape({n}))
                                                                       : at::linear(x2, w) + b.reshape({m, n});
@@ -189,6 +190,7 @@ at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({m, n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
   a.b = b.defined() ? b.data_ptr() : nullptr;
+  a.b_stride = b.defined() && b.numel() == m * n && m > 1 ? n : 0;
   a.y = y.data_ptr();
   a.y_fp32 = fp32_out;
   check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);

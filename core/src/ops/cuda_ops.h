@@ -61,9 +61,10 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
 
 /// The decode rows through a linear layer (the decode step's projections): x [m, k] (or [k]),
 /// w [n, k] (contiguous), b [n] (a bias) or [m, n] (e.g. the residual stream) or undefined.
-/// Returns [m, n] in x's dtype, or fp32 when fp32_out (logits). One row uses the streaming GEMV
-/// kernel (kernels/gemv.h); several rows (a batch) and the cases the kernel does not take (k *
-/// itemsize not a multiple of 16, unaligned or strided operands) go through at::linear (cuBLAS).
+/// Returns [m, n] in x's dtype, or fp32 when fp32_out (logits). Up to 8 rows use the GEMV kernels
+/// (kernels/gemv.h: one row on the CUDA cores, 2..8 rows of bf16 / fp16 on tensor cores); more rows,
+/// fp32 batches and the cases the kernels do not take (k * itemsize not a multiple of 16, unaligned
+/// or strided operands) go through at::linear (cuBLAS).
 at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}, bool fp32_out = false);
 
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim

@@ -1,11 +1,16 @@
 #pragma once
-// Matrix-vector product for the decode step's projections (batch 1): y = W x (+ b), the weight
-// streamed once from memory at close to the copy bandwidth. Raw device pointers, no torch headers.
+// Matrix-vector products for the decode step's projections: Y = X Wᵀ (+ b) for m = 1..8 rows of X
+// (batch 1, or a decode batch's rows), the weight streamed once from memory at close to the copy
+// bandwidth. Raw device pointers, no torch headers.
 //
-//   W: dtype [n, k] row-major (a linear layer's weight), x: dtype [k], b: dtype [n] or null,
-//   y: dtype [n] or fp32 [n] (y_fp32: the LM head's logits). fp32 accumulation, one rounding of
-//   acc + b to the output type (as cuBLAS GEMV / at::linear).
-// Requires k % 8 == 0, 16-byte aligned W, x (and rows: k * itemsize % 16 == 0), k <= 32768.
+//   W: dtype [n, k] row-major (a linear layer's weight), X: dtype [m, k] contiguous, b: dtype [n]
+//   (b_stride 0) or [m, n] with row stride b_stride (the residual stream), or null; Y: dtype [m, n]
+//   or fp32 [m, n] (y_fp32: the LM head's logits). fp32 accumulation, one rounding of acc + b to
+//   the output type.
+//   m = 1: one warp per row of W on the CUDA cores (gemv.cu). m = 2..8 (bf16 / fp16 only): tensor
+//   cores, W's rows as the 16-row operand of mma m16n8k16 and X's rows as its 8 columns
+//   (gemv_rows.cu).
+// Requires k % 8 == 0, 16-byte aligned W, X (and rows: k * itemsize % 16 == 0), k <= 32768.
 #include <cstddef>
 #include <cstdint>
 
@@ -17,10 +22,12 @@ namespace kvscope::kernels {
 
 struct GemvArgs {
   DType dtype = DType::kBFloat16;
+  int64_t m = 1;            ///< rows of x and y, 1..8 (2..8: bf16 / fp16)
   int64_t n = 0, k = 0;
   const void* w = nullptr;
   const void* x = nullptr;
-  const void* b = nullptr;  ///< optional bias [n]
+  const void* b = nullptr;  ///< optional bias: [n] (b_stride 0) or [m, n]
+  int64_t b_stride = 0;     ///< elements between the bias rows of consecutive rows of x (0: shared)
   void* y = nullptr;
   bool y_fp32 = false;      ///< write fp32 instead of dtype
 };

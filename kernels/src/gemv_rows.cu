@@ -1,0 +1,140 @@
+// GEMV for a decode batch's 2..8 rows on tensor cores (see gemv.h, gemv_rows.cuh).
+//
+// A product with 8 rows is as memory-bound as one with 1 (every weight is read once per step), but
+// the CUDA-core GEMV would do 8 products per weight, with 8 x values per weight to convert and
+// fetch. mma.sync m16n8k16 takes 16 rows of W as its A operand and the (up to) 8 rows of x as the 8
+// columns of B ("swap AB" for skinny products): one instruction covers 16 x 16 weights.
+//
+// Block: 16 rows of W; warp w takes the k chunks w, w + 8, ... (one chunk = 128 values of each of
+// the 16 rows, 256 bytes of bf16), so a block reads every row contiguously, chunk after chunk.
+// Fragments come straight from global memory: lane (g, t) = (lane / 4, lane % 4) loads, per slot u
+// of a chunk, one 16-byte vector of row g, of row g + 8 and of x row g at vector index u·4 + t (a
+// slot's four lanes read 64 contiguous bytes of each row). The 8 values of such a vector are the
+// lane's k positions 2t, 2t+1, 2t+8, 2t+9 of two successive mma instructions. A dot product does
+// not depend on the order of its k terms, and A and B use the same mapping from (lane, register) to
+// k, so this permutation of k costs nothing and needs no shared memory or ldmatrix.
+// The next chunk's weight loads are issued before the current chunk's x loads and mma. Before the programmatic-
+// dependent wait (pdl.cuh) a block loads its first chunk's weights (no kernel writes them) and, for
+// rows within the first kL2PrefetchBytes of W, asks L2 for the rest of its rows (lane: one row,
+// one 128-byte half of each of its warp's chunks). The 8 warps'
+// partial 16 x 8 tiles meet in shared memory; one thread per output adds them and the bias.
+#include <type_traits>
+
+#include "dtype.cuh"
+#include "gemv_rows.cuh"
+#include "pdl.cuh"
+
+namespace kvscope::kernels::detail {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRows = 16;            // rows of W per block (the mma's M)
+constexpr int kCols = 8;             // rows of x (the mma's N)
+constexpr int kSlots = 4;            // 16-byte vectors per lane and row in a chunk
+constexpr int kChunkVecs = kSlots * 4;  // vectors of a row per chunk (4 lanes per row)
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/// One chunk's weights of a lane: rows g and g + 8 of the block's W tile.
+struct Chunk {
+  uint4 wa[kSlots], wb[kSlots];
+};
+
+template <typename T, bool kF32Out>
+__global__ void __launch_bounds__(kWarps * 32, 2) gemv_rows_kernel(const GemvArgs a) {
+  __shared__ float part[kWarps][kRows][kCols];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  pdl_trigger();
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t nvec = a.k / 8, nchunks = (nvec + kChunkVecs - 1) / kChunkVecs;
+  const bool ra = row0 + g < a.n, rb = row0 + g + 8 < a.n, rx = g < a.m;
+  const uint4* wa = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (ra ? row0 + g : 0) * a.k);
+  const uint4* wb = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (rb ? row0 + g + 8 : 0) * a.k);
+  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + (rx ? g : 0) * a.k);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  auto load_w = [&](Chunk& c, int64_t chunk) {
+#pragma unroll
+    for (int u = 0; u < kSlots; ++u) {
+      const int64_t v = chunk * kChunkVecs + u * 4 + t;
+      c.wa[u] = ra && v < nvec ? __ldcs(wa + v) : zero;
+      c.wb[u] = rb && v < nvec ? __ldcs(wb + v) : zero;
+    }
+  };
+  auto load_x = [&](uint4 (&x)[kSlots], int64_t chunk) {
+#pragma unroll
+    for (int u = 0; u < kSlots; ++u) {
+      const int64_t v = chunk * kChunkVecs + u * 4 + t;
+      x[u] = rx && v < nvec ? __ldg(xr + v) : zero;
+    }
+  };
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  int64_t chunk = warp;
+  Chunk cur;
+  if (chunk < nchunks) load_w(cur, chunk);  // before the wait: weights only
+  const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T)), pr = row0 + (lane >> 1);
+  if ((row0 + kRows) * row_bytes <= kL2PrefetchBytes && pr < a.n) {
+    const char* p = static_cast<const char*>(a.w) + pr * row_bytes + (lane & 1) * 128;
+    for (int64_t c = chunk + kWarps; c < nchunks; c += kWarps)
+      if (c * kChunkVecs * 16 + (lane & 1) * 128 < row_bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + c * kChunkVecs * 16));
+  }
+  pdl_wait();
+  for (; chunk < nchunks; chunk += kWarps) {  // warp-uniform
+    Chunk next;
+    const bool more = chunk + kWarps < nchunks;
+    if (more) load_w(next, chunk + kWarps);
+    uint4 x[kSlots];  // x is small and read by every block: L1 / L2 hits, loaded when needed
+    load_x(x, chunk);
+#pragma unroll
+    for (int u = 0; u < kSlots; ++u) {
+      mma16816<T>(acc, cur.wa[u].x, cur.wb[u].x, cur.wa[u].y, cur.wb[u].y, x[u].x, x[u].y);
+      mma16816<T>(acc, cur.wa[u].z, cur.wb[u].z, cur.wa[u].w, cur.wb[u].w, x[u].z, x[u].w);
+    }
+    if (more) cur = next;
+  }
+  // acc: (row g, x row 2t), (row g, 2t + 1), (row g + 8, 2t), (row g + 8, 2t + 1).
+  part[warp][g][2 * t] = acc[0];
+  part[warp][g][2 * t + 1] = acc[1];
+  part[warp][g + 8][2 * t] = acc[2];
+  part[warp][g + 8][2 * t + 1] = acc[3];
+  __syncthreads();
+  const int r = threadIdx.x % kRows, col = threadIdx.x / kRows;  // consecutive threads: consecutive rows of y
+  if (col >= a.m || row0 + r >= a.n) return;
+  float s = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) s += part[w][r][col];
+  const int64_t row = row0 + r;
+  if (a.b) s += dtype::to_f<T>(static_cast<const T*>(a.b)[col * a.b_stride + row]);
+  if constexpr (kF32Out) static_cast<float*>(a.y)[col * a.n + row] = s;
+  else static_cast<T*>(a.y)[col * a.n + row] = dtype::from_f<T>(s);
+}
+
+template <typename T>
+cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((a.n + kRows - 1) / kRows);
+  return a.y_fp32 ? launch_pdl(gemv_rows_kernel<T, true>, blocks, kWarps * 32, 0, stream, a)
+                  : launch_pdl(gemv_rows_kernel<T, false>, blocks, kWarps * 32, 0, stream, a);
+}
+
+}  // namespace
+
+cudaError_t gemv_rows(const GemvArgs& a, cudaStream_t stream) {
+  switch (a.dtype) {
+    case DType::kBFloat16: return launch<__nv_bfloat16>(a, stream);
+    case DType::kFloat16: return launch<__half>(a, stream);
+    case DType::kFloat32: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace kvscope::kernels::detail

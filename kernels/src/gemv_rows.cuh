@@ -1,0 +1,18 @@
+#pragma once
+// The tensor-core GEMV for 2..8 rows of x (internal to kvscope_kernels; gemv() dispatches to it).
+#include <cuda_runtime_api.h>
+
+#include "kvscope/kernels/gemv.h"
+
+namespace kvscope::kernels::detail {
+
+/// Weight bytes (from the start of W) whose rows a GEMV block launched early (pdl.cuh) prefetches
+/// into L2 before its wait: half the 50-60 MB L2 of an H100/H200, so that what is prefetched
+/// survives until it is read.
+constexpr int64_t kL2PrefetchBytes = 24ll << 20;
+
+/// Y[m, n] = X[m, k] W[n, k]ᵀ (+ b) for 2 <= m <= 8, bf16 / fp16, on `stream` (see gemv.h). The
+/// caller (gemv) has checked gemv_supported(a).
+cudaError_t gemv_rows(const GemvArgs& a, cudaStream_t stream);
+
+}  // namespace kvscope::kernels::detail
