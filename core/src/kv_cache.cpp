@@ -146,32 +146,39 @@ void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, const std::
   if (static_cast<int64_t>(kept.size()) != n_head_kv_)
     throw std::invalid_argument("KvCache::retain: " + std::to_string(kept.size()) + " index sets for " +
                                 std::to_string(n_head_kv_) + " KV heads");
+  // One gather for the whole layer and one host read (the range check), whatever the head count:
+  // a prefill evicts every layer, and a host read per head drains the device queue each time.
+  // Row r of the new layout reads row src[r] of the old one: head h's kept rows, then reserve[h]
+  // rows whose content does not matter (they are past the head's length until appended to).
   std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_), len(n_head_kv_);
+  std::vector<at::Tensor> src, bad;
   int64_t total = 0;
   for (int64_t h = 0; h < n_head_kv_; ++h) {
-    len[h] = kept[h].numel();
-    if (len[h] > 0) {
-      const auto [lo, hi] = kept[h].aminmax();
-      if (lo.item<int64_t>() < 0 || hi.item<int64_t>() >= L.length[h])
-        throw std::invalid_argument("KvCache::retain: index out of range for layer " + std::to_string(l) + " head " +
-                                    std::to_string(h));
-    }
+    const at::Tensor idx = kept[h].to(L.k.device(), at::kLong).flatten();
+    len[h] = idx.numel();
     cap[h] = len[h] + reserve[h];
     off[h] = total;
     total += cap[h];
+    if (len[h] > 0) bad.push_back(idx.lt(0).logical_or_(idx.ge(L.length[h])).any().view({1}));
+    if (cap[h] > 0) src.push_back(at::constant_pad_nd(idx + L.offset[h], {0, reserve[h]}, 0));
   }
-  at::Tensor k = at::empty({total, head_dim_}, L.k.options()), v = at::empty({total, head_dim_}, L.v.options());
-  at::Tensor pos = at::empty({total}, L.pos.options());
-  for (int64_t h = 0; h < n_head_kv_; ++h) {
-    if (len[h] == 0) continue;
-    at::Tensor idx = kept[h].to(L.k.device(), at::kLong) + L.offset[h];
-    k.narrow(0, off[h], len[h]).copy_(L.k.index_select(0, idx));
-    v.narrow(0, off[h], len[h]).copy_(L.v.index_select(0, idx));
-    pos.narrow(0, off[h], len[h]).copy_(L.pos.index_select(0, idx));
+  if (!bad.empty()) {
+    const at::Tensor flags = at::cat(bad).to(at::kCPU);  // the one host read
+    for (int64_t h = 0, i = 0; h < n_head_kv_; ++h)
+      if (len[h] > 0 && flags[i++].item<bool>())
+        throw std::invalid_argument("KvCache::retain: index out of range for layer " + std::to_string(l) + " head " +
+                                    std::to_string(h) + " (" + std::to_string(L.length[h]) + " live entries)");
   }
-  L.k = k;
-  L.v = v;
-  L.pos = pos;
+  if (total == 0 || L.k.size(0) == 0) {
+    L.k = at::empty({total, head_dim_}, L.k.options());
+    L.v = at::empty({total, head_dim_}, L.v.options());
+    L.pos = at::empty({total}, L.pos.options());
+  } else {
+    const at::Tensor rows = at::cat(src);
+    L.k = L.k.index_select(0, rows);
+    L.v = L.v.index_select(0, rows);
+    L.pos = L.pos.index_select(0, rows);
+  }
   L.capacity = cap;
   L.offset = off;
   L.length = len;

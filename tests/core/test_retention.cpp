@@ -43,6 +43,44 @@ TEST(RingBuffer, KeepsSinksAndTheMostRecentWindow) {
   EXPECT_THROW(cache.set_window(0, 1, 2, 3), std::invalid_argument);
 }
 
+TEST(Retain, RepacksRaggedHeadsWithTheirPositionsAndRejectsOutOfRangeRows) {
+  ModelConfig c;
+  c.n_layer = 1;
+  c.n_head_kv = 3;
+  c.head_dim = 2;
+  KvCache cache(c, 10, c10::kCPU, at::kFloat);
+  // Head h, entry p: key 100 h + p (both channels), value its negation, position 10 + p.
+  const at::Tensor k = (at::arange(3).view({3, 1, 1}) * 100 + at::arange(6).view({1, 6, 1})).expand({3, 6, 2}).to(at::kFloat);
+  cache.append(0, k, -k, at::arange(10, 16, at::kLong));
+  const std::vector<at::Tensor> kept = {at::tensor({0, 2, 5}, at::kLong), at::empty({0}, at::kLong), at::arange(6, at::kLong)};
+
+  // Out of range (head 1: 6 >= 6 live entries; head 2: negative): refused, the layer untouched.
+  EXPECT_THROW(cache.retain(0, {kept[0], at::tensor({6}, at::kLong), kept[2]}, 1), std::invalid_argument);
+  EXPECT_THROW(cache.retain(0, {kept[0], kept[1], at::tensor({-1, 3}, at::kLong)}, 1), std::invalid_argument);
+  try {
+    cache.retain(0, {kept[0], at::tensor({6}, at::kLong), kept[2]}, 1);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0 head 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.layer(0).length, (std::vector<int64_t>{6, 6, 6}));
+  EXPECT_TRUE(at::equal(cache.head_keys(0, 1), k[1]));
+
+  cache.retain(0, kept, std::vector<int64_t>{1, 2, 0});
+  const LayerKv& L = cache.layer(0);
+  EXPECT_EQ(L.length, (std::vector<int64_t>{3, 0, 6}));
+  EXPECT_EQ(L.capacity, (std::vector<int64_t>{4, 2, 6}));
+  EXPECT_EQ(L.offset, (std::vector<int64_t>{0, 4, 6}));
+  EXPECT_EQ(L.k.size(0), 12) << "the layer holds exactly the kept rows and the reserves";
+  EXPECT_TRUE(at::equal(cache.head_keys(0, 0), k[0].index_select(0, kept[0])));
+  EXPECT_TRUE(at::equal(cache.head_values(0, 0), -k[0].index_select(0, kept[0])));
+  EXPECT_TRUE(at::equal(cache.head_positions(0, 0), at::tensor({10, 12, 15}, at::kLong)));
+  EXPECT_EQ(cache.head_keys(0, 1).size(0), 0);
+  EXPECT_TRUE(at::equal(cache.head_keys(0, 2), k[2]));
+  EXPECT_TRUE(at::equal(cache.head_values(0, 2), -k[2]));
+  EXPECT_TRUE(at::equal(cache.head_positions(0, 2), at::arange(10, 16, at::kLong)));
+  EXPECT_THROW(cache.retain(0, {kept[0], kept[1]}, 0), std::invalid_argument) << "one index set per KV head";
+}
+
 class RetentionOnPycode : public test::PycodeSuite {
  protected:
   static GenerateRequest request(const Pipeline& p, BudgetSpec b, int64_t n_new) {
