@@ -11,6 +11,7 @@
 #include "kvscope/core/head_pattern.h"
 #include "kvscope/core/pipeline.h"
 #include "pycode_fixture.h"
+#include "small_config.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -18,11 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(RingBuffer, KeepsSinksAndTheMostRecentWindow) {
-  ModelConfig c;
-  c.n_layer = 1;
-  c.n_head_kv = 2;
-  c.head_dim = 4;
-  KvCache cache(c, 16, c10::kCPU, at::kFloat);
+  KvCache cache(test::small_config(1, 2, 1, 4), 16, c10::kCPU, at::kFloat);
   auto add = [&](int64_t p) {
     at::Tensor k = at::full({2, 1, 4}, double(p)), pos = at::full({1}, p, at::kLong);
     cache.append(0, k, k, pos);
@@ -44,11 +41,7 @@ TEST(RingBuffer, KeepsSinksAndTheMostRecentWindow) {
 }
 
 TEST(Retain, RepacksRaggedHeadsWithTheirPositionsAndRejectsOutOfRangeRows) {
-  ModelConfig c;
-  c.n_layer = 1;
-  c.n_head_kv = 3;
-  c.head_dim = 2;
-  KvCache cache(c, 10, c10::kCPU, at::kFloat);
+  KvCache cache(test::small_config(1, 3, 1, 2), 10, c10::kCPU, at::kFloat);
   // Head h, entry p: key 100 h + p (both channels), value its negation, position 10 + p.
   const at::Tensor k = (at::arange(3).view({3, 1, 1}) * 100 + at::arange(6).view({1, 6, 1})).expand({3, 6, 2}).to(at::kFloat);
   cache.append(0, k, -k, at::arange(10, 16, at::kLong));
