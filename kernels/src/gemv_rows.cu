@@ -13,11 +13,11 @@
 // lane's k positions 2t, 2t+1, 2t+8, 2t+9 of two successive mma instructions. A dot product does
 // not depend on the order of its k terms, and A and B use the same mapping from (lane, register) to
 // k, so this permutation of k costs nothing and needs no shared memory or ldmatrix.
-// The next chunk's weight loads are issued before the current chunk's x loads and mma. Before the programmatic-
-// dependent wait (pdl.cuh) a block loads its first chunk's weights (no kernel writes them) and, for
-// rows within the first kL2PrefetchBytes of W, asks L2 for the rest of its rows (lane: one row,
-// one 128-byte half of each of its warp's chunks). The 8 warps'
-// partial 16 x 8 tiles meet in shared memory; one thread per output adds them and the bias.
+// The next chunk's weight loads are issued before the current chunk's x loads and mma. Before the
+// programmatic-dependent wait (pdl.cuh) a block loads its first chunk's weights (no kernel writes
+// them) and, for rows within the first kL2PrefetchBytes of W, asks L2 for the rest of its rows
+// (lane: one row, one 128-byte half of each of its warp's chunks). The 8 warps' partial 16 x 8
+// tiles meet in shared memory; one thread per output adds them and the bias.
 #include <type_traits>
 
 #include "dtype.cuh"
