@@ -57,6 +57,23 @@ class CudaKernels : public ::testing::Test {
     if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   }
   at::TensorOptions opts(at::ScalarType t) const { return at::TensorOptions().device(at::kCUDA).dtype(t); }
+
+  /// A decode projection's operands in dtype dt: x [m, k], w [n, k] (scaled so that outputs are
+  /// O(1)), b undefined / [n] / [m, n] (bias 0 / 1 / 2: none, a bias, the residual stream); ref =
+  /// x·Wᵀ (+ b) in fp32, base = the same through LibTorch's at::linear in dt.
+  struct LinearCase {
+    at::Tensor x, w, b, ref, base;
+  };
+  LinearCase linear_case(at::ScalarType dt, int64_t m, int64_t n, int64_t k, int bias) const {
+    LinearCase c;
+    c.x = at::randn({m, k}, opts(at::kFloat)).to(dt);
+    c.w = (at::randn({n, k}, opts(at::kFloat)) / std::sqrt(double(k))).to(dt);
+    if (bias) c.b = at::randn(bias == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{m, n}, opts(at::kFloat)).to(dt);
+    c.ref = at::matmul(c.x.to(at::kFloat), c.w.to(at::kFloat).t());
+    if (bias) c.ref = c.ref + c.b.to(at::kFloat);
+    c.base = bias == 1 ? at::linear(c.x, c.w, c.b) : bias == 2 ? at::linear(c.x, c.w) + c.b : at::linear(c.x, c.w);
+    return c;
+  }
 };
 
 /// A ragged per-KV-head cache: head h holds length[h] live rows inside a segment of capacity[h]
@@ -292,19 +309,11 @@ TEST_F(CudaKernels, LinearRowMatchesReference) {
         for (int bias : {0, 1, 2})  // none, [n], [m, n] (the residual stream)
           for (bool fp32_out : {false, true}) {
             if (m == 1 && bias == 2) continue;
-            const at::Tensor x = at::randn({m, s.k}, opts(at::kFloat)).to(dt);
-            const at::Tensor w = (at::randn({s.n, s.k}, opts(at::kFloat)) / std::sqrt(double(s.k))).to(dt);
-            const at::Tensor b = bias == 0 ? at::Tensor()
-                                           : at::randn(bias == 1 ? std::vector<int64_t>{s.n} : std::vector<int64_t>{m, s.n},
-                                                       opts(at::kFloat)).to(dt);
-            at::Tensor ref = at::matmul(x.to(at::kFloat), w.to(at::kFloat).t());
-            if (bias) ref = ref + b.to(at::kFloat);
-            at::Tensor base = bias == 1 ? at::linear(x, w, b) : bias == 2 ? at::linear(x, w) + b : at::linear(x, w);
-            const at::Tensor got = ops::linear_row(x, w, b, fp32_out);
+            const LinearCase c = linear_case(dt, m, s.n, s.k, bias);
+            const at::Tensor got = ops::linear_row(c.x, c.w, c.b, fp32_out);
             ASSERT_EQ(got.scalar_type(), fp32_out ? at::kFloat : dt);
             // An fp32 output skips the final rounding, so compare it with the fp32-output baseline.
-            if (fp32_out) base = base.to(at::kFloat);
-            expect_close(got, ref, base, fp32_out ? at::kFloat : dt,
+            expect_close(got, c.ref, fp32_out ? c.base.to(at::kFloat) : c.base, fp32_out ? at::kFloat : dt,
                          "linear_row " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) +
                              " k=" + std::to_string(s.k) + (bias == 1 ? " bias" : bias == 2 ? " residual" : "") +
                              (fp32_out ? " fp32-out" : ""));
@@ -321,29 +330,21 @@ TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
       for (int64_t n : {37, 4096})
         for (int64_t k : {64, 4096})
           for (int bias : {0, 1, 2}) {
-            const at::Tensor x = at::randn({m, k}, opts(at::kFloat)).to(dt);
-            const at::Tensor w = (at::randn({n, k}, opts(at::kFloat)) / std::sqrt(double(k))).to(dt);
-            const at::Tensor b = bias == 0 ? at::Tensor() : at::randn({bias == 1 ? 1 : m, n}, opts(at::kFloat)).to(dt);
+            const LinearCase c = linear_case(dt, m, n, k, bias);
             at::Tensor y = at::full({m, n}, kNaN, opts(dt));
             kk::GemvArgs a;
             a.dtype = dt == at::kHalf ? kk::DType::kFloat16 : kk::DType::kBFloat16;
             a.m = m;
             a.n = n;
             a.k = k;
-            a.w = w.data_ptr();
-            a.x = x.data_ptr();
-            a.b = b.defined() ? b.data_ptr() : nullptr;
+            a.w = c.w.data_ptr();
+            a.x = c.x.data_ptr();
+            a.b = c.b.defined() ? c.b.data_ptr() : nullptr;
             a.b_stride = bias == 2 ? n : 0;
             a.y = y.data_ptr();
             ASSERT_TRUE(kk::gemv_supported(a));
             ASSERT_EQ(kk::gemv(a, nullptr), cudaSuccess);  // LibTorch's default stream: the legacy stream
-            at::Tensor ref = at::matmul(x.to(at::kFloat), w.to(at::kFloat).t());
-            at::Tensor base = at::linear(x, w);
-            if (bias) {
-              ref = ref + b.to(at::kFloat);
-              base = base + b;
-            }
-            expect_close(y, ref, base, dt,
+            expect_close(y, c.ref, c.base, dt,
                          "gemv " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                              (bias == 1 ? " bias" : bias == 2 ? " per-row bias" : ""));
           }
