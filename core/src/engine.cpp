@@ -99,21 +99,10 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   if (B > 1 && (decode_attention || m.commit || observer || cache.n_head_kv() != B * Hkv))
     throw std::invalid_argument("fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, dense attention and no observer");
   at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
-  at::Tensor q, k, v;
-  if (B == 1) {
-    const at::Tensor qkv = ops::linear_row(h, w.w_qkv, w.b_qkv);  // [1, (H+2Hkv)D]
-    q = qkv.narrow(1, 0, H * D).view({H, D});
-    k = qkv.narrow(1, H * D, Hkv * D).view({Hkv, D});
-    v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({Hkv, D});
-  } else {  // one product per row slice of w_qkv, so that q, k, v come out as [B * heads, D]
-    auto part = [&](int64_t first, int64_t rows) {
-      const at::Tensor b = w.b_qkv.defined() ? w.b_qkv.narrow(0, first, rows) : at::Tensor();
-      return ops::linear_row(h, w.w_qkv.narrow(0, first, rows), b).view({-1, D});
-    };
-    q = part(0, H * D);
-    k = part(H * D, Hkv * D);
-    v = part((H + Hkv) * D, Hkv * D);
-  }
+  // One launch for the fused QKV projection; its output comes in q, k, v blocks, so a batch's
+  // heads are [B * heads, D] (sequence b's heads at b * heads ..).
+  const auto [q2, k2, v2] = ops::linear_row_split(h, w.w_qkv, w.b_qkv, H * D, (H + Hkv) * D);
+  const at::Tensor q = q2.view({B * H, D}), k = k2.view({B * Hkv, D}), v = v2.view({B * Hkv, D});
   ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, L.k, L.v, L.pos, m.offset,
                    m.length, m.position);  // advances m.length on the device
   if (m.commit) cache.commit_append(l, 1);

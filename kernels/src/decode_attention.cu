@@ -144,6 +144,71 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Maps blockIdx.x to its work item: the KV head hk whose items [first, first + ns) hold it, the
+// split index within the head, the head's length and first cache row; hk = -1 past the last item.
+// The block scans the heads' item counts together, kThreads heads per round: one memory round trip
+// and three barriers per round, where a serial walk over the heads paid a load latency per head
+// (~9 us of the launch at 64 KV heads, a batch of 8 sequences). Block-uniform: every thread calls
+// it and gets the same result.
+// `scratch`: kScanScratch bytes of shared memory (after the K/V ring: a static __shared__ variable
+// would shift the dynamic ring off its 128-byte alignment, and every 16-byte ring access would take
+// two shared-memory wavefronts instead of one).
+struct ScanScratch {
+  int64_t len, base;
+  int warp_items[kWarps];
+  int hk, split;
+};
+constexpr size_t kScanScratch = sizeof(ScanScratch);
+
+__device__ __forceinline__ void find_work_item(const Params& p, ScanScratch& sc, int& hk, int& split, int64_t& len,
+                                               int64_t& base_row) {
+  int* const s_warp_items = sc.warp_items;
+  int& s_hk = sc.hk;
+  int& s_split = sc.split;
+  int64_t& s_len = sc.len;
+  int64_t& s_base = sc.base;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int item = static_cast<int>(blockIdx.x);
+  if (threadIdx.x == 0) s_hk = -1;
+  int first_of_round = 0;  // items of the heads before this round
+  for (int r0 = 0; r0 < p.n_head_kv; r0 += kThreads) {
+    const int h = r0 + static_cast<int>(threadIdx.x);
+    int64_t lh = 0, oh = 0;
+    int ns = 0;
+    if (h < p.n_head_kv) {
+      lh = p.length[h];
+      oh = p.offset[h];
+      ns = lh > p.chunk ? static_cast<int>((lh + p.chunk - 1) / p.chunk) : 1;
+    }
+    int incl = ns;  // inclusive scan of the item counts within the warp
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += y;
+    }
+    if (lane == 31) s_warp_items[warp] = incl;
+    __syncthreads();
+    int first = first_of_round + incl - ns, round_items = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      first += w < warp ? s_warp_items[w] : 0;
+      round_items += s_warp_items[w];
+    }
+    if (ns > 0 && item >= first && item < first + ns) {  // exactly one thread of all rounds
+      s_hk = h;
+      s_split = item - first;
+      s_len = lh;
+      s_base = oh;
+    }
+    first_of_round += round_items;
+    __syncthreads();  // s_warp_items is rewritten by the next round; s_* are final after the last
+  }
+  hk = s_hk;
+  split = hk < 0 ? 0 : s_split;
+  len = hk < 0 ? 0 : s_len;
+  base_row = hk < 0 ? 0 : s_base;
+}
+
 // Pass 1. Each lane streams exactly the 16-byte words it consumes through a private cp.async ring
 // in shared memory (layout [stage][u][k|v][word][thread]: conflict-free), so no barrier is needed
 // inside the loop and S - 1 stages of loads stay in flight while the lane computes on one.
@@ -158,23 +223,10 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   // Work item blockIdx.x -> (KV head, split): head h owns max(1, ceil(length[h] / chunk))
   // consecutive items, so ragged heads get work in proportion to their length (one wave in all).
   const int hc = blockIdx.y;
-  // The length and offset loads of all heads are independent: one memory round trip.
-  int hk = -1, split = 0;
-  int64_t len = 0, base_row = 0;
-  {
-    int64_t first = 0;
-    for (int h = 0; h < p.n_head_kv; ++h) {
-      const int64_t lh = p.length[h], oh = p.offset[h];
-      const int64_t ns = lh > p.chunk ? (lh + p.chunk - 1) / p.chunk : 1;
-      if (hk < 0 && blockIdx.x < first + ns) {
-        hk = h;
-        split = static_cast<int>(blockIdx.x - first);
-        len = lh;
-        base_row = oh;
-      }
-      first += ns;
-    }
-  }
+  int hk, split;
+  int64_t len, base_row;
+  find_work_item(p, *reinterpret_cast<ScanScratch*>(reinterpret_cast<char*>(s_pipe) + Sh::kSmemBytes), hk, split, len,
+                 base_row);
   if (hk < 0 || split >= p.n_split) return;  // past the work (or a length above the planned max)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slot = lane / LPT, sub = lane % LPT;
@@ -443,7 +495,7 @@ int configure_split_kernel() {
   int occ = occupancy[dev].load(std::memory_order_relaxed);
   if (occ > 0) return occ;
   const auto kern = decode_split_kernel<T, D, GT, kGather>;
-  const int smem = static_cast<int>(Shape<T, D, GT>::kSmemBytes);
+  const int smem = static_cast<int>(Shape<T, D, GT>::kSmemBytes + kScanScratch);
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, kThreads, smem) != cudaSuccess || occ < 1) occ = 1;
   occupancy[dev].store(occ, std::memory_order_relaxed);
@@ -453,7 +505,7 @@ int configure_split_kernel() {
 template <typename T, int D, int GT>
 cudaError_t launch_typed(const Params& p, int n_head, int n_items, cudaStream_t stream) {
   const dim3 grid(n_items, p.n_hchunk);
-  constexpr size_t smem = Shape<T, D, GT>::kSmemBytes;
+  constexpr size_t smem = Shape<T, D, GT>::kSmemBytes + kScanScratch;
   cudaError_t err;
   if (p.index) {
     configure_split_kernel<T, D, GT, true>();

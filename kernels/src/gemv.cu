@@ -95,6 +95,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool gemv_supported(const GemvArgs& a) {
   const int64_t item = static_cast<int64_t>(dtype_size(a.dtype));
   return a.m >= 1 && a.m <= 8 && (a.m == 1 || a.dtype != DType::kFloat32) && a.b_stride >= 0 && a.n > 0 &&
+         0 <= a.y_split[0] && a.y_split[0] <= a.y_split[1] && a.y_split[1] <= a.n &&
          a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y && aligned16(a.w) && aligned16(a.x) &&
          (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
 }

@@ -17,7 +17,8 @@
 // programmatic-dependent wait (pdl.cuh) a block loads its first chunk's weights (no kernel writes
 // them) and, for rows within the first kL2PrefetchBytes of W, asks L2 for the rest of its rows
 // (lane: one row, one 128-byte half of each of its warp's chunks). The 8 warps' partial 16 x 8
-// tiles meet in shared memory; one thread per output adds them and the bias.
+// tiles meet in shared memory; one thread per output adds them and the bias and stores the sum at
+// its place in the output's column segments (y_split).
 #include <type_traits>
 
 #include "dtype.cuh"
@@ -115,8 +116,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_rows_kernel(const GemvArg
   for (int w = 0; w < kWarps; ++w) s += part[w][r][col];
   const int64_t row = row0 + r;
   if (a.b) s += dtype::to_f<T>(static_cast<const T*>(a.b)[col * a.b_stride + row]);
-  if constexpr (kF32Out) static_cast<float*>(a.y)[col * a.n + row] = s;
-  else static_cast<T*>(a.y)[col * a.n + row] = dtype::from_f<T>(s);
+  // The output segment [first, end) holding this column (gemv.h: y_split).
+  const int64_t s0 = a.y_split[0], s1 = a.y_split[1];
+  const int64_t first = row >= s1 ? s1 : row >= s0 ? s0 : 0, end = row >= s1 ? a.n : row >= s0 ? s1 : s0;
+  const int64_t at = a.m * first + col * (end - first) + (row - first);
+  if constexpr (kF32Out) static_cast<float*>(a.y)[at] = s;
+  else static_cast<T*>(a.y)[at] = dtype::from_f<T>(s);
 }
 
 template <typename T>

@@ -145,6 +145,30 @@ TEST_F(CudaKernels, DecodeAttentionEmptyHeadGivesZeros) {
   }
 }
 
+TEST_F(CudaKernels, DecodeAttentionFindsEveryWorkItemAcrossManyHeads) {
+  // A decode batch's cache: B x n_head_kv heads (here 300: three rounds of the block's 128-head
+  // scan that maps a block to its head and split), ragged, two heads empty.
+  std::mt19937 rng(5);
+  const int64_t n_head_kv = 300, G = 4, D = 128;
+  RaggedCache c = make_cache(n_head_kv, 700, D, at::kBFloat16, rng);
+  c.length[5] = 0;
+  c.length[257] = 0;
+  const at::Tensor q = at::randn({n_head_kv * G, D}, opts(at::kBFloat16)) * 2;
+  std::vector<int64_t> live;  // query heads of non-empty KV heads
+  for (int64_t h = 0; h < n_head_kv * G; ++h)
+    if (c.length[h / G] > 0) live.push_back(h);
+  const at::Tensor rows = at::tensor(live, at::kLong).to(at::kCUDA);
+  const at::Tensor ref = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G).index_select(0, rows);
+  const at::Tensor base = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, at::kBFloat16).index_select(0, rows);
+  for (int n_split : {0, 1, 3}) {
+    at::Tensor out = at::full({n_head_kv * G, D}, kNaN, opts(at::kBFloat16));
+    ops::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, n_split, out);
+    expect_close(out.index_select(0, rows), ref, base, at::kBFloat16, "300 heads n_split=" + std::to_string(n_split));
+    for (int64_t h : {5, 257})
+      EXPECT_TRUE(out.narrow(0, h * G, G).eq(0).all().item<bool>()) << "empty head " << h << " n_split=" << n_split;
+  }
+}
+
 TEST_F(CudaKernels, DecodeAttentionDeviceMetadataWithLooseBounds) {
   // offset / length already on the device; the planning bounds only need to be upper bounds.
   std::mt19937 rng(21);
@@ -320,6 +344,34 @@ TEST_F(CudaKernels, LinearRowMatchesReference) {
           }
 }
 
+TEST_F(CudaKernels, LinearRowSplitCutsTheOutputColumnsIntoBlocks) {
+  // The fused QKV projection of a decode batch: one product whose columns [0, s0), [s0, s1),
+  // [s1, n) come back as three contiguous [m, width] blocks (q, k, v). Each block must equal its
+  // columns of the unsplit reference; empty segments are allowed. m = 1 and 8: the GEMV kernels
+  // (8 rows of fp32: cuBLAS), m = 9: cuBLAS for every dtype.
+  struct Split { int64_t n, k, s0, s1; };
+  const Split splits[] = {{6144, 4096, 4096, 5120}, {37, 128, 12, 18}, {37, 64, 0, 37}, {48, 64, 16, 16}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Split& s : splits)
+      for (int64_t m : {1, 8, 9}) {
+        const LinearCase c = linear_case(dt, m, s.n, s.k, /*bias=*/1);
+        const auto got = ops::linear_row_split(c.x, c.w, c.b, s.s0, s.s1);
+        const int64_t first[] = {0, s.s0, s.s1}, end[] = {s.s0, s.s1, s.n};
+        for (int i = 0; i < 3; ++i) {
+          const std::string what = "linear_row_split " + name(dt) + " m=" + std::to_string(m) + " n=" +
+                                   std::to_string(s.n) + " segment " + std::to_string(i);
+          ASSERT_EQ(got[i].sizes(), at::IntArrayRef({m, end[i] - first[i]})) << what;
+          ASSERT_TRUE(got[i].is_contiguous()) << what;
+          if (end[i] == first[i]) continue;
+          expect_close(got[i], c.ref.narrow(1, first[i], end[i] - first[i]),
+                       c.base.narrow(1, first[i], end[i] - first[i]), dt, what);
+        }
+      }
+  const LinearCase c = linear_case(at::kBFloat16, 2, 37, 64, 0);
+  EXPECT_THROW(ops::linear_row_split(c.x, c.w, c.b, 20, 10), std::invalid_argument);  // s0 > s1
+  EXPECT_THROW(ops::linear_row_split(c.x, c.w, c.b, 0, 38), std::invalid_argument);   // s1 > n
+}
+
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
 TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
   // The kernel API itself (linear_row would fall back to cuBLAS unnoticed): 2..8 rows of bf16 /
@@ -331,7 +383,10 @@ TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
         for (int64_t k : {64, 4096})
           for (int bias : {0, 1, 2}) {
             const LinearCase c = linear_case(dt, m, n, k, bias);
-            at::Tensor y = at::full({m, n}, kNaN, opts(dt));
+            // Unsplit, and in three column segments (y_split: [m, width] blocks one after the other).
+            const bool split = bias == 1;
+            const int64_t s0 = split ? n / 3 : 0, s1 = split ? n / 2 : 0;
+            at::Tensor y = at::full({m * n}, kNaN, opts(dt));
             kk::GemvArgs a;
             a.dtype = dt == at::kHalf ? kk::DType::kFloat16 : kk::DType::kBFloat16;
             a.m = m;
@@ -342,11 +397,17 @@ TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
             a.b = c.b.defined() ? c.b.data_ptr() : nullptr;
             a.b_stride = bias == 2 ? n : 0;
             a.y = y.data_ptr();
+            a.y_split[0] = s0;
+            a.y_split[1] = s1;
             ASSERT_TRUE(kk::gemv_supported(a));
             ASSERT_EQ(kk::gemv(a, nullptr), cudaSuccess);  // LibTorch's default stream: the legacy stream
-            expect_close(y, c.ref, c.base, dt,
+            const at::Tensor got = at::cat({y.narrow(0, 0, m * s0).view({m, s0}),
+                                            y.narrow(0, m * s0, m * (s1 - s0)).view({m, s1 - s0}),
+                                            y.narrow(0, m * s1, m * (n - s1)).view({m, n - s1})},
+                                           1);
+            expect_close(got, c.ref, c.base, dt,
                          "gemv " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                             (bias == 1 ? " bias" : bias == 2 ? " per-row bias" : ""));
+                             (bias == 1 ? " bias, split output" : bias == 2 ? " per-row bias" : ""));
           }
   kk::GemvArgs a;
   a.n = 16;
@@ -362,6 +423,12 @@ TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
   EXPECT_FALSE(kk::gemv_supported(a));
   a.m = 1;
   EXPECT_TRUE(kk::gemv_supported(a));
+  a.y_split[0] = 10;  // splits out of order
+  a.y_split[1] = 5;
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.y_split[0] = 0;
+  a.y_split[1] = 17;  // past n
+  EXPECT_FALSE(kk::gemv_supported(a));
 }
 #endif
 

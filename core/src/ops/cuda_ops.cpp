@@ -164,7 +164,13 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
                     std::move(out));
 }
 
-at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out) {
+namespace {
+
+/// linear_row's product with its output in the column segments [0, s0), [s0, s1), [s1, n)
+/// (kernels/gemv.h: y_split), returned as those three [m, width] tensors (contiguous; views of one
+/// buffer on the GEMV path).
+std::array<at::Tensor, 3> linear_segments(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out,
+                                          int64_t s0, int64_t s1) {
   const char* op = "linear_row";
   check_same(op, {&x, &w});
   if (b.defined()) check_same(op, {&x, &b});
@@ -172,6 +178,7 @@ at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   const int64_t n = w.size(0), k = w.size(1), m = k > 0 ? x.numel() / k : 0;
   if (k == 0 || x.numel() != m * k || m < 1 || (b.defined() && b.numel() != n && b.numel() != m * n))
     bad("linear_row: x must be [m, k], w [n, k], b [n] or [m, n]");
+  if (s0 < 0 || s0 > s1 || s1 > n) bad("linear_row_split: column splits must satisfy 0 <= s0 <= s1 <= n");
   kk::GemvArgs a;
   a.dtype = kernel_dtype(x, op);
   a.m = m;
@@ -179,22 +186,37 @@ at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   a.k = k;
   a.w = w.data_ptr();
   a.x = x.data_ptr();
+  a.y_split[0] = s0;
+  a.y_split[1] = s1;
   const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
   a.y = plain ? reinterpret_cast<void*>(16) : nullptr;  // placeholder: the output is allocated below
   if (!plain || !kk::gemv_supported(a)) {  // over 8 rows, fp32 rows, strided or unaligned operands: cuBLAS
     const at::Tensor x2 = x.reshape({m, k});
     at::Tensor y = !b.defined() ? at::linear(x2, w) : b.numel() == n ? at::linear(x2, w, b.reshape({n}))
                                                                       : at::linear(x2, w) + b.reshape({m, n});
-    return fp32_out ? y.to(at::kFloat) : y;
+    if (fp32_out) y = y.to(at::kFloat);
+    return {y.narrow(1, 0, s0).contiguous(), y.narrow(1, s0, s1 - s0).contiguous(), y.narrow(1, s1, n - s1).contiguous()};
   }
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty({m, n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
+  at::Tensor y = at::empty({m * n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
   a.b = b.defined() ? b.data_ptr() : nullptr;
   a.b_stride = b.defined() && b.numel() == m * n && m > 1 ? n : 0;
   a.y = y.data_ptr();
   a.y_fp32 = fp32_out;
   check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
-  return y;
+  return {y.narrow(0, 0, m * s0).view({m, s0}), y.narrow(0, m * s0, m * (s1 - s0)).view({m, s1 - s0}),
+          y.narrow(0, m * s1, m * (n - s1)).view({m, n - s1})};
+}
+
+}  // namespace
+
+at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out) {
+  return linear_segments(x, w, b, fp32_out, 0, 0)[2];
+}
+
+std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t s0,
+                                           int64_t s1) {
+  return linear_segments(x, w, b, false, s0, s1);
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
@@ -366,6 +388,9 @@ at::Tensor decode_attention_gather(const at::Tensor&, const at::Tensor&, const a
   unavailable("decode_attention_gather");
 }
 at::Tensor linear_row(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { unavailable("linear_row"); }
+std::array<at::Tensor, 3> linear_row_split(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
+  unavailable("linear_row_split");
+}
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
 at::Tensor add_rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, at::Tensor) {
   unavailable("add_rms_norm");

@@ -7,6 +7,7 @@
 // Common contract: every tensor on one CUDA device, one dtype among fp32 / bf16 / fp16; the kernels
 // run on at::cuda::getCurrentCUDAStream(). Errors: std::invalid_argument for bad shapes, dtypes or
 // devices; std::runtime_error for a failed launch (with the CUDA error string).
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -66,6 +67,13 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
 /// fp32 batches and the cases the kernels do not take (k * itemsize not a multiple of 16, unaligned
 /// or strided operands) go through at::linear (cuBLAS).
 at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}, bool fp32_out = false);
+
+/// linear_row with its output columns cut at 0 <= s0 <= s1 <= n: returns [m, s0], [m, s1 - s0] and
+/// [m, n - s1], each contiguous, from one GEMV launch (kernels/gemv.h: y_split; on the cuBLAS path
+/// copies of at::linear's columns). The decode step's fused QKV projection: q, k and v of every
+/// row of a batch, viewable as [m * heads, head_dim]. Throws std::invalid_argument on bad splits.
+std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t s0,
+                                           int64_t s1);
 
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim
 /// contiguous, any row stride) or [hidden]; w: [hidden]. out: optional, same shape, contiguous.

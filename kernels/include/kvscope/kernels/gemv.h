@@ -5,8 +5,8 @@
 //
 //   W: dtype [n, k] row-major (a linear layer's weight), X: dtype [m, k] contiguous, b: dtype [n]
 //   (b_stride 0) or [m, n] with row stride b_stride (the residual stream), or null; Y: dtype [m, n]
-//   or fp32 [m, n] (y_fp32: the LM head's logits). fp32 accumulation, one rounding of acc + b to
-//   the output type.
+//   or fp32 [m, n] (y_fp32: the LM head's logits), optionally in column segments (y_split). fp32
+//   accumulation, one rounding of acc + b to the output type.
 //   m = 1: one warp per row of W on the CUDA cores (gemv.cu). m = 2..8 (bf16 / fp16 only): tensor
 //   cores, W's rows as the 16-row operand of mma m16n8k16 and X's rows as its 8 columns
 //   (gemv_rows.cu).
@@ -30,6 +30,12 @@ struct GemvArgs {
   int64_t b_stride = 0;     ///< elements between the bias rows of consecutive rows of x (0: shared)
   void* y = nullptr;
   bool y_fp32 = false;      ///< write fp32 instead of dtype
+  /// Column boundaries 0 <= s0 <= s1 <= n of three output segments [0, s0), [s0, s1), [s1, n),
+  /// each stored as its own row-major [m, width] block, the blocks one after the other (element
+  /// (r, j) of segment [a, e) at y + m * a + r * (e - a) + j - a). A decode batch's fused QKV
+  /// projection comes out as q [m * n_head, D], k and v [m * n_head_kv, D] from one launch. {0, 0}:
+  /// one segment, the plain [m, n]; with m = 1 every split is the plain layout.
+  int64_t y_split[2] = {0, 0};
 };
 
 /// True when the shapes and alignment meet the kernel's requirements.
