@@ -29,6 +29,7 @@ namespace kvscope::kernels::detail {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kMinBlocks = 2;       // resident blocks per SM the registers are capped for
 constexpr int kRows = 16;            // rows of W per block (the mma's M)
 constexpr int kCols = 8;             // rows of x (the mma's N)
 constexpr int kSlots = 4;            // 16-byte vectors per lane and row in a chunk
@@ -53,7 +54,7 @@ struct Chunk {
 };
 
 template <typename T, bool kF32Out>
-__global__ void __launch_bounds__(kWarps * 32, 2) gemv_rows_kernel(const GemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_rows_kernel(const GemvArgs a) {
   __shared__ float part[kWarps][kRows][kCols];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   pdl_trigger();
