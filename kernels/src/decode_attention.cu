@@ -20,6 +20,7 @@
 // The loop issues ~90 instructions per token and warp (256 of the ~740 per stage are the FFMAs of
 // q.k and p.v, 128 the shuffle reduction), so at 32K it is not far from compute-limited either.
 #include "kvscope/kernels/decode.h"
+#include "device_props.cuh"
 #include "pdl.cuh"
 
 #include <cuda_bf16.h>
@@ -569,18 +570,6 @@ int head_chunk_for(int group) {
   return gt;
 }
 
-int sm_count_of_current_device() {
-  static std::atomic<int> cached[kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 132;
-  int n = cached[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
-    cached[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
@@ -599,7 +588,7 @@ DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv
     // <= len_h / chunk + 1 items, so total / chunk + n_head_kv items must fit; at least kMinChunk
     // tokens per item, the chunk rounded to whole block steps.
     const int occ = std::max(1, occupancy_of(dtype, head_dim, plan.head_chunk));
-    const int64_t items = static_cast<int64_t>(occ) * sm_count_of_current_device() / n_hchunk - n_head_kv;
+    const int64_t items = static_cast<int64_t>(occ) * detail::sm_count() / n_hchunk - n_head_kv;
     int64_t chunk = items > 0 ? (total + items - 1) / items : max_len;
     chunk = std::max<int64_t>(kMinChunk, chunk);
     const int64_t step = kWarps * (head_dim == 64 ? 4 : 2) * 4;  // tokens per block step (bf16/fp16, GT <= 4)
