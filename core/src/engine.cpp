@@ -88,7 +88,8 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
                                       const DecodeLayerMeta& m, DecodeAttentionPolicy* decode_attention,
                                       const LayerObserver& observer) const {
   // One decode token through the fused kernels (kernels/): RMSNorm, RoPE + in-place cache append,
-  // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, SiLU-mul. A
+  // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, the gate/up
+  // projection with its SiLU-mul. A
   // decode-attention policy (HSA, Quest, SparQ, ...) replaces the attention step only. Without
   // m.commit or an observer it reads no host state but m's bounds (graph capture; a policy then
   // runs attend_device).
@@ -116,8 +117,9 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
   at::Tensor residual = ops::linear_row(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
-  // The down projection adds the residual stream as its bias (one kernel, one rounding).
-  return ops::linear_row(ops::silu_mul(ops::linear_row(h2, w.w_gate_up)), w.w_down, residual);
+  // Gate/up with its SwiGLU in one launch; the down projection adds the residual stream as its bias
+  // (one kernel, one rounding).
+  return ops::linear_row(ops::linear_row_swiglu(h2, w.w_gate_up), w.w_down, residual);
 }
 
 at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {

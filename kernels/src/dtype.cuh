@@ -16,4 +16,8 @@ template <> __device__ __forceinline__ __half from_f<__half>(float x) { return _
 /// x rounded to T and back (the value a dtype tensor would hold).
 template <typename T> __device__ __forceinline__ float round_to(float x) { return to_f<T>(from_f<T>(x)); }
 
+/// SwiGLU of one gate / up pair in fp32: silu(gate) * up = gate / (1 + e^-gate) * up (the Llama
+/// MLP's activation; silu_mul.cu and the GEMVs' fused epilogue share it).
+__device__ __forceinline__ float swiglu(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
+
 }  // namespace kvscope::kernels::dtype

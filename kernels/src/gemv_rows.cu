@@ -19,7 +19,8 @@
 // them) and, for rows within the first kL2PrefetchBytes of W, asks L2 for the rest of its rows
 // (lane: one row, one 128-byte half of each of its warp's chunks). The warps' partial 16 x 8
 // tiles meet in shared memory; one thread per output adds them and the bias and stores the sum at
-// its place in the output's column segments (y_split).
+// its place in the output's column segments (y_split). With swiglu a tile holds 8 gate rows and
+// their 8 up rows, and its epilogue writes silu(gate) * up.
 #include <type_traits>
 
 #include "dtype.cuh"
@@ -57,16 +58,31 @@ struct Chunk {
   uint4 wa[kSlots], wb[kSlots];
 };
 
-template <typename T, bool kF32Out, int kWarps>
+// The W row of tile row i (0..15) of tile `tile`: rows 16 tile + i, or (kSwiGlu) the gate row
+// 8 tile + i for i < 8 and the matching up row I + 8 tile + i - 8 after (GemvArgs::swiglu), so a
+// tile's outputs meet their gate and up values in its own epilogue. -1 past the matrix.
+template <bool kSwiGlu>
+__device__ __forceinline__ int64_t tile_row(int64_t tile, int i, int64_t n) {
+  if constexpr (kSwiGlu) {
+    const int64_t col = tile * (kRows / 2) + (i & 7);
+    return col >= n / 2 ? -1 : i < 8 ? col : n / 2 + col;
+  } else {
+    const int64_t row = tile * kRows + i;
+    return row < n ? row : -1;
+  }
+}
+
+template <typename T, bool kF32Out, int kWarps, bool kSwiGlu>
 __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) gemv_rows_kernel(const GemvArgs a) {
   __shared__ float part[kWarps][kRows][kCols];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   pdl_trigger();
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t tile = blockIdx.x, row0 = tile * kRows;  // row0: rows of W before the tile in block order
   const int64_t nvec = a.k / 8, nchunks = (nvec + kChunkVecs - 1) / kChunkVecs;
-  const bool ra = row0 + g < a.n, rb = row0 + g + 8 < a.n, rx = g < a.m;
-  const uint4* wa = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (ra ? row0 + g : 0) * a.k);
-  const uint4* wb = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (rb ? row0 + g + 8 : 0) * a.k);
+  const int64_t row_a = tile_row<kSwiGlu>(tile, g, a.n), row_b = tile_row<kSwiGlu>(tile, g + 8, a.n);
+  const bool ra = row_a >= 0, rb = row_b >= 0, rx = g < a.m;
+  const uint4* wa = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (ra ? row_a : 0) * a.k);
+  const uint4* wb = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (rb ? row_b : 0) * a.k);
   const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + (rx ? g : 0) * a.k);
   const uint4 zero = make_uint4(0, 0, 0, 0);
   auto load_w = [&](Chunk& c, int64_t chunk) {
@@ -88,8 +104,8 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
   int64_t chunk = warp;
   Chunk cur;
   if (chunk < nchunks) load_w(cur, chunk);  // before the wait: weights only
-  const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T)), pr = row0 + (lane >> 1);
-  if ((row0 + kRows) * row_bytes <= kL2PrefetchBytes && pr < a.n) {
+  const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T)), pr = tile_row<kSwiGlu>(tile, lane >> 1, a.n);
+  if ((row0 + kRows) * row_bytes <= kL2PrefetchBytes && pr >= 0) {
     const char* p = static_cast<const char*>(a.w) + pr * row_bytes + (lane & 1) * 128;
     for (int64_t c = chunk + kWarps; c < nchunks; c += kWarps)
       if (c * kChunkVecs * 16 + (lane & 1) * 128 < row_bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + c * kChunkVecs * 16));
@@ -114,13 +130,33 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
   part[warp][g + 8][2 * t] = acc[2];
   part[warp][g + 8][2 * t + 1] = acc[3];
   __syncthreads();
+  const T* bias = static_cast<const T*>(a.b);
+  if constexpr (kSwiGlu) {  // output (col, 8 tile + r) = silu(gate row r) * (up row r + 8)
+    const int r = threadIdx.x % (kRows / 2), col = threadIdx.x / (kRows / 2);
+    const int64_t gate_row = tile_row<true>(tile, r, a.n), up_row = tile_row<true>(tile, r + 8, a.n);
+    if (col >= a.m || gate_row < 0) return;
+    float sg = 0.f, su = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      sg += part[w][r][col];
+      su += part[w][r + 8][col];
+    }
+    if (bias) {
+      sg += dtype::to_f<T>(bias[col * a.b_stride + gate_row]);
+      su += dtype::to_f<T>(bias[col * a.b_stride + up_row]);
+    }
+    // Both rounded to dtype first: the values the two-kernel path's gate_up tensor would hold.
+    static_cast<T*>(a.y)[col * (a.n / 2) + gate_row] =
+        dtype::from_f<T>(dtype::swiglu(dtype::round_to<T>(sg), dtype::round_to<T>(su)));
+    return;
+  }
   const int r = threadIdx.x % kRows, col = threadIdx.x / kRows;  // consecutive threads: consecutive rows of y
   if (col >= a.m || row0 + r >= a.n) return;
   float s = 0.f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) s += part[w][r][col];
   const int64_t row = row0 + r;
-  if (a.b) s += dtype::to_f<T>(static_cast<const T*>(a.b)[col * a.b_stride + row]);
+  if (bias) s += dtype::to_f<T>(bias[col * a.b_stride + row]);
   // The output segment [first, end) holding this column (gemv.h: y_split).
   const int64_t s0 = a.y_split[0], s1 = a.y_split[1];
   const int64_t first = row >= s1 ? s1 : row >= s0 ? s0 : 0, end = row >= s1 ? a.n : row >= s0 ? s1 : s0;
@@ -131,13 +167,15 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
 
 template <typename T, int kWarps>
 cudaError_t launch_warps(const GemvArgs& a, unsigned tiles, cudaStream_t stream) {
-  return a.y_fp32 ? launch_pdl(gemv_rows_kernel<T, true, kWarps>, tiles, kWarps * 32, 0, stream, a)
-                  : launch_pdl(gemv_rows_kernel<T, false, kWarps>, tiles, kWarps * 32, 0, stream, a);
+  if (a.swiglu) return launch_pdl(gemv_rows_kernel<T, false, kWarps, true>, tiles, kWarps * 32, 0, stream, a);
+  return a.y_fp32 ? launch_pdl(gemv_rows_kernel<T, true, kWarps, false>, tiles, kWarps * 32, 0, stream, a)
+                  : launch_pdl(gemv_rows_kernel<T, false, kWarps, false>, tiles, kWarps * 32, 0, stream, a);
 }
 
 template <typename T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
-  const int64_t tiles = (a.n + kRows - 1) / kRows, sms = sm_count();
+  const int64_t tiles = a.swiglu ? (a.n / 2 + kRows / 2 - 1) / (kRows / 2) : (a.n + kRows - 1) / kRows;
+  const int64_t sms = sm_count();
   // A second, partial wave of 8-warp blocks (e.g. Llama-3.1-8B's QKV: 384 tiles on 2 x 132 slots)
   // leaves most SMs idle at its end; 4-warp blocks take such a matrix in one wave (bench_kernels,
   // H200, 8 rows: 16.3 against 17.7 us). With one wave either way (o, down) or many (gate_up),

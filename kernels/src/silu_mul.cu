@@ -40,14 +40,12 @@ __global__ void __launch_bounds__(kThreads) silu_mul_kernel(const T* __restrict_
       T* oe = reinterpret_cast<T*>(orw);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float x = to_f<T>(ge[j]);
-        oe[j] = from_f<T>(x / (1.f + __expf(-x)) * to_f<T>(ue[j]));
+        oe[j] = from_f<T>(dtype::swiglu(to_f<T>(ge[j]), to_f<T>(ue[j])));
       }
 #pragma unroll
       for (int i = 0; i < W; ++i) reinterpret_cast<uint4*>(o)[i] = orw[i];
     } else {
-      const float x = to_f<T>(g[0]);
-      o[0] = from_f<T>(x / (1.f + __expf(-x)) * to_f<T>(u[0]));
+      o[0] = from_f<T>(dtype::swiglu(to_f<T>(g[0]), to_f<T>(u[0])));
     }
   }
 }

@@ -372,7 +372,71 @@ TEST_F(CudaKernels, LinearRowSplitCutsTheOutputColumnsIntoBlocks) {
   EXPECT_THROW(ops::linear_row_split(c.x, c.w, c.b, 0, 38), std::invalid_argument);   // s1 > n
 }
 
+TEST_F(CudaKernels, LinearRowSwigluMatchesSiluOfTheGateTimesTheUp) {
+  // The MLP's gate/up projection with its activation: silu(x·W_gateᵀ) ⊙ (x·W_upᵀ) against the fp32
+  // reference of the same formula; LibTorch in the dtype (at::linear, then silu·mul) is the
+  // baseline. m = 1: CUDA-core GEMV; 2, 8 (bf16 / fp16): tensor cores (inter 3000: 375 tiles,
+  // 4-warp blocks on a 132-SM GPU); fp32 batches and m = 9: at::linear + the silu_mul kernel.
+  struct Shape { int64_t inter, k; };
+  const Shape shapes[] = {{37, 128}, {3000, 4096}, {4500, 256}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Shape& s : shapes)
+      for (int64_t m : {1, 2, 8, 9}) {
+        const LinearCase c = linear_case(dt, m, 2 * s.inter, s.k, 0);
+        const at::Tensor got = ops::linear_row_swiglu(c.x, c.w);
+        ASSERT_EQ(got.scalar_type(), dt);
+        expect_close(got, ops::ref::silu_mul(c.ref), ops::ref::silu_mul(c.base, dt), dt,
+                     "linear_row_swiglu " + name(dt) + " m=" + std::to_string(m) + " inter=" + std::to_string(s.inter) +
+                         " k=" + std::to_string(s.k));
+      }
+  const LinearCase c = linear_case(at::kBFloat16, 2, 37, 64, 0);  // 37 rows: no gate/up halves
+  EXPECT_THROW(ops::linear_row_swiglu(c.x, c.w), std::invalid_argument);
+}
+
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
+TEST_F(CudaKernels, GemvKernelFusesTheSwigluActivation) {
+  // The kernel API (linear_row_swiglu would fall back to two launches unnoticed): W = [gate; up],
+  // y [m, inter] = silu(gate) * up, into NaN-poisoned outputs, with and without a bias.
+  namespace kk = kvscope::kernels;
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t m : {1, 2, 8})
+      for (int64_t inter : {37, 3000})
+        for (int bias : {0, 1}) {
+          if (dt == at::kFloat && m > 1) continue;  // tensor cores: bf16 / fp16
+          const LinearCase c = linear_case(dt, m, 2 * inter, 4096, bias);
+          at::Tensor y = at::full({m, inter}, kNaN, opts(dt));
+          kk::GemvArgs a;
+          a.dtype = dt == at::kHalf ? kk::DType::kFloat16 : dt == at::kFloat ? kk::DType::kFloat32 : kk::DType::kBFloat16;
+          a.m = m;
+          a.n = 2 * inter;
+          a.k = 4096;
+          a.w = c.w.data_ptr();
+          a.x = c.x.data_ptr();
+          a.b = c.b.defined() ? c.b.data_ptr() : nullptr;
+          a.y = y.data_ptr();
+          a.swiglu = true;
+          ASSERT_TRUE(kk::gemv_supported(a));
+          ASSERT_EQ(kk::gemv(a, nullptr), cudaSuccess);
+          expect_close(y, ops::ref::silu_mul(c.ref), ops::ref::silu_mul(c.base, dt), dt,
+                       "gemv swiglu " + name(dt) + " m=" + std::to_string(m) + " inter=" + std::to_string(inter) +
+                           (bias ? " bias" : ""));
+        }
+  kk::GemvArgs a;
+  a.n = 34;
+  a.k = 64;
+  a.w = a.x = a.y = reinterpret_cast<void*>(256);
+  a.swiglu = true;
+  EXPECT_TRUE(kk::gemv_supported(a));
+  a.n = 33;  // no gate/up halves
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.n = 34;
+  a.y_fp32 = true;  // the activation's output is the dtype's
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.y_fp32 = false;
+  a.y_split[1] = 10;  // no column segments
+  EXPECT_FALSE(kk::gemv_supported(a));
+}
+
 TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
   // The kernel API itself (linear_row would fall back to cuBLAS unnoticed): 2..8 rows of bf16 /
   // fp16 are the tensor-core kernel's, into NaN-poisoned outputs, with a shared or per-row bias.

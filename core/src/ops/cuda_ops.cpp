@@ -219,6 +219,30 @@ std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor
   return linear_segments(x, w, b, false, s0, s1);
 }
 
+at::Tensor linear_row_swiglu(const at::Tensor& x, const at::Tensor& w_gate_up) {
+  const char* op = "linear_row_swiglu";
+  check_same(op, {&x, &w_gate_up});
+  if (w_gate_up.dim() != 2 || w_gate_up.size(0) % 2 != 0) bad("linear_row_swiglu: w_gate_up must be [2 * inter, k]");
+  const int64_t n = w_gate_up.size(0), k = w_gate_up.size(1), m = k > 0 ? x.numel() / k : 0;
+  if (k == 0 || x.numel() != m * k || m < 1) bad("linear_row_swiglu: x must be [m, k] with w_gate_up [2 * inter, k]");
+  kk::GemvArgs a;
+  a.dtype = kernel_dtype(x, op);
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.w = w_gate_up.data_ptr();
+  a.x = x.data_ptr();
+  a.swiglu = true;
+  a.y = reinterpret_cast<void*>(16);  // placeholder: the output is allocated below
+  if (!w_gate_up.is_contiguous() || !x.is_contiguous() || !kk::gemv_supported(a))
+    return silu_mul(linear_row(x, w_gate_up));  // two launches (cuBLAS for what the GEMV does not take)
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty({m, n / 2}, x.options());
+  a.y = y.data_ptr();
+  check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
+  return y;
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
   check_same("rms_norm", {&x, &w});
   const at::Tensor x2 = as_rows(x);
@@ -391,6 +415,7 @@ at::Tensor linear_row(const at::Tensor&, const at::Tensor&, const at::Tensor&, b
 std::array<at::Tensor, 3> linear_row_split(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
   unavailable("linear_row_split");
 }
+at::Tensor linear_row_swiglu(const at::Tensor&, const at::Tensor&) { unavailable("linear_row_swiglu"); }
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
 at::Tensor add_rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, at::Tensor) {
   unavailable("add_rms_norm");

@@ -75,6 +75,13 @@ at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t s0,
                                            int64_t s1);
 
+/// The Llama MLP's gate/up projection and SwiGLU activation: silu(x·W_gateᵀ) ⊙ (x·W_upᵀ) for
+/// w_gate_up = [W_gate; W_up] [2 * inter, k], x [m, k]; returns [m, inter] in x's dtype, each
+/// product rounded to the dtype before the activation (= silu_mul(linear_row(x, w_gate_up))). One
+/// GEMV launch (kernels/gemv.h: swiglu) where the kernels take the shape, else those two calls.
+/// Throws std::invalid_argument on an odd row count or mismatched shapes.
+at::Tensor linear_row_swiglu(const at::Tensor& x, const at::Tensor& w_gate_up);
+
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim
 /// contiguous, any row stride) or [hidden]; w: [hidden]. out: optional, same shape, contiguous.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out = {});

@@ -36,6 +36,11 @@ struct GemvArgs {
   /// projection comes out as q [m * n_head, D], k and v [m * n_head_kv, D] from one launch. {0, 0}:
   /// one segment, the plain [m, n]; with m = 1 every split is the plain layout.
   int64_t y_split[2] = {0, 0};
+  /// W holds [gate; up] (n = 2I rows): y = silu(x·W[:I]ᵀ + b[:I]) ⊙ (x·W[I:]ᵀ + b[I:]), dtype
+  /// [m, I], each product rounded to dtype before the activation as in the two-kernel path (then
+  /// one rounding of the product). The Llama MLP's gate/up projection and SiLU-mul in one launch.
+  /// Needs an even n, no y_split, no y_fp32.
+  bool swiglu = false;
 };
 
 /// True when the shapes and alignment meet the kernel's requirements.
