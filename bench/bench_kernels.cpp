@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
-  // Decode projections (kernels/gemv.h), Llama-3.1-8B shapes, bf16: m = 1 (CUDA cores) and m = 8
+  // Decode projections (kernels/gemv.h), Llama-3.1-8B shapes, bf16: m = 1 (CUDA cores) and m = 2, 4, 8
   // rows (a decode batch, tensor cores). Weight copies rotate over 512 MB so that L2 never holds
   // the matrix; GB/s counts the weight bytes of one call (graph replay).
   {
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&y, 8 * 28672 * 4));
     struct Proj { const char* name; int64_t n, k; };
     for (const Proj& pr : {Proj{"qkv", 6144, 4096}, Proj{"o", 4096, 4096}, Proj{"gate_up", 28672, 4096}, Proj{"down", 4096, 14336}})
-      for (const int64_t m : {int64_t{1}, int64_t{8}}) {
+      for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}}) {
         const size_t wbytes = static_cast<size_t>(pr.n * pr.k * 2);
         const int copies = static_cast<int>(pool_bytes / wbytes);
         kk::GemvArgs ga;
