@@ -166,19 +166,13 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
 
 namespace {
 
-/// linear_row's product with its output in the column segments [0, s0), [s0, s1), [s1, n)
-/// (kernels/gemv.h: y_split), returned as those three [m, width] tensors (contiguous; views of one
-/// buffer on the GEMV path).
-std::array<at::Tensor, 3> linear_segments(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out,
-                                          int64_t s0, int64_t s1) {
-  const char* op = "linear_row";
+/// GemvArgs of x [m, k] (or [k]) through w [n, k]: dtype, shapes and operands. Throws
+/// std::invalid_argument naming `op` on mismatched devices or dtypes, or shapes that do not match.
+kk::GemvArgs gemv_args(const char* op, const at::Tensor& x, const at::Tensor& w) {
   check_same(op, {&x, &w});
-  if (b.defined()) check_same(op, {&x, &b});
-  if (w.dim() != 2) bad("linear_row: w must be [n, k]");
+  if (w.dim() != 2) bad(std::string(op) + ": w must be [n, k]");
   const int64_t n = w.size(0), k = w.size(1), m = k > 0 ? x.numel() / k : 0;
-  if (k == 0 || x.numel() != m * k || m < 1 || (b.defined() && b.numel() != n && b.numel() != m * n))
-    bad("linear_row: x must be [m, k], w [n, k], b [n] or [m, n]");
-  if (s0 < 0 || s0 > s1 || s1 > n) bad("linear_row_split: column splits must satisfy 0 <= s0 <= s1 <= n");
+  if (k == 0 || x.numel() != m * k || m < 1) bad(std::string(op) + ": x must be [m, k] for w [n, k]");
   kk::GemvArgs a;
   a.dtype = kernel_dtype(x, op);
   a.m = m;
@@ -186,6 +180,20 @@ std::array<at::Tensor, 3> linear_segments(const at::Tensor& x, const at::Tensor&
   a.k = k;
   a.w = w.data_ptr();
   a.x = x.data_ptr();
+  return a;
+}
+
+/// linear_row's product with its output in the column segments [0, s0), [s0, s1), [s1, n)
+/// (kernels/gemv.h: y_split), returned as those three [m, width] tensors (contiguous; views of one
+/// buffer on the GEMV path).
+std::array<at::Tensor, 3> linear_segments(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out,
+                                          int64_t s0, int64_t s1) {
+  const char* op = "linear_row";
+  kk::GemvArgs a = gemv_args(op, x, w);
+  const int64_t m = a.m, n = a.n, k = a.k;
+  if (b.defined()) check_same(op, {&x, &b});
+  if (b.defined() && b.numel() != n && b.numel() != m * n) bad("linear_row: b must be [n] or [m, n]");
+  if (s0 < 0 || s0 > s1 || s1 > n) bad("linear_row_split: column splits must satisfy 0 <= s0 <= s1 <= n");
   a.y_split[0] = s0;
   a.y_split[1] = s1;
   const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
@@ -221,23 +229,14 @@ std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor
 
 at::Tensor linear_row_swiglu(const at::Tensor& x, const at::Tensor& w_gate_up) {
   const char* op = "linear_row_swiglu";
-  check_same(op, {&x, &w_gate_up});
-  if (w_gate_up.dim() != 2 || w_gate_up.size(0) % 2 != 0) bad("linear_row_swiglu: w_gate_up must be [2 * inter, k]");
-  const int64_t n = w_gate_up.size(0), k = w_gate_up.size(1), m = k > 0 ? x.numel() / k : 0;
-  if (k == 0 || x.numel() != m * k || m < 1) bad("linear_row_swiglu: x must be [m, k] with w_gate_up [2 * inter, k]");
-  kk::GemvArgs a;
-  a.dtype = kernel_dtype(x, op);
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.w = w_gate_up.data_ptr();
-  a.x = x.data_ptr();
+  kk::GemvArgs a = gemv_args(op, x, w_gate_up);
+  if (a.n % 2 != 0) bad("linear_row_swiglu: w_gate_up must be [2 * inter, k] (an even row count)");
   a.swiglu = true;
   a.y = reinterpret_cast<void*>(16);  // placeholder: the output is allocated below
   if (!w_gate_up.is_contiguous() || !x.is_contiguous() || !kk::gemv_supported(a))
     return silu_mul(linear_row(x, w_gate_up));  // two launches (cuBLAS for what the GEMV does not take)
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty({m, n / 2}, x.options());
+  at::Tensor y = at::empty({a.m, a.n / 2}, x.options());
   a.y = y.data_ptr();
   check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
   return y;
