@@ -2,7 +2,7 @@
 // Programmatic dependent launch (PDL, sm_90+; CUDA Programming Guide §4.5) for the decode step's
 // chain of kernels (internal to kvscope_kernels).
 //
-// A decode step is ~12 short kernels per layer, each waiting for the previous one. Launched with
+// A decode step is ~10 short kernels per layer, each waiting for the previous one. Launched with
 // launch_pdl, a kernel may be scheduled while its predecessor in the stream still runs: every
 // kernel calls pdl_trigger() first (its dependents may be scheduled once all its blocks have), may
 // then touch memory no kernel writes (weights: prefetch), and calls pdl_wait() before anything
