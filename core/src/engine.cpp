@@ -89,10 +89,9 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
                                       const LayerObserver& observer) const {
   // One decode token through the fused kernels (kernels/): RMSNorm, RoPE + in-place cache append,
   // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, the gate/up
-  // projection with its SiLU-mul. A
-  // decode-attention policy (HSA, Quest, SparQ, ...) replaces the attention step only. Without
-  // m.commit or an observer it reads no host state but m's bounds (graph capture; a policy then
-  // runs attend_device).
+  // projection with its SiLU-mul. A decode-attention policy (HSA, Quest, SparQ, ...) replaces the
+  // attention step only. Without m.commit or an observer it reads no host state but m's bounds
+  // (graph capture; a policy then runs attend_device).
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, B = x.size(0);

@@ -156,6 +156,10 @@ struct ScanScratch {
 };
 constexpr size_t kScanScratch = sizeof(ScanScratch);
 
+/// Dynamic shared memory of a pass-1 block: the K/V ring, then the scan's scratch.
+template <typename T, int D, int GT>
+constexpr size_t kSplitSmem = Shape<T, D, GT>::kSmemBytes + kScanScratch;
+
 // Maps blockIdx.x to its work item: the KV head hk whose items [first, first + ns) hold it, the
 // split index within the head, the head's length and first cache row; hk = -1 past the last item.
 // The block scans the heads' item counts together, kThreads heads per round: one memory round trip
@@ -492,7 +496,7 @@ int configure_split_kernel() {
   int occ = occupancy[dev].load(std::memory_order_relaxed);
   if (occ > 0) return occ;
   const auto kern = decode_split_kernel<T, D, GT, kGather>;
-  const int smem = static_cast<int>(Shape<T, D, GT>::kSmemBytes + kScanScratch);
+  const int smem = static_cast<int>(kSplitSmem<T, D, GT>);
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, kThreads, smem) != cudaSuccess || occ < 1) occ = 1;
   occupancy[dev].store(occ, std::memory_order_relaxed);
@@ -502,7 +506,7 @@ int configure_split_kernel() {
 template <typename T, int D, int GT>
 cudaError_t launch_typed(const Params& p, int n_head, int n_items, cudaStream_t stream) {
   const dim3 grid(n_items, p.n_hchunk);
-  constexpr size_t smem = Shape<T, D, GT>::kSmemBytes + kScanScratch;
+  constexpr size_t smem = kSplitSmem<T, D, GT>;
   cudaError_t err;
   if (p.index) {
     configure_split_kernel<T, D, GT, true>();

@@ -100,11 +100,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
 
 template <typename T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
-  if (a.swiglu) {
-    const unsigned blocks = static_cast<unsigned>((a.n / 2 + kWarps / 2 - 1) / (kWarps / 2));
-    return launch_pdl(gemv_kernel<T, false, true>, blocks, kWarps * 32, 0, stream, a);
-  }
+  // kWarps rows of W per block (with swiglu: kWarps / 2 gate rows and their up rows, n even).
   const unsigned blocks = static_cast<unsigned>((a.n + kWarps - 1) / kWarps);
+  if (a.swiglu) return launch_pdl(gemv_kernel<T, false, true>, blocks, kWarps * 32, 0, stream, a);
   return a.y_fp32 ? launch_pdl(gemv_kernel<T, true, false>, blocks, kWarps * 32, 0, stream, a)
                   : launch_pdl(gemv_kernel<T, false, false>, blocks, kWarps * 32, 0, stream, a);
 }

@@ -185,8 +185,7 @@ cudaError_t launch_warps(const GemvArgs& a, unsigned tiles, cudaStream_t stream)
 
 template <typename T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
-  const int64_t tiles = a.swiglu ? (a.n / 2 + kRows / 2 - 1) / (kRows / 2) : (a.n + kRows - 1) / kRows;
-  const int64_t sms = sm_count();
+  const int64_t tiles = (a.n + kRows - 1) / kRows, sms = sm_count();  // swiglu: n even, 8 gate + 8 up rows a tile
   // A second, partial wave of 8-warp blocks (e.g. Llama-3.1-8B's QKV: 384 tiles on 2 x 132 slots)
   // leaves most SMs idle at its end; 4-warp blocks take such a matrix in one wave (bench_kernels,
   // H200, 8 rows: 16.3 against 17.7 us). With one wave either way (o, down) or many (gate_up),
