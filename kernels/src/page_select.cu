@@ -6,6 +6,8 @@
 // chunk of the head's pages. Selection over a whole head used to be one block per head (8 blocks
 // on 132 SMs for a Llama-3 layer, each phase a chain of barrier and memory latencies); a cluster
 // splits every phase of it, and the blocks meet through distributed shared memory.
+//   0. Before its wait (pdl.cuh) every block asks L2 for its chunk's min/max rows, which no kernel
+//      of the step writes (prefetch_chunk).
 //   1. Every block loads the group's queries (fp32, shared memory). HSA ranks the channels of
 //      Σ_g|q| (top k1) and computes each member's SparQ temperature; Quest folds the group into two
 //      coefficients per channel (Σ_g max(q_g, 0) on Kmax, Σ_g min(q_g, 0) on Kmin, as
@@ -13,7 +15,8 @@
 //   2. Scoring: the block's warps stream the chunk's min/max rows with 16-byte loads, a slot of L
 //      lanes per page, several pages in flight per lane; scores go to shared memory (the global
 //      workspace when the chunk does not fit). With K given, the block holding the head's last page
-//      recomputes that page's min/max first (the decode-append upkeep, fused).
+//      recomputes that page's min/max first (the decode-append upkeep, fused; stored to global
+//      memory at the end).
 //   3. HSA: a page's entries share one logit, so the token softmax of member g is a page softmax
 //      weighted by entries per page; each block's max and Σ n·exp are merged over the cluster.
 //      Key of a page: Σ_g π_g (HSA), the upper bound (Quest); order-preserving bits.
@@ -50,6 +53,8 @@ constexpr int kQPerThread = kMaxGroup * kMaxDim / kThreads;
 /// Blocks per KV head: the portable cluster size. (16, the non-portable maximum, scores faster
 /// alone but waits for a whole free GPC: slower inside the decode step, docs/performance.md.)
 constexpr int kCluster = 8;
+/// L2 line bytes (the prefetch granule).
+constexpr int kLine = 128;
 
 /// Pages of a head each block of its cluster owns at most (the row stride of staged scores), for a
 /// host bound max_pages of the pages per head.
@@ -274,6 +279,24 @@ constexpr size_t kStageBytes = 184 * 1024;
 /// Dynamic shared memory a launch gets without the opt-in (48 KB less the static part).
 constexpr size_t kNoOptInBytes = 12 * 1024;
 
+/// Before the wait (pdl.cuh): the summaries of every page but a head's last are written by no
+/// kernel of the step, so block `rank` of a head's cluster asks L2 for its chunk's kmin / kmax rows
+/// (row_bytes each) while the kernels before it (the QKV projection's tail, RoPE / append) run; in
+/// the decode step they are cold, a layer's summaries being read once per token. The length is
+/// read while RoPE / append may still advance it: the chunk is a hint only, bounded by max_pages.
+template <typename T>
+__device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int64_t row_bytes, const int64_t* length,
+                                               int64_t page, int64_t max_pages, int rank) {
+  int64_t len;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(len) : "l"(length));
+  const int64_t n = min64((max64(len, 0) + page - 1) / page, max_pages), chunk = (n + kCluster - 1) / kCluster;
+  const int64_t b0 = min64(rank * chunk, n) * row_bytes, b1 = min64((rank + 1) * chunk, n) * row_bytes;
+  for (int64_t b = b0 + static_cast<int64_t>(threadIdx.x) * kLine; b < b1; b += static_cast<int64_t>(kThreads) * kLine) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kmin) + b));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kmax) + b));
+  }
+}
+
 template <typename T, int kG, bool kHsa>
 __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSelectArgs a, float* ws, bool staged) {
   using Scan = cub::BlockScan<unsigned long long, kThreads>;
@@ -296,12 +319,15 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   __shared__ unsigned long long s_total, s_pre;
   extern __shared__ float stage[];
   const cg::cluster_group cluster = cg::this_cluster();
-  pdl_trigger();
-  pdl_wait();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.group, D = a.head_dim;
   const int rank = static_cast<int>(cluster.block_rank()), h = static_cast<int>(blockIdx.x) / kCluster;
   // Lambdas capture these locals, never `a` (taking the parameter's address copies it to the stack).
   const int64_t page = a.page, keep = a.keep;
+  const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
+  const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
+  pdl_trigger();
+  prefetch_chunk(kmin, kmax, D * static_cast<int64_t>(sizeof(T)), a.length + h, page, a.max_pages, rank);
+  pdl_wait();
   // Every global load the block's set-up needs goes out before any is used: the head's length and
   // cache offset, and the group's queries (kQPerThread values per thread, into registers).
   const int64_t len = a.length[h], k_offset = a.k ? a.offset[h] : 0;
@@ -315,8 +341,6 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   const int64_t n_pages = (len + page - 1) / page, last = n_pages - 1;
   const int64_t chunk = (n_pages + kCluster - 1) / kCluster;
   const int64_t cbeg = min64(rank * chunk, n_pages), cend = min64(cbeg + chunk, n_pages), nloc = cend - cbeg;
-  const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
-  const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
   int32_t* index = a.index + static_cast<int64_t>(h) * a.index_stride;
   // The block holding the head's last page recomputes its summaries (decode-append upkeep): thread
   // t takes channel t % D over rows t / D, t / D + R, ... of the page (R = kThreads / D row groups),
@@ -341,13 +365,21 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     if (tid < D) {
       float lo = up_part[0][tid], hi = up_part[1][tid];
       for (int r = 1; r < R; ++r) lo = fminf(lo, up_part[0][r * D + tid]), hi = fmaxf(hi, up_part[1][r * D + tid]);
+      up_row[0][tid] = from_f<T>(lo);
+      up_row[1][tid] = from_f<T>(hi);
+    }
+  };
+  // The recomputed rows go to global memory last: a cluster barrier's release would otherwise wait
+  // for these stores to complete.
+  auto store_upkeep = [&] {
+    if (tid < D) {
       const int64_t o = (static_cast<int64_t>(h) * a.page_capacity + last) * D + tid;
-      up_row[0][tid] = static_cast<T*>(a.kmin)[o] = from_f<T>(lo);
-      up_row[1][tid] = static_cast<T*>(a.kmax)[o] = from_f<T>(hi);
+      static_cast<T*>(a.kmin)[o] = up_row[0][tid];
+      static_cast<T*>(a.kmax)[o] = up_row[1][tid];
     }
   };
   if (kHsa ? len <= keep : n_pages <= keep) {  // dense: every live entry (uniform over the cluster)
-    if (upkeep) finish_upkeep();
+    if (upkeep) finish_upkeep(), store_upkeep();
     for (int64_t i = cbeg * page + tid; i < min64(cend * page, len); i += kThreads) index[i] = static_cast<int32_t>(i);
     if (rank == 0 && tid == 0) a.count[h] = len;
     return;
@@ -607,6 +639,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     o += take;
   }
   if (p0 < p1 && cbeg + p1 == n_pages) a.count[h] = o;  // the thread holding the head's last page
+  if (upkeep) store_upkeep();
   cluster.barrier_wait(std::move(token));
 }
 
