@@ -586,11 +586,14 @@ DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv
   if (n_split_override <= 0) {
     // One full wave: work items x head chunks <= resident blocks per SM x SMs. Head h takes
     // <= len_h / chunk + 1 items, so total / chunk + n_head_kv items must fit; at least kMinChunk
-    // tokens per item, the chunk rounded to whole block steps.
+    // tokens per item (half that where kMinChunk-token items would give fewer than 1.5 blocks per
+    // SM: compressed caches of a few hundred entries per head; docs/performance.md), the chunk
+    // rounded to whole block steps.
     const int occ = std::max(1, occupancy_of(dtype, head_dim, plan.head_chunk));
     const int64_t items = static_cast<int64_t>(occ) * detail::sm_count() / n_hchunk - n_head_kv;
     int64_t chunk = items > 0 ? (total + items - 1) / items : max_len;
-    chunk = std::max<int64_t>(kMinChunk, chunk);
+    const int64_t min_chunk = 2 * total * n_hchunk / kMinChunk >= 3 * detail::sm_count() ? kMinChunk : kMinChunk / 2;
+    chunk = std::max<int64_t>(min_chunk, chunk);
     const int64_t step = kWarps * (head_dim == 64 ? 4 : 2) * 4;  // tokens per block step (bf16/fp16, GT <= 4)
     plan.chunk = (chunk + step - 1) / step * step;
   } else {
