@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
   if (live && (rank + 1) * row_bytes <= kL2PrefetchBytes)
     for (int64_t b = (kUnroll * 32 * 16 / kLineBytes + lane) * kLineBytes; b < row_bytes; b += 32 * kLineBytes)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w) + b));
+      prefetch_l2(reinterpret_cast<const char*>(w) + b);
   pdl_wait();
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
   float acc = 0.f;

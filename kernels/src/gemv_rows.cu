@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
   if ((row0 + kRows) * row_bytes <= kL2PrefetchBytes && pr >= 0) {
     const char* p = static_cast<const char*>(a.w) + pr * row_bytes + (lane & 1) * 128;
     for (int64_t c = chunk + kWarps; c < nchunks; c += kWarps)
-      if (c * kChunkVecs * 16 + (lane & 1) * 128 < row_bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + c * kChunkVecs * 16));
+      if (c * kChunkVecs * 16 + (lane & 1) * 128 < row_bytes) prefetch_l2(p + c * kChunkVecs * 16);
   }
   pdl_wait();
   for (; chunk < nchunks; chunk += kWarps) {  // warp-uniform

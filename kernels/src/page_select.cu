@@ -292,8 +292,8 @@ __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int
   const int64_t n = min64((max64(len, 0) + page - 1) / page, max_pages), chunk = (n + kCluster - 1) / kCluster;
   const int64_t b0 = min64(rank * chunk, n) * row_bytes, b1 = min64((rank + 1) * chunk, n) * row_bytes;
   for (int64_t b = b0 + static_cast<int64_t>(threadIdx.x) * kLine; b < b1; b += static_cast<int64_t>(kThreads) * kLine) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kmin) + b));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kmax) + b));
+    prefetch_l2(reinterpret_cast<const char*>(kmin) + b);
+    prefetch_l2(reinterpret_cast<const char*>(kmax) + b);
   }
 }
 
