@@ -32,8 +32,11 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include <type_traits>
+
 #include "dtype.cuh"
 #include "kvscope/kernels/page_select.h"
+#include "mma.cuh"
 #include "pdl.cuh"
 
 namespace kvscope::kernels {
@@ -230,6 +233,108 @@ struct PageScorer {
   }
 };
 
+/// Tensor-core page scoring (16-bit rows, D a multiple of 32, up to 8 outputs per page): a warp
+/// scores a tile of 16 pages as [16 x D] x [D x 8] products on tensor cores (mma.cuh), one per
+/// summary row: score[P][o] = Σ_c Kmax[P][c]·hi[c][o] + Kmin[P][c]·lo[c][o]. Lane (g, t) loads, per
+/// 32-channel base j, the 16-byte vector at channel 32j + 8t of pages g and g + 8 (a page's four
+/// lanes read 64 contiguous bytes); its 8 values are the lane's k positions of two mma
+/// instructions, and B's fragments (MmaCoefs, built once per launch) use the same k mapping, so the
+/// rows need no shared memory. hi / lo:
+///   HSA: column g (member g < G) is q_g on the selected channels, on Kmax where Σ_g q_g >= 0 and
+///        on Kmin elsewhere, 0 on the rest: exact (q is a T value), the products exact in fp32.
+///   Quest: the fp32 coefficients Σ_g max(q_g, 0) (Kmax) and Σ_g min(q_g, 0) (Kmin) split into a T
+///        value (column 0) and its remainder rounded to T (column 1): score = C[., 0] + C[., 1],
+///        within ~2^-16 of the fp32 coefficients' score.
+/// The CUDA-core PageScorer serves fp32 rows, other head dims and groups of more than 8.
+constexpr int kMmaBase = 32;  ///< channels per base: 4 lanes x 8 values of a 16-byte vector
+
+/// B fragments: frag[j][s][lane] = {hi k 2t..2t+1, hi k 2t+8..2t+9, lo ..., lo ...} of mma s (0, 1)
+/// of base j, lane (g, t): channels 32j + 8t + 4s + {0, 1} and + {2, 3}, column g.
+struct MmaCoefs {
+  uint4 frag[kMaxDim / kMmaBase][2][32];
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  const T x = from_f<T>(a), y = from_f<T>(b);
+  unsigned short u, v;
+  memcpy(&u, &x, 2);
+  memcpy(&v, &y, 2);
+  return static_cast<uint32_t>(u) | static_cast<uint32_t>(v) << 16;
+}
+
+/// Fills c.frag from the group's fp32 queries qs [G, D] (and, HSA, the channel flags of
+/// top_channels). Called by the whole block; the caller syncs before use.
+template <typename T, bool kHsa>
+__device__ void build_mma_coefs(const float* qs, const unsigned char* chan, int G, int D, MmaCoefs& c) {
+  for (int i = threadIdx.x; i < (D / kMmaBase) * 64; i += kThreads) {
+    const int j = i >> 6, s = (i >> 5) & 1, ln = i & 31, n = ln >> 2, ch0 = kMmaBase * j + 8 * (ln & 3) + 4 * s;
+    float hi[4], lo[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int ch = ch0 + e;
+      if (kHsa) {
+        const unsigned char f = chan[ch];
+        const float x = n < G && (f & 1) ? qs[n * D + ch] : 0.f;
+        hi[e] = f & 2 ? x : 0.f;
+        lo[e] = f & 2 ? 0.f : x;
+      } else {
+        float h = 0.f, l = 0.f;
+        for (int g = 0; g < G; ++g) {
+          const float x = qs[g * D + ch];
+          h += fmaxf(x, 0.f);
+          l += fminf(x, 0.f);
+        }
+        const float h0 = dtype::round_to<T>(h), l0 = dtype::round_to<T>(l);
+        hi[e] = n == 0 ? h0 : n == 1 ? h - h0 : 0.f;
+        lo[e] = n == 0 ? l0 : n == 1 ? l - l0 : 0.f;
+      }
+    }
+    c.frag[j][s][ln] = make_uint4(pack2<T>(hi[0], hi[1]), pack2<T>(hi[2], hi[3]), pack2<T>(lo[0], lo[1]), pack2<T>(lo[2], lo[3]));
+  }
+}
+
+/// The 16-byte vector at channel `off` of page P's row (rows: a head's [pages, D] summaries), or of
+/// `up` (the recomputed last page, shared memory) when is_up; zeros when !on.
+template <typename T>
+__device__ __forceinline__ uint4 row_vec(const T* rows, const T* up, int64_t P, int D, int off, bool on, bool is_up) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (on && !is_up) v = *reinterpret_cast<const uint4*>(rows + P * D + off);
+  if (on && is_up) v = *reinterpret_cast<const uint4*>(up + off);
+  return v;
+}
+
+/// c += the tile's scores (pages tile + g, tile + g + 8 of the lane; see MmaCoefs) for pages below
+/// end; the page `up_page` is read from up_lo / up_hi instead. Called by whole warps.
+template <typename T>
+__device__ __forceinline__ void mma_score_tile(const T* kmin, const T* kmax, const T* up_lo, const T* up_hi, int64_t up_page,
+                                               int64_t tile, int64_t end, int D, const MmaCoefs& cf, float (&c)[4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, nb = D / kMmaBase;
+  const int64_t Pa = tile + g, Pb = tile + g + 8;
+  const bool ona = Pa < end, onb = Pb < end, upa = Pa == up_page, upb = Pb == up_page;
+  for (int j0 = 0; j0 < nb; j0 += 4) {  // 4 bases (128 channels) of loads in flight
+    uint4 la[4], lb[4], ha[4], hb[4];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int off = kMmaBase * (j0 + jj) + 8 * t;
+      const bool in = j0 + jj < nb;
+      la[jj] = row_vec(kmin, up_lo, Pa, D, off, in && ona, upa);
+      lb[jj] = row_vec(kmin, up_lo, Pb, D, off, in && onb, upb);
+      ha[jj] = row_vec(kmax, up_hi, Pa, D, off, in && ona, upa);
+      hb[jj] = row_vec(kmax, up_hi, Pb, D, off, in && onb, upb);
+    }
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      if (j0 + jj >= nb) break;
+      const uint4 f0 = cf.frag[j0 + jj][0][lane], f1 = cf.frag[j0 + jj][1][lane];
+      mma16816<T>(c, ha[jj].x, hb[jj].x, ha[jj].y, hb[jj].y, f0.x, f0.y);
+      mma16816<T>(c, la[jj].x, lb[jj].x, la[jj].y, lb[jj].y, f0.z, f0.w);
+      mma16816<T>(c, ha[jj].z, hb[jj].z, ha[jj].w, hb[jj].w, f1.x, f1.y);
+      mma16816<T>(c, la[jj].z, lb[jj].z, la[jj].w, lb[jj].w, f1.z, f1.w);
+    }
+  }
+}
+
 // ---- selection --------------------------------------------------------------------------------
 
 /// Unsigned bits that order like the floats (negative values flipped).
@@ -273,11 +378,10 @@ constexpr int kPagesInFlight = kHsa && kG >= 8 ? 2 : 4;
 constexpr int kRegPages = 4;
 
 /// Dynamic shared memory a block may stage its chunk's scores in: with the opt-in attribute (above
-/// 48 KB) sm_90 gives a block up to 227 KB, next to the kernel's <= 34 KB of static shared memory
-/// (HSA at t = 4,096 of 32K: ~940 pages x G 4 per block = 15 KB; 184 KB holds 11.7K pages x G 4).
+/// 48 KB in all) sm_90 gives a block up to 227 KB, next to the kernel's <= 42 KB of static shared
+/// memory (HSA at t = 4,096 of 32K: ~940 pages x G 4 per block = 15 KB; 184 KB holds 11.7K pages x
+/// G 4).
 constexpr size_t kStageBytes = 184 * 1024;
-/// Dynamic shared memory a launch gets without the opt-in (48 KB less the static part).
-constexpr size_t kNoOptInBytes = 12 * 1024;
 
 /// Before the wait (pdl.cuh): the summaries of every page but a head's last are written by no
 /// kernel of the step, so block `rank` of a head's cluster asks L2 for its chunk's kmin / kmax rows
@@ -301,6 +405,7 @@ template <typename T, int kG, bool kHsa>
 __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSelectArgs a, float* ws, bool staged) {
   using Scan = cub::BlockScan<unsigned long long, kThreads>;
   using Scorer = PageScorer<T, kG, kHsa>;
+  constexpr bool kMmaDtype = !std::is_same_v<T, float>;
   constexpr int U = kPagesInFlight<kG, kHsa>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ float qs[kMaxGroup * kMaxDim];
@@ -317,6 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   __shared__ long long s_rem;
   __shared__ int s_done;
   __shared__ unsigned long long s_total, s_pre;
+  __shared__ MmaCoefs mcoef;
   extern __shared__ float stage[];
   const cg::cluster_group cluster = cg::this_cluster();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.group, D = a.head_dim;
@@ -415,7 +521,13 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     __syncthreads();
   }
   const bool aligned = D % Scorer::kN == 0 && (reinterpret_cast<uintptr_t>(a.kmin) | reinterpret_cast<uintptr_t>(a.kmax)) % 16 == 0;
-  const Scorer scorer(qs, chan, G, D, aligned);
+  const bool use_mma = kMmaDtype && kG <= 8 && aligned && D % kMmaBase == 0;  // uniform
+  if constexpr (kMmaDtype) {
+    if (use_mma) {
+      build_mma_coefs<T, kHsa>(qs, chan, G, D, mcoef);
+      __syncthreads();
+    }
+  }
 
   // 2. Scores of the chunk: s[g * ss + (P - cbeg)], in shared memory when staged.
   float* s = staged ? stage : ws + static_cast<int64_t>(h) * (kHsa ? G : 1) * a.max_pages + cbeg;
@@ -435,7 +547,35 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
       }
     }
   };
-  const int64_t scored_end = upkeep ? last : cend;
+  if constexpr (kMmaDtype) {
+    if (use_mma) {
+      const int t = lane & 3;
+      for (int64_t tile = cbeg + 16 * warp; tile < cend; tile += 16 * kWarps) {  // warp-uniform
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        mma_score_tile<T>(kmin, kmax, up_row[0], up_row[1], upkeep ? last : -1, tile, cend, D, mcoef, c);
+        const int64_t Pa = tile + (lane >> 2), Pb = Pa + 8;  // c: {Pa, Pb} x columns {2t, 2t + 1}
+        if constexpr (kHsa) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int o = 2 * t + e;
+            if (o >= G) continue;
+            const float va = c[e] * inv_tau[o], vb = c[2 + e] * inv_tau[o];
+            if (Pa < cend) s[o * ss + (Pa - cbeg)] = va;
+            if (Pb < cend) s[o * ss + (Pb - cbeg)] = vb;
+            const float mx = fmaxf(Pa < cend ? va : -INFINITY, Pb < cend ? vb : -INFINITY);
+#pragma unroll
+            for (int g = 0; g < kG; ++g)
+              if (g == o) m[g] = fmaxf(m[g], mx);
+          }
+        } else if (t == 0) {
+          if (Pa < cend) s[Pa - cbeg] = __uint_as_float(ordered_bits(c[0] + c[1]));
+          if (Pb < cend) s[Pb - cbeg] = __uint_as_float(ordered_bits(c[2] + c[3]));
+        }
+      }
+    }
+  }
+  const Scorer scorer(qs, chan, G, D, aligned);
+  const int64_t scored_end = use_mma ? cbeg : upkeep ? last : cend;
   const int64_t per_warp = static_cast<int64_t>(scorer.slots) * U;
   for (int64_t base = cbeg + warp * per_warp; base < scored_end; base += kWarps * per_warp) {  // warp-uniform
     int64_t P[U];
@@ -452,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
       for (int u = 0; u < U; ++u)
         if (live[u]) store(P[u], acc[u]);
   }
-  if (upkeep && warp == kWarps - 1) {  // the last page, from its recomputed rows
+  if (upkeep && !use_mma && warp == kWarps - 1) {  // the last page, from its recomputed rows
     const int64_t P[1] = {0};
     const bool live[1] = {scorer.slot == 0};
     float acc[1][Scorer::kOut];
@@ -650,7 +790,7 @@ cudaError_t launch_select(const PageSelectArgs& a, float* ws, cudaStream_t strea
   const size_t stage = rows * static_cast<size_t>(block_pages(a.max_pages)) * sizeof(float);
   const bool staged = stage <= kStageBytes;
   const size_t smem = staged ? stage : 0;
-  if (smem > kNoOptInBytes) {  // opt in (not a stream operation: fine under graph capture)
+  if (smem > 0) {  // opt in (static + dynamic may pass 48 KB; not a stream operation: fine under graph capture)
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }

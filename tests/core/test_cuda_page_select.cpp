@@ -119,12 +119,12 @@ TEST_F(CudaPageSelect, HsaSelectsTheReferenceTokens) {
 
 TEST_F(CudaPageSelect, SelectionPathsBySizeSelectTheReferenceTokens) {
   // A cluster of 8 blocks splits each head's pages; a block stages its chunk's scores in shared
-  // memory up to 184 KB (opt-in above 12 KB) and keeps 4 keys per thread (2048 pages) in
-  // registers. Cover each side of both limits: G 16, page 1: 4096 pages per block x 16 x 4 B =
-  // 256 KB (workspace, keys re-read); G 4, page 2: 2048 pages per block, 32 KB (opt-in staging,
-  // every key in registers); G 8, page 8: 512 pages per block, 16 KB (opt-in); the other tests
-  // stage without it. Head dims 20 (16-bit rows not 16-byte aligned: element loads) and 36 (a
-  // partial slot of lanes).
+  // memory up to 184 KB and keeps 4 keys per thread (2048 pages) in registers. Cover each side of
+  // both limits: G 16, page 1: 4096 pages per block x 16 x 4 B = 256 KB (workspace, keys re-read;
+  // CUDA-core scoring, the tensor-core path taking groups of up to 8); G 4, page 2: 2048 pages per
+  // block, 32 KB (staged, every key in registers); G 8, page 8: 512 pages per block, 16 KB. Head
+  // dims 20 (16-bit rows not 16-byte aligned: element loads) and 36 (a partial slot of lanes), both
+  // on CUDA cores (the tensor-core path needs a multiple of 32).
   std::mt19937 rng(4);
   for (at::ScalarType dt : kDtypes) {
     check_selection(true, dt, 64, 16, 32768, 1, 16, 4096, rng);
