@@ -401,11 +401,13 @@ __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int
   }
 }
 
-template <typename T, int kG, bool kHsa>
+/// kMma: score on tensor cores (16-bit rows, 16-byte aligned, D % 32 == 0, G <= 8; launch_select
+/// decides), else PageScorer.
+template <typename T, int kG, bool kHsa, bool kMma>
 __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSelectArgs a, float* ws, bool staged) {
   using Scan = cub::BlockScan<unsigned long long, kThreads>;
   using Scorer = PageScorer<T, kG, kHsa>;
-  constexpr bool kMmaDtype = !std::is_same_v<T, float>;
+  static_assert(!kMma || (!std::is_same_v<T, float> && kG <= 8), "tensor-core scoring: 16-bit rows, G <= 8");
   constexpr int U = kPagesInFlight<kG, kHsa>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ float qs[kMaxGroup * kMaxDim];
@@ -415,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   __shared__ float inv_tau[kMaxGroup];
   __shared__ float part[kMaxGroup][32];
   __shared__ float s_mloc[kMaxGroup], s_zloc[kMaxGroup], s_max[kMaxGroup], s_inv[kMaxGroup];
-  __shared__ unsigned hist[256], tot[2][256];
+  __shared__ unsigned hist[2][256], tot[256];
   __shared__ float up_part[2][kThreads];
   __shared__ __align__(16) T up_row[2][kMaxDim];
   __shared__ unsigned s_prefix;
@@ -491,16 +493,13 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     return;
   }
 
-  // 1. Queries, channels, coefficients. The radix totals, which other blocks add to, are cleared
-  //    before this block's arrival on the cluster barrier that every block waits on before its
-  //    first add (t0).
+  // 1. Queries, channels, coefficients.
 #pragma unroll
   for (int i = 0; i < kQPerThread; ++i)
     if (tid + i * kThreads < G * D) qs[tid + i * kThreads] = qv[i];
-  if (tid < 256) hist[tid] = tot[0][tid] = tot[1][tid] = 0;
+  if (tid < 256) hist[0][tid] = hist[1][tid] = 0;
   if (upkeep) finish_upkeep();
   __syncthreads();
-  auto t0 = cluster.barrier_arrive();
   if (kHsa) {
     top_channels(qs, G, D, a.k1, mag, rnk, chan);
     // SparQ temperature per member g (warp g): sqrt(D · Σ|q̂_g| / Σ|q_g|).
@@ -520,13 +519,9 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     }
     __syncthreads();
   }
-  const bool aligned = D % Scorer::kN == 0 && (reinterpret_cast<uintptr_t>(a.kmin) | reinterpret_cast<uintptr_t>(a.kmax)) % 16 == 0;
-  const bool use_mma = kMmaDtype && kG <= 8 && aligned && D % kMmaBase == 0;  // uniform
-  if constexpr (kMmaDtype) {
-    if (use_mma) {
-      build_mma_coefs<T, kHsa>(qs, chan, G, D, mcoef);
-      __syncthreads();
-    }
+  if constexpr (kMma) {
+    build_mma_coefs<T, kHsa>(qs, chan, G, D, mcoef);
+    __syncthreads();
   }
 
   // 2. Scores of the chunk: s[g * ss + (P - cbeg)], in shared memory when staged.
@@ -535,69 +530,69 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   float m[kG];
 #pragma unroll
   for (int g = 0; g < kG; ++g) m[g] = -INFINITY;
-  auto store = [&](int64_t P, const float (&acc)[Scorer::kOut]) {
+  if constexpr (kMma) {
+    const int t = lane & 3;
+    for (int64_t tile = cbeg + 16 * warp; tile < cend; tile += 16 * kWarps) {  // warp-uniform
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+      mma_score_tile<T>(kmin, kmax, up_row[0], up_row[1], upkeep ? last : -1, tile, cend, D, mcoef, c);
+      const int64_t Pa = tile + (lane >> 2), Pb = Pa + 8;  // c: {Pa, Pb} x columns {2t, 2t + 1}
+      if constexpr (kHsa) {
 #pragma unroll
-    for (int o = 0; o < Scorer::kOut; ++o) {
-      const float v = kHsa ? acc[o] * inv_tau[o] : acc[o];
-      if (kHsa && o < G) {
-        s[o * ss + (P - cbeg)] = v;
-        m[o] = fmaxf(m[o], v);
-      } else if (!kHsa) {
-        s[P - cbeg] = __uint_as_float(ordered_bits(v));  // Quest: the score's key, final already
+        for (int e = 0; e < 2; ++e) {
+          const int o = 2 * t + e;
+          if (o >= G) continue;
+          const float va = c[e] * inv_tau[o], vb = c[2 + e] * inv_tau[o];
+          if (Pa < cend) s[o * ss + (Pa - cbeg)] = va;
+          if (Pb < cend) s[o * ss + (Pb - cbeg)] = vb;
+          const float mx = fmaxf(Pa < cend ? va : -INFINITY, Pb < cend ? vb : -INFINITY);
+#pragma unroll
+          for (int g = 0; g < kG; ++g)
+            if (g == o) m[g] = fmaxf(m[g], mx);
+        }
+      } else if (t == 0) {  // Quest: the score's key, final already
+        if (Pa < cend) s[Pa - cbeg] = __uint_as_float(ordered_bits(c[0] + c[1]));
+        if (Pb < cend) s[Pb - cbeg] = __uint_as_float(ordered_bits(c[2] + c[3]));
       }
     }
-  };
-  if constexpr (kMmaDtype) {
-    if (use_mma) {
-      const int t = lane & 3;
-      for (int64_t tile = cbeg + 16 * warp; tile < cend; tile += 16 * kWarps) {  // warp-uniform
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-        mma_score_tile<T>(kmin, kmax, up_row[0], up_row[1], upkeep ? last : -1, tile, cend, D, mcoef, c);
-        const int64_t Pa = tile + (lane >> 2), Pb = Pa + 8;  // c: {Pa, Pb} x columns {2t, 2t + 1}
-        if constexpr (kHsa) {
+  } else {
+    const bool aligned = D % Scorer::kN == 0 && (reinterpret_cast<uintptr_t>(a.kmin) | reinterpret_cast<uintptr_t>(a.kmax)) % 16 == 0;
+    const Scorer scorer(qs, chan, G, D, aligned);
+    auto store = [&](int64_t P, const float (&acc)[Scorer::kOut]) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int o = 2 * t + e;
-            if (o >= G) continue;
-            const float va = c[e] * inv_tau[o], vb = c[2 + e] * inv_tau[o];
-            if (Pa < cend) s[o * ss + (Pa - cbeg)] = va;
-            if (Pb < cend) s[o * ss + (Pb - cbeg)] = vb;
-            const float mx = fmaxf(Pa < cend ? va : -INFINITY, Pb < cend ? vb : -INFINITY);
-#pragma unroll
-            for (int g = 0; g < kG; ++g)
-              if (g == o) m[g] = fmaxf(m[g], mx);
-          }
-        } else if (t == 0) {
-          if (Pa < cend) s[Pa - cbeg] = __uint_as_float(ordered_bits(c[0] + c[1]));
-          if (Pb < cend) s[Pb - cbeg] = __uint_as_float(ordered_bits(c[2] + c[3]));
+      for (int o = 0; o < Scorer::kOut; ++o) {
+        const float v = kHsa ? acc[o] * inv_tau[o] : acc[o];
+        if (kHsa && o < G) {
+          s[o * ss + (P - cbeg)] = v;
+          m[o] = fmaxf(m[o], v);
+        } else if (!kHsa) {
+          s[P - cbeg] = __uint_as_float(ordered_bits(v));  // Quest: the score's key, final already
         }
       }
-    }
-  }
-  const Scorer scorer(qs, chan, G, D, aligned);
-  const int64_t scored_end = use_mma ? cbeg : upkeep ? last : cend;
-  const int64_t per_warp = static_cast<int64_t>(scorer.slots) * U;
-  for (int64_t base = cbeg + warp * per_warp; base < scored_end; base += kWarps * per_warp) {  // warp-uniform
-    int64_t P[U];
-    bool live[U];
+    };
+    const int64_t scored_end = upkeep ? last : cend;
+    const int64_t per_warp = static_cast<int64_t>(scorer.slots) * U;
+    for (int64_t base = cbeg + warp * per_warp; base < scored_end; base += kWarps * per_warp) {  // warp-uniform
+      int64_t P[U];
+      bool live[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      P[u] = base + u * scorer.slots + scorer.slot;
-      live[u] = P[u] < scored_end;
-    }
-    float acc[U][Scorer::kOut];
-    scorer.score(kmin, kmax, P, live, acc);
-    if (scorer.sl == 0)
+      for (int u = 0; u < U; ++u) {
+        P[u] = base + u * scorer.slots + scorer.slot;
+        live[u] = P[u] < scored_end;
+      }
+      float acc[U][Scorer::kOut];
+      scorer.score(kmin, kmax, P, live, acc);
+      if (scorer.sl == 0)
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (live[u]) store(P[u], acc[u]);
-  }
-  if (upkeep && !use_mma && warp == kWarps - 1) {  // the last page, from its recomputed rows
-    const int64_t P[1] = {0};
-    const bool live[1] = {scorer.slot == 0};
-    float acc[1][Scorer::kOut];
-    scorer.score(up_row[0], up_row[1], P, live, acc);
-    if (scorer.sl == 0 && live[0]) store(last, acc[0]);
+        for (int u = 0; u < U; ++u)
+          if (live[u]) store(P[u], acc[u]);
+    }
+    if (upkeep && warp == kWarps - 1) {  // the last page, from its recomputed rows
+      const int64_t P[1] = {0};
+      const bool live[1] = {scorer.slot == 0};
+      float acc[1][Scorer::kOut];
+      scorer.score(up_row[0], up_row[1], P, live, acc);
+      if (scorer.sl == 0 && live[0]) store(last, acc[0]);
+    }
   }
   auto entries = [=](int64_t P) { return static_cast<unsigned>(min64(page, len - P * page)); };
 
@@ -615,7 +610,6 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
         if (g < G) z[g] += n * __expf(s[g * ss + (P - cbeg)] - s_mloc[g]);
     }
     block_reduce_members(z, G, part, s_zloc, 0.f, [](float x, float y) { return x + y; });
-    cluster.barrier_wait(std::move(t0));
     cluster.sync();
     if (tid < G) {
       float mx = -INFINITY, zs = 0.f, mr[kCluster], zr[kCluster];
@@ -633,7 +627,6 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     }
     __syncthreads();
   } else {
-    cluster.barrier_wait(std::move(t0));
     __syncthreads();
   }
 
@@ -660,11 +653,11 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
       keys[Pl] = __uint_as_float(key_of(Pl));
 
   // 5. Radix select of the threshold (weight above it < keep <= weight at or above it), 8-bit passes
-  //    over the cluster. Pass p counts into the block's hist, adds its non-zero bins to tot[p & 1]
-  //    of every block of the cluster (shared-memory atomics over DSMEM) and clears hist; after the
-  //    cluster barrier tot[p & 1] holds the cluster's histogram. A block clears its tot[p & 1]
-  //    before it arrives at the next barrier, after which alone the others add to it again (pass
-  //    p + 2).
+  //    over the cluster. Pass p counts into the block's hist[p & 1]; after the cluster barrier
+  //    (release / acquire) every block reads the cluster's eight hist[p & 1] (DSMEM loads) and sums
+  //    them into its tot. The others read a block's hist[p & 1] before they arrive at pass p + 1's
+  //    barrier, so the block clears it after that barrier, for pass p + 2. (Adding to every block's
+  //    totals with remote atomics instead made each barrier's release wait for 8 x 256 of them.)
   if (tid == 0) s_prefix = 0, s_rem = keep, s_done = 0;
   __syncthreads();
   const int64_t warp_first = tid - lane;  // the warp's first striped page (loops stay warp-uniform)
@@ -682,8 +675,8 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
         // HSA weighs a page by its entries: every page holds `page` but the head's last one, whose
         // lane adds the difference itself (a reduce over the peers would serialise the groups).
         const unsigned per_page = kHsa ? static_cast<unsigned>(page) : 1u;
-        if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], per_page * static_cast<unsigned>(__popc(peers)));
-        if (kHsa && cbeg + Pl == last) atomicAdd(&hist[bin], entries(last) - per_page);  // unsigned wrap: subtracts
+        if (lane == __ffs(peers) - 1) atomicAdd(&hist[b][bin], per_page * static_cast<unsigned>(__popc(peers)));
+        if (kHsa && cbeg + Pl == last) atomicAdd(&hist[b][bin], entries(last) - per_page);  // unsigned wrap: subtracts
       }
     };
 #pragma unroll
@@ -696,20 +689,21 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
       const int64_t Pl = wf + lane;
       count(Pl, Pl < nloc ? __float_as_uint(keys[Pl]) : 0u, Pl < nloc);
     }
-    __syncthreads();
-    if (tid < 256) {
-      const unsigned v = hist[tid];
-      if (v)
-#pragma unroll
-        for (int r = 0; r < kCluster; ++r) atomicAdd(cluster.map_shared_rank(&tot[b][tid], r), v);
-      hist[tid] = 0;
-      tot[b ^ 1][tid] = 0;  // this block searched it in pass p - 1; the others add to it again in p + 1
-    }
     cluster.sync();
+    if (tid < 256) {
+      unsigned v[kCluster], sum = 0;
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) v[r] = *cluster.map_shared_rank(&hist[b][tid], r);
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) sum += v[r];
+      tot[tid] = sum;
+      hist[b ^ 1][tid] = 0;  // the others read it in pass p - 1, before this pass's barrier
+    }
+    __syncthreads();
     if (warp == 0) {  // lane L owns bins 255-8L .. 248-8L (descending)
       unsigned own[8], sum = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) sum += own[j] = tot[b][255 - (lane * 8 + j)];
+      for (int j = 0; j < 8; ++j) sum += own[j] = tot[255 - (lane * 8 + j)];
       unsigned incl = sum;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
@@ -783,9 +777,9 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   cluster.barrier_wait(std::move(token));
 }
 
-template <typename T, int kG, bool kHsa>
-cudaError_t launch_select(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
-  const auto kernel = page_select_kernel<T, kG, kHsa>;
+template <typename T, int kG, bool kHsa, bool kMma>
+cudaError_t launch_kernel(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
+  const auto kernel = page_select_kernel<T, kG, kHsa, kMma>;
   const size_t rows = kHsa ? static_cast<size_t>(a.group) : 1;
   const size_t stage = rows * static_cast<size_t>(block_pages(a.max_pages)) * sizeof(float);
   const bool staged = stage <= kStageBytes;
@@ -795,6 +789,16 @@ cudaError_t launch_select(const PageSelectArgs& a, float* ws, cudaStream_t strea
     if (err != cudaSuccess) return err;
   }
   return launch_pdl_cluster(kernel, dim3(a.n_head_kv * kCluster), kThreads, kCluster, smem, stream, a, ws, staged);
+}
+
+/// Tensor-core scoring where its conditions hold (page_select_kernel's kMma).
+template <typename T, int kG, bool kHsa>
+cudaError_t launch_select(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, float> && kG <= 8) {
+    const bool aligned = (reinterpret_cast<uintptr_t>(a.kmin) | reinterpret_cast<uintptr_t>(a.kmax)) % 16 == 0;
+    if (aligned && a.head_dim % kMmaBase == 0) return launch_kernel<T, kG, kHsa, true>(a, ws, stream);
+  }
+  return launch_kernel<T, kG, kHsa, false>(a, ws, stream);
 }
 
 template <typename T>
