@@ -254,6 +254,7 @@ struct MmaCoefs {
   uint4 frag[kMaxDim / kMmaBase][2][32];
 };
 
+/// a and b rounded to T, packed as one 32-bit mma register (a in the low half).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
   const T x = from_f<T>(a), y = from_f<T>(b);
