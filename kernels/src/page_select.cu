@@ -59,12 +59,21 @@ constexpr int kCluster = 8;
 /// L2 line bytes (the prefetch granule).
 constexpr int kLine = 128;
 
-/// Pages of a head each block of its cluster owns at most (the row stride of staged scores), for a
-/// host bound max_pages of the pages per head.
-__host__ __device__ constexpr int64_t block_pages(int64_t max_pages) { return (max_pages + kCluster - 1) / kCluster; }
+/// Pages of a head each block of its cluster owns at most, for n pages per head (with the host
+/// bound max_pages: the row stride of staged scores).
+__host__ __device__ constexpr int64_t block_pages(int64_t n) { return (n + kCluster - 1) / kCluster; }
 
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
+
+/// Block `rank`'s contiguous chunk [b, e) of a head's n_pages pages.
+struct PageRange {
+  int64_t b, e;
+};
+__device__ __forceinline__ PageRange block_chunk(int64_t n_pages, int rank) {
+  const int64_t b = min64(rank * block_pages(n_pages), n_pages);
+  return {b, min64(b + block_pages(n_pages), n_pages)};
+}
 
 // ---- scoring ----------------------------------------------------------------------------------
 
@@ -281,7 +290,7 @@ __device__ void build_mma_coefs(const float* qs, const unsigned char* chan, int 
         lo[e] = f & 2 ? 0.f : x;
       } else {
         float h = 0.f, l = 0.f;
-        for (int g = 0; g < G; ++g) {
+        for (int g = 0; g < G && n < 2; ++g) {  // columns 0 and 1 only
           const float x = qs[g * D + ch];
           h += fmaxf(x, 0.f);
           l += fminf(x, 0.f);
@@ -394,8 +403,8 @@ __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int
                                                int64_t page, int64_t max_pages, int rank) {
   int64_t len;
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(len) : "l"(length));
-  const int64_t n = min64((max64(len, 0) + page - 1) / page, max_pages), chunk = (n + kCluster - 1) / kCluster;
-  const int64_t b0 = min64(rank * chunk, n) * row_bytes, b1 = min64((rank + 1) * chunk, n) * row_bytes;
+  const PageRange c = block_chunk(min64((max64(len, 0) + page - 1) / page, max_pages), rank);
+  const int64_t b0 = c.b * row_bytes, b1 = c.e * row_bytes;
   for (int64_t b = b0 + static_cast<int64_t>(threadIdx.x) * kLine; b < b1; b += static_cast<int64_t>(kThreads) * kLine) {
     prefetch_l2(reinterpret_cast<const char*>(kmin) + b);
     prefetch_l2(reinterpret_cast<const char*>(kmax) + b);
@@ -448,8 +457,8 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     qv[i] = e < G * D ? to_f<T>(q[(e / D) * a.q_stride + e % D]) : 0.f;
   }
   const int64_t n_pages = (len + page - 1) / page, last = n_pages - 1;
-  const int64_t chunk = (n_pages + kCluster - 1) / kCluster;
-  const int64_t cbeg = min64(rank * chunk, n_pages), cend = min64(cbeg + chunk, n_pages), nloc = cend - cbeg;
+  const PageRange own = block_chunk(n_pages, rank);
+  const int64_t cbeg = own.b, cend = own.e, nloc = cend - cbeg;
   int32_t* index = a.index + static_cast<int64_t>(h) * a.index_stride;
   // The block holding the head's last page recomputes its summaries (decode-append upkeep): thread
   // t takes channel t % D over rows t / D, t / D + R, ... of the page (R = kThreads / D row groups),
