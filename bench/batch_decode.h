@@ -16,8 +16,11 @@ struct BatchDecode {
 };
 
 /// lengths: [layer][kv head] live entries of one sequence (ragged allowed). Times `steps` graph
-/// replays after 3 warm-up steps. Throws std::runtime_error without a CUDA build and device.
+/// replays after 3 warm-up steps. `policy`: an optional configured decode-time policy whose side
+/// stores prepare_graph builds from the cache alone (page summaries: Quest, RocketKV's HSA); the
+/// bytes are then the ones it reports per step. Throws std::runtime_error without a CUDA build and
+/// device, or when the policy cannot run in a graph over the batch.
 BatchDecode time_batched_decode(const Engine& engine, const std::vector<std::vector<int64_t>>& lengths, int64_t batch,
-                                int64_t steps);
+                                int64_t steps, DecodeAttentionPolicy* policy = nullptr);
 
 }  // namespace kvscope::bench

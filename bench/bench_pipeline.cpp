@@ -45,8 +45,9 @@ int main(int argc, char** argv) {
   std::string only;
   app.add_option("--pipelines", only, "comma-separated labels to run (default: all)");
   app.add_option("--batch", batch,
-                 "also decode this many sequences per step with each eviction pipeline's kept sizes (CUDA; "
-                 "decode-time selection methods run batch 1 only)")
+                 "also decode this many sequences per step with each pipeline's kept sizes (CUDA; RocketKV and "
+                 "Quest build their page summaries over the batch; SPARK runs batch 1 only: its channel stores "
+                 "come from one sequence's prefill)")
       ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
@@ -94,7 +95,8 @@ int main(int argc, char** argv) {
   report("full", context, full);
   // Batch rows: `batch` sequences with this run's kept sizes per (layer, KV head), random K/V
   // (batch_decode.h); roofline = weights once + every sequence's K/V.
-  auto report_batch = [&](const std::string& label, int64_t budget, const kvscope::GenerateResult& r) {
+  auto report_batch = [&](const std::string& label, int64_t budget, const kvscope::GenerateResult& r,
+                          kvscope::DecodeAttentionPolicy* policy = nullptr) {
     if (batch <= 1) return;
     const auto& c = model.config;
     std::vector<std::vector<int64_t>> lengths(c.n_layer, std::vector<int64_t>(c.n_head_kv, context));
@@ -102,7 +104,7 @@ int main(int argc, char** argv) {
       for (size_t h = 0; h < r.kept[l].size() && h < lengths[l].size(); ++h) lengths[l][h] = static_cast<int64_t>(r.kept[l][h].size());
     kvscope::bench::BatchDecode b;
     try {
-      b = kvscope::bench::time_batched_decode(engine, lengths, batch, steps);
+      b = kvscope::bench::time_batched_decode(engine, lengths, batch, steps, policy);
     } catch (const std::exception& e) {  // e.g. eight full 128K caches do not fit: say so, go on
       const std::string what = e.what();
       std::printf("%-20s %7lld  skipped: %s\n", (label + " x" + std::to_string(batch)).c_str(), (long long)budget,
@@ -141,7 +143,10 @@ int main(int argc, char** argv) {
       const kvscope::Pipeline p(registry, c.spec);
       const kvscope::GenerateResult r = run(&p, {c.unit, double(budget)});
       report(c.label, budget, r);
+      // Page selection (RocketKV, Quest) builds its summaries from the batch's cache; SPARK's
+      // channel stores belong to the batch-1 prefill's heads.
       if (!p.decode_attention()) report_batch(c.label, budget, r);
+      else if (c.unit == kvscope::BudgetSpec::Unit::kFetched) report_batch(c.label, budget, r, p.decode_attention());
     }
   }
   // Capture cost (issue 4: summary must be cheap enough to leave on): SnapKV at 1024 with capture.

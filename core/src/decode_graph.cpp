@@ -86,7 +86,12 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPo
   }
   // Capture on a side stream (required); warm up there first (cuBLAS handles and workspaces,
   // kernel attributes), then put the device state back: the warm-up's append sits past the live
-  // lengths and is overwritten by the first real step.
+  // lengths and is overwritten by the first real step. The side stream must not start before the
+  // caller's stream has run what it queued: the cache and side stores just built, and the zeroed
+  // token and position above (a batched cache's eviction and page summaries can queue
+  // milliseconds of work; the warm-up then read an unwritten token and failed the embedding's
+  // index check).
+  c10::cuda::getCurrentCUDAStream(m.device.index()).synchronize();
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
   stream.synchronize();
   {

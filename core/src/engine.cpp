@@ -96,8 +96,8 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, B = x.size(0);
   const LayerKv& L = cache.layer(l);
-  if (B > 1 && (decode_attention || m.commit || observer || cache.n_head_kv() != B * Hkv))
-    throw std::invalid_argument("fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, dense attention and no observer");
+  if (B > 1 && (m.commit || observer || cache.n_head_kv() != B * Hkv))
+    throw std::invalid_argument("fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, the graph path and no observer");
   at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
   // One launch for the fused QKV projection; its output comes in q, k, v blocks, so a batch's
   // heads are [B * heads, D] (sequence b's heads at b * heads ..).
@@ -112,7 +112,7 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   else if (m.commit)
     attn = decode_attention->attend(l, q, cache).reshape({1, H * D});
   else
-    attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({1, H * D});
+    attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({B, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
   at::Tensor residual = ops::linear_row(attn, w.w_o);
   at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual

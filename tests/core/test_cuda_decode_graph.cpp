@@ -3,6 +3,7 @@
 // (head-wise budget) cache. Skipped without a CUDA device or without the kernels.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -118,17 +119,21 @@ void compare_generate(const std::string& spec, int64_t budget) {
 /// (sequence b owns heads b * Hkv ..): every graphed batch step gives each sequence the logits of
 /// its own batch-1 step. The batch's projections run three rows at once (cuBLAS), the single
 /// sequence's one row (the GEMV kernel): equal up to summation order and, in bf16, rounding.
-void compare_batch(at::ScalarType dtype, double logit_tol) {
-  const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), dtype, {}});
-  const Engine engine(model);
-  const int64_t B = 3, n_prompt = 300, steps = 6;
+/// B prompts of n_prompt random tokens, each prefilled into its own cache (room for `steps` more).
+std::vector<KvCache> prefill_alone(const Engine& engine, int64_t B, int64_t n_prompt, int64_t steps) {
   std::vector<KvCache> alone;
   for (int64_t b = 0; b < B; ++b) {
     alone.push_back(engine.new_cache(n_prompt + steps));
-    engine.prefill(alone.back(), random_ids(n_prompt, model.config.vocab_size, 20 + static_cast<uint32_t>(b)));
+    engine.prefill(alone.back(), random_ids(n_prompt, engine.model().config.vocab_size, 20 + static_cast<uint32_t>(b)));
   }
+  return alone;
+}
+
+/// The caches stacked into one of B x n_head_kv heads (sequence b owns heads b * Hkv ..).
+KvCache stack_caches(const Engine& engine, const std::vector<KvCache>& alone, int64_t n_prompt, int64_t steps) {
+  const Model& model = engine.model();
   ModelConfig bc = model.config;
-  bc.n_head_kv *= B;
+  bc.n_head_kv *= static_cast<int64_t>(alone.size());
   KvCache batch(bc, n_prompt + steps, model.device, model.dtype);
   for (int64_t l = 0; l < batch.n_layer(); ++l) {
     std::vector<at::Tensor> k, v;
@@ -139,6 +144,15 @@ void compare_batch(at::ScalarType dtype, double logit_tol) {
     batch.append(l, at::cat(k), at::cat(v), alone[0].positions(l)[0]);
   }
   batch.advance_position(n_prompt);
+  return batch;
+}
+
+void compare_batch(at::ScalarType dtype, double logit_tol) {
+  const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), dtype, {}});
+  const Engine engine(model);
+  const int64_t B = 3, n_prompt = 300, steps = 6;
+  std::vector<KvCache> alone = prefill_alone(engine, B, n_prompt, steps);
+  KvCache batch = stack_caches(engine, alone, n_prompt, steps);
   ASSERT_TRUE(DecodeGraph::supported(engine, batch, steps));
   DecodeGraph graph(engine, batch);
   const auto tokens = random_ids(steps, model.config.vocab_size, 9);
@@ -157,6 +171,50 @@ void compare_batch(at::ScalarType dtype, double logit_tol) {
 }
 
 TEST_F(CudaDecodeGraph, Fp32BatchOfSequencesMatchesEachSequenceAlone) { compare_batch(at::kFloat, 1e-3); }
+
+/// Page selection (Quest, 2 of 19 pages a step) in a batched graph: each sequence gets the logits
+/// of its own batch-1 graph with its own policy instance; prepare_graph builds the summaries over
+/// each cache's heads, so query head i of the batch reads cache head i / G, its sequence's.
+TEST_F(CudaDecodeGraph, QuestBatchOfSequencesMatchesEachSequenceAlone) {
+  const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kFloat, {}});
+  const Engine engine(model);
+  const int64_t B = 3, n_prompt = 300, steps = 6;
+  PolicyRegistry reg;
+  register_builtin_policies(reg);
+  std::vector<std::unique_ptr<Pipeline>> pipelines;
+  auto quest = [&] {
+    pipelines.push_back(std::make_unique<Pipeline>(reg, "quest"));
+    pipelines.back()->begin_run(RunBudget{BudgetSpec{BudgetSpec::Unit::kFetched, 64}, n_prompt, steps}, model.config);
+    return pipelines.back()->decode_attention();
+  };
+  std::vector<KvCache> alone = prefill_alone(engine, B, n_prompt, steps);
+  KvCache batch = stack_caches(engine, alone, n_prompt, steps);
+  DecodeAttentionPolicy* batch_policy = quest();
+  ASSERT_TRUE(batch_policy->prepare_graph(batch, steps + 1));
+  DecodeGraph graph(engine, batch, batch_policy);
+  std::vector<DecodeAttentionPolicy*> policies;
+  std::vector<std::unique_ptr<DecodeGraph>> singles;
+  for (KvCache& c : alone) {
+    policies.push_back(quest());
+    ASSERT_TRUE(policies.back()->prepare_graph(c, steps + 1));
+    singles.push_back(std::make_unique<DecodeGraph>(engine, c, policies.back()));
+  }
+  const auto tokens = random_ids(steps, model.config.vocab_size, 9);
+  int64_t batch_bytes = 0, alone_bytes = 0;
+  for (int64_t t = 0; t < steps; ++t) {
+    const at::Tensor got = graph.step(tokens[t]).cpu();
+    batch_bytes += batch_policy->after_graph_step(batch);
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{B, model.config.vocab_size}));
+    for (int64_t b = 0; b < B; ++b) {
+      const at::Tensor want = singles[b]->step(tokens[t]).cpu();
+      alone_bytes += policies[b]->after_graph_step(alone[b]);
+      EXPECT_LE((got[b] - want).abs().max().item<double>(), 1e-3) << "step " << t << " sequence " << b;
+      EXPECT_EQ(got[b].argmax().item<int64_t>(), want.argmax().item<int64_t>()) << "step " << t << " sequence " << b;
+    }
+  }
+  EXPECT_EQ(batch_bytes, alone_bytes);  // the batch reads what its sequences read alone
+  EXPECT_GT(batch_bytes, 0);
+}
 TEST_F(CudaDecodeGraph, Bf16BatchOfSequencesMatchesEachSequenceAlone) { compare_batch(at::kBFloat16, 0.25); }
 
 TEST_F(CudaDecodeGraph, RocketKvGraphMatchesEagerFused) { compare_generate("rocketkv", 256); }

@@ -31,7 +31,9 @@ class DecodeAttentionPolicy;
 struct DeviceDecodeState {
   /// int64 [B]: the token to run. B > 1 decodes B sequences at the same position at once (the
   /// batch of bench_engine --batch): the cache then holds B x n_head_kv heads, sequence b owning
-  /// heads b * n_head_kv .. (b + 1) * n_head_kv - 1, with dense attention.
+  /// heads b * n_head_kv .. (b + 1) * n_head_kv - 1, with dense attention or a decode policy whose
+  /// attend_device treats every cache head as its own (page selection: query head i reads cache
+  /// head i / G, which is sequence b's head for b's rows).
   at::Tensor token;
   at::Tensor position;            ///< int64 [1]: its position; the step adds 1
   std::vector<at::Tensor> meta;   ///< per layer int64 [2, n_head_kv]: offsets, live lengths (the step adds 1)
@@ -60,8 +62,8 @@ class Engine {
   /// observer; a decode policy runs its attend_device after prepare_graph): appends its K/V to
   /// `cache` in place but leaves the cache's host lengths and position alone (the caller commits
   /// them). Returns fp32 logits [vocab] ([B, vocab] for B tokens). Throws std::invalid_argument
-  /// when `s` does not have one meta tensor per layer, or for a batch with a decode policy or a
-  /// cache that is not B x n_head_kv heads.
+  /// when `s` does not have one meta tensor per layer, or for a batch over a cache that is not
+  /// B x n_head_kv heads.
   at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention = nullptr) const;
 
   /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward.
