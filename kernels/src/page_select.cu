@@ -1,9 +1,10 @@
 // Page scoring and row selection for HSA / Quest, with the decode-append page min/max upkeep (see
 // page_select.h).
 //
-// page_select is one launch: a thread-block cluster of kCluster blocks per KV head (sm_90, CUDA
+// page_select is one launch: a thread-block cluster of nc blocks per KV head (sm_90, CUDA
 // Programming Guide "Thread Block Clusters"), block r of the cluster owning the r-th contiguous
-// chunk of the head's pages. Selection over a whole head used to be one block per head (8 blocks
+// chunk of the head's pages; nc = 8 (kCluster), or 4 or 2 where 8 per head would not fit the
+// GPU's SMs in one wave (a batch's B x n_head_kv heads; cluster_blocks). Selection over a whole head used to be one block per head (8 blocks
 // on 132 SMs for a Llama-3 layer, each phase a chain of barrier and memory latencies); a cluster
 // splits every phase of it, and the blocks meet through distributed shared memory.
 //   0. Before its wait (pdl.cuh) every block asks L2 for its chunk's min/max rows, which no kernel
@@ -34,6 +35,7 @@
 
 #include <type_traits>
 
+#include "device_props.cuh"
 #include "dtype.cuh"
 #include "kvscope/kernels/page_select.h"
 #include "mma.cuh"
@@ -53,15 +55,15 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 /// Query values each thread loads (G x D <= 16 x 256).
 constexpr int kQPerThread = kMaxGroup * kMaxDim / kThreads;
-/// Blocks per KV head: the portable cluster size. (16, the non-portable maximum, scores faster
-/// alone but waits for a whole free GPC: slower inside the decode step, docs/performance.md.)
+/// Blocks per KV head at most: the portable cluster size. (16, the non-portable maximum, scores
+/// faster alone but waits for a whole free GPC: slower inside the decode step, docs/performance.md.)
 constexpr int kCluster = 8;
 /// L2 line bytes (the prefetch granule).
 constexpr int kLine = 128;
 
-/// Pages of a head each block of its cluster owns at most, for n pages per head (with the host
-/// bound max_pages: the row stride of staged scores).
-__host__ __device__ constexpr int64_t block_pages(int64_t n) { return (n + kCluster - 1) / kCluster; }
+/// Pages of a head each of its nc blocks owns at most, for n pages per head (with the host bound
+/// max_pages: the row stride of staged scores).
+__host__ __device__ constexpr int64_t block_pages(int64_t n, int nc) { return (n + nc - 1) / nc; }
 
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
@@ -70,9 +72,9 @@ __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? 
 struct PageRange {
   int64_t b, e;
 };
-__device__ __forceinline__ PageRange block_chunk(int64_t n_pages, int rank) {
-  const int64_t b = min64(rank * block_pages(n_pages), n_pages);
-  return {b, min64(b + block_pages(n_pages), n_pages)};
+__device__ __forceinline__ PageRange block_chunk(int64_t n_pages, int rank, int nc) {
+  const int64_t b = min64(rank * block_pages(n_pages, nc), n_pages);
+  return {b, min64(b + block_pages(n_pages, nc), n_pages)};
 }
 
 // ---- scoring ----------------------------------------------------------------------------------
@@ -400,10 +402,10 @@ constexpr size_t kStageBytes = 184 * 1024;
 /// read while RoPE / append may still advance it: the chunk is a hint only, bounded by max_pages.
 template <typename T>
 __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int64_t row_bytes, const int64_t* length,
-                                               int64_t page, int64_t max_pages, int rank) {
+                                               int64_t page, int64_t max_pages, int rank, int nc) {
   int64_t len;
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(len) : "l"(length));
-  const PageRange c = block_chunk(min64((max64(len, 0) + page - 1) / page, max_pages), rank);
+  const PageRange c = block_chunk(min64((max64(len, 0) + page - 1) / page, max_pages), rank, nc);
   const int64_t b0 = c.b * row_bytes, b1 = c.e * row_bytes;
   for (int64_t b = b0 + static_cast<int64_t>(threadIdx.x) * kLine; b < b1; b += static_cast<int64_t>(kThreads) * kLine) {
     prefetch_l2(reinterpret_cast<const char*>(kmin) + b);
@@ -438,13 +440,14 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   extern __shared__ float stage[];
   const cg::cluster_group cluster = cg::this_cluster();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.group, D = a.head_dim;
-  const int rank = static_cast<int>(cluster.block_rank()), h = static_cast<int>(blockIdx.x) / kCluster;
+  const int nc = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int h = static_cast<int>(blockIdx.x) / nc;
   // Lambdas capture these locals, never `a` (taking the parameter's address copies it to the stack).
   const int64_t page = a.page, keep = a.keep;
   const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
   const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
   pdl_trigger();
-  prefetch_chunk(kmin, kmax, D * static_cast<int64_t>(sizeof(T)), a.length + h, page, a.max_pages, rank);
+  prefetch_chunk(kmin, kmax, D * static_cast<int64_t>(sizeof(T)), a.length + h, page, a.max_pages, rank, nc);
   pdl_wait();
   // Every global load the block's set-up needs goes out before any is used: the head's length and
   // cache offset, and the group's queries (kQPerThread values per thread, into registers).
@@ -457,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     qv[i] = e < G * D ? to_f<T>(q[(e / D) * a.q_stride + e % D]) : 0.f;
   }
   const int64_t n_pages = (len + page - 1) / page, last = n_pages - 1;
-  const PageRange own = block_chunk(n_pages, rank);
+  const PageRange own = block_chunk(n_pages, rank, nc);
   const int64_t cbeg = own.b, cend = own.e, nloc = cend - cbeg;
   int32_t* index = a.index + static_cast<int64_t>(h) * a.index_stride;
   // The block holding the head's last page recomputes its summaries (decode-append upkeep): thread
@@ -536,7 +539,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
 
   // 2. Scores of the chunk: s[g * ss + (P - cbeg)], in shared memory when staged.
   float* s = staged ? stage : ws + static_cast<int64_t>(h) * (kHsa ? G : 1) * a.max_pages + cbeg;
-  const int64_t ss = staged ? block_pages(a.max_pages) : a.max_pages;
+  const int64_t ss = staged ? block_pages(a.max_pages, nc) : a.max_pages;
   float m[kG];
 #pragma unroll
   for (int g = 0; g < kG; ++g) m[g] = -INFINITY;
@@ -625,8 +628,8 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
       float mx = -INFINITY, zs = 0.f, mr[kCluster], zr[kCluster];
 #pragma unroll
       for (int r = 0; r < kCluster; ++r) {
-        mr[r] = *cluster.map_shared_rank(&s_mloc[tid], r);
-        zr[r] = *cluster.map_shared_rank(&s_zloc[tid], r);
+        mr[r] = r < nc ? *cluster.map_shared_rank(&s_mloc[tid], r) : -INFINITY;
+        zr[r] = r < nc ? *cluster.map_shared_rank(&s_zloc[tid], r) : 0.f;
         mx = fmaxf(mx, mr[r]);
       }
 #pragma unroll
@@ -703,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
     if (tid < 256) {
       unsigned v[kCluster], sum = 0;
 #pragma unroll
-      for (int r = 0; r < kCluster; ++r) v[r] = *cluster.map_shared_rank(&hist[b][tid], r);
+      for (int r = 0; r < kCluster; ++r) v[r] = r < nc ? *cluster.map_shared_rank(&hist[b][tid], r) : 0u;
 #pragma unroll
       for (int r = 0; r < kCluster; ++r) sum += v[r];
       tot[tid] = sum;
@@ -787,18 +790,28 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   cluster.barrier_wait(std::move(token));
 }
 
+/// Blocks per KV head: kCluster, halved (down to 2) while n_head_kv clusters would not fit the
+/// SMs in one wave. A batch of 8 sequences of a Llama-3 layer (64 KV heads) then runs 128 blocks in
+/// one wave, not 512 in four, each wave paying the whole barrier chain.
+int cluster_blocks(int n_head_kv) {
+  int nc = kCluster;
+  while (nc > 2 && static_cast<int64_t>(n_head_kv) * nc > detail::sm_count()) nc /= 2;
+  return nc;
+}
+
 template <typename T, int kG, bool kHsa, bool kMma>
 cudaError_t launch_kernel(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
   const auto kernel = page_select_kernel<T, kG, kHsa, kMma>;
+  const int nc = cluster_blocks(a.n_head_kv);
   const size_t rows = kHsa ? static_cast<size_t>(a.group) : 1;
-  const size_t stage = rows * static_cast<size_t>(block_pages(a.max_pages)) * sizeof(float);
+  const size_t stage = rows * static_cast<size_t>(block_pages(a.max_pages, nc)) * sizeof(float);
   const bool staged = stage <= kStageBytes;
   const size_t smem = staged ? stage : 0;
   if (smem > 0) {  // opt in (static + dynamic may pass 48 KB; not a stream operation: fine under graph capture)
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  return launch_pdl_cluster(kernel, dim3(a.n_head_kv * kCluster), kThreads, kCluster, smem, stream, a, ws, staged);
+  return launch_pdl_cluster(kernel, dim3(a.n_head_kv * nc), kThreads, nc, smem, stream, a, ws, staged);
 }
 
 /// Tensor-core scoring where its conditions hold (page_select_kernel's kMma).

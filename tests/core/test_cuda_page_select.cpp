@@ -82,8 +82,7 @@ int64_t differing_rows(const at::Tensor& got, const at::Tensor& want) {
 }
 
 void check_selection(bool hsa, at::ScalarType dt, int64_t D, int64_t G, int64_t n_tok, int64_t page, int64_t k1,
-                     int64_t keep, std::mt19937& rng) {
-  const int64_t Hkv = 3;
+                     int64_t keep, std::mt19937& rng, int64_t Hkv = 3) {
   Layer L = make_layer(Hkv, n_tok, D, dt, rng);
   const int64_t cap = max_pages_of(L, page) + 1;
   auto [lo, hi] = summaries(L, page, cap);
@@ -96,7 +95,8 @@ void check_selection(bool hsa, at::ScalarType dt, int64_t D, int64_t G, int64_t 
     const int64_t n = L.length[h], c = cnt[h].item<int64_t>();
     const std::string what = std::string(hsa ? "hsa" : "quest") + " dtype " + c10::toString(dt) +
                              " D=" + std::to_string(D) + " G=" + std::to_string(G) + " n=" + std::to_string(n) +
-                             " page=" + std::to_string(page) + " keep=" + std::to_string(keep);
+                             " page=" + std::to_string(page) + " keep=" + std::to_string(keep) +
+                             " head " + std::to_string(h) + " of " + std::to_string(Hkv);
     const at::Tensor got = index[h].narrow(0, 0, c).cpu().to(at::kLong);
     ASSERT_TRUE(at::equal(got, std::get<0>(at::sort(got)))) << what << ": rows not ascending";
     const at::Tensor want = ops::ref::page_select_rows(hsa, q.narrow(0, h * G, G), lo[h], hi[h], n, page, k1, keep);
@@ -132,6 +132,18 @@ TEST_F(CudaPageSelect, SelectionPathsBySizeSelectTheReferenceTokens) {
     check_selection(true, dt, 64, 8, 32768, 8, 16, 1024, rng);
     check_selection(true, dt, 20, 3, 1000, 4, 5, 100, rng);
     check_selection(false, dt, 36, 3, 1000, 4, 0, 25, rng);
+  }
+}
+
+TEST_F(CudaPageSelect, ManyKvHeadsTakeSmallerClusters) {
+  // With more KV heads than fit the SMs at 8 blocks each (a batch: B x n_head_kv heads), a head
+  // gets 4 or 2 blocks (on 132 SMs: 20 heads -> 4, 40 and 64 heads -> 2), each owning a larger
+  // chunk: staged scores of up to 8,192 pages per block, keys past the registers re-read.
+  std::mt19937 rng(5);
+  for (int64_t Hkv : {20, 40, 64}) {
+    check_selection(true, at::kBFloat16, 128, 4, 32768, 2, 70, 2048, rng, Hkv);
+    check_selection(true, at::kFloat, 64, 3, 1000, 4, 16, 125, rng, Hkv);
+    check_selection(false, at::kBFloat16, 128, 4, 32768, 16, 0, 32, rng, Hkv);
   }
 }
 
