@@ -4,9 +4,10 @@
 // page_select is one launch: a thread-block cluster of nc blocks per KV head (sm_90, CUDA
 // Programming Guide "Thread Block Clusters"), block r of the cluster owning the r-th contiguous
 // chunk of the head's pages; nc = 8 (kCluster), or 4 or 2 where 8 per head would not fit the
-// GPU's SMs in one wave (a batch's B x n_head_kv heads; cluster_blocks). Selection over a whole head used to be one block per head (8 blocks
-// on 132 SMs for a Llama-3 layer, each phase a chain of barrier and memory latencies); a cluster
-// splits every phase of it, and the blocks meet through distributed shared memory.
+// GPU's SMs in one wave (a batch's B x n_head_kv heads; cluster_blocks). Selection over a whole
+// head used to be one block per head (8 blocks on 132 SMs for a Llama-3 layer, each phase a chain
+// of barrier and memory latencies); a cluster splits every phase of it, and the blocks meet
+// through distributed shared memory.
 //   0. Before its wait (pdl.cuh) every block asks L2 for its chunk's min/max rows, which no kernel
 //      of the step writes (prefetch_chunk).
 //   1. Every block loads the group's queries (fp32, shared memory). HSA ranks the channels of
