@@ -115,10 +115,6 @@ void compare_generate(const std::string& spec, int64_t budget) {
   EXPECT_EQ(eager.bytes_read, graphed.bytes_read) << spec;
 }
 
-/// Three prompts of one length prefilled separately, stacked into one cache of 3 x n_head_kv heads
-/// (sequence b owns heads b * Hkv ..): every graphed batch step gives each sequence the logits of
-/// its own batch-1 step. The batch's projections run three rows at once (cuBLAS), the single
-/// sequence's one row (the GEMV kernel): equal up to summation order and, in bf16, rounding.
 /// B prompts of n_prompt random tokens, each prefilled into its own cache (room for `steps` more).
 std::vector<KvCache> prefill_alone(const Engine& engine, int64_t B, int64_t n_prompt, int64_t steps) {
   std::vector<KvCache> alone;
@@ -147,6 +143,10 @@ KvCache stack_caches(const Engine& engine, const std::vector<KvCache>& alone, in
   return batch;
 }
 
+/// Three prompts of one length prefilled separately, stacked into one cache of 3 x n_head_kv heads
+/// (sequence b owns heads b * Hkv ..): every graphed batch step gives each sequence the logits of
+/// its own batch-1 step. The batch's projections run three rows at once (cuBLAS), the single
+/// sequence's one row (the GEMV kernel): equal up to summation order and, in bf16, rounding.
 void compare_batch(at::ScalarType dtype, double logit_tol) {
   const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), dtype, {}});
   const Engine engine(model);

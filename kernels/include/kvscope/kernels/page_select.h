@@ -61,9 +61,10 @@ struct PageSelectArgs {
 size_t page_select_workspace_bytes(const PageSelectArgs& a);
 
 /// Scores pages and writes index/count on `stream`: one launch of a thread-block cluster of 8 blocks
-/// per KV head (sm_90; 4 or 2 where n_head_kv x 8 blocks would not fit the SMs in one wave). workspace: page_select_workspace_bytes bytes of device memory (read only when
-/// a block's share of a head's scores exceeds its shared-memory staging). Returns
-/// cudaErrorInvalidValue on bad arguments, else the launch error.
+/// per KV head (sm_90; 4 or 2 where n_head_kv x 8 blocks would not fit the SMs in one wave).
+/// workspace: page_select_workspace_bytes bytes of device memory (read only when a block's share of
+/// a head's scores exceeds its shared-memory staging). Returns cudaErrorInvalidValue on bad
+/// arguments, else the launch error.
 cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t stream);
 
 }  // namespace kvscope::kernels
