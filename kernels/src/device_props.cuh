@@ -6,4 +6,7 @@ namespace kvscope::kernels::detail {
 /// the query fails: an H100 / H200).
 int sm_count();
 
+/// L2 cache bytes of the current device (50 MB when the query fails: an H100).
+int l2_bytes();
+
 }  // namespace kvscope::kernels::detail

@@ -9,7 +9,7 @@
 // of barrier and memory latencies); a cluster splits every phase of it, and the blocks meet
 // through distributed shared memory.
 //   0. Before its wait (pdl.cuh) every block asks L2 for its chunk's min/max rows, which no kernel
-//      of the step writes (prefetch_chunk).
+//      of the step writes, up to its share of a quarter of the L2 (prefetch_chunk).
 //   1. Every block loads the group's queries (fp32, shared memory). HSA ranks the channels of
 //      Σ_g|q| (top k1) and computes each member's SparQ temperature; Quest folds the group into two
 //      coefficients per channel (Σ_g max(q_g, 0) on Kmax, Σ_g min(q_g, 0) on Kmin, as
@@ -396,18 +396,27 @@ constexpr int kRegPages = 4;
 /// G 4).
 constexpr size_t kStageBytes = 184 * 1024;
 
+/// The selection's L2 prefetch takes at most 1 / kPrefetchL2Share of the L2, over all blocks.
+/// A batch of 8 at 32K holds 64 MB of Quest summaries per layer (30 MB for RocketKV at t = 4,096
+/// at batch 1); asked of L2 whole, the rows evicted each other and the weights the next
+/// projections had prefetched. With a quarter: batch 8, 32K, Quest 70.0 / 69.6 / 71.2% ->
+/// 71.4 / 71.5 / 72.9% and RocketKV 65.9 / 60.9 / 50.8% -> 66.1 / 62.2 / 54.8% of the roofline;
+/// batch 1 unchanged (docs/performance.md).
+constexpr int kPrefetchL2Share = 4;
+
 /// Before the wait (pdl.cuh): the summaries of every page but a head's last are written by no
-/// kernel of the step, so block `rank` of a head's cluster asks L2 for its chunk's kmin / kmax rows
-/// (row_bytes each) while the kernels before it (the QKV projection's tail, RoPE / append) run; in
-/// the decode step they are cold, a layer's summaries being read once per token. The length is
-/// read while RoPE / append may still advance it: the chunk is a hint only, bounded by max_pages.
+/// kernel of the step, so block `rank` of a head's cluster asks L2 for the first `most` bytes of its
+/// chunk's kmin / kmax rows (row_bytes each) while the kernels before it (the QKV projection's
+/// tail, RoPE / append) run; in the decode step they are cold, a layer's summaries being read once
+/// per token. The length is read while RoPE / append may still advance it: the chunk is a hint
+/// only, bounded by max_pages.
 template <typename T>
 __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int64_t row_bytes, const int64_t* length,
-                                               int64_t page, int64_t max_pages, int rank, int nc) {
+                                               int64_t page, int64_t max_pages, int rank, int nc, int64_t most) {
   int64_t len;
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(len) : "l"(length));
   const PageRange c = block_chunk(min64((max64(len, 0) + page - 1) / page, max_pages), rank, nc);
-  const int64_t b0 = c.b * row_bytes, b1 = c.e * row_bytes;
+  const int64_t b0 = c.b * row_bytes, b1 = min64(c.e * row_bytes, b0 + most);
   for (int64_t b = b0 + static_cast<int64_t>(threadIdx.x) * kLine; b < b1; b += static_cast<int64_t>(kThreads) * kLine) {
     prefetch_l2(reinterpret_cast<const char*>(kmin) + b);
     prefetch_l2(reinterpret_cast<const char*>(kmax) + b);
@@ -415,9 +424,11 @@ __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int
 }
 
 /// kMma: score on tensor cores (16-bit rows, 16-byte aligned, D % 32 == 0, G <= 8; launch_select
-/// decides), else PageScorer.
+/// decides), else PageScorer. prefetch_most: bytes of each summary array a block asks L2 for before
+/// its wait (kPrefetchL2Share).
 template <typename T, int kG, bool kHsa, bool kMma>
-__global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSelectArgs a, float* ws, bool staged) {
+__global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSelectArgs a, float* ws, bool staged,
+                                                                   int64_t prefetch_most) {
   using Scan = cub::BlockScan<unsigned long long, kThreads>;
   using Scorer = PageScorer<T, kG, kHsa>;
   static_assert(!kMma || (!std::is_same_v<T, float> && kG <= 8), "tensor-core scoring: 16-bit rows, G <= 8");
@@ -448,7 +459,8 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   const T* kmin = static_cast<const T*>(a.kmin) + static_cast<int64_t>(h) * a.page_capacity * D;
   const T* kmax = static_cast<const T*>(a.kmax) + static_cast<int64_t>(h) * a.page_capacity * D;
   pdl_trigger();
-  prefetch_chunk(kmin, kmax, D * static_cast<int64_t>(sizeof(T)), a.length + h, page, a.max_pages, rank, nc);
+  prefetch_chunk(kmin, kmax, D * static_cast<int64_t>(sizeof(T)), a.length + h, page, a.max_pages, rank, nc,
+                 prefetch_most);
   pdl_wait();
   // Every global load the block's set-up needs goes out before any is used: the head's length and
   // cache offset, and the group's queries (kQPerThread values per thread, into registers).
@@ -812,7 +824,9 @@ cudaError_t launch_kernel(const PageSelectArgs& a, float* ws, cudaStream_t strea
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  return launch_pdl_cluster(kernel, dim3(a.n_head_kv * nc), kThreads, nc, smem, stream, a, ws, staged);
+  const int64_t blocks = static_cast<int64_t>(a.n_head_kv) * nc;
+  const int64_t most = detail::l2_bytes() / kPrefetchL2Share / (2 * blocks);  // bytes per block and array
+  return launch_pdl_cluster(kernel, dim3(a.n_head_kv * nc), kThreads, nc, smem, stream, a, ws, staged, most);
 }
 
 /// Tensor-core scoring where its conditions hold (page_select_kernel's kMma).
