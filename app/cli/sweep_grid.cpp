@@ -108,9 +108,11 @@ std::string toml_3_3_hazard(std::string_view text) {
       const bool multi = text.substr(i, 3) == std::string(3, c);
       const std::string close = multi ? std::string(3, c) : std::string(1, c);
       for (i += close.size(); i < text.size() && text.compare(i, close.size(), close) != 0; ++i) {
+        // Basic strings: step over a backslash to the escaped character, which toml++ also asks
+        // about (after a line-ending backslash it must be whitespace).
+        if (c == '"' && text[i] == '\\' && ++i >= text.size()) break;
         if (text[i] == '\n') ++line;
-        if (c == '"' && text[i] == '\\') ++i;  // basic strings: skip the escaped character
-        else if (unreadable(i)) return unreadable_message();
+        if (unreadable(i)) return unreadable_message();
       }
       if (multi)  // a closing run of 4 or 5 quotes ends with the string's last 1 or 2 quotes
         while (i + close.size() < text.size() && text[i + close.size()] == c) ++i;

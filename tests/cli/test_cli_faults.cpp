@@ -172,13 +172,16 @@ TEST_F(CliFaults, NewerOrForeignDatabasesAreRefusedByEveryCommandAndLeftByteIden
 }
 
 TEST_F(CliFaults, GridsThatReachUndefinedBehaviourInTomlPlusPlusAreRefusedClearly) {
-  // Found by fuzz_sweep_toml: toml++ 3.3 reached __builtin_unreachable on 'Þ' in a bare key and on
-  // U+FCBF in a value, and a false assumption (TOML_ASSERT_ASSUME) on a table header '[' followed
-  // by a newline and on "[}]".
+  // Found by fuzz_sweep_toml: toml++ 3.3 reached __builtin_unreachable on 'Þ' in a bare key, on
+  // U+FCBF in a value and on U+FEFB escaped by a backslash in a multi-line string, and a false
+  // assumption (TOML_ASSERT_ASSUME) on a table header '[' followed by a newline and on "[}]".
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"mo-els\xc3\x9e" "demax_new_t-goldl=5,p=[\"p\"]\npipelines=[\"tova\"]\n",
        "not valid TOML: a character outside comments that kvscope's TOML library (toml++ 3.3) cannot read (line 1)"},
       {"models=-[\"c>>\xef\xb2\xbf>>\"]\n", "cannot read (line 1)"},
+      // U+FEFB right after a backslash in a multi-line string (toml++ asks whether it is whitespace).
+      {"dmoneilustmodels=[\"\"\"m\\\\\\\\\\\xef\xbb\xbb\\\\\\\\\\\\", "cannot read (line 1)"},
+      {"models = [\"a\"]\nprompts = [\"\"\"\nx\\\xc3\xa9\"\"\"]\n", "cannot read (line 3)"},
       {"models = [\"m\"]\n[\ndbguet]\nunit = \"ratio\"\n", "not valid TOML: a table header without a name after '[' (line 2)"},
       {"models = [\"m\"]\npipelines = [}]\n", "not valid TOML: refused by an internal check of toml++"},
   };
