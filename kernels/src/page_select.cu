@@ -826,7 +826,7 @@ cudaError_t launch_kernel(const PageSelectArgs& a, float* ws, cudaStream_t strea
   }
   const int64_t blocks = static_cast<int64_t>(a.n_head_kv) * nc;
   const int64_t most = detail::l2_bytes() / kPrefetchL2Share / (2 * blocks);  // bytes per block and array
-  return launch_pdl_cluster(kernel, dim3(a.n_head_kv * nc), kThreads, nc, smem, stream, a, ws, staged, most);
+  return launch_pdl_cluster(kernel, dim3(static_cast<unsigned>(blocks)), kThreads, nc, smem, stream, a, ws, staged, most);
 }
 
 /// Tensor-core scoring where its conditions hold (page_select_kernel's kMma).
