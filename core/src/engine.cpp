@@ -72,6 +72,7 @@ at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeT
   const int64_t Hkv = cache.n_head_kv();
   std::vector<int64_t> meta(L.offset);
   meta.insert(meta.end(), L.length.begin(), L.length.end());
+  meta.insert(meta.end(), Hkv, 0);  // the append tickets (ops::qkv_rope_append)
   meta.push_back(cache.next_position());
   const at::Tensor dev = ops::upload_int64(meta, x.device());
   int64_t max_len = 0, total_len = 0;
@@ -79,8 +80,8 @@ at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeT
     max_len = std::max(max_len, n + 1);
     total_len += n + 1;
   }
-  const DecodeLayerMeta m{dev.narrow(0, 0, Hkv), dev.narrow(0, Hkv, Hkv), dev.narrow(0, 2 * Hkv, 1), max_len, total_len,
-                          /*commit=*/true};
+  const DecodeLayerMeta m{dev.narrow(0, 0, Hkv), dev.narrow(0, Hkv, Hkv), dev.narrow(0, 2 * Hkv, Hkv),
+                          dev.narrow(0, 3 * Hkv, 1), max_len, total_len, /*commit=*/true};
   return fused_decode_layer(l, x, rope, cache, m, decode_attention, observer);
 }
 
@@ -99,12 +100,11 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   if (B > 1 && (m.commit || observer || cache.n_head_kv() != B * Hkv))
     throw std::invalid_argument("fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, the graph path and no observer");
   at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
-  // One launch for the fused QKV projection; its output comes in q, k, v blocks, so a batch's
-  // heads are [B * heads, D] (sequence b's heads at b * heads ..).
-  const auto [q2, k2, v2] = ops::linear_row_split(h, w.w_qkv, w.b_qkv, H * D, (H + Hkv) * D);
-  const at::Tensor q = q2.view({B * H, D}), k = k2.view({B * Hkv, D}), v = v2.view({B * Hkv, D});
-  ops::rope_append(q, k, v, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout, L.k, L.v, L.pos, m.offset,
-                   m.length, m.position);  // advances m.length on the device
+  // One launch for the fused QKV projection with RoPE and the cache append in its epilogue; its
+  // output comes in q, k, v blocks, so a batch's heads are [B * heads, D] (sequence b's heads at
+  // b * heads ..). Advances m.length on the device.
+  const auto [q, k, v] = ops::qkv_rope_append(h, w.w_qkv, w.b_qkv, H, Hkv, rope.cos.view({D / 2}), rope.sin.view({D / 2}),
+                                              c.rope_layout, L.k, L.v, L.pos, m.offset, m.length, m.tickets, m.position);
   if (m.commit) cache.commit_append(l, 1);
   at::Tensor attn;
   if (!decode_attention)
@@ -129,7 +129,8 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, Deco
   at::Tensor x = at::embedding(model_.weights.embed, s.token);  // [B, hidden]
   const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.position, s.max_len[l], s.total_len[l], /*commit=*/false};
+    const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
+                            /*commit=*/false};
     x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {});
   }
   s.position.add_(1);

@@ -6,7 +6,8 @@
 // wait a block loads its first weight vectors into registers and, for the rows within the first
 // kL2PrefetchBytes of W, asks L2 for the rest of its rows. While the kernels before it are
 // latency-bound (page selection, attention over a few rows, norms) the projection's weights are
-// then already on their way.
+// then already on their way. The QKV projection's RoPE + cache-append epilogue (gemv_rope_kernel)
+// has each warp stream both rows of one rotation pair and store the rotated pair itself.
 #include "dtype.cuh"
 #include "gemv_rows.cuh"
 #include "kvscope/kernels/gemv.h"
@@ -30,24 +31,76 @@ __device__ __forceinline__ float dot16(const uint4& w, const uint4& x) {
   return s;
 }
 
-// kSwiGlu (GemvArgs::swiglu): block b's warps 0..3 take gate rows 4b .. 4b + 3, warps 4..7 the
+/// RoPE + append (GemvEpilogue::kRopeAppend): the rows of W between a rotation pair's base row
+/// and its partner: head_dim / 2 (rotate-half: channels j, j + D/2) or 1 (adjacent pairs: 2j, 2j + 1).
+__device__ __forceinline__ int64_t pair_stride(const GemvArgs& a) {
+  return a.rope.mode == RopeMode::kRotateHalf ? a.rope.head_dim / 2 : 1;
+}
+
+/// The pair warp slot i (0 .. n/2 - 1 in launch order) takes: rotated so that the K and V heads'
+/// pairs come first, and the warps that count themselves in an append ticket run in the first wave.
+__device__ __forceinline__ int64_t pair_index(const GemvArgs& a, int64_t i) {
+  const int64_t pairs = a.n / 2, q_pairs = static_cast<int64_t>(a.rope.n_head) * (a.rope.head_dim / 2);
+  return i + q_pairs < pairs ? i + q_pairs : i + q_pairs - pairs;
+}
+
+/// The base row of W of pair c for stride S (its partner: + S).
+__device__ __forceinline__ int64_t pair_base_row(int64_t c, int64_t S) { return (c / S) * 2 * S + c % S; }
+
+/// KV head of W whose K or V rows hold base_row, or -1 for a query head.
+__device__ __forceinline__ int64_t rope_kv_head(const GemvArgs& a, int64_t base_row) {
+  const int64_t head = base_row / a.rope.head_dim;
+  return head < a.rope.n_head ? -1 : (head - a.rope.n_head) % a.rope.n_head_kv;
+}
+
+/// cos / sin of pair (base_row, + S)'s angle for q and k heads (1, 0 for v heads).
+template <typename T>
+__device__ __forceinline__ float2 rope_angle(const GemvArgs& a, int64_t base_row) {
+  const GemvRopeAppend& r = a.rope;
+  if (base_row / r.head_dim >= r.n_head + r.n_head_kv) return make_float2(1.f, 0.f);
+  const int d = static_cast<int>(base_row % r.head_dim), j = r.mode == RopeMode::kRotateHalf ? d : d / 2;
+  return make_float2(dtype::to_f<T>(static_cast<const T*>(r.cos)[j]), dtype::to_f<T>(static_cast<const T*>(r.sin)[j]));
+}
+
+/// Stores pair (base_row, base_row + S): x0, x1 are its outputs as the plain GEMV rounds them
+/// (acc + bias, rounded to T); q and k pairs are rotated by angle (cos, sin) as rope.h's kernel does,
+/// k and v pairs also go to their cache row. y: the plain [n] layout (one row of x).
+template <typename T>
+__device__ __forceinline__ void rope_store_pair(const GemvArgs& a, int64_t base_row, float x0, float x1, float2 angle,
+                                                int64_t cache_row) {
+  const GemvRopeAppend& r = a.rope;
+  const int64_t head = base_row / r.head_dim, S = pair_stride(a);
+  const int d = static_cast<int>(base_row % r.head_dim);
+  const float y0 = x0 * angle.x - x1 * angle.y, y1 = x1 * angle.x + x0 * angle.y;  // v: angle (1, 0)
+  const T t0 = dtype::from_f<T>(y0), t1 = dtype::from_f<T>(y1);
+  static_cast<T*>(a.y)[base_row] = t0;
+  static_cast<T*>(a.y)[base_row + S] = t1;
+  if (head >= r.n_head) {
+    T* cache = static_cast<T*>(head < r.n_head + r.n_head_kv ? r.k_cache : r.v_cache) + cache_row * r.head_dim;
+    cache[d] = t0;
+    cache[d + S] = t1;
+  }
+}
+
+// kSwiGlu: block b's warps 0..3 take gate rows 4b .. 4b + 3, warps 4..7 the
 // matching up rows I + 4b ..; the block's 4 outputs are silu(gate) * up.
-template <typename T, bool kF32Out, bool kSwiGlu>
+template <typename T, bool kF32Out, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   constexpr int V = 16 / sizeof(T);
-  constexpr int kOut = kSwiGlu ? kWarps / 2 : kWarps;  // outputs per block
-  __shared__ float s_dot[kSwiGlu ? kWarps : 1];
+  constexpr bool kPaired = kEpi != GemvEpilogue::kPlain;
+  constexpr int kOut = kPaired ? kWarps / 2 : kWarps;  // outputs (pairs) per block
+  __shared__ float s_dot[kPaired ? kWarps : 1];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   pdl_trigger();
-  const int64_t inter = a.n / 2, col = static_cast<int64_t>(blockIdx.x) * kOut + warp % kOut;
-  const int64_t row = !kSwiGlu ? col : warp < kOut ? col : inter + col;  // the warp's row of W
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * kOut + warp % kOut;  // output / pair slot
+  const int64_t row = !kPaired ? slot : warp < kOut ? slot : a.n / 2 + slot;  // the warp's row of W
   const int64_t rank = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // rows of W before it in block order
-  if constexpr (!kSwiGlu) {
+  if constexpr (!kPaired) {
     if (row >= a.n) return;
   }
-  const bool live = !kSwiGlu || col < inter;  // a SwiGLU block's warps all reach its barrier
+  const bool live = !kPaired || slot < a.n / 2;  // a paired block's warps all reach its barrier
   const int64_t nvec = live ? a.k / V : 0;
-  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + row * a.k);
+  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (live ? row : 0) * a.k);
   // Before the wait: weights only (no kernel writes them).
   uint4 wv[kUnroll];
   int64_t i = lane;
@@ -85,12 +138,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (live && a.b) acc += dtype::to_f<T>(static_cast<const T*>(a.b)[row]);
-  if constexpr (kSwiGlu) {
-    if (lane == 0) s_dot[warp] = dtype::round_to<T>(acc);  // the gate / up value a dtype tensor would hold
+  if constexpr (kPaired) {
+    if (lane == 0) s_dot[warp] = dtype::round_to<T>(acc);  // the value a dtype tensor would hold
     __syncthreads();
-    if (threadIdx.x < kOut && blockIdx.x * kOut + threadIdx.x < inter)
-      static_cast<T*>(a.y)[blockIdx.x * kOut + threadIdx.x] =
-          dtype::from_f<T>(dtype::swiglu(s_dot[threadIdx.x], s_dot[threadIdx.x + kOut]));
+    const int t = threadIdx.x;
+    if (t < kOut && blockIdx.x * kOut + t < a.n / 2)
+      static_cast<T*>(a.y)[blockIdx.x * kOut + t] = dtype::from_f<T>(dtype::swiglu(s_dot[t], s_dot[t + kOut]));
   } else {
     if (lane != 0) return;
     if constexpr (kF32Out) static_cast<float*>(a.y)[row] = acc;
@@ -98,24 +151,146 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   }
 }
 
+// kRopeAppend: warp w of block b takes both rows of pair pair_index(8b + w), its
+// base row and partner, kUnroll vectors of each in flight per lane, and stores the rotated pair
+// (and its cache row) itself. No block barrier: a warp leaves when its pair is stored, as the
+// plain GEMV's do (a block barrier to meet the partner row in another warp cost the decode step
+// about a point: bench_pipeline, docs/performance.md). Each K / V warp counts itself in its head's
+// append ticket (head_dim warps a head); the last advances the length.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a) {
+  constexpr int V = 16 / sizeof(T);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  pdl_trigger();
+  const int64_t S = pair_stride(a), slot = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t base = pair_base_row(pair_index(a, slot), S), nvec = a.k / V;
+  const uint4* w0 = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + base * a.k);
+  const uint4* w1 = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (base + S) * a.k);
+  // Before the wait: weights only (no kernel writes them).
+  uint4 wa[kUnroll], wb[kUnroll];
+  int64_t i = lane;
+  const bool full = i + (kUnroll - 1) * 32 < nvec;
+  if (full) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      wa[u] = __ldcs(w0 + i + u * 32);
+      wb[u] = __ldcs(w1 + i + u * 32);
+    }
+  }
+  const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
+  if ((slot + 1) * 2 * row_bytes <= kL2PrefetchBytes)
+    for (int64_t b = (kUnroll * 32 * 16 / kLineBytes + lane) * kLineBytes; b < row_bytes; b += 32 * kLineBytes) {
+      prefetch_l2(reinterpret_cast<const char*>(w0) + b);
+      prefetch_l2(reinterpret_cast<const char*>(w1) + b);
+    }
+  pdl_wait();
+  const GemvRopeAppend& r = a.rope;
+  const int64_t kv = rope_kv_head(a, base);
+  float2 angle = make_float2(1.f, 0.f);
+  int64_t len = 0, cache_row = 0, position = 0;
+  if (lane == 0) {  // in flight during the products
+    angle = rope_angle<T>(a, base);
+    if (kv >= 0) {
+      len = r.length[kv];
+      cache_row = r.offset[kv] + len;
+      position = r.position_dev ? *r.position_dev : r.position;
+    }
+  }
+  const uint4* x = reinterpret_cast<const uint4*>(a.x);
+  float acc0 = 0.f, acc1 = 0.f;
+  if (full) {
+    uint4 xv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) xv[u] = __ldg(x + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      acc0 += dot16<T>(wa[u], xv[u]);
+      acc1 += dot16<T>(wb[u], xv[u]);
+    }
+    i += kUnroll * 32;
+  }
+  // The warp's append ticket, once its length has arrived (the add's operand depends on it, so a
+  // later store by the head's last warp cannot reach that read); the result is used at the end.
+  unsigned long long ticket = 0;
+  if (lane == 0 && kv >= 0) ticket = atomicAdd(r.tickets + kv, 1ull + (static_cast<unsigned long long>(len) >> 63));
+  for (; i + (kUnroll - 1) * 32 < nvec; i += kUnroll * 32) {
+    uint4 xv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      wa[u] = __ldcs(w0 + i + u * 32);
+      wb[u] = __ldcs(w1 + i + u * 32);
+      xv[u] = __ldg(x + i + u * 32);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      acc0 += dot16<T>(wa[u], xv[u]);
+      acc1 += dot16<T>(wb[u], xv[u]);
+    }
+  }
+  for (; i < nvec; i += 32) {
+    const uint4 xv = __ldg(x + i);
+    acc0 += dot16<T>(__ldcs(w0 + i), xv);
+    acc1 += dot16<T>(__ldcs(w1 + i), xv);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    acc0 += __shfl_xor_sync(0xffffffffu, acc0, off);
+    acc1 += __shfl_xor_sync(0xffffffffu, acc1, off);
+  }
+  if (lane != 0) return;
+  if (a.b) {
+    acc0 += dtype::to_f<T>(static_cast<const T*>(a.b)[base]);
+    acc1 += dtype::to_f<T>(static_cast<const T*>(a.b)[base + S]);
+  }
+  // Rounded to dtype first: the values the unfused projection's output would hold.
+  rope_store_pair<T>(a, base, dtype::round_to<T>(acc0), dtype::round_to<T>(acc1), angle, cache_row);
+  if (kv < 0 || ticket != static_cast<unsigned long long>(r.head_dim) - 1) return;
+  r.tickets[kv] = 0;  // the head's last K / V warp: every other one has read the length
+  if (r.pos) r.pos[cache_row] = position;
+  r.length[kv] = len + 1;
+}
+
 template <typename T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
-  // kWarps rows of W per block (with swiglu: kWarps / 2 gate rows and their up rows, n even).
+  // kWarps rows of W per block (paired: kWarps / 2 pairs).
   const unsigned blocks = static_cast<unsigned>((a.n + kWarps - 1) / kWarps);
-  if (a.swiglu) return launch_pdl(gemv_kernel<T, false, true>, blocks, kWarps * 32, 0, stream, a);
-  return a.y_fp32 ? launch_pdl(gemv_kernel<T, true, false>, blocks, kWarps * 32, 0, stream, a)
-                  : launch_pdl(gemv_kernel<T, false, false>, blocks, kWarps * 32, 0, stream, a);
+  switch (a.epilogue) {
+    case GemvEpilogue::kSwiGlu:
+      return launch_pdl(gemv_kernel<T, false, GemvEpilogue::kSwiGlu>, blocks, kWarps * 32, 0, stream, a);
+    case GemvEpilogue::kRopeAppend:  // one warp per pair: n / 2 / kWarps blocks (n / 2 % 8 == 0)
+      return launch_pdl(gemv_rope_kernel<T>, static_cast<unsigned>(a.n / 2 / kWarps), kWarps * 32, 0, stream, a);
+    case GemvEpilogue::kPlain: break;
+  }
+  return a.y_fp32 ? launch_pdl(gemv_kernel<T, true, GemvEpilogue::kPlain>, blocks, kWarps * 32, 0, stream, a)
+                  : launch_pdl(gemv_kernel<T, false, GemvEpilogue::kPlain>, blocks, kWarps * 32, 0, stream, a);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
+/// The epilogue's own conditions (gemv.h: GemvEpilogue).
+bool epilogue_supported(const GemvArgs& a) {
+  switch (a.epilogue) {
+    case GemvEpilogue::kPlain: return true;
+    case GemvEpilogue::kSwiGlu: return a.n % 2 == 0 && a.y_split[0] == 0 && a.y_split[1] == 0 && !a.y_fp32;
+    case GemvEpilogue::kRopeAppend: {
+      const GemvRopeAppend& r = a.rope;
+      const int64_t D = r.head_dim;
+      return a.m == 1 && r.n_head > 0 && r.n_head_kv > 0 && D > 0 && D % 16 == 0 && !a.y_fp32 &&
+             (r.mode == RopeMode::kRotateHalf || r.mode == RopeMode::kAdjacentPairs) &&
+             a.n == (r.n_head + 2 * static_cast<int64_t>(r.n_head_kv)) * D && a.y_split[0] == r.n_head * D &&
+             a.y_split[1] == (r.n_head + static_cast<int64_t>(r.n_head_kv)) * D && r.cos && r.sin && r.k_cache &&
+             r.v_cache && r.offset && r.length && r.tickets;
+    }
+  }
+  return false;
+}
+
 bool gemv_supported(const GemvArgs& a) {
   const int64_t item = static_cast<int64_t>(dtype_size(a.dtype));
   return a.m >= 1 && a.m <= 8 && (a.m == 1 || a.dtype != DType::kFloat32) && a.b_stride >= 0 && a.n > 0 &&
-         0 <= a.y_split[0] && a.y_split[0] <= a.y_split[1] && a.y_split[1] <= a.n &&
-         (!a.swiglu || (a.n % 2 == 0 && a.y_split[0] == 0 && a.y_split[1] == 0 && !a.y_fp32)) &&
+         0 <= a.y_split[0] && a.y_split[0] <= a.y_split[1] && a.y_split[1] <= a.n && epilogue_supported(a) &&
          a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y && aligned16(a.w) && aligned16(a.x) &&
          (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
 }

@@ -58,8 +58,8 @@ struct Chunk {
 };
 
 // The W row of tile row i (0..15) of tile `tile`: rows 16 tile + i, or (kSwiGlu) the gate row
-// 8 tile + i for i < 8 and the matching up row I + 8 tile + i - 8 after (GemvArgs::swiglu), so a
-// tile's outputs meet their gate and up values in its own epilogue. -1 past the matrix.
+// 8 tile + i for i < 8 and the matching up row I + 8 tile + i - 8 after (GemvEpilogue::kSwiGlu),
+// so a tile's outputs meet their gate and up values in its own epilogue. -1 past the matrix.
 template <bool kSwiGlu>
 __device__ __forceinline__ int64_t tile_row(int64_t tile, int i, int64_t n) {
   if constexpr (kSwiGlu) {
@@ -166,7 +166,8 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
 
 template <typename T, int kWarps>
 cudaError_t launch_warps(const GemvArgs& a, unsigned tiles, cudaStream_t stream) {
-  if (a.swiglu) return launch_pdl(gemv_rows_kernel<T, false, kWarps, true>, tiles, kWarps * 32, 0, stream, a);
+  if (a.epilogue == GemvEpilogue::kSwiGlu)
+    return launch_pdl(gemv_rows_kernel<T, false, kWarps, true>, tiles, kWarps * 32, 0, stream, a);
   return a.y_fp32 ? launch_pdl(gemv_rows_kernel<T, true, kWarps, false>, tiles, kWarps * 32, 0, stream, a)
                   : launch_pdl(gemv_rows_kernel<T, false, kWarps, false>, tiles, kWarps * 32, 0, stream, a);
 }

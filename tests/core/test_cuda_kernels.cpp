@@ -301,6 +301,83 @@ TEST_F(CudaKernels, RopeAppendMatchesReference) {
           }
 }
 
+TEST_F(CudaKernels, QkvRopeAppendMatchesTheProjectionThenRope) {
+  // The QKV projection with RoPE and the cache append in its epilogue (one launch) against the fp32
+  // reference rope(x·Wᵀ + b); LibTorch in the dtype (at::linear, then rope in the dtype) is the
+  // baseline. m sequences of n_head_kv KV heads each (a decode batch's cache of m x n_head_kv
+  // heads), ragged and NaN-padded: the appended rows must hold exactly the returned k and v, the
+  // lengths advance by one, the tickets come back zero, and nothing else in the caches moves.
+  // m = 1 takes the fused GEMV (every dtype), batches the two-launch path.
+  std::mt19937 rng(11);
+  struct Shape { int64_t m, n_head_kv, G, D, hidden; };
+  const Shape shapes[] = {{1, 3, 4, 128, 256}, {1, 2, 3, 64, 4096}, {3, 2, 1, 64, 256},
+                          {8, 1, 8, 128, 512},  {5, 3, 8, 128, 256}, {9, 1, 2, 64, 256}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Shape& sh : shapes)
+      for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kAdjacentPairs})
+        for (int bias : {0, 1}) {
+          const int64_t m = sh.m, Hkv = sh.n_head_kv, H = Hkv * sh.G, D = sh.D, n = (H + 2 * Hkv) * D, position = 4097;
+          const std::string what = name(dt) + " m=" + std::to_string(m) + " Hkv=" + std::to_string(Hkv) + " G=" +
+                                   std::to_string(sh.G) + " D=" + std::to_string(D) + " hidden=" + std::to_string(sh.hidden) +
+                                   (layout == RopeLayout::kRotateHalf ? " rotate-half" : " pairs") + (bias ? " bias" : "");
+          at::manual_seed(rng());
+          const LinearCase c = linear_case(dt, m, n, sh.hidden, bias);
+          RaggedCache cache = make_cache(m * Hkv, 40, D, dt, rng);
+          at::Tensor pos = at::full({cache.k.size(0)}, -1, opts(at::kLong));
+          const at::Tensor k_before = cache.k.clone(), v_before = cache.v.clone();
+          const at::Tensor offset = at::tensor(cache.offset, at::kLong).to(at::kCUDA);
+          const at::Tensor length = at::tensor(cache.length, at::kLong).to(at::kCUDA);
+          const at::Tensor tickets = at::zeros({Hkv}, opts(at::kLong));
+          const at::Tensor position_dev = at::full({1}, position, opts(at::kLong));
+          at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, D, 2, opts(at::kFloat)) / D);
+          at::Tensor angles = inv_freq * static_cast<double>(position);
+          const at::Tensor cos = angles.cos().to(dt), sin = angles.sin().to(dt);
+          const auto [q, k, v] = ops::qkv_rope_append(c.x, c.w, bias ? c.b : at::Tensor(), H, Hkv, cos, sin, layout,
+                                                      cache.k, cache.v, pos, offset, length, tickets, position_dev);
+          // References: heads of sequence b at b * H .. (q) and b * Hkv .. (k, v).
+          auto heads = [&](const at::Tensor& y, int64_t from, int64_t count) {
+            return y.narrow(1, from * D, count * D).reshape({m * count, D});
+          };
+          const at::Tensor ref_q = ops::ref::rope(heads(c.ref, 0, H), cos, sin, layout);
+          const at::Tensor ref_k = ops::ref::rope(heads(c.ref, H, Hkv), cos, sin, layout);
+          const at::Tensor base_q = ops::ref::rope(heads(c.base, 0, H), cos, sin, layout, dt);
+          const at::Tensor base_k = ops::ref::rope(heads(c.base, H, Hkv), cos, sin, layout, dt);
+          expect_close(q, ref_q, base_q, dt, what + " q");
+          expect_close(k, ref_k, base_k, dt, what + " k");
+          expect_close(v, heads(c.ref, H + Hkv, Hkv), heads(c.base, H + Hkv, Hkv), dt, what + " v");
+          at::Tensor written = at::zeros({cache.k.size(0)}, opts(at::kBool));
+          const at::Tensor length_after = length.cpu();
+          for (int64_t i = 0; i < m * Hkv; ++i) {
+            const int64_t row = cache.offset[i] + cache.length[i];
+            written[row] = true;
+            EXPECT_TRUE(at::equal(cache.k[row], k[i])) << what << " k cache head " << i;
+            EXPECT_TRUE(at::equal(cache.v[row], v[i])) << what << " v cache head " << i;
+            EXPECT_EQ(pos[row].item<int64_t>(), position) << what << " pos head " << i;
+            EXPECT_EQ(length_after[i].item<int64_t>(), cache.length[i] + 1) << what << " length head " << i;
+          }
+          EXPECT_TRUE(tickets.eq(0).all().item<bool>()) << what << ": tickets left non-zero";
+          const at::Tensor keep = written.logical_not();
+          EXPECT_TRUE(at::equal(cache.k.index({keep}).isnan(), k_before.index({keep}).isnan())) << what;
+          EXPECT_TRUE(at::equal(at::nan_to_num(cache.k.index({keep})), at::nan_to_num(k_before.index({keep})))) << what;
+          EXPECT_TRUE(at::equal(at::nan_to_num(cache.v.index({keep})), at::nan_to_num(v_before.index({keep})))) << what;
+          EXPECT_TRUE(pos.index({keep}).eq(-1).all().item<bool>()) << what;
+        }
+  // Bad operands are refused by name.
+  const LinearCase c = linear_case(at::kBFloat16, 1, 6 * 64, 128, 0);
+  RaggedCache cache = make_cache(1, 8, 64, at::kBFloat16, rng);
+  const at::Tensor meta = at::zeros({2}, opts(at::kLong)), tickets = at::zeros({1}, opts(at::kLong));
+  const at::Tensor cs = at::ones({32}, opts(at::kBFloat16));
+  EXPECT_THROW(ops::qkv_rope_append(c.x, c.w, {}, 5, 1, cs, cs, RopeLayout::kRotateHalf, cache.k, cache.v, {},
+                                    meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets, meta.narrow(0, 0, 1)),
+               std::invalid_argument);  // 7 heads of rows for 6 of W
+  EXPECT_THROW(ops::qkv_rope_append(c.x, c.w, {}, 4, 1, cs, cs, RopeLayout::kRotateHalf, cache.k, cache.v, {},
+                                    meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets.to(at::kInt), meta.narrow(0, 0, 1)),
+               std::invalid_argument);  // int32 tickets
+  EXPECT_THROW(ops::qkv_rope_append(c.x, c.w, {}, 4, 1, cs.narrow(0, 0, 16), cs, RopeLayout::kRotateHalf, cache.k,
+                                    cache.v, {}, meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets, meta.narrow(0, 0, 1)),
+               std::invalid_argument);  // cos of 16 for head_dim 64
+}
+
 TEST_F(CudaKernels, SiluMulMatchesReference) {
   struct Shape {
     int64_t rows, inter;
@@ -414,7 +491,7 @@ TEST_F(CudaKernels, GemvKernelFusesTheSwigluActivation) {
           a.x = c.x.data_ptr();
           a.b = c.b.defined() ? c.b.data_ptr() : nullptr;
           a.y = y.data_ptr();
-          a.swiglu = true;
+          a.epilogue = kk::GemvEpilogue::kSwiGlu;
           ASSERT_TRUE(kk::gemv_supported(a));
           ASSERT_EQ(kk::gemv(a, nullptr), cudaSuccess);
           expect_close(y, ops::ref::silu_mul(c.ref), ops::ref::silu_mul(c.base, dt), dt,
@@ -425,7 +502,7 @@ TEST_F(CudaKernels, GemvKernelFusesTheSwigluActivation) {
   a.n = 34;
   a.k = 64;
   a.w = a.x = a.y = reinterpret_cast<void*>(256);
-  a.swiglu = true;
+  a.epilogue = kk::GemvEpilogue::kSwiGlu;
   EXPECT_TRUE(kk::gemv_supported(a));
   a.n = 33;  // no gate/up halves
   EXPECT_FALSE(kk::gemv_supported(a));
@@ -434,6 +511,40 @@ TEST_F(CudaKernels, GemvKernelFusesTheSwigluActivation) {
   EXPECT_FALSE(kk::gemv_supported(a));
   a.y_fp32 = false;
   a.y_split[1] = 10;  // no column segments
+  EXPECT_FALSE(kk::gemv_supported(a));
+  // The RoPE + append epilogue: one row, the QKV shape and its column segments, head_dim % 16 == 0,
+  // every operand present.
+  a = kk::GemvArgs{};
+  a.k = 64;
+  a.w = a.x = a.y = reinterpret_cast<void*>(256);
+  a.epilogue = kk::GemvEpilogue::kRopeAppend;
+  kk::GemvRopeAppend& r = a.rope;
+  r.n_head = 4;
+  r.n_head_kv = 2;
+  r.head_dim = 64;
+  r.cos = r.sin = r.k_cache = r.v_cache = reinterpret_cast<void*>(256);
+  r.offset = r.length = reinterpret_cast<int64_t*>(256);
+  r.tickets = reinterpret_cast<unsigned long long*>(256);
+  a.n = 8 * 64;
+  a.y_split[0] = 4 * 64;
+  a.y_split[1] = 6 * 64;
+  EXPECT_TRUE(kk::gemv_supported(a));
+  a.m = 2;  // batch-1 only
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.m = 1;
+  a.y_split[1] = 5 * 64;  // k and v segments not per the heads
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.y_split[1] = 6 * 64;
+  r.head_dim = 24;  // not a multiple of 16 (the tiles' pairs would straddle heads)
+  a.n = 8 * 24;
+  a.y_split[0] = 4 * 24;
+  a.y_split[1] = 6 * 24;
+  EXPECT_FALSE(kk::gemv_supported(a));
+  r.head_dim = 64;
+  a.n = 8 * 64;
+  a.y_split[0] = 4 * 64;
+  a.y_split[1] = 6 * 64;
+  r.tickets = nullptr;
   EXPECT_FALSE(kk::gemv_supported(a));
 }
 

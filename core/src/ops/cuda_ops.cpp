@@ -231,7 +231,7 @@ at::Tensor linear_row_swiglu(const at::Tensor& x, const at::Tensor& w_gate_up) {
   const char* op = "linear_row_swiglu";
   kk::GemvArgs a = gemv_args(op, x, w_gate_up);
   if (a.n % 2 != 0) bad("linear_row_swiglu: w_gate_up must be [2 * inter, k] (an even row count)");
-  a.swiglu = true;
+  a.epilogue = kk::GemvEpilogue::kSwiGlu;
   a.y = reinterpret_cast<void*>(16);  // placeholder: the output is allocated below
   if (!w_gate_up.is_contiguous() || !x.is_contiguous() || !kk::gemv_supported(a))
     return silu_mul(linear_row(x, w_gate_up));  // two launches (cuBLAS for what the GEMV does not take)
@@ -370,6 +370,69 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   rope_append(q, k, v, cos, sin, layout, layer.k, layer.v, layer.pos, layer.offset, layer.length, position);
 }
 
+std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
+                                          int64_t n_head, int64_t n_head_kv, const at::Tensor& cos, const at::Tensor& sin,
+                                          RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                          const at::Tensor& pos_cache, const at::Tensor& offset_dev,
+                                          const at::Tensor& length_dev, const at::Tensor& tickets,
+                                          const at::Tensor& position_dev) {
+  const char* op = "qkv_rope_append";
+  kk::GemvArgs a = gemv_args(op, x, w_qkv);
+  const int64_t m = a.m, n = a.n, D = n_head > 0 && n_head_kv > 0 ? n / (n_head + 2 * n_head_kv) : 0;
+  if (D <= 0 || n != (n_head + 2 * n_head_kv) * D)
+    bad("qkv_rope_append: w_qkv must be [(n_head + 2 * n_head_kv) * head_dim, hidden]");
+  if (b_qkv.defined() && (b_qkv.numel() != n || b_qkv.device() != x.device() || b_qkv.scalar_type() != x.scalar_type()))
+    bad("qkv_rope_append: b_qkv must be [(n_head + 2 * n_head_kv) * head_dim] in x's dtype and device");
+  if (tickets.scalar_type() != at::kLong || tickets.numel() < n_head_kv || !tickets.is_contiguous() ||
+      tickets.device() != x.device())
+    bad("qkv_rope_append: tickets must be contiguous int64 [n_head_kv] (zeros) on x's device");
+  const int64_t s0 = n_head * D, s1 = (n_head + n_head_kv) * D;
+  a.y_split[0] = s0;
+  a.y_split[1] = s1;
+  a.epilogue = kk::GemvEpilogue::kRopeAppend;
+  kk::GemvRopeAppend& r = a.rope;
+  r.mode = layout == RopeLayout::kAdjacentPairs ? kk::RopeMode::kAdjacentPairs : kk::RopeMode::kRotateHalf;
+  r.n_head = static_cast<int>(n_head);
+  r.n_head_kv = static_cast<int>(n_head_kv);
+  r.head_dim = static_cast<int>(D);
+  // Placeholders for the support check (the operands are checked below, the output allocated).
+  r.cos = r.sin = r.k_cache = r.v_cache = a.y = reinterpret_cast<void*>(16);
+  r.offset = r.length = reinterpret_cast<int64_t*>(16);
+  r.tickets = reinterpret_cast<unsigned long long*>(16);
+  const bool fused = w_qkv.is_contiguous() && x.is_contiguous() && (!b_qkv.defined() || b_qkv.is_contiguous()) &&
+                     kk::gemv_supported(a);
+  if (!fused) {  // two launches: the projection (cuBLAS past the GEMV's shapes), then rope_append
+    const auto [q, k, v] = linear_row_split(x, w_qkv, b_qkv, s0, s1);
+    const at::Tensor qh = q.view({m * n_head, D}), kh = k.view({m * n_head_kv, D}), vh = v.view({m * n_head_kv, D});
+    rope_append(qh, kh, vh, cos, sin, layout, k_cache, v_cache, pos_cache, offset_dev, length_dev, position_dev);
+    return {qh, kh, vh};
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty({m * n}, x.options());
+  const at::Tensor qh = y.narrow(0, 0, m * s0).view({m * n_head, D});
+  const at::Tensor kh = y.narrow(0, m * s0, m * (s1 - s0)).view({m * n_head_kv, D});
+  const at::Tensor vh = y.narrow(0, m * s1, m * (n - s1)).view({m * n_head_kv, D});
+  (void)check_rope_append(qh, kh, vh, cos, sin, k_cache, v_cache, pos_cache);
+  for (const at::Tensor* t : {&offset_dev, &length_dev})
+    if (t->scalar_type() != at::kLong || t->numel() != m * n_head_kv || !t->is_contiguous() || t->device() != x.device())
+      bad("qkv_rope_append: offset/length must be contiguous int64 [rows of x * n_head_kv] on x's device");
+  if (position_dev.scalar_type() != at::kLong || position_dev.numel() != 1 || position_dev.device() != x.device())
+    bad("qkv_rope_append: position must be one int64 on x's device");
+  r.cos = cos.data_ptr();
+  r.sin = sin.data_ptr();
+  r.k_cache = k_cache.data_ptr();
+  r.v_cache = v_cache.data_ptr();
+  r.pos = pos_cache.defined() ? pos_cache.data_ptr<int64_t>() : nullptr;
+  r.offset = offset_dev.data_ptr<int64_t>();
+  r.length = length_dev.data_ptr<int64_t>();
+  r.position_dev = position_dev.data_ptr<int64_t>();
+  r.tickets = reinterpret_cast<unsigned long long*>(tickets.data_ptr<int64_t>());
+  a.b = b_qkv.defined() ? b_qkv.data_ptr() : nullptr;
+  a.y = y.data_ptr();
+  check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
+  return {qh, kh, vh};
+}
+
 at::Tensor silu_mul(const at::Tensor& gate_up, at::Tensor out) {
   check_same("silu_mul", {&gate_up});
   const at::Tensor g2 = as_rows(gate_up);
@@ -415,6 +478,12 @@ std::array<at::Tensor, 3> linear_row_split(const at::Tensor&, const at::Tensor&,
   unavailable("linear_row_split");
 }
 at::Tensor linear_row_swiglu(const at::Tensor&, const at::Tensor&) { unavailable("linear_row_swiglu"); }
+std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
+                                          const at::Tensor&, const at::Tensor&, RopeLayout, const at::Tensor&,
+                                          const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                          const at::Tensor&, const at::Tensor&) {
+  unavailable("qkv_rope_append");
+}
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
 at::Tensor add_rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, at::Tensor) {
   unavailable("add_rms_norm");

@@ -112,6 +112,25 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
                  RopeLayout layout, const LayerKv& layer, int64_t position);
 
+/// The decode step's QKV projection with RoPE and the KV-cache append of its token: for one row
+/// of x one GEMV launch (kernels/gemv.h: GemvEpilogue::kRopeAppend) in place of linear_row_split +
+/// rope_append (one dependent launch fewer per layer), with the same result:
+///   q, k, v = the column blocks [0, H·D), [H·D, (H+Hkv)·D), [(H+Hkv)·D, n) of x·W_qkvᵀ (+ b_qkv),
+///   as [m·H, D], [m·Hkv, D], [m·Hkv, D] (sequence b's heads at b·H .., b·Hkv ..); q and k rotated
+///   and k, v appended as rope_append's device overload does, to the caches of m·Hkv heads.
+/// x: [m, hidden] (m <= 8; fp32 only for m = 1); w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or
+/// undefined; offset_dev / length_dev: int64 [m·Hkv] (length advanced by one); tickets: int64
+/// [>= Hkv] zeros on the device, left zero (the blocks' append counters); position_dev: int64 [1].
+/// Batches (m > 1; the fused tiles were slower there), head_dim % 16 != 0 and strided operands
+/// take the two-launch path (tickets unused). Throws std::invalid_argument on mismatched shapes,
+/// dtypes or devices.
+std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
+                                          int64_t n_head, int64_t n_head_kv, const at::Tensor& cos, const at::Tensor& sin,
+                                          RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                          const at::Tensor& pos_cache, const at::Tensor& offset_dev,
+                                          const at::Tensor& length_dev, const at::Tensor& tickets,
+                                          const at::Tensor& position_dev);
+
 /// SwiGLU: gate_up [rows, 2I] (last dim contiguous, gate first) -> silu(gate) * up [rows, I].
 at::Tensor silu_mul(const at::Tensor& gate_up, at::Tensor out = {});
 

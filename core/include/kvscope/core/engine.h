@@ -36,7 +36,7 @@ struct DeviceDecodeState {
   /// head i / G, which is sequence b's head for b's rows).
   at::Tensor token;
   at::Tensor position;            ///< int64 [1]: its position; the step adds 1
-  std::vector<at::Tensor> meta;   ///< per layer int64 [2, n_head_kv]: offsets, live lengths (the step adds 1)
+  std::vector<at::Tensor> meta;   ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append tickets (zeros)
   std::vector<int64_t> max_len;   ///< per layer: host bound of every length after the step (e.g. capacity)
   std::vector<int64_t> total_len; ///< per layer: host bound of their sum
 };
@@ -74,10 +74,11 @@ class Engine {
   at::Tensor layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
                            KvCache& cache, bool self_only, const LayerObserver& observer,
                            DecodeAttentionPolicy* decode_attention) const;
-  /// Device metadata of one fused decode layer: offsets/lengths int64 [n_head_kv], position int64
-  /// [1], host bounds for the attention plan, and whether to commit the append to the host lengths.
+  /// Device metadata of one fused decode layer: offsets/lengths int64 [n_head_kv], the append
+  /// tickets int64 [n_head_kv] (zeros; ops::qkv_rope_append), position int64 [1], host bounds for
+  /// the attention plan, and whether to commit the append to the host lengths.
   struct DecodeLayerMeta {
-    at::Tensor offset, length, position;
+    at::Tensor offset, length, tickets, position;
     int64_t max_len, total_len;
     bool commit;
   };

@@ -17,8 +17,52 @@
 #include <cuda_runtime_api.h>
 
 #include "kvscope/kernels/dtype.h"
+#include "kvscope/kernels/rope.h"
 
 namespace kvscope::kernels {
+
+/// What a GEMV does with its outputs before storing them. The paired ones need two rows of W per
+/// output (gate and up; the two channels of one rotation), which the kernels stream side by side.
+enum class GemvEpilogue : int {
+  kPlain = 0,
+  /// W holds [gate; up] (n = 2I rows; pair c = rows c and I + c): y = silu(x·W[:I]ᵀ + b[:I]) ⊙
+  /// (x·W[I:]ᵀ + b[I:]), dtype [m, I], each product rounded to dtype before the activation as in
+  /// the two-kernel path (then one rounding of the product). The Llama MLP's gate/up projection
+  /// and SiLU-mul in one launch. Needs an even n, no y_split, no y_fp32.
+  kSwiGlu = 1,
+  /// W holds the fused QKV projection [W_q; W_k; W_v] (n = (n_head + 2 n_head_kv) * head_dim) and
+  /// y comes in the q / k / v column segments (y_split = {n_head * D, (n_head + n_head_kv) * D}).
+  /// Each output is rounded to dtype (+ bias) as the plain GEMV stores it, then RoPE and the
+  /// KV-cache append of one decode token are applied exactly as kernels/rope.h's rope_append
+  /// does them (same formulas, same roundings; pair c = the two channels one rotation mixes):
+  /// q and k rotated, k' and v written to row offset[h] + length[h] of KV head h's cache, pos of
+  /// that row set, and length[h] advanced by one once every warp has read it
+  /// (GemvRopeAppend::tickets). Replaces the projection + rope_append
+  /// pair of launches in the batch-1 decode step (one dependent launch fewer per layer; at 2..8
+  /// rows the tensor-core tiles' epilogue was slower than the two launches: docs/performance.md).
+  /// Needs m == 1, dtype rows (no y_fp32), head_dim % 16 == 0.
+  kRopeAppend = 2,
+};
+
+/// The RoPE + cache-append epilogue's operands (GemvEpilogue::kRopeAppend; see rope.h for the
+/// formulas). Device pointers; the caller guarantees length[h] < capacity[h].
+struct GemvRopeAppend {
+  RopeMode mode = RopeMode::kRotateHalf;
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  const void* cos = nullptr;  ///< dtype [head_dim / 2]
+  const void* sin = nullptr;  ///< dtype [head_dim / 2]
+  void* k_cache = nullptr;    ///< dtype [rows, head_dim] contiguous
+  void* v_cache = nullptr;    ///< dtype [rows, head_dim] contiguous
+  int64_t* pos = nullptr;     ///< int64 [rows] (may be null)
+  const int64_t* offset = nullptr;  ///< int64 [n_head_kv]
+  int64_t* length = nullptr;        ///< int64 [n_head_kv]: the row written; then +1
+  int64_t position = 0;             ///< the token's position (host value) ...
+  const int64_t* position_dev = nullptr;  ///< ... or read from the device when set (graph replays)
+  /// uint64 [n_head_kv], zero before the launch and left zero: the warps that write a KV head's
+  /// cache rows count themselves here; the last advances the head's length (every other warp has
+  /// read it by then) and clears its ticket.
+  unsigned long long* tickets = nullptr;
+};
 
 struct GemvArgs {
   DType dtype = DType::kBFloat16;
@@ -36,11 +80,10 @@ struct GemvArgs {
   /// projection comes out as q [m * n_head, D], k and v [m * n_head_kv, D] from one launch. {0, 0}:
   /// one segment, the plain [m, n]; with m = 1 every split is the plain layout.
   int64_t y_split[2] = {0, 0};
-  /// W holds [gate; up] (n = 2I rows): y = silu(x·W[:I]ᵀ + b[:I]) ⊙ (x·W[I:]ᵀ + b[I:]), dtype
-  /// [m, I], each product rounded to dtype before the activation as in the two-kernel path (then
-  /// one rounding of the product). The Llama MLP's gate/up projection and SiLU-mul in one launch.
-  /// Needs an even n, no y_split, no y_fp32.
-  bool swiglu = false;
+  /// What the kernel does with its outputs before storing them (GemvEpilogue).
+  GemvEpilogue epilogue = GemvEpilogue::kPlain;
+  /// kRopeAppend only: the heads, the rotation and the cache rows (GemvRopeAppend).
+  GemvRopeAppend rope;
 };
 
 /// True when the shapes and alignment meet the kernel's requirements.
