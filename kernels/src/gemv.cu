@@ -31,6 +31,77 @@ __device__ __forceinline__ float dot16(const uint4& w, const uint4& x) {
   return s;
 }
 
+/// A warp's dot products of x with R rows of W (row r: 16-byte vectors w[r][0 .. nvec)), each lane
+/// taking vectors lane, lane + 32, ..., kUnroll of each row in flight, x through read-only cached
+/// loads. In three parts, so that a kernel places its programmatic-dependent wait (and its own
+/// loads) between them: the constructor loads the first kUnroll vectors of each row (weights only:
+/// no kernel writes them, so before the wait), first() takes their products, rest() the others and
+/// sums the lanes (every lane gets acc[r]).
+template <typename T, int R>
+struct RowDots {
+  const uint4* w[R];
+  int64_t nvec, i;
+  bool full;
+  uint4 wv[R][kUnroll];
+  float acc[R];
+
+  __device__ __forceinline__ RowDots(const uint4* const (&rows)[R], int64_t n_vec, int lane)
+      : nvec(n_vec), i(lane), full(lane + (kUnroll - 1) * 32 < n_vec) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      w[r] = rows[r];
+      acc[r] = 0.f;
+    }
+    if (full) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[r][u] = __ldcs(w[r] + i + u * 32);
+    }
+  }
+  /// Asks L2 for the rest of every row (row_bytes each), past the vectors loaded already.
+  __device__ __forceinline__ void prefetch_rest(int64_t row_bytes, int lane) const {
+    for (int64_t b = (kUnroll * 32 * 16 / kLineBytes + lane) * kLineBytes; b < row_bytes; b += 32 * kLineBytes)
+#pragma unroll
+      for (int r = 0; r < R; ++r) prefetch_l2(reinterpret_cast<const char*>(w[r]) + b);
+  }
+  __device__ __forceinline__ void first(const uint4* x) {
+    if (!full) return;
+    uint4 xv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) xv[u] = __ldg(x + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += dot16<T>(wv[r][u], xv[u]);
+    i += kUnroll * 32;
+  }
+  __device__ __forceinline__ void rest(const uint4* x) {
+    for (; i + (kUnroll - 1) * 32 < nvec; i += kUnroll * 32) {
+      uint4 xv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[r][u] = __ldcs(w[r] + i + u * 32);
+        xv[u] = __ldg(x + i + u * 32);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += dot16<T>(wv[r][u], xv[u]);
+    }
+    for (; i < nvec; i += 32) {
+      const uint4 xv = __ldg(x + i);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += dot16<T>(__ldcs(w[r] + i), xv);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+  }
+};
+
 /// RoPE + append (GemvEpilogue::kRopeAppend): the rows of W between a rotation pair's base row
 /// and its partner: head_dim / 2 (rotate-half: channels j, j + D/2) or 1 (adjacent pairs: 2j, 2j + 1).
 __device__ __forceinline__ int64_t pair_stride(const GemvArgs& a) {
@@ -101,42 +172,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   const bool live = !kPaired || slot < a.n / 2;  // a paired block's warps all reach its barrier
   const int64_t nvec = live ? a.k / V : 0;
   const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (live ? row : 0) * a.k);
-  // Before the wait: weights only (no kernel writes them).
-  uint4 wv[kUnroll];
-  int64_t i = lane;
-  const bool full = i + (kUnroll - 1) * 32 < nvec;
-  if (full) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w + i + u * 32);
-  }
+  RowDots<T, 1> dots({w}, nvec, lane);
   const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
-  if (live && (rank + 1) * row_bytes <= kL2PrefetchBytes)
-    for (int64_t b = (kUnroll * 32 * 16 / kLineBytes + lane) * kLineBytes; b < row_bytes; b += 32 * kLineBytes)
-      prefetch_l2(reinterpret_cast<const char*>(w) + b);
+  if (live && (rank + 1) * row_bytes <= kL2PrefetchBytes) dots.prefetch_rest(row_bytes, lane);
   pdl_wait();
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
-  float acc = 0.f;
-  if (full) {
-    uint4 xv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) xv[u] = __ldg(x + i + u * 32);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc += dot16<T>(wv[u], xv[u]);
-    i += kUnroll * 32;
-  }
-  for (; i + (kUnroll - 1) * 32 < nvec; i += kUnroll * 32) {
-    uint4 xv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      wv[u] = __ldcs(w + i + u * 32);
-      xv[u] = __ldg(x + i + u * 32);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc += dot16<T>(wv[u], xv[u]);
-  }
-  for (; i < nvec; i += 32) acc += dot16<T>(__ldcs(w + i), __ldg(x + i));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  dots.first(x);
+  dots.rest(x);
+  float acc = dots.acc[0];
   if (live && a.b) acc += dtype::to_f<T>(static_cast<const T*>(a.b)[row]);
   if constexpr (kPaired) {
     if (lane == 0) s_dot[warp] = dtype::round_to<T>(acc);  // the value a dtype tensor would hold
@@ -166,23 +209,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
   const int64_t base = pair_base_row(pair_index(a, slot), S), nvec = a.k / V;
   const uint4* w0 = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + base * a.k);
   const uint4* w1 = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (base + S) * a.k);
-  // Before the wait: weights only (no kernel writes them).
-  uint4 wa[kUnroll], wb[kUnroll];
-  int64_t i = lane;
-  const bool full = i + (kUnroll - 1) * 32 < nvec;
-  if (full) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      wa[u] = __ldcs(w0 + i + u * 32);
-      wb[u] = __ldcs(w1 + i + u * 32);
-    }
-  }
+  RowDots<T, 2> dots({w0, w1}, nvec, lane);
   const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
-  if ((slot + 1) * 2 * row_bytes <= kL2PrefetchBytes)
-    for (int64_t b = (kUnroll * 32 * 16 / kLineBytes + lane) * kLineBytes; b < row_bytes; b += 32 * kLineBytes) {
-      prefetch_l2(reinterpret_cast<const char*>(w0) + b);
-      prefetch_l2(reinterpret_cast<const char*>(w1) + b);
-    }
+  if ((slot + 1) * 2 * row_bytes <= kL2PrefetchBytes) dots.prefetch_rest(row_bytes, lane);
   pdl_wait();
   const GemvRopeAppend& r = a.rope;
   const int64_t kv = rope_kv_head(a, base);
@@ -197,46 +226,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
     }
   }
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
-  float acc0 = 0.f, acc1 = 0.f;
-  if (full) {
-    uint4 xv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) xv[u] = __ldg(x + i + u * 32);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      acc0 += dot16<T>(wa[u], xv[u]);
-      acc1 += dot16<T>(wb[u], xv[u]);
-    }
-    i += kUnroll * 32;
-  }
+  dots.first(x);
   // The warp's append ticket, once its length has arrived (the add's operand depends on it, so a
   // later store by the head's last warp cannot reach that read); the result is used at the end.
   unsigned long long ticket = 0;
   if (lane == 0 && kv >= 0) ticket = atomicAdd(r.tickets + kv, 1ull + (static_cast<unsigned long long>(len) >> 63));
-  for (; i + (kUnroll - 1) * 32 < nvec; i += kUnroll * 32) {
-    uint4 xv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      wa[u] = __ldcs(w0 + i + u * 32);
-      wb[u] = __ldcs(w1 + i + u * 32);
-      xv[u] = __ldg(x + i + u * 32);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      acc0 += dot16<T>(wa[u], xv[u]);
-      acc1 += dot16<T>(wb[u], xv[u]);
-    }
-  }
-  for (; i < nvec; i += 32) {
-    const uint4 xv = __ldg(x + i);
-    acc0 += dot16<T>(__ldcs(w0 + i), xv);
-    acc1 += dot16<T>(__ldcs(w1 + i), xv);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    acc0 += __shfl_xor_sync(0xffffffffu, acc0, off);
-    acc1 += __shfl_xor_sync(0xffffffffu, acc1, off);
-  }
+  dots.rest(x);
+  float acc0 = dots.acc[0], acc1 = dots.acc[1];
   if (lane != 0) return;
   if (a.b) {
     acc0 += dtype::to_f<T>(static_cast<const T*>(a.b)[base]);
