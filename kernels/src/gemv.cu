@@ -153,25 +153,24 @@ __device__ __forceinline__ void rope_store_pair(const GemvArgs& a, int64_t base_
   }
 }
 
-// kSwiGlu: block b's warps 0..3 take gate rows 4b .. 4b + 3, warps 4..7 the
-// matching up rows I + 4b ..; the block's 4 outputs are silu(gate) * up.
-template <typename T, bool kF32Out, GemvEpilogue kEpi>
+// kSwiGlu (GemvEpilogue::kSwiGlu): block b's warps 0..3 take gate rows 4b .. 4b + 3, warps 4..7
+// the matching up rows I + 4b ..; the block's 4 outputs are silu(gate) * up.
+template <typename T, bool kF32Out, bool kSwiGlu>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   constexpr int V = 16 / sizeof(T);
-  constexpr bool kPaired = kEpi != GemvEpilogue::kPlain;
-  constexpr int kOut = kPaired ? kWarps / 2 : kWarps;  // outputs (pairs) per block
-  __shared__ float s_dot[kPaired ? kWarps : 1];
+  constexpr int kOut = kSwiGlu ? kWarps / 2 : kWarps;  // outputs per block
+  __shared__ float s_dot[kSwiGlu ? kWarps : 1];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   pdl_trigger();
-  const int64_t slot = static_cast<int64_t>(blockIdx.x) * kOut + warp % kOut;  // output / pair slot
-  const int64_t row = !kPaired ? slot : warp < kOut ? slot : a.n / 2 + slot;  // the warp's row of W
+  const int64_t inter = a.n / 2, col = static_cast<int64_t>(blockIdx.x) * kOut + warp % kOut;
+  const int64_t row = !kSwiGlu ? col : warp < kOut ? col : inter + col;  // the warp's row of W
   const int64_t rank = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // rows of W before it in block order
-  if constexpr (!kPaired) {
+  if constexpr (!kSwiGlu) {
     if (row >= a.n) return;
   }
-  const bool live = !kPaired || slot < a.n / 2;  // a paired block's warps all reach its barrier
+  const bool live = !kSwiGlu || col < inter;  // a SwiGLU block's warps all reach its barrier
   const int64_t nvec = live ? a.k / V : 0;
-  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + (live ? row : 0) * a.k);
+  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + row * a.k);
   RowDots<T, 1> dots({w}, nvec, lane);
   const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
   if (live && (rank + 1) * row_bytes <= kL2PrefetchBytes) dots.prefetch_rest(row_bytes, lane);
@@ -181,12 +180,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   dots.rest(x);
   float acc = dots.acc[0];
   if (live && a.b) acc += dtype::to_f<T>(static_cast<const T*>(a.b)[row]);
-  if constexpr (kPaired) {
-    if (lane == 0) s_dot[warp] = dtype::round_to<T>(acc);  // the value a dtype tensor would hold
+  if constexpr (kSwiGlu) {
+    if (lane == 0) s_dot[warp] = dtype::round_to<T>(acc);  // the gate / up value a dtype tensor would hold
     __syncthreads();
-    const int t = threadIdx.x;
-    if (t < kOut && blockIdx.x * kOut + t < a.n / 2)
-      static_cast<T*>(a.y)[blockIdx.x * kOut + t] = dtype::from_f<T>(dtype::swiglu(s_dot[t], s_dot[t + kOut]));
+    if (threadIdx.x < kOut && blockIdx.x * kOut + threadIdx.x < inter)
+      static_cast<T*>(a.y)[blockIdx.x * kOut + threadIdx.x] =
+          dtype::from_f<T>(dtype::swiglu(s_dot[threadIdx.x], s_dot[threadIdx.x + kOut]));
   } else {
     if (lane != 0) return;
     if constexpr (kF32Out) static_cast<float*>(a.y)[row] = acc;
@@ -248,17 +247,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
 
 template <typename T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
-  // kWarps rows of W per block (paired: kWarps / 2 pairs).
+  // kWarps rows of W per block (with swiglu: kWarps / 2 gate rows and their up rows, n even).
   const unsigned blocks = static_cast<unsigned>((a.n + kWarps - 1) / kWarps);
   switch (a.epilogue) {
     case GemvEpilogue::kSwiGlu:
-      return launch_pdl(gemv_kernel<T, false, GemvEpilogue::kSwiGlu>, blocks, kWarps * 32, 0, stream, a);
+      return launch_pdl(gemv_kernel<T, false, true>, blocks, kWarps * 32, 0, stream, a);
     case GemvEpilogue::kRopeAppend:  // one warp per pair: n / 2 / kWarps blocks (n / 2 % 8 == 0)
       return launch_pdl(gemv_rope_kernel<T>, static_cast<unsigned>(a.n / 2 / kWarps), kWarps * 32, 0, stream, a);
     case GemvEpilogue::kPlain: break;
   }
-  return a.y_fp32 ? launch_pdl(gemv_kernel<T, true, GemvEpilogue::kPlain>, blocks, kWarps * 32, 0, stream, a)
-                  : launch_pdl(gemv_kernel<T, false, GemvEpilogue::kPlain>, blocks, kWarps * 32, 0, stream, a);
+  return a.y_fp32 ? launch_pdl(gemv_kernel<T, true, false>, blocks, kWarps * 32, 0, stream, a)
+                  : launch_pdl(gemv_kernel<T, false, false>, blocks, kWarps * 32, 0, stream, a);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

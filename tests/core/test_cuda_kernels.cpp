@@ -254,6 +254,26 @@ TEST_F(CudaKernels, RmsNormMatchesReference) {
     }
 }
 
+/// After one decode append into c (every head h's row offset[h] + length[h], c's lengths being those
+/// before the append): those rows hold exactly k[h], v[h] and `position`; every other row of the
+/// caches is as before (k_before, v_before, NaN padding included) and every other position -1.
+void expect_appended(const RaggedCache& c, const at::Tensor& k_before, const at::Tensor& v_before, const at::Tensor& pos,
+                     const at::Tensor& k, const at::Tensor& v, int64_t position, const std::string& what) {
+  at::Tensor written = at::zeros({c.k.size(0)}, at::TensorOptions().device(c.k.device()).dtype(at::kBool));
+  for (size_t h = 0; h < c.offset.size(); ++h) {
+    const int64_t row = c.offset[h] + c.length[h], i = static_cast<int64_t>(h);
+    written[row] = true;
+    EXPECT_TRUE(at::equal(c.k[row], k[i])) << what << " k cache head " << h;
+    EXPECT_TRUE(at::equal(c.v[row], v[i])) << what << " v cache head " << h;
+    EXPECT_EQ(pos[row].item<int64_t>(), position) << what << " pos head " << h;
+  }
+  const at::Tensor keep = written.logical_not();
+  EXPECT_TRUE(at::equal(c.k.index({keep}).isnan(), k_before.index({keep}).isnan())) << what;
+  EXPECT_TRUE(at::equal(at::nan_to_num(c.k.index({keep})), at::nan_to_num(k_before.index({keep})))) << what;
+  EXPECT_TRUE(at::equal(at::nan_to_num(c.v.index({keep})), at::nan_to_num(v_before.index({keep})))) << what;
+  EXPECT_TRUE(pos.index({keep}).eq(-1).all().item<bool>()) << what;
+}
+
 TEST_F(CudaKernels, RopeAppendMatchesReference) {
   std::mt19937 rng(5);
   for (at::ScalarType dt : kDtypes)
@@ -284,20 +304,7 @@ TEST_F(CudaKernels, RopeAppendMatchesReference) {
                          what + " q");
             expect_close(k, ops::ref::rope(k0, cos, sin, layout), ops::ref::rope(k0, cos, sin, layout, dt), dt,
                          what + " k");
-            // The appended rows hold exactly the rotated k and the unchanged v; nothing else moved.
-            at::Tensor written = at::zeros({c.k.size(0)}, opts(at::kBool));
-            for (int64_t h = 0; h < n_head_kv; ++h) {
-              const int64_t row = c.offset[h] + c.length[h];
-              written[row] = true;
-              EXPECT_TRUE(at::equal(c.k[row], k[h])) << what << " k cache head " << h;
-              EXPECT_TRUE(at::equal(c.v[row], v[h])) << what << " v cache head " << h;
-              EXPECT_EQ(pos[row].item<int64_t>(), position) << what << " pos head " << h;
-            }
-            const at::Tensor keep = written.logical_not();
-            EXPECT_TRUE(at::equal(c.k.index({keep}).isnan(), k_before.index({keep}).isnan())) << what;
-            EXPECT_TRUE(at::equal(at::nan_to_num(c.k.index({keep})), at::nan_to_num(k_before.index({keep})))) << what;
-            EXPECT_TRUE(at::equal(at::nan_to_num(c.v.index({keep})), at::nan_to_num(v_before.index({keep})))) << what;
-            EXPECT_TRUE(pos.index({keep}).eq(-1).all().item<bool>()) << what;
+            expect_appended(c, k_before, v_before, pos, k, v, position, what);
           }
 }
 
@@ -345,22 +352,11 @@ TEST_F(CudaKernels, QkvRopeAppendMatchesTheProjectionThenRope) {
           expect_close(q, ref_q, base_q, dt, what + " q");
           expect_close(k, ref_k, base_k, dt, what + " k");
           expect_close(v, heads(c.ref, H + Hkv, Hkv), heads(c.base, H + Hkv, Hkv), dt, what + " v");
-          at::Tensor written = at::zeros({cache.k.size(0)}, opts(at::kBool));
+          expect_appended(cache, k_before, v_before, pos, k, v, position, what);
           const at::Tensor length_after = length.cpu();
-          for (int64_t i = 0; i < m * Hkv; ++i) {
-            const int64_t row = cache.offset[i] + cache.length[i];
-            written[row] = true;
-            EXPECT_TRUE(at::equal(cache.k[row], k[i])) << what << " k cache head " << i;
-            EXPECT_TRUE(at::equal(cache.v[row], v[i])) << what << " v cache head " << i;
-            EXPECT_EQ(pos[row].item<int64_t>(), position) << what << " pos head " << i;
+          for (int64_t i = 0; i < m * Hkv; ++i)
             EXPECT_EQ(length_after[i].item<int64_t>(), cache.length[i] + 1) << what << " length head " << i;
-          }
           EXPECT_TRUE(tickets.eq(0).all().item<bool>()) << what << ": tickets left non-zero";
-          const at::Tensor keep = written.logical_not();
-          EXPECT_TRUE(at::equal(cache.k.index({keep}).isnan(), k_before.index({keep}).isnan())) << what;
-          EXPECT_TRUE(at::equal(at::nan_to_num(cache.k.index({keep})), at::nan_to_num(k_before.index({keep})))) << what;
-          EXPECT_TRUE(at::equal(at::nan_to_num(cache.v.index({keep})), at::nan_to_num(v_before.index({keep})))) << what;
-          EXPECT_TRUE(pos.index({keep}).eq(-1).all().item<bool>()) << what;
         }
   // Bad operands are refused by name.
   const LinearCase c = linear_case(at::kBFloat16, 1, 6 * 64, 128, 0);

@@ -300,6 +300,17 @@ std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tenso
   return {qh, kh, vh};
 }
 
+/// The device metadata of a decode append (offset / length int64 [n_head_kv], position int64 [1],
+/// all on `device`); throws std::invalid_argument naming `op` otherwise.
+void check_rope_meta(const char* op, const at::Tensor& offset_dev, const at::Tensor& length_dev,
+                     const at::Tensor& position_dev, int64_t n_head_kv, c10::Device device) {
+  for (const at::Tensor* t : {&offset_dev, &length_dev})
+    if (t->scalar_type() != at::kLong || t->numel() != n_head_kv || !t->is_contiguous() || t->device() != device)
+      bad(std::string(op) + ": offset/length must be contiguous int64 [n_head_kv] on q's device");
+  if (position_dev.scalar_type() != at::kLong || position_dev.numel() != 1 || position_dev.device() != device)
+    bad(std::string(op) + ": position must be one int64 on q's device");
+}
+
 void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& cos, const at::Tensor& sin, RopeLayout layout,
                         const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
                         const int64_t* offset, int64_t* length, int64_t position, const int64_t* position_dev) {
@@ -352,12 +363,7 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                  RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
                  const at::Tensor& offset_dev, const at::Tensor& length_dev, const at::Tensor& position_dev) {
   const auto qkv = check_rope_append(q, k, v, cos, sin, k_cache, v_cache, pos_cache);
-  const int64_t n_head_kv = qkv[1].size(0);
-  for (const at::Tensor* t : {&offset_dev, &length_dev})
-    if (t->scalar_type() != at::kLong || t->numel() != n_head_kv || !t->is_contiguous() || t->device() != q.device())
-      bad("rope_append: offset/length must be contiguous int64 [n_head_kv] on q's device");
-  if (position_dev.scalar_type() != at::kLong || position_dev.numel() != 1 || position_dev.device() != q.device())
-    bad("rope_append: position must be one int64 on q's device");
+  check_rope_meta("rope_append", offset_dev, length_dev, position_dev, qkv[1].size(0), q.device());
   const c10::cuda::CUDAGuard guard(q.device());
   launch_rope_append(qkv, cos, sin, layout, k_cache, v_cache, pos_cache, offset_dev.data_ptr<int64_t>(),
                      length_dev.data_ptr<int64_t>(), 0, position_dev.data_ptr<int64_t>());
@@ -413,11 +419,7 @@ std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor& x, const at::Tensor&
   const at::Tensor kh = y.narrow(0, m * s0, m * (s1 - s0)).view({m * n_head_kv, D});
   const at::Tensor vh = y.narrow(0, m * s1, m * (n - s1)).view({m * n_head_kv, D});
   (void)check_rope_append(qh, kh, vh, cos, sin, k_cache, v_cache, pos_cache);
-  for (const at::Tensor* t : {&offset_dev, &length_dev})
-    if (t->scalar_type() != at::kLong || t->numel() != m * n_head_kv || !t->is_contiguous() || t->device() != x.device())
-      bad("qkv_rope_append: offset/length must be contiguous int64 [rows of x * n_head_kv] on x's device");
-  if (position_dev.scalar_type() != at::kLong || position_dev.numel() != 1 || position_dev.device() != x.device())
-    bad("qkv_rope_append: position must be one int64 on x's device");
+  check_rope_meta(op, offset_dev, length_dev, position_dev, m * n_head_kv, x.device());
   r.cos = cos.data_ptr();
   r.sin = sin.data_ptr();
   r.k_cache = k_cache.data_ptr();

@@ -118,9 +118,9 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 ///   q, k, v = the column blocks [0, H·D), [H·D, (H+Hkv)·D), [(H+Hkv)·D, n) of x·W_qkvᵀ (+ b_qkv),
 ///   as [m·H, D], [m·Hkv, D], [m·Hkv, D] (sequence b's heads at b·H .., b·Hkv ..); q and k rotated
 ///   and k, v appended as rope_append's device overload does, to the caches of m·Hkv heads.
-/// x: [m, hidden] (m <= 8; fp32 only for m = 1); w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or
-/// undefined; offset_dev / length_dev: int64 [m·Hkv] (length advanced by one); tickets: int64
-/// [>= Hkv] zeros on the device, left zero (the blocks' append counters); position_dev: int64 [1].
+/// x: [m, hidden]; w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or undefined; offset_dev /
+/// length_dev: int64 [m·Hkv] (length advanced by one); tickets: int64 [>= Hkv] zeros on the
+/// device, left zero (the appending warps' counters); position_dev: int64 [1].
 /// Batches (m > 1; the fused tiles were slower there), head_dim % 16 != 0 and strided operands
 /// take the two-launch path (tickets unused). Throws std::invalid_argument on mismatched shapes,
 /// dtypes or devices.
