@@ -262,8 +262,6 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-}  // namespace
-
 /// The epilogue's own conditions (gemv.h: GemvEpilogue).
 bool epilogue_supported(const GemvArgs& a) {
   switch (a.epilogue) {
@@ -281,6 +279,8 @@ bool epilogue_supported(const GemvArgs& a) {
   }
   return false;
 }
+
+}  // namespace
 
 bool gemv_supported(const GemvArgs& a) {
   const int64_t item = static_cast<int64_t>(dtype_size(a.dtype));
