@@ -24,14 +24,16 @@ Engine::Engine(const Model& model) : model_(model) { inv_freq_ = rope_inv_freq(m
 
 KvCache Engine::new_cache(int64_t capacity) const { return KvCache(model_.config, capacity, model_.device, model_.dtype); }
 
-at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
-                                 KvCache& cache, bool self_only, const LayerObserver& observer,
-                                 DecodeAttentionPolicy* decode_attention) const {
+Engine::DecodeRows Engine::layer_forward(int64_t l, const DecodeRows& in, const at::Tensor& positions,
+                                         const RopeTable& rope, KvCache& cache, bool self_only,
+                                         const LayerObserver& observer, DecodeAttentionPolicy* decode_attention,
+                                         const at::Tensor& next_norm) const {
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[l];
+  const at::Tensor& x = in.x;
   const int64_t T = x.size(0), H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
   if (T == 1 && x.is_cuda() && ops::cuda_kernels_available() && cache.reserve_append(l, 1))
-    return decode_layer_cuda(l, x, rope, cache, observer, decode_attention);
+    return decode_layer_cuda(l, in, rope, cache, observer, decode_attention, next_norm);
   at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
   at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);
   // q and k heads rotate together: one RoPE pass over [T, n_head + n_head_kv, D].
@@ -62,11 +64,12 @@ at::Tensor Engine::layer_forward(int64_t l, const at::Tensor& x, const at::Tenso
   at::Tensor gu = at::linear(rms_norm(out, w.mlp_norm, c.rms_norm_eps), w.w_gate_up);
   const int64_t I = c.intermediate_size;
   at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-  return out + at::linear(act, w.w_down);
+  return DecodeRows{out + at::linear(act, w.w_down), {}, {}};
 }
 
-at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
-                                     const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const {
+Engine::DecodeRows Engine::decode_layer_cuda(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
+                                             const LayerObserver& observer, DecodeAttentionPolicy* decode_attention,
+                                             const at::Tensor& next_norm) const {
   // The eager fused step: this layer's offsets, lengths and the position go up in one pinned copy.
   const LayerKv& L = cache.layer(l);
   const int64_t Hkv = cache.n_head_kv();
@@ -74,7 +77,7 @@ at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeT
   meta.insert(meta.end(), L.length.begin(), L.length.end());
   meta.insert(meta.end(), Hkv, 0);  // the append tickets (ops::qkv_rope_append)
   meta.push_back(cache.next_position());
-  const at::Tensor dev = ops::upload_int64(meta, x.device());
+  const at::Tensor dev = ops::upload_int64(meta, in.x.device());
   int64_t max_len = 0, total_len = 0;
   for (int64_t n : L.length) {
     max_len = std::max(max_len, n + 1);
@@ -82,24 +85,30 @@ at::Tensor Engine::decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeT
   }
   const DecodeLayerMeta m{dev.narrow(0, 0, Hkv), dev.narrow(0, Hkv, Hkv), dev.narrow(0, 2 * Hkv, Hkv),
                           dev.narrow(0, 3 * Hkv, 1), max_len, total_len, /*commit=*/true};
-  return fused_decode_layer(l, x, rope, cache, m, decode_attention, observer);
+  return fused_decode_layer(l, in, rope, cache, m, decode_attention, observer, next_norm);
 }
 
-at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
-                                      const DecodeLayerMeta& m, DecodeAttentionPolicy* decode_attention,
-                                      const LayerObserver& observer) const {
-  // One decode token through the fused kernels (kernels/): RMSNorm, RoPE + in-place cache append,
-  // split-K GQA attention over the (possibly ragged) cache, residual-add + RMSNorm, the gate/up
-  // projection with its SiLU-mul. A decode-attention policy (HSA, Quest, SparQ, ...) replaces the
-  // attention step only. Without m.commit or an observer it reads no host state but m's bounds
+Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
+                                              const DecodeLayerMeta& m, DecodeAttentionPolicy* decode_attention,
+                                              const LayerObserver& observer, const at::Tensor& next_norm) const {
+  // One decode token through the fused kernels (kernels/): the QKV projection with RoPE + in-place
+  // cache append, split-K GQA attention over the (possibly ragged) cache, the o projection adding
+  // the residual, the gate/up projection with its SiLU-mul, the down projection adding the
+  // residual. The RMSNorms have no launch of their own: the o and down projections leave the next
+  // norm pending (g ⊙ x and partial sums of x²) and the QKV and gate/up projections apply it
+  // (ops::NormedRows); only a layer entered with nothing pending (the first, the eager step) runs
+  // its attention norm as a launch. A decode-attention policy (HSA, Quest, SparQ, ...) replaces
+  // the attention step only. Without m.commit or an observer it reads no host state but m's bounds
   // (graph capture; a policy then runs attend_device).
   const ModelConfig& c = model_.config;
+  const at::Tensor& x = in.x;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, B = x.size(0);
   const LayerKv& L = cache.layer(l);
   if (B > 1 && (m.commit || observer || cache.n_head_kv() != B * Hkv))
     throw std::invalid_argument("fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, the graph path and no observer");
-  at::Tensor h = ops::rms_norm(x, w.attn_norm, c.rms_norm_eps);
+  const ops::NormedRows h = in.gx.defined() ? ops::NormedRows(in.gx, in.sumsq, c.rms_norm_eps)
+                                             : ops::NormedRows(ops::rms_norm(x, w.attn_norm, c.rms_norm_eps));
   // One launch for the fused QKV projection with RoPE and the cache append in its epilogue; its
   // output comes in q, k, v blocks, so a batch's heads are [B * heads, D] (sequence b's heads at
   // b * heads ..). Advances m.length on the device.
@@ -114,11 +123,12 @@ at::Tensor Engine::fused_decode_layer(int64_t l, const at::Tensor& x, const Rope
   else
     attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({B, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
-  at::Tensor residual = ops::linear_row(attn, w.w_o);
-  at::Tensor h2 = ops::add_rms_norm(x, residual, w.mlp_norm, c.rms_norm_eps);  // residual <- x + residual
-  // Gate/up with its SwiGLU in one launch; the down projection adds the residual stream as its bias
-  // (one kernel, one rounding).
-  return ops::linear_row(ops::linear_row_swiglu(h2, w.w_gate_up), w.w_down, residual);
+  // The o and down projections add the residual stream as their bias (one kernel, one rounding).
+  const auto [residual, h2] = ops::linear_row_norm_out(attn, w.w_o, x, w.mlp_norm, c.rms_norm_eps);
+  const at::Tensor act = ops::linear_row_swiglu(h2, w.w_gate_up);  // gate/up with its SwiGLU: one launch
+  if (!next_norm.defined()) return DecodeRows{ops::linear_row(act, w.w_down, residual), {}, {}};
+  const auto [out, next] = ops::linear_row_norm_out(act, w.w_down, residual, next_norm, c.rms_norm_eps);
+  return DecodeRows{out, next.x, next.sumsq};
 }
 
 at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {
@@ -126,15 +136,16 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, Deco
   if (static_cast<int64_t>(s.meta.size()) != c.n_layer || s.max_len.size() != s.meta.size() ||
       s.total_len.size() != s.meta.size())
     throw std::invalid_argument("decode_step_device: one meta tensor and bound per layer expected");
-  at::Tensor x = at::embedding(model_.weights.embed, s.token);  // [B, hidden]
+  DecodeRows x{at::embedding(model_.weights.embed, s.token), {}, {}};  // [B, hidden]
   const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
                             /*commit=*/false};
-    x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {});
+    const at::Tensor& next_norm = l + 1 < c.n_layer ? model_.weights.layers[l + 1].attn_norm : model_.weights.final_norm;
+    x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {}, next_norm);
   }
   s.position.add_(1);
-  const at::Tensor normed = ops::rms_norm(x, model_.weights.final_norm, c.rms_norm_eps);
+  const ops::NormedRows normed(x.gx, x.sumsq, c.rms_norm_eps);  // the final norm, pending
   return ops::linear_row(normed, model_.weights.lm_head, {}, true).squeeze(0);  // [vocab] or [B, vocab]
 }
 
@@ -152,10 +163,18 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
   bool self_only = true;
   for (int64_t l = 0; l < cache.n_layer(); ++l)
     for (int64_t n : cache.layer(l).length) self_only = self_only && n == 0;
-  at::Tensor x = at::embedding(model_.weights.embed, tok);  // [T, hidden]
+  DecodeRows rows{at::embedding(model_.weights.embed, tok), {}, {}};  // [T, hidden]
   const RopeTable rope = rope_table(positions, inv_freq_, model_.dtype);
-  for (int64_t l = 0; l < c.n_layer; ++l) x = layer_forward(l, x, positions, rope, cache, self_only, observer, decode_attention);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const at::Tensor& next_norm = l + 1 < c.n_layer ? model_.weights.layers[l + 1].attn_norm : model_.weights.final_norm;
+    rows = layer_forward(l, rows, positions, rope, cache, self_only, observer, decode_attention, next_norm);
+  }
   cache.advance_position(T);
+  if (rows.gx.defined()) {  // a fused decode step: the final norm is pending, as in decode_step_device
+    const at::Tensor logits = ops::linear_row(ops::NormedRows(rows.gx, rows.sumsq, c.rms_norm_eps), model_.weights.lm_head, {}, true);
+    return all_logits ? logits : logits.squeeze(0);
+  }
+  at::Tensor x = rows.x;
   if (!all_logits) x = x.narrow(0, T - 1, 1);
   const at::Tensor normed = rms_norm(x, model_.weights.final_norm, c.rms_norm_eps);
   at::Tensor logits = !all_logits && x.is_cuda() && ops::cuda_kernels_available()

@@ -8,6 +8,10 @@
 // latency-bound (page selection, attention over a few rows, norms) the projection's weights are
 // then already on their way. The QKV projection's RoPE + cache-append epilogue (gemv_rope_kernel)
 // has each warp stream both rows of one rotation pair and store the rotated pair itself.
+// RMSNorm without a launch (GemvArgs::norm_sumsq / next_norm_g): the producing projection (o, down)
+// also stores g ⊙ y and one Σ y² per block (its warps meet at one barrier at their end); every
+// warp of the consuming projection (QKV, gate/up, LM head) adds a row's partial sums, loaded with
+// its x, and scales its product once. No per-weight work is added to either.
 #include "dtype.cuh"
 #include "gemv_rows.cuh"
 #include "kvscope/kernels/gemv.h"
@@ -20,6 +24,29 @@ constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 using detail::kL2PrefetchBytes;
 constexpr int kLineBytes = 128;
+
+/// A lane's share of the sum of one row's norm parts (GemvArgs::norm_sumsq): parts lane, lane + 32, ...
+/// (four at a time where the row is 16-byte aligned).
+__device__ __forceinline__ float norm_partial(const float* p, int64_t parts, int lane) {
+  float s = 0.f;
+  if ((parts & 3) == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    const float4* q = reinterpret_cast<const float4*>(p);
+    for (int64_t i = lane; i < parts / 4; i += 32) {
+      const float4 v = __ldg(q + i);
+      s += (v.x + v.y) + (v.z + v.w);
+    }
+  } else {
+    for (int64_t i = lane; i < parts; i += 32) s += __ldg(p + i);
+  }
+  return s;
+}
+
+/// The RMSNorm scale rsqrt(Σ r² / k + eps) from the lanes' shares of Σ r² (every lane gets it).
+__device__ __forceinline__ float norm_scale(float share, int64_t k, float eps) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) share += __shfl_xor_sync(0xffffffffu, share, off);
+  return rsqrtf(share / static_cast<float>(k) + eps);
+}
 
 template <typename T>
 __device__ __forceinline__ float dot16(const uint4& w, const uint4& x) {
@@ -154,31 +181,34 @@ __device__ __forceinline__ void rope_store_pair(const GemvArgs& a, int64_t base_
 }
 
 // kSwiGlu (GemvEpilogue::kSwiGlu): block b's warps 0..3 take gate rows 4b .. 4b + 3, warps 4..7
-// the matching up rows I + 4b ..; the block's 4 outputs are silu(gate) * up.
-template <typename T, bool kF32Out, bool kSwiGlu>
+// the matching up rows I + 4b ..; the block's 4 outputs are silu(gate) * up. kNormOut
+// (GemvArgs::next_norm_g): plain, dtype outputs; the block's warps meet at one barrier at the end.
+template <typename T, bool kF32Out, bool kSwiGlu, bool kNormOut = false>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   constexpr int V = 16 / sizeof(T);
   constexpr int kOut = kSwiGlu ? kWarps / 2 : kWarps;  // outputs per block
-  __shared__ float s_dot[kSwiGlu ? kWarps : 1];
+  __shared__ float s_dot[kWarps];  // SwiGLU: the gate / up values; with next_norm_g: the outputs' squares
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   pdl_trigger();
   const int64_t inter = a.n / 2, col = static_cast<int64_t>(blockIdx.x) * kOut + warp % kOut;
   const int64_t row = !kSwiGlu ? col : warp < kOut ? col : inter + col;  // the warp's row of W
   const int64_t rank = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // rows of W before it in block order
-  if constexpr (!kSwiGlu) {
+  if constexpr (!kSwiGlu && !kNormOut) {
     if (row >= a.n) return;
   }
-  const bool live = !kSwiGlu || col < inter;  // a SwiGLU block's warps all reach its barrier
+  const bool live = kSwiGlu ? col < inter : row < a.n;  // a SwiGLU block's warps all reach its barrier
   const int64_t nvec = live ? a.k / V : 0;
   const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + row * a.k);
   RowDots<T, 1> dots({w}, nvec, lane);
   const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
   if (live && (rank + 1) * row_bytes <= kL2PrefetchBytes) dots.prefetch_rest(row_bytes, lane);
   pdl_wait();
+  const float norm_share = a.norm_sumsq ? norm_partial(a.norm_sumsq, a.norm_parts, lane) : 0.f;  // with x
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
   dots.first(x);
   dots.rest(x);
   float acc = dots.acc[0];
+  if (a.norm_sumsq) acc *= norm_scale(norm_share, a.k, a.norm_eps);
   if (live && a.b) acc += dtype::to_f<T>(static_cast<const T*>(a.b)[row]);
   if constexpr (kSwiGlu) {
     if (lane == 0) s_dot[warp] = dtype::round_to<T>(acc);  // the gate / up value a dtype tensor would hold
@@ -187,6 +217,24 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       static_cast<T*>(a.y)[blockIdx.x * kOut + threadIdx.x] =
           dtype::from_f<T>(dtype::swiglu(s_dot[threadIdx.x], s_dot[threadIdx.x + kOut]));
   } else {
+    if constexpr (kNormOut) {
+      {  // y, g ⊙ y and the block's Σ y² (GemvArgs::next_norm_g)
+        const float v = live ? dtype::round_to<T>(acc) : 0.f;
+        if (lane == 0 && live) {
+          static_cast<T*>(a.y)[row] = dtype::from_f<T>(v);
+          static_cast<T*>(a.next_norm_gx)[row] = dtype::from_f<T>(dtype::to_f<T>(static_cast<const T*>(a.next_norm_g)[row]) * v);
+        }
+        if (lane == 0) s_dot[warp] = v * v;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          float sum = 0.f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) sum += s_dot[w];
+          a.next_norm_sumsq[blockIdx.x] = sum;
+        }
+        return;
+      }
+    }
     if (lane != 0) return;
     if constexpr (kF32Out) static_cast<float*>(a.y)[row] = acc;
     else static_cast<T*>(a.y)[row] = dtype::from_f<T>(acc);
@@ -212,6 +260,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
   const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
   if ((slot + 1) * 2 * row_bytes <= kL2PrefetchBytes) dots.prefetch_rest(row_bytes, lane);
   pdl_wait();
+  const float norm_share = a.norm_sumsq ? norm_partial(a.norm_sumsq, a.norm_parts, lane) : 0.f;  // with x
   const GemvRopeAppend& r = a.rope;
   const int64_t kv = rope_kv_head(a, base);
   float2 angle = make_float2(1.f, 0.f);
@@ -232,6 +281,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
   if (lane == 0 && kv >= 0) ticket = atomicAdd(r.tickets + kv, 1ull + (static_cast<unsigned long long>(len) >> 63));
   dots.rest(x);
   float acc0 = dots.acc[0], acc1 = dots.acc[1];
+  if (a.norm_sumsq) {
+    const float scale = norm_scale(norm_share, a.k, a.norm_eps);
+    acc0 *= scale;
+    acc1 *= scale;
+  }
   if (lane != 0) return;
   if (a.b) {
     acc0 += dtype::to_f<T>(static_cast<const T*>(a.b)[base]);
@@ -256,6 +310,7 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
       return launch_pdl(gemv_rope_kernel<T>, static_cast<unsigned>(a.n / 2 / kWarps), kWarps * 32, 0, stream, a);
     case GemvEpilogue::kPlain: break;
   }
+  if (a.next_norm_g) return launch_pdl(gemv_kernel<T, false, false, true>, blocks, kWarps * 32, 0, stream, a);
   return a.y_fp32 ? launch_pdl(gemv_kernel<T, true, false>, blocks, kWarps * 32, 0, stream, a)
                   : launch_pdl(gemv_kernel<T, false, false>, blocks, kWarps * 32, 0, stream, a);
 }
@@ -280,12 +335,24 @@ bool epilogue_supported(const GemvArgs& a) {
   return false;
 }
 
+/// The folded RMSNorms' conditions (GemvArgs::norm_sumsq, next_norm_g).
+bool norms_supported(const GemvArgs& a) {
+  const bool in = !a.norm_sumsq || (a.norm_parts > 0 && (a.m == 1 || a.norm_parts <= kGemvMaxNormParts) &&
+                                    a.norm_eps >= 0.f);
+  const bool out = !a.next_norm_g || (a.epilogue == GemvEpilogue::kPlain && !a.y_fp32 && a.y_split[0] == 0 &&
+                                      a.y_split[1] == 0 && a.next_norm_gx && a.next_norm_sumsq);
+  return in && out;
+}
+
 }  // namespace
+
+int64_t gemv_norm_parts(int64_t m, int64_t n) { return m == 1 ? (n + kWarps - 1) / kWarps : (n + detail::kTileRows - 1) / detail::kTileRows; }
 
 bool gemv_supported(const GemvArgs& a) {
   const int64_t item = static_cast<int64_t>(dtype_size(a.dtype));
   return a.m >= 1 && a.m <= 8 && (a.m == 1 || a.dtype != DType::kFloat32) && a.b_stride >= 0 && a.n > 0 &&
          0 <= a.y_split[0] && a.y_split[0] <= a.y_split[1] && a.y_split[1] <= a.n && epilogue_supported(a) &&
+         norms_supported(a) &&
          a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y && aligned16(a.w) && aligned16(a.x) &&
          (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
 }

@@ -21,6 +21,11 @@
 // tiles meet in shared memory; one thread per output adds them and the bias and stores the sum at
 // its place in the output's column segments (y_split). With swiglu a tile holds 8 gate rows and
 // their 8 up rows, and its epilogue writes silu(gate) * up.
+// RMSNorm without a launch (GemvArgs::norm_sumsq / next_norm_g): a producing tile also stores g ⊙ y
+// and one Σ y² per row of x (a 16-lane shuffle over its rows). In a consuming tile, warp w copies
+// the partial sums of x row w (w + 4 with 4 warps) into shared memory with cp.async right after the
+// wait, so they arrive during the products without holding registers, and adds them after the
+// loop; the epilogue scales each row's sums once.
 #include <type_traits>
 
 #include "dtype.cuh"
@@ -36,7 +41,7 @@ namespace {
 // than one wave of 8-warp blocks but fit in one of 4-warp blocks (see launch). Either way 16 warps
 // per SM with the registers capped at 120.
 constexpr int kThreadsPerSm = 512;
-constexpr int kRows = 16;            // rows of W per block (the mma's M)
+constexpr int kRows = kTileRows;     // rows of W per block (the mma's M)
 constexpr int kCols = 8;             // rows of x (the mma's N)
 constexpr int kSlots = 4;            // 16-byte vectors per lane and row in a chunk
 constexpr int kChunkVecs = kSlots * 4;  // vectors of a row per chunk (4 lanes per row)
@@ -51,6 +56,15 @@ __device__ __forceinline__ uint4 ld_w(const uint4* p) {
   asm volatile("ld.global.cs.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
+
+/// Asynchronous copy of kBytes (4 or 16; both addresses aligned to it) global -> shared (sm_80,
+/// PTX "cp.async"); cp_async_wait_all() completes the thread's copies.
+template <int kBytes>
+__device__ __forceinline__ void cp_async(float* dst, const float* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(kBytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 /// One chunk's weights of a lane: rows g and g + 8 of the block's W tile.
 struct Chunk {
@@ -74,6 +88,8 @@ __device__ __forceinline__ int64_t tile_row(int64_t tile, int i, int64_t n) {
 template <typename T, bool kF32Out, int kWarps, bool kSwiGlu>
 __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) gemv_rows_kernel(const GemvArgs a) {
   __shared__ float part[kWarps][kRows][kCols];
+  __shared__ float s_scale[kCols];  // norm_sumsq: rsqrt(Σ / k + eps) of each row of x
+  extern __shared__ __align__(16) float s_norm[];  // norm_sumsq: [m][norm_parts], staged by cp.async
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   pdl_trigger();
   const int64_t tile = blockIdx.x, row0 = tile * kRows;  // row0: rows of W before the tile in block order
@@ -110,6 +126,17 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
       if (c * kChunkVecs * 16 + (lane & 1) * 128 < row_bytes) prefetch_l2(p + c * kChunkVecs * 16);
   }
   pdl_wait();
+  const int64_t parts = a.norm_parts;
+  const bool norm_vec = (parts & 3) == 0 && (reinterpret_cast<uintptr_t>(a.norm_sumsq) & 15) == 0;  // 16-byte copies
+  if (a.norm_sumsq)
+    for (int c = warp; c < a.m; c += kWarps) {
+      float* dst = s_norm + c * parts;
+      const float* src = a.norm_sumsq + c * parts;
+      if (norm_vec)
+        for (int64_t i = 4 * lane; i < parts; i += 128) cp_async<16>(dst + i, src + i);
+      else
+        for (int64_t i = lane; i < parts; i += 32) cp_async<4>(dst + i, src + i);
+    }
   for (; chunk < nchunks; chunk += kWarps) {  // warp-uniform
     Chunk next;
     const bool more = chunk + kWarps < nchunks;
@@ -122,6 +149,24 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
       mma16816<T>(acc, cur.wa[u].z, cur.wb[u].z, cur.wa[u].w, cur.wb[u].w, x[u].z, x[u].w);
     }
     if (more) cur = next;
+  }
+  if (a.norm_sumsq) {  // the warp's rows of x: its own copies only, so a warp barrier suffices
+    cp_async_wait_all();
+    __syncwarp();
+    for (int c = warp; c < a.m; c += kWarps) {
+      float sum = 0.f;
+      if (norm_vec) {
+        for (int64_t i = 4 * lane; i < parts; i += 128) {
+          const float4 v = *reinterpret_cast<const float4*>(s_norm + c * parts + i);
+          sum += (v.x + v.y) + (v.z + v.w);
+        }
+      } else {
+        for (int64_t i = lane; i < parts; i += 32) sum += s_norm[c * parts + i];
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (lane == 0) s_scale[c] = rsqrtf(sum / static_cast<float>(a.k) + a.norm_eps);
+    }
   }
   // acc: (row g, x row 2t), (row g, 2t + 1), (row g + 8, 2t), (row g + 8, 2t + 1).
   part[warp][g][2 * t] = acc[0];
@@ -140,6 +185,10 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
       sg += part[w][r][col];
       su += part[w][r + 8][col];
     }
+    if (a.norm_sumsq) {
+      sg *= s_scale[col];
+      su *= s_scale[col];
+    }
     if (bias) {
       sg += dtype::to_f<T>(bias[col * a.b_stride + gate_row]);
       su += dtype::to_f<T>(bias[col * a.b_stride + up_row]);
@@ -150,12 +199,30 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
     return;
   }
   const int r = threadIdx.x % kRows, col = threadIdx.x / kRows;  // consecutive threads: consecutive rows of y
-  if (col >= a.m || row0 + r >= a.n) return;
+  const bool active = col < a.m && row0 + r < a.n;
+  const bool norm_out = !kF32Out && a.next_norm_g;  // then every thread reaches the shuffles below
+  if (!active && !norm_out) return;
   float s = 0.f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) s += part[w][r][col];
   const int64_t row = row0 + r;
-  if (bias) s += dtype::to_f<T>(bias[col * a.b_stride + row]);
+  if (a.norm_sumsq && active) s *= s_scale[col];
+  if (bias && active) s += dtype::to_f<T>(bias[col * a.b_stride + row]);
+  if constexpr (!kF32Out) {
+    if (norm_out) {  // y, g ⊙ y and Σ y² over the tile's rows (GemvArgs::next_norm_g; no y_split)
+      const float v = active ? dtype::round_to<T>(s) : 0.f;
+      if (active) {
+        static_cast<T*>(a.y)[col * a.n + row] = dtype::from_f<T>(v);
+        static_cast<T*>(a.next_norm_gx)[col * a.n + row] =
+            dtype::from_f<T>(dtype::to_f<T>(static_cast<const T*>(a.next_norm_g)[row]) * v);
+      }
+      float sq = v * v;
+#pragma unroll
+      for (int off = kRows / 2; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);  // a half-warp: one col
+      if (r == 0 && col < a.m) a.next_norm_sumsq[col * gridDim.x + tile] = sq;
+      return;
+    }
+  }
   // The output segment [first, end) holding this column (gemv.h: y_split).
   const int64_t s0 = a.y_split[0], s1 = a.y_split[1];
   const int64_t first = row >= s1 ? s1 : row >= s0 ? s0 : 0, end = row >= s1 ? a.n : row >= s0 ? s1 : s0;
@@ -166,10 +233,11 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
 
 template <typename T, int kWarps>
 cudaError_t launch_warps(const GemvArgs& a, unsigned tiles, cudaStream_t stream) {
+  const size_t smem = a.norm_sumsq ? static_cast<size_t>(a.m * a.norm_parts) * sizeof(float) : 0;
   if (a.epilogue == GemvEpilogue::kSwiGlu)
-    return launch_pdl(gemv_rows_kernel<T, false, kWarps, true>, tiles, kWarps * 32, 0, stream, a);
-  return a.y_fp32 ? launch_pdl(gemv_rows_kernel<T, true, kWarps, false>, tiles, kWarps * 32, 0, stream, a)
-                  : launch_pdl(gemv_rows_kernel<T, false, kWarps, false>, tiles, kWarps * 32, 0, stream, a);
+    return launch_pdl(gemv_rows_kernel<T, false, kWarps, true>, tiles, kWarps * 32, smem, stream, a);
+  return a.y_fp32 ? launch_pdl(gemv_rows_kernel<T, true, kWarps, false>, tiles, kWarps * 32, smem, stream, a)
+                  : launch_pdl(gemv_rows_kernel<T, false, kWarps, false>, tiles, kWarps * 32, smem, stream, a);
 }
 
 template <typename T>

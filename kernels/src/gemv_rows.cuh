@@ -6,6 +6,9 @@
 
 namespace kvscope::kernels::detail {
 
+/// Rows of W per block of the 2..8-row GEMV (the mma's M): one norm part per tile (gemv_norm_parts).
+constexpr int64_t kTileRows = 16;
+
 /// Weight bytes (from the start of W) whose rows a GEMV block launched early (pdl.cuh) prefetches
 /// into L2 before its wait: half the 50-60 MB L2 of an H100/H200, so that what is prefetched
 /// survives until it is read.

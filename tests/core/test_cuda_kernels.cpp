@@ -61,18 +61,39 @@ class CudaKernels : public ::testing::Test {
   /// A decode projection's operands in dtype dt: x [m, k], w [n, k] (scaled so that outputs are
   /// O(1)), b undefined / [n] / [m, n] (bias 0 / 1 / 2: none, a bias, the residual stream); ref =
   /// x·Wᵀ (+ b) in fp32, base = the same through LibTorch's at::linear in dt.
+  /// With sumsq defined the rows come with their RMSNorm pending (pending_case).
   struct LinearCase {
-    at::Tensor x, w, b, ref, base;
+    at::Tensor x, w, b, ref, base, sumsq;
+    ops::NormedRows rows() const { return sumsq.defined() ? ops::NormedRows(x, sumsq, kNormEps) : ops::NormedRows(x); }
   };
+  static constexpr double kNormEps = 1e-5;
   LinearCase linear_case(at::ScalarType dt, int64_t m, int64_t n, int64_t k, int bias) const {
     LinearCase c;
     c.x = at::randn({m, k}, opts(at::kFloat)).to(dt);
     c.w = (at::randn({n, k}, opts(at::kFloat)) / std::sqrt(double(k))).to(dt);
     if (bias) c.b = at::randn(bias == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{m, n}, opts(at::kFloat)).to(dt);
-    c.ref = at::matmul(c.x.to(at::kFloat), c.w.to(at::kFloat).t());
-    if (bias) c.ref = c.ref + c.b.to(at::kFloat);
-    c.base = bias == 1 ? at::linear(c.x, c.w, c.b) : bias == 2 ? at::linear(c.x, c.w) + c.b : at::linear(c.x, c.w);
+    products(c, c.x.to(at::kFloat), c.x, bias);
     return c;
+  }
+  /// linear_case whose rows have their RMSNorm pending (ops::NormedRows): residual rows r (not
+  /// O(1): the norm matters) and a norm weight g, x = g ⊙ r rounded to dt, sumsq = Σ r² in `parts`
+  /// uneven chunks of each row. ref takes the fp32 norm of r, base LibTorch's HF-order norm in dt.
+  LinearCase pending_case(at::ScalarType dt, int64_t m, int64_t n, int64_t k, int bias, int64_t parts) const {
+    LinearCase c = linear_case(dt, m, n, k, bias);
+    const at::Tensor r = (at::randn({m, k}, opts(at::kFloat)) * 3 + 0.5).to(dt);
+    const at::Tensor g = (at::randn({k}, opts(at::kFloat)) * 0.5 + 1).to(dt);
+    c.x = r * g;
+    std::vector<at::Tensor> chunks;
+    for (const at::Tensor& t : at::tensor_split(r.to(at::kFloat).pow(2), parts, 1)) chunks.push_back(t.sum(1, true));
+    c.sumsq = at::cat(chunks, 1).contiguous();
+    products(c, ops::ref::rms_norm(r, g, kNormEps), ops::ref::rms_norm(r, g, kNormEps, dt).to(dt), bias);
+    return c;
+  }
+  /// c.ref = x32·Wᵀ (+ b) in fp32, c.base = LibTorch's at::linear of x_dt in the dtype.
+  static void products(LinearCase& c, const at::Tensor& x32, const at::Tensor& x_dt, int bias) {
+    c.ref = at::matmul(x32, c.w.to(at::kFloat).t());
+    if (bias) c.ref = c.ref + c.b.to(at::kFloat);
+    c.base = bias == 1 ? at::linear(x_dt, c.w, c.b) : bias == 2 ? at::linear(x_dt, c.w) + c.b : at::linear(x_dt, c.w);
   }
 };
 
@@ -241,16 +262,6 @@ TEST_F(CudaKernels, RmsNormMatchesReference) {
       at::Tensor out = at::full({s.rows, s.hidden}, kNaN, opts(dt));
       ops::rms_norm(x, w, eps, out);
       expect_close(out, ops::ref::rms_norm(x, w, eps), ops::ref::rms_norm(x, w, eps, dt), dt, what);
-
-      // Fused residual add: residual <- x + residual exactly as LibTorch adds in the dtype.
-      const at::Tensor residual = at::randn({s.rows, s.hidden}, opts(dt)) * 2;
-      const at::Tensor before = residual.clone();
-      at::Tensor y = at::full({s.rows, s.hidden}, kNaN, opts(dt));
-      ops::add_rms_norm(x, residual, w, eps, y);
-      EXPECT_TRUE(at::equal(residual, x + before)) << what << ": residual sum";
-      const auto ref = ops::ref::add_rms_norm(x, before, w, eps);
-      const auto base = ops::ref::add_rms_norm(x, before, w, eps, dt);
-      expect_close(y, ref.second, base.second, dt, what + " (fused residual)");
     }
 }
 
@@ -322,13 +333,16 @@ TEST_F(CudaKernels, QkvRopeAppendMatchesTheProjectionThenRope) {
   for (at::ScalarType dt : kDtypes)
     for (const Shape& sh : shapes)
       for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kAdjacentPairs})
-        for (int bias : {0, 1}) {
+        for (int bias : {0, 1})
+        for (bool pending : {false, true}) {  // the attention norm left pending (ops::NormedRows)
           const int64_t m = sh.m, Hkv = sh.n_head_kv, H = Hkv * sh.G, D = sh.D, n = (H + 2 * Hkv) * D, position = 4097;
           const std::string what = name(dt) + " m=" + std::to_string(m) + " Hkv=" + std::to_string(Hkv) + " G=" +
                                    std::to_string(sh.G) + " D=" + std::to_string(D) + " hidden=" + std::to_string(sh.hidden) +
-                                   (layout == RopeLayout::kRotateHalf ? " rotate-half" : " pairs") + (bias ? " bias" : "");
+                                   (layout == RopeLayout::kRotateHalf ? " rotate-half" : " pairs") + (bias ? " bias" : "") +
+                                   (pending ? " pending norm" : "");
           at::manual_seed(rng());
-          const LinearCase c = linear_case(dt, m, n, sh.hidden, bias);
+          const LinearCase c = pending ? pending_case(dt, m, n, sh.hidden, bias, sh.hidden / 8)
+                                       : linear_case(dt, m, n, sh.hidden, bias);
           RaggedCache cache = make_cache(m * Hkv, 40, D, dt, rng);
           at::Tensor pos = at::full({cache.k.size(0)}, -1, opts(at::kLong));
           const at::Tensor k_before = cache.k.clone(), v_before = cache.v.clone();
@@ -339,7 +353,7 @@ TEST_F(CudaKernels, QkvRopeAppendMatchesTheProjectionThenRope) {
           at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, D, 2, opts(at::kFloat)) / D);
           at::Tensor angles = inv_freq * static_cast<double>(position);
           const at::Tensor cos = angles.cos().to(dt), sin = angles.sin().to(dt);
-          const auto [q, k, v] = ops::qkv_rope_append(c.x, c.w, bias ? c.b : at::Tensor(), H, Hkv, cos, sin, layout,
+          const auto [q, k, v] = ops::qkv_rope_append(c.rows(), c.w, bias ? c.b : at::Tensor(), H, Hkv, cos, sin, layout,
                                                       cache.k, cache.v, pos, offset, length, tickets, position_dev);
           // References: heads of sequence b at b * H .. (q) and b * Hkv .. (k, v).
           auto heads = [&](const at::Tensor& y, int64_t from, int64_t count) {
@@ -415,6 +429,68 @@ TEST_F(CudaKernels, LinearRowMatchesReference) {
                              " k=" + std::to_string(s.k) + (bias == 1 ? " bias" : bias == 2 ? " residual" : "") +
                              (fp32_out ? " fp32-out" : ""));
           }
+}
+
+TEST_F(CudaKernels, ProjectionsApplyAPendingRmsNorm) {
+  // The decode step's RMSNorm folded into the projection that consumes it (ops::NormedRows): x =
+  // g ⊙ r and the partial sums of r², against the fp32 reference norm(r)·Wᵀ (+ b); LibTorch's
+  // HF-order norm in the dtype, then at::linear, is the baseline. m = 1: CUDA-core GEMV (parts
+  // k / 8: float4 loads; 7: scalar loads); 2, 3, 8: tensor cores, the partial sums staged by
+  // cp.async (fp32 batches: cuBLAS on the normalised rows); 9: the LibTorch fallback.
+  struct Shape { int64_t n, k; };
+  const Shape shapes[] = {{37, 128}, {1000, 4096}, {4096, 14336}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Shape& s : shapes)
+      for (int64_t m : {1, 2, 3, 8, 9})
+        for (int64_t parts : {s.k / 8, int64_t{7}}) {
+          const std::string what = name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) + " k=" +
+                                   std::to_string(s.k) + " parts=" + std::to_string(parts);
+          for (int bias : {0, 1})
+            for (bool fp32_out : {false, true}) {
+              const LinearCase c = pending_case(dt, m, s.n, s.k, bias, parts);
+              const at::Tensor got = ops::linear_row(c.rows(), c.w, c.b, fp32_out);
+              expect_close(got, c.ref, fp32_out ? c.base.to(at::kFloat) : c.base, fp32_out ? at::kFloat : dt,
+                           "linear_row " + what + (bias ? " bias" : "") + (fp32_out ? " fp32-out" : ""));
+            }
+          const LinearCase c = pending_case(dt, m, 2 * s.n, s.k, 0, parts);  // gate / up: n rows each
+          expect_close(ops::linear_row_swiglu(c.rows(), c.w), ops::ref::silu_mul(c.ref), ops::ref::silu_mul(c.base, dt), dt,
+                       "linear_row_swiglu " + what);
+        }
+  // A pending norm's sums must be fp32 [m, parts].
+  LinearCase c = pending_case(at::kBFloat16, 2, 37, 128, 0, 16);
+  EXPECT_THROW(ops::linear_row(ops::NormedRows(c.x, c.sumsq.to(at::kBFloat16), kNormEps), c.w), std::invalid_argument);
+  EXPECT_THROW(ops::linear_row(ops::NormedRows(c.x, c.sumsq.narrow(0, 0, 1), kNormEps), c.w), std::invalid_argument);
+}
+
+TEST_F(CudaKernels, LinearRowNormOutLeavesTheNextRmsNormPending) {
+  // The o / down projection adding the residual stream, which also leaves the next RMSNorm pending:
+  // y against the fp32 reference x·Wᵀ + b, g ⊙ y exactly as LibTorch rounds it, the partial sums
+  // adding up to Σ y² of each row, and the projection that consumes them (gate/up with its SwiGLU)
+  // against the fp32 norm of the y it was given. m = 1: CUDA-core GEMV (n = 37: a partial block of
+  // 8 rows); 2, 8: tensor cores (a partial 16-row tile); fp32 batches and m = 9: LibTorch.
+  struct Shape { int64_t n, k; };
+  const Shape shapes[] = {{37, 128}, {4096, 14336}, {1000, 256}};
+  for (at::ScalarType dt : kDtypes)
+    for (const Shape& s : shapes)
+      for (int64_t m : {1, 2, 8, 9}) {
+        const std::string what = name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+        const LinearCase c = linear_case(dt, m, s.n, s.k, m == 1 ? 1 : 2);
+        const at::Tensor g = (at::randn({s.n}, opts(at::kFloat)) * 0.5 + 1).to(dt);
+        const auto [y, next] = ops::linear_row_norm_out(c.x, c.w, c.b, g, kNormEps);
+        expect_close(y, c.ref, c.base, dt, "y " + what);
+        ASSERT_TRUE(next.pending()) << what;
+        EXPECT_TRUE(at::equal(next.x, y * g)) << what << ": g ⊙ y";
+        const at::Tensor sum = next.sumsq.sum(1), want = y.to(at::kFloat).pow(2).sum(1);
+        EXPECT_LE((sum - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>()) << what << ": Σ y²";
+        const int64_t inter = 300;
+        const at::Tensor w_gu = (at::randn({2 * inter, s.n}, opts(at::kFloat)) / std::sqrt(double(s.n))).to(dt);
+        const at::Tensor ref = ops::ref::silu_mul(at::matmul(ops::ref::rms_norm(y, g, kNormEps), w_gu.to(at::kFloat).t()));
+        const at::Tensor base = ops::ref::silu_mul(at::linear(ops::ref::rms_norm(y, g, kNormEps, dt).to(dt), w_gu), dt);
+        expect_close(ops::linear_row_swiglu(next, w_gu), ref, base, dt, "swiglu of the pending norm " + what);
+      }
+  const LinearCase c = linear_case(at::kBFloat16, 2, 37, 64, 2);
+  EXPECT_THROW(ops::linear_row_norm_out(c.x, c.w, c.b, at::ones({36}, opts(at::kBFloat16)), kNormEps),
+               std::invalid_argument);  // g of 36 for 37 outputs
 }
 
 TEST_F(CudaKernels, LinearRowSplitCutsTheOutputColumnsIntoBlocks) {
@@ -600,6 +676,29 @@ TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
   a.y_split[0] = 0;
   a.y_split[1] = 17;  // past n
   EXPECT_FALSE(kk::gemv_supported(a));
+  // The folded norms (norm_sumsq, next_norm_g).
+  a.y_split[1] = 0;
+  a.dtype = kk::DType::kBFloat16;
+  a.m = 8;
+  a.norm_sumsq = reinterpret_cast<const float*>(256);
+  a.norm_parts = kk::kGemvMaxNormParts;
+  EXPECT_TRUE(kk::gemv_supported(a));
+  a.norm_parts = kk::kGemvMaxNormParts + 1;  // more partial sums than a tile stages
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.norm_parts = 0;
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.norm_sumsq = nullptr;
+  a.next_norm_g = a.next_norm_gx = reinterpret_cast<void*>(256);
+  EXPECT_FALSE(kk::gemv_supported(a));  // no sums output
+  a.next_norm_sumsq = reinterpret_cast<float*>(256);
+  EXPECT_TRUE(kk::gemv_supported(a));
+  a.y_fp32 = true;  // the pending norm's rows are dtype outputs
+  EXPECT_FALSE(kk::gemv_supported(a));
+  a.y_fp32 = false;
+  a.epilogue = kk::GemvEpilogue::kSwiGlu;  // plain outputs only
+  EXPECT_FALSE(kk::gemv_supported(a));
+  EXPECT_EQ(kk::gemv_norm_parts(1, 4096), 512);
+  EXPECT_EQ(kk::gemv_norm_parts(8, 4100), 257);
 }
 #endif
 

@@ -183,13 +183,28 @@ kk::GemvArgs gemv_args(const char* op, const at::Tensor& x, const at::Tensor& w)
   return a;
 }
 
+/// Sets a's folded RMSNorm (kernels/gemv.h: norm_sumsq) from rows' pending norm, if any. Throws
+/// std::invalid_argument naming `op` for a sumsq that is not contiguous fp32 [m, parts] on x's device.
+void set_norm_in(kk::GemvArgs& a, const NormedRows& rows, const char* op) {
+  if (!rows.pending()) return;
+  const at::Tensor& s = rows.sumsq;
+  if (s.scalar_type() != at::kFloat || s.dim() != 2 || s.size(0) != a.m || s.size(1) < 1 || !s.is_contiguous() ||
+      s.device() != rows.x.device())
+    bad(std::string(op) + ": a pending norm's sumsq must be contiguous fp32 [m, parts] on x's device");
+  a.norm_sumsq = s.data_ptr<float>();
+  a.norm_parts = s.size(1);
+  a.norm_eps = static_cast<float>(rows.eps);
+}
+
 /// linear_row's product with its output in the column segments [0, s0), [s0, s1), [s1, n)
 /// (kernels/gemv.h: y_split), returned as those three [m, width] tensors (contiguous; views of one
-/// buffer on the GEMV path).
-std::array<at::Tensor, 3> linear_segments(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out,
+/// buffer on the GEMV path). in's pending norm, if any, is applied (NormedRows).
+std::array<at::Tensor, 3> linear_segments(const NormedRows& in, const at::Tensor& w, const at::Tensor& b, bool fp32_out,
                                           int64_t s0, int64_t s1) {
   const char* op = "linear_row";
+  const at::Tensor& x = in.x;
   kk::GemvArgs a = gemv_args(op, x, w);
+  set_norm_in(a, in, op);
   const int64_t m = a.m, n = a.n, k = a.k;
   if (b.defined()) check_same(op, {&x, &b});
   if (b.defined() && b.numel() != n && b.numel() != m * n) bad("linear_row: b must be [n] or [m, n]");
@@ -199,7 +214,7 @@ std::array<at::Tensor, 3> linear_segments(const at::Tensor& x, const at::Tensor&
   const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
   a.y = plain ? reinterpret_cast<void*>(16) : nullptr;  // placeholder: the output is allocated below
   if (!plain || !kk::gemv_supported(a)) {  // over 8 rows, fp32 rows, strided or unaligned operands: cuBLAS
-    const at::Tensor x2 = x.reshape({m, k});
+    const at::Tensor x2 = normalized(in).reshape({m, k});
     at::Tensor y = !b.defined() ? at::linear(x2, w) : b.numel() == n ? at::linear(x2, w, b.reshape({n}))
                                                                       : at::linear(x2, w) + b.reshape({m, n});
     if (fp32_out) y = y.to(at::kFloat);
@@ -218,8 +233,49 @@ std::array<at::Tensor, 3> linear_segments(const at::Tensor& x, const at::Tensor&
 
 }  // namespace
 
+at::Tensor normalized(const NormedRows& rows) {
+  if (!rows.pending()) return rows.x;
+  const int64_t k = rows.x.size(-1);
+  const at::Tensor x2 = rows.x.reshape({-1, k}).to(at::kFloat);
+  const at::Tensor inv = at::rsqrt(rows.sumsq.sum(-1, /*keepdim=*/true) / static_cast<double>(k) + rows.eps);
+  return (x2 * inv).to(rows.x.scalar_type()).view(rows.x.sizes());
+}
+
 at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out) {
+  return linear_segments(NormedRows(x), w, b, fp32_out, 0, 0)[2];
+}
+
+at::Tensor linear_row(const NormedRows& x, const at::Tensor& w, const at::Tensor& b, bool fp32_out) {
   return linear_segments(x, w, b, fp32_out, 0, 0)[2];
+}
+
+std::pair<at::Tensor, NormedRows> linear_row_norm_out(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                                                      const at::Tensor& g, double eps) {
+  const char* op = "linear_row_norm_out";
+  kk::GemvArgs a = gemv_args(op, x, w);
+  const int64_t m = a.m, n = a.n;
+  if (b.defined()) check_same(op, {&x, &b});
+  if (b.defined() && b.numel() != n && b.numel() != m * n) bad("linear_row_norm_out: b must be [n] or [m, n]");
+  check_same(op, {&x, &g});
+  if (g.numel() != n || !g.is_contiguous()) bad("linear_row_norm_out: g must be contiguous [n]");
+  a.y = a.next_norm_gx = reinterpret_cast<void*>(16);  // placeholders: the outputs are allocated below
+  a.next_norm_sumsq = reinterpret_cast<float*>(16);
+  a.next_norm_g = g.data_ptr();
+  const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
+  if (!plain || !kk::gemv_supported(a)) {  // LibTorch: one sum of squares per row
+    const at::Tensor y = linear_row(x, w, b).view({m, n});
+    return {y, NormedRows(y * g.view({1, n}), y.to(at::kFloat).pow(2).sum(-1, /*keepdim=*/true), eps)};
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty({m, n}, x.options()), gx = at::empty({m, n}, x.options());
+  at::Tensor sumsq = at::empty({m, kk::gemv_norm_parts(m, n)}, x.options().dtype(at::kFloat));
+  a.b = b.defined() ? b.data_ptr() : nullptr;
+  a.b_stride = b.defined() && b.numel() == m * n && m > 1 ? n : 0;
+  a.y = y.data_ptr();
+  a.next_norm_gx = gx.data_ptr();
+  a.next_norm_sumsq = sumsq.data_ptr<float>();
+  check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
+  return {y, NormedRows(gx, sumsq, eps)};
 }
 
 std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t s0,
@@ -227,14 +283,16 @@ std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor
   return linear_segments(x, w, b, false, s0, s1);
 }
 
-at::Tensor linear_row_swiglu(const at::Tensor& x, const at::Tensor& w_gate_up) {
+at::Tensor linear_row_swiglu(const NormedRows& in, const at::Tensor& w_gate_up) {
   const char* op = "linear_row_swiglu";
+  const at::Tensor& x = in.x;
   kk::GemvArgs a = gemv_args(op, x, w_gate_up);
   if (a.n % 2 != 0) bad("linear_row_swiglu: w_gate_up must be [2 * inter, k] (an even row count)");
+  set_norm_in(a, in, op);
   a.epilogue = kk::GemvEpilogue::kSwiGlu;
   a.y = reinterpret_cast<void*>(16);  // placeholder: the output is allocated below
   if (!w_gate_up.is_contiguous() || !x.is_contiguous() || !kk::gemv_supported(a))
-    return silu_mul(linear_row(x, w_gate_up));  // two launches (cuBLAS for what the GEMV does not take)
+    return silu_mul(linear_row(in, w_gate_up));  // two launches (cuBLAS for what the GEMV does not take)
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({a.m, a.n / 2}, x.options());
   a.y = y.data_ptr();
@@ -252,23 +310,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Te
   check_cuda(kernels::rms_norm(kernel_dtype(x, "rms_norm"), x2.data_ptr(), x2.stride(0), w.data_ptr(), out.data_ptr(),
                                hidden, x2.size(0), hidden, static_cast<float>(eps), at::cuda::getCurrentCUDAStream()),
              "rms_norm");
-  return out;
-}
-
-at::Tensor add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, double eps,
-                        at::Tensor out) {
-  check_same("add_rms_norm", {&x, &residual, &w});
-  if (x.sizes() != residual.sizes() || !residual.is_contiguous())
-    bad("add_rms_norm: residual must be contiguous and of x's shape");
-  const at::Tensor x2 = as_rows(x);
-  const int64_t hidden = x2.size(1);
-  if (w.numel() != hidden || !w.is_contiguous()) bad("add_rms_norm: weight must be contiguous [hidden]");
-  const c10::cuda::CUDAGuard guard(x.device());
-  out = make_out(out, x.sizes(), x.options(), "add_rms_norm");
-  check_cuda(kernels::add_rms_norm(kernel_dtype(x, "add_rms_norm"), x2.data_ptr(), x2.stride(0), residual.data_ptr(),
-                                   hidden, w.data_ptr(), out.data_ptr(), hidden, x2.size(0), hidden,
-                                   static_cast<float>(eps), at::cuda::getCurrentCUDAStream()),
-             "add_rms_norm");
   return out;
 }
 
@@ -376,14 +417,16 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   rope_append(q, k, v, cos, sin, layout, layer.k, layer.v, layer.pos, layer.offset, layer.length, position);
 }
 
-std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
+std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& in, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
                                           int64_t n_head, int64_t n_head_kv, const at::Tensor& cos, const at::Tensor& sin,
                                           RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                           const at::Tensor& pos_cache, const at::Tensor& offset_dev,
                                           const at::Tensor& length_dev, const at::Tensor& tickets,
                                           const at::Tensor& position_dev) {
   const char* op = "qkv_rope_append";
+  const at::Tensor& x = in.x;
   kk::GemvArgs a = gemv_args(op, x, w_qkv);
+  set_norm_in(a, in, op);
   const int64_t m = a.m, n = a.n, D = n_head > 0 && n_head_kv > 0 ? n / (n_head + 2 * n_head_kv) : 0;
   if (D <= 0 || n != (n_head + 2 * n_head_kv) * D)
     bad("qkv_rope_append: w_qkv must be [(n_head + 2 * n_head_kv) * head_dim, hidden]");
@@ -408,7 +451,7 @@ std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor& x, const at::Tensor&
   const bool fused = w_qkv.is_contiguous() && x.is_contiguous() && (!b_qkv.defined() || b_qkv.is_contiguous()) &&
                      kk::gemv_supported(a);
   if (!fused) {  // two launches: the projection (cuBLAS past the GEMV's shapes), then rope_append
-    const auto [q, k, v] = linear_row_split(x, w_qkv, b_qkv, s0, s1);
+    const auto [q, k, v] = linear_segments(in, w_qkv, b_qkv, false, s0, s1);
     const at::Tensor qh = q.view({m * n_head, D}), kh = k.view({m * n_head_kv, D}), vh = v.view({m * n_head_kv, D});
     rope_append(qh, kh, vh, cos, sin, layout, k_cache, v_cache, pos_cache, offset_dev, length_dev, position_dev);
     return {qh, kh, vh};
@@ -475,21 +518,24 @@ at::Tensor decode_attention_gather(const at::Tensor&, const at::Tensor&, const a
                                    const at::Tensor&, const at::Tensor&, int64_t, int64_t, double, at::Tensor) {
   unavailable("decode_attention_gather");
 }
+at::Tensor normalized(const NormedRows&) { unavailable("normalized"); }
 at::Tensor linear_row(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { unavailable("linear_row"); }
+at::Tensor linear_row(const NormedRows&, const at::Tensor&, const at::Tensor&, bool) { unavailable("linear_row"); }
+std::pair<at::Tensor, NormedRows> linear_row_norm_out(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                      const at::Tensor&, double) {
+  unavailable("linear_row_norm_out");
+}
 std::array<at::Tensor, 3> linear_row_split(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
   unavailable("linear_row_split");
 }
-at::Tensor linear_row_swiglu(const at::Tensor&, const at::Tensor&) { unavailable("linear_row_swiglu"); }
-std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
+at::Tensor linear_row_swiglu(const NormedRows&, const at::Tensor&) { unavailable("linear_row_swiglu"); }
+std::array<at::Tensor, 3> qkv_rope_append(const NormedRows&, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
                                           const at::Tensor&, const at::Tensor&, RopeLayout, const at::Tensor&,
                                           const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                           const at::Tensor&, const at::Tensor&) {
   unavailable("qkv_rope_append");
 }
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
-at::Tensor add_rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, at::Tensor) {
-  unavailable("add_rms_norm");
-}
 void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                  RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&,
                  int64_t) {

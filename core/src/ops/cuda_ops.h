@@ -9,6 +9,7 @@
 // devices; std::runtime_error for a failed launch (with the CUDA error string).
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -60,6 +61,27 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
                                    const at::Tensor& offset_dev, const at::Tensor& index, const at::Tensor& count_dev,
                                    int64_t max_count, int64_t group, double scale = 0.0, at::Tensor out = {});
 
+/// Rows entering a decode projection, with their RMSNorm possibly left for that projection to apply
+/// (kernels/gemv.h: norm_sumsq), so that the norm needs no launch of its own. Pending (sumsq
+/// defined): x = g ⊙ r, the norm's weight times the residual rows r (dtype [m, k], one rounding), and
+/// sumsq = fp32 [m, parts] partial sums of r², a row's parts adding up to Σ_j r_j²; the rows the
+/// projection takes are then x · rsqrt(Σ sumsq / k + eps) (RMSNorm: Zhang & Sennrich 2019, eq. 4;
+/// HF's LlamaRMSNorm sums the squares in fp32 of the dtype rows too). Built by linear_row_norm_out;
+/// a plain tensor converts to rows with nothing pending.
+struct NormedRows {
+  at::Tensor x;
+  at::Tensor sumsq;
+  double eps = 0.0;
+  NormedRows(at::Tensor rows) : x(std::move(rows)) {}  // NOLINT(google-explicit-constructor): plain rows
+  NormedRows(at::Tensor gx, at::Tensor sumsq_parts, double epsilon)
+      : x(std::move(gx)), sumsq(std::move(sumsq_parts)), eps(epsilon) {}
+  bool pending() const { return sumsq.defined(); }
+};
+
+/// The normalised rows `rows` stands for (x itself when nothing is pending), computed with LibTorch
+/// in fp32 and rounded once to x's dtype: the paths that take no pending norm.
+at::Tensor normalized(const NormedRows& rows);
+
 /// The decode rows through a linear layer (the decode step's projections): x [m, k] (or [k]),
 /// w [n, k] (contiguous), b [n] (a bias) or [m, n] (e.g. the residual stream) or undefined.
 /// Returns [m, n] in x's dtype, or fp32 when fp32_out (logits). Up to 8 rows use the GEMV kernels
@@ -67,6 +89,18 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
 /// fp32 batches and the cases the kernels do not take (k * itemsize not a multiple of 16, unaligned
 /// or strided operands) go through at::linear (cuBLAS).
 at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}, bool fp32_out = false);
+
+/// linear_row of rows whose RMSNorm may be pending (NormedRows): the GEMV scales each output row
+/// once; where the kernels do not take the shape, normalized(x) goes through linear_row.
+at::Tensor linear_row(const NormedRows& x, const at::Tensor& w, const at::Tensor& b = {}, bool fp32_out = false);
+
+/// y = linear_row(x, w, b) (b: [m, n], the residual stream, or [n]) that also leaves the RMSNorm
+/// with weight g [n] and epsilon eps of y pending for the projection that consumes it: returns y
+/// [m, n] and NormedRows{g ⊙ y, Σ y² per GEMV block, eps} (kernels/gemv.h: next_norm_g), from the
+/// same launch. Where the kernels do not take the shape: LibTorch, sumsq [m, 1]. Throws
+/// std::invalid_argument when g is not [n] in x's dtype and device.
+std::pair<at::Tensor, NormedRows> linear_row_norm_out(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                                                      const at::Tensor& g, double eps);
 
 /// linear_row with its output columns cut at 0 <= s0 <= s1 <= n: returns [m, s0], [m, s1 - s0] and
 /// [m, n - s1], each contiguous, from one GEMV launch (kernels/gemv.h: y_split; on the cuBLAS path
@@ -80,16 +114,12 @@ std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor
 /// product rounded to the dtype before the activation (= silu_mul(linear_row(x, w_gate_up))). One
 /// GEMV launch (kernels/gemv.h: swiglu) where the kernels take the shape, else those two calls.
 /// Throws std::invalid_argument on an odd row count or mismatched shapes.
-at::Tensor linear_row_swiglu(const at::Tensor& x, const at::Tensor& w_gate_up);
+/// x's RMSNorm may be pending (NormedRows; then applied to the products before the activation).
+at::Tensor linear_row_swiglu(const NormedRows& x, const at::Tensor& w_gate_up);
 
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim
 /// contiguous, any row stride) or [hidden]; w: [hidden]. out: optional, same shape, contiguous.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out = {});
-
-/// residual <- x + residual (in place, in dtype); returns rms_norm(residual). x, residual:
-/// [rows, hidden] (residual contiguous), w: [hidden]. out: optional destination.
-at::Tensor add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w, double eps,
-                        at::Tensor out = {});
 
 /// RoPE for one token + cache append. q: [n_head, D] (or [1, n_head, D]) rotated in place; k:
 /// [n_head_kv, D] rotated in place; v: [n_head_kv, D]; cos, sin: D/2 elements in the dtype (e.g.
@@ -118,13 +148,13 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 ///   q, k, v = the column blocks [0, H·D), [H·D, (H+Hkv)·D), [(H+Hkv)·D, n) of x·W_qkvᵀ (+ b_qkv),
 ///   as [m·H, D], [m·Hkv, D], [m·Hkv, D] (sequence b's heads at b·H .., b·Hkv ..); q and k rotated
 ///   and k, v appended as rope_append's device overload does, to the caches of m·Hkv heads.
-/// x: [m, hidden]; w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or undefined; offset_dev /
+/// x: [m, hidden], its RMSNorm possibly pending (NormedRows); w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or undefined; offset_dev /
 /// length_dev: int64 [m·Hkv] (length advanced by one); tickets: int64 [>= Hkv] zeros on the
 /// device, left zero (the appending warps' counters); position_dev: int64 [1].
 /// Batches (m > 1; the fused tiles were slower there), head_dim % 16 != 0 and strided operands
 /// take the two-launch path (tickets unused). Throws std::invalid_argument on mismatched shapes,
 /// dtypes or devices.
-std::array<at::Tensor, 3> qkv_rope_append(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
+std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
                                           int64_t n_head, int64_t n_head_kv, const at::Tensor& cos, const at::Tensor& sin,
                                           RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                           const at::Tensor& pos_cache, const at::Tensor& offset_dev,

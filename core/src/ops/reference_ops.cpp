@@ -69,14 +69,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Sc
   return (w.to(compute) * normed.to(compute)).to(at::kFloat);
 }
 
-std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w,
-                                               double eps, at::ScalarType compute) {
-  at::Tensor sum = compute == at::kFloat ? x.to(at::kFloat) + residual.to(at::kFloat)
-                                         : (x.to(compute) + residual.to(compute));
-  at::Tensor y = rms_norm(sum, w, eps, compute);
-  return {sum.to(at::kFloat), y};
-}
-
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, RopeLayout layout,
                 at::ScalarType compute) {
   const int64_t half = x.size(-1) / 2;

@@ -36,11 +36,6 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
 /// HF's order (normalise in fp32, cast, multiply by w in dtype). x: [..., hidden]; w: [hidden].
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::ScalarType compute = at::kFloat);
 
-/// Residual add then RMSNorm: returns {x + residual, rms_norm(x + residual)} (fp32). In a 16-bit
-/// dtype the sum is rounded to the dtype first, as the engine's `x + attn` is.
-std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& w,
-                                               double eps, at::ScalarType compute = at::kFloat);
-
 /// RoPE of x [..., D] by the angles whose cos/sin are given ([D/2], any dtype), in either layout
 /// (kRotateHalf: halves; kAdjacentPairs: (2j, 2j+1) pairs).
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, RopeLayout layout,

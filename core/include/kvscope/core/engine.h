@@ -71,9 +71,17 @@ class Engine {
                      const LayerObserver& observer = {}) const;
 
  private:
-  at::Tensor layer_forward(int64_t l, const at::Tensor& x, const at::Tensor& positions, const RopeTable& rope,
+  /// The residual rows [B, hidden] between fused decode layers and the RMSNorm that comes next,
+  /// left pending by the projection that produced them (ops::NormedRows): gx = g ⊙ x, sumsq fp32
+  /// [B, parts] partial sums of x². gx undefined: nothing pending.
+  struct DecodeRows {
+    at::Tensor x, gx, sumsq;
+  };
+  /// One layer over T rows; a decode token (T = 1) on CUDA takes the fused kernels, with in's
+  /// pending norm and next_norm as fused_decode_layer has them (ignored by the other paths).
+  DecodeRows layer_forward(int64_t l, const DecodeRows& in, const at::Tensor& positions, const RopeTable& rope,
                            KvCache& cache, bool self_only, const LayerObserver& observer,
-                           DecodeAttentionPolicy* decode_attention) const;
+                           DecodeAttentionPolicy* decode_attention, const at::Tensor& next_norm) const;
   /// Device metadata of one fused decode layer: offsets/lengths int64 [n_head_kv], the append
   /// tickets int64 [n_head_kv] (zeros; ops::qkv_rope_append), position int64 [1], host bounds for
   /// the attention plan, and whether to commit the append to the host lengths.
@@ -82,11 +90,15 @@ class Engine {
     int64_t max_len, total_len;
     bool commit;
   };
-  at::Tensor decode_layer_cuda(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
-                               const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const;
-  at::Tensor fused_decode_layer(int64_t l, const at::Tensor& x, const RopeTable& rope, KvCache& cache,
+  DecodeRows decode_layer_cuda(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
+                               const LayerObserver& observer, DecodeAttentionPolicy* decode_attention,
+                               const at::Tensor& next_norm) const;
+  /// One decode layer through the fused kernels; next_norm: the weight of the RMSNorm after the
+  /// layer (the next layer's attention norm, or the final norm), left pending in the result, or
+  /// undefined.
+  DecodeRows fused_decode_layer(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
                                 const DecodeLayerMeta& m, DecodeAttentionPolicy* decode_attention,
-                                const LayerObserver& observer) const;
+                                const LayerObserver& observer, const at::Tensor& next_norm) const;
   const Model& model_;
   at::Tensor inv_freq_;  // fp32 [head_dim/2] on the model device
 };

@@ -84,7 +84,31 @@ struct GemvArgs {
   GemvEpilogue epilogue = GemvEpilogue::kPlain;
   /// kRopeAppend only: the heads, the rotation and the cache rows (GemvRopeAppend).
   GemvRopeAppend rope;
+  /// The RMSNorm of x folded into the product (Zhang & Sennrich 2019, eq. 4, in HF Llama's
+  /// LlamaRMSNorm order), so that the norm needs no launch of its own: x then holds g ⊙ r, the
+  /// norm's weight times the un-normalised rows r (rounded to dtype), and norm_sumsq the partial
+  /// sums of r² that the projection producing r left (next_norm_*): fp32 [m, norm_parts], a row's
+  /// parts adding up to Σ_j r_j². Each output is acc · rsqrt(Σ / k + norm_eps) before the bias and
+  /// the epilogue. Null: x is used as it is.
+  const float* norm_sumsq = nullptr;
+  int64_t norm_parts = 0;
+  float norm_eps = 0.f;
+  /// The next RMSNorm of the output left pending for the projection that consumes it (kPlain, dtype
+  /// output, no y_split): with next_norm_g (dtype [n], that norm's weight) set, the kernel also
+  /// writes next_norm_gx = g ⊙ y (dtype [m, n], y as stored, one rounding) and next_norm_sumsq =
+  /// Σ y² over each block's outputs (fp32 [m, gemv_norm_parts(m, n)]), the consumer's x and
+  /// norm_sumsq.
+  const void* next_norm_g = nullptr;
+  void* next_norm_gx = nullptr;
+  float* next_norm_sumsq = nullptr;
 };
+
+/// Partial sums of squares per row that a GEMV of m rows and n outputs leaves with next_norm_g
+/// (one per block of outputs: ceil(n / 8) for one row, ceil(n / 16) for 2..8 rows).
+int64_t gemv_norm_parts(int64_t m, int64_t n);
+
+/// The most norm parts a consumer of 2..8 rows takes (its shared memory holds m x parts floats).
+constexpr int64_t kGemvMaxNormParts = 1024;
 
 /// True when the shapes and alignment meet the kernel's requirements.
 bool gemv_supported(const GemvArgs& a);

@@ -18,13 +18,4 @@ namespace kvscope::kernels {
 cudaError_t rms_norm(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride,
                      int64_t rows, int64_t hidden, float eps, cudaStream_t stream);
 
-/// Fused residual add + RMSNorm (the pre-MLP norm of a decoder layer):
-///   residual = (x + residual).to(dtype)   (written back in place)
-///   y = rms_norm(residual)
-/// x, residual, y: dtype [rows, hidden] with the given row strides; w: dtype [hidden]. y may alias x
-/// but not residual.
-cudaError_t add_rms_norm(DType dtype, const void* x, int64_t x_stride, void* residual, int64_t residual_stride,
-                         const void* w, void* y, int64_t y_stride, int64_t rows, int64_t hidden, float eps,
-                         cudaStream_t stream);
-
 }  // namespace kvscope::kernels
