@@ -96,8 +96,8 @@ Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, c
   // the residual, the gate/up projection with its SiLU-mul, the down projection adding the
   // residual. The RMSNorms have no launch of their own: the o and down projections leave the next
   // norm pending (g ⊙ x and partial sums of x²) and the QKV and gate/up projections apply it
-  // (ops::NormedRows); only a layer entered with nothing pending (the first, the eager step) runs
-  // its attention norm as a launch. A decode-attention policy (HSA, Quest, SparQ, ...) replaces
+  // (ops::NormedRows); only a layer entered with nothing pending (the first, or one after a layer
+  // that took the unfused path) runs its attention norm as a launch. A decode-attention policy (HSA, Quest, SparQ, ...) replaces
   // the attention step only. Without m.commit or an observer it reads no host state but m's bounds
   // (graph capture; a policy then runs attend_device).
   const ModelConfig& c = model_.config;

@@ -91,7 +91,9 @@ at::Tensor normalized(const NormedRows& rows);
 at::Tensor linear_row(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}, bool fp32_out = false);
 
 /// linear_row of rows whose RMSNorm may be pending (NormedRows): the GEMV scales each output row
-/// once; where the kernels do not take the shape, normalized(x) goes through linear_row.
+/// once; where the kernels do not take the shape, normalized(x) goes through linear_row. Throws
+/// std::invalid_argument for a pending norm whose sumsq is not contiguous fp32 [m, parts] on x's
+/// device (as linear_row_swiglu and qkv_rope_append do).
 at::Tensor linear_row(const NormedRows& x, const at::Tensor& w, const at::Tensor& b = {}, bool fp32_out = false);
 
 /// y = linear_row(x, w, b) (b: [m, n], the residual stream, or [n]) that also leaves the RMSNorm
