@@ -23,6 +23,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 using detail::kL2PrefetchBytes;
+using detail::norm_scale;
 constexpr int kLineBytes = 128;
 
 /// A lane's share of the sum of one row's norm parts (GemvArgs::norm_sumsq): parts lane, lane + 32, ...
@@ -39,13 +40,6 @@ __device__ __forceinline__ float norm_partial(const float* p, int64_t parts, int
     for (int64_t i = lane; i < parts; i += 32) s += __ldg(p + i);
   }
   return s;
-}
-
-/// The RMSNorm scale rsqrt(Σ r² / k + eps) from the lanes' shares of Σ r² (every lane gets it).
-__device__ __forceinline__ float norm_scale(float share, int64_t k, float eps) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) share += __shfl_xor_sync(0xffffffffu, share, off);
-  return rsqrtf(share / static_cast<float>(k) + eps);
 }
 
 template <typename T>
@@ -196,7 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   if constexpr (!kSwiGlu && !kNormOut) {
     if (row >= a.n) return;
   }
-  const bool live = kSwiGlu ? col < inter : row < a.n;  // a SwiGLU block's warps all reach its barrier
+  const bool live = kSwiGlu ? col < inter : row < a.n;  // SwiGLU / kNormOut: a block's warps all reach its barrier
   const int64_t nvec = live ? a.k / V : 0;
   const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(a.w) + row * a.k);
   RowDots<T, 1> dots({w}, nvec, lane);
@@ -217,23 +211,21 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       static_cast<T*>(a.y)[blockIdx.x * kOut + threadIdx.x] =
           dtype::from_f<T>(dtype::swiglu(s_dot[threadIdx.x], s_dot[threadIdx.x + kOut]));
   } else {
-    if constexpr (kNormOut) {
-      {  // y, g ⊙ y and the block's Σ y² (GemvArgs::next_norm_g)
-        const float v = live ? dtype::round_to<T>(acc) : 0.f;
-        if (lane == 0 && live) {
-          static_cast<T*>(a.y)[row] = dtype::from_f<T>(v);
-          static_cast<T*>(a.next_norm_gx)[row] = dtype::from_f<T>(dtype::to_f<T>(static_cast<const T*>(a.next_norm_g)[row]) * v);
-        }
-        if (lane == 0) s_dot[warp] = v * v;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          float sum = 0.f;
-#pragma unroll
-          for (int w = 0; w < kWarps; ++w) sum += s_dot[w];
-          a.next_norm_sumsq[blockIdx.x] = sum;
-        }
-        return;
+    if constexpr (kNormOut) {  // y, g ⊙ y and the block's Σ y² (GemvArgs::next_norm_g)
+      const float v = live ? dtype::round_to<T>(acc) : 0.f;
+      if (lane == 0 && live) {
+        static_cast<T*>(a.y)[row] = dtype::from_f<T>(v);
+        static_cast<T*>(a.next_norm_gx)[row] = dtype::from_f<T>(dtype::to_f<T>(static_cast<const T*>(a.next_norm_g)[row]) * v);
       }
+      if (lane == 0) s_dot[warp] = v * v;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) sum += s_dot[w];
+        a.next_norm_sumsq[blockIdx.x] = sum;
+      }
+      return;
     }
     if (lane != 0) return;
     if constexpr (kF32Out) static_cast<float*>(a.y)[row] = acc;

@@ -163,9 +163,8 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
       } else {
         for (int64_t i = lane; i < parts; i += 32) sum += s_norm[c * parts + i];
       }
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      if (lane == 0) s_scale[c] = rsqrtf(sum / static_cast<float>(a.k) + a.norm_eps);
+      const float scale = norm_scale(sum, a.k, a.norm_eps);
+      if (lane == 0) s_scale[c] = scale;
     }
   }
   // acc: (row g, x row 2t), (row g, 2t + 1), (row g + 8, 2t), (row g + 8, 2t + 1).

@@ -183,6 +183,25 @@ kk::GemvArgs gemv_args(const char* op, const at::Tensor& x, const at::Tensor& w)
   return a;
 }
 
+/// Checks a GEMV's bias b against x [m, k] and the n outputs of `a`: undefined, [n] or [m, n] (the
+/// residual stream), on x's device and dtype. Throws std::invalid_argument naming `op`.
+void check_bias(const char* op, const at::Tensor& x, const at::Tensor& b, const kk::GemvArgs& a) {
+  if (!b.defined()) return;
+  check_same(op, {&x, &b});
+  if (b.numel() != a.n && b.numel() != a.m * a.n) bad(std::string(op) + ": b must be [n] or [m, n]");
+}
+
+/// Points a at the bias b (checked by check_bias): [m, n] rows b_stride = n apart, [n] shared.
+void set_bias(kk::GemvArgs& a, const at::Tensor& b) {
+  a.b = b.defined() ? b.data_ptr() : nullptr;
+  a.b_stride = b.defined() && b.numel() == a.m * a.n && a.m > 1 ? a.n : 0;
+}
+
+/// True when x, w and b (if any) are contiguous, as the GEMV kernels take them.
+bool gemv_operands_plain(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
+}
+
 /// Sets a's folded RMSNorm (kernels/gemv.h: norm_sumsq) from rows' pending norm, if any. Throws
 /// std::invalid_argument naming `op` for a sumsq that is not contiguous fp32 [m, parts] on x's device.
 void set_norm_in(kk::GemvArgs& a, const NormedRows& rows, const char* op) {
@@ -206,12 +225,11 @@ std::array<at::Tensor, 3> linear_segments(const NormedRows& in, const at::Tensor
   kk::GemvArgs a = gemv_args(op, x, w);
   set_norm_in(a, in, op);
   const int64_t m = a.m, n = a.n, k = a.k;
-  if (b.defined()) check_same(op, {&x, &b});
-  if (b.defined() && b.numel() != n && b.numel() != m * n) bad("linear_row: b must be [n] or [m, n]");
+  check_bias(op, x, b, a);
   if (s0 < 0 || s0 > s1 || s1 > n) bad("linear_row_split: column splits must satisfy 0 <= s0 <= s1 <= n");
   a.y_split[0] = s0;
   a.y_split[1] = s1;
-  const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
+  const bool plain = gemv_operands_plain(x, w, b);
   a.y = plain ? reinterpret_cast<void*>(16) : nullptr;  // placeholder: the output is allocated below
   if (!plain || !kk::gemv_supported(a)) {  // over 8 rows, fp32 rows, strided or unaligned operands: cuBLAS
     const at::Tensor x2 = normalized(in).reshape({m, k});
@@ -222,8 +240,7 @@ std::array<at::Tensor, 3> linear_segments(const NormedRows& in, const at::Tensor
   }
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({m * n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
-  a.b = b.defined() ? b.data_ptr() : nullptr;
-  a.b_stride = b.defined() && b.numel() == m * n && m > 1 ? n : 0;
+  set_bias(a, b);
   a.y = y.data_ptr();
   a.y_fp32 = fp32_out;
   check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
@@ -254,23 +271,20 @@ std::pair<at::Tensor, NormedRows> linear_row_norm_out(const at::Tensor& x, const
   const char* op = "linear_row_norm_out";
   kk::GemvArgs a = gemv_args(op, x, w);
   const int64_t m = a.m, n = a.n;
-  if (b.defined()) check_same(op, {&x, &b});
-  if (b.defined() && b.numel() != n && b.numel() != m * n) bad("linear_row_norm_out: b must be [n] or [m, n]");
+  check_bias(op, x, b, a);
   check_same(op, {&x, &g});
   if (g.numel() != n || !g.is_contiguous()) bad("linear_row_norm_out: g must be contiguous [n]");
   a.y = a.next_norm_gx = reinterpret_cast<void*>(16);  // placeholders: the outputs are allocated below
   a.next_norm_sumsq = reinterpret_cast<float*>(16);
   a.next_norm_g = g.data_ptr();
-  const bool plain = w.is_contiguous() && x.is_contiguous() && (!b.defined() || b.is_contiguous());
-  if (!plain || !kk::gemv_supported(a)) {  // LibTorch: one sum of squares per row
+  if (!gemv_operands_plain(x, w, b) || !kk::gemv_supported(a)) {  // LibTorch: one sum of squares per row
     const at::Tensor y = linear_row(x, w, b).view({m, n});
     return {y, NormedRows(y * g.view({1, n}), y.to(at::kFloat).pow(2).sum(-1, /*keepdim=*/true), eps)};
   }
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({m, n}, x.options()), gx = at::empty({m, n}, x.options());
   at::Tensor sumsq = at::empty({m, kk::gemv_norm_parts(m, n)}, x.options().dtype(at::kFloat));
-  a.b = b.defined() ? b.data_ptr() : nullptr;
-  a.b_stride = b.defined() && b.numel() == m * n && m > 1 ? n : 0;
+  set_bias(a, b);
   a.y = y.data_ptr();
   a.next_norm_gx = gx.data_ptr();
   a.next_norm_sumsq = sumsq.data_ptr<float>();
@@ -291,7 +305,7 @@ at::Tensor linear_row_swiglu(const NormedRows& in, const at::Tensor& w_gate_up) 
   set_norm_in(a, in, op);
   a.epilogue = kk::GemvEpilogue::kSwiGlu;
   a.y = reinterpret_cast<void*>(16);  // placeholder: the output is allocated below
-  if (!w_gate_up.is_contiguous() || !x.is_contiguous() || !kk::gemv_supported(a))
+  if (!gemv_operands_plain(x, w_gate_up, {}) || !kk::gemv_supported(a))
     return silu_mul(linear_row(in, w_gate_up));  // two launches (cuBLAS for what the GEMV does not take)
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({a.m, a.n / 2}, x.options());
@@ -448,8 +462,7 @@ std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& in, const at::Tensor
   r.cos = r.sin = r.k_cache = r.v_cache = a.y = reinterpret_cast<void*>(16);
   r.offset = r.length = reinterpret_cast<int64_t*>(16);
   r.tickets = reinterpret_cast<unsigned long long*>(16);
-  const bool fused = w_qkv.is_contiguous() && x.is_contiguous() && (!b_qkv.defined() || b_qkv.is_contiguous()) &&
-                     kk::gemv_supported(a);
+  const bool fused = gemv_operands_plain(x, w_qkv, b_qkv) && kk::gemv_supported(a);
   if (!fused) {  // two launches: the projection (cuBLAS past the GEMV's shapes), then rope_append
     const auto [q, k, v] = linear_segments(in, w_qkv, b_qkv, false, s0, s1);
     const at::Tensor qh = q.view({m * n_head, D}), kh = k.view({m * n_head_kv, D}), vh = v.view({m * n_head_kv, D});
