@@ -131,6 +131,10 @@ Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, c
   return DecodeRows{out, next.x, next.sumsq};
 }
 
+const at::Tensor& Engine::norm_after(int64_t l) const {
+  return l + 1 < model_.config.n_layer ? model_.weights.layers[l + 1].attn_norm : model_.weights.final_norm;
+}
+
 at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {
   const ModelConfig& c = model_.config;
   if (static_cast<int64_t>(s.meta.size()) != c.n_layer || s.max_len.size() != s.meta.size() ||
@@ -141,8 +145,7 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, Deco
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
                             /*commit=*/false};
-    const at::Tensor& next_norm = l + 1 < c.n_layer ? model_.weights.layers[l + 1].attn_norm : model_.weights.final_norm;
-    x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {}, next_norm);
+    x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {}, norm_after(l));
   }
   s.position.add_(1);
   const ops::NormedRows normed(x.gx, x.sumsq, c.rms_norm_eps);  // the final norm, pending
@@ -165,10 +168,8 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
     for (int64_t n : cache.layer(l).length) self_only = self_only && n == 0;
   DecodeRows rows{at::embedding(model_.weights.embed, tok), {}, {}};  // [T, hidden]
   const RopeTable rope = rope_table(positions, inv_freq_, model_.dtype);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const at::Tensor& next_norm = l + 1 < c.n_layer ? model_.weights.layers[l + 1].attn_norm : model_.weights.final_norm;
-    rows = layer_forward(l, rows, positions, rope, cache, self_only, observer, decode_attention, next_norm);
-  }
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    rows = layer_forward(l, rows, positions, rope, cache, self_only, observer, decode_attention, norm_after(l));
   cache.advance_position(T);
   if (rows.gx.defined()) {  // a fused decode step: the final norm is pending, as in decode_step_device
     const at::Tensor logits = ops::linear_row(ops::NormedRows(rows.gx, rows.sumsq, c.rms_norm_eps), model_.weights.lm_head, {}, true);

@@ -99,6 +99,9 @@ class Engine {
   DecodeRows fused_decode_layer(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
                                 const DecodeLayerMeta& m, DecodeAttentionPolicy* decode_attention,
                                 const LayerObserver& observer, const at::Tensor& next_norm) const;
+  /// The RMSNorm weight applied to layer l's output: layer l + 1's attention norm, or the final
+  /// norm after the last layer (the next_norm a fused decode layer leaves pending).
+  const at::Tensor& norm_after(int64_t l) const;
   const Model& model_;
   at::Tensor inv_freq_;  // fp32 [head_dim/2] on the model device
 };
