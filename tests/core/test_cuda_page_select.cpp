@@ -29,7 +29,7 @@ class CudaPageSelect : public ::testing::Test {
   void SetUp() override {
     if (!ops::cuda_kernels_available()) GTEST_SKIP() << "built without the CUDA kernels";
     if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-    at::manual_seed(2026);  // reproducible draws (cases that loop over shapes reseed per case)
+    at::manual_seed(2026);  // every test starts from the same generator state: reproducible draws
   }
 };
 
