@@ -1,7 +1,7 @@
 // kvscope-cli policies: the registered policies with their parameters (from each ParamSpec), and
 // the presets.
+#include <algorithm>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -10,42 +10,6 @@
 #include "kvscope/core/presets.h"
 
 namespace kvscope::cli {
-namespace {
-
-const char* stage_name(Stage s) {
-  switch (s) {
-    case Stage::kHeadPattern: return "S0 head pattern";
-    case Stage::kScoring: return "S1 scoring";
-    case Stage::kBudget: return "S2 budget";
-    case Stage::kRetention: return "S3 retention";
-    case Stage::kChannel: return "S4 channel pruning";
-    case Stage::kDecodeSelection: return "S5 decode selection";
-    case Stage::kMaintenance: return "S6 maintenance";
-    case Stage::kMultiTurn: return "S7 multi-turn";
-  }
-  return "?";
-}
-
-std::string range_of(const ParamSpec& p) {
-  switch (p.type) {
-    case ParamSpec::Type::kInt:
-    case ParamSpec::Type::kFloat: {
-      std::ostringstream os;
-      os << "[" << p.min << ", " << p.max << "]";
-      return os.str();
-    }
-    case ParamSpec::Type::kChoice: {
-      std::string c;
-      for (const auto& s : p.choices) c += (c.empty() ? "" : "|") + s;
-      return c;
-    }
-    case ParamSpec::Type::kBool: return "true|false";
-    case ParamSpec::Type::kPath: return "file";
-  }
-  return "";
-}
-
-}  // namespace
 
 Runner add_policies(CLI::App& app) {
   auto* cmd = app.add_subcommand("policies", "List compression policies, their parameters and the presets");
@@ -55,16 +19,19 @@ Runner add_policies(CLI::App& app) {
     PolicyRegistry registry;
     register_builtin_policies(registry);
     nlohmann::json out;
-    for (const auto& name : registry.names()) {
-      const auto& e = registry.at(name);
+    std::vector<const PolicyDescription*> by_name;  // listed by name, as `policies` always has
+    for (const auto& e : registry.catalog().policies()) by_name.push_back(&e);
+    std::sort(by_name.begin(), by_name.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
+    for (const PolicyDescription* e : by_name) {
+      const std::string stage(stage_info(e->stage).label);
       nlohmann::json params = nlohmann::json::array();
-      for (const auto& p : e.spec)
-        params.push_back({{"key", p.key}, {"range", range_of(p)}, {"default", p.default_value}, {"help", p.help}, {"paper", p.paper_ref}});
-      out["policies"].push_back({{"name", name}, {"stage", stage_name(e.stage)}, {"summary", e.summary}, {"params", params}});
+      for (const auto& p : e->params)
+        params.push_back({{"key", p.key}, {"range", param_range_text(p)}, {"default", p.default_value}, {"help", p.help}, {"paper", p.paper_ref}});
+      out["policies"].push_back({{"name", e->name}, {"stage", stage}, {"summary", e->summary}, {"params", params}});
       if (!*json) {
-        std::cout << name << "  (" << stage_name(e.stage) << ")  " << e.summary << "\n";
-        for (const auto& p : e.spec)
-          std::cout << "    " << p.key << "=" << p.default_value << "  " << range_of(p) << "  " << p.help << "  [" << p.paper_ref << "]\n";
+        std::cout << e->name << "  (" << stage << ")  " << e->summary << "\n";
+        for (const auto& p : e->params)
+          std::cout << "    " << p.key << "=" << p.default_value << "  " << param_range_text(p) << "  " << p.help << "  [" << p.paper_ref << "]\n";
       }
     }
     if (!*json) std::cout << "\npresets:\n";

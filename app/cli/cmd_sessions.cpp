@@ -38,7 +38,7 @@ Runner add_inspect(CLI::App& app) {
     for (const auto& r : store.list_runs()) {
       std::cout << r.id << "  " << (r.incomplete ? "incomplete" : std::string(sessions::to_string(r.status))) << "  "
                 << (r.name.empty() ? "-" : r.name) << "  " << r.model_path << "  " << r.pipeline_spec << "  budget "
-                << fmt(r.budget.value) << " " << sessions::to_string(r.budget.unit);
+                << fmt(r.budget.value) << " " << budget_unit_name(r.budget.unit);
       for (const char* m : {"n_prompt", "mean_kl", "top1_agreement", "kv_bytes_live", "decode_tokens_per_s"}) {
         auto it = r.summary.find(m);
         if (it != r.summary.end()) std::cout << "  " << m << "=" << fmt(it->second);

@@ -9,11 +9,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
 #include "fault_injection.h"
 #include "kvscope/core/errors.h"
+#include "kvscope/core/pipeline.h"
+#include "run_options.h"
 #include "session_record.h"
 #include "sweep_grid.h"
 
@@ -22,11 +25,13 @@ namespace {
 
 struct Item {
   std::string model, prompt, pipeline;
-  double budget;
+  std::optional<double> budget;  ///< none for a pipeline that uses no budget (one run, not one per value)
   std::string key(const Grid& g, const std::string& device) const {
     std::ostringstream os;
-    os << model << "|" << prompt << "|" << pipeline << "|" << g.budget_unit << "=" << budget << "|new=" << g.max_new_tokens
-       << "|" << g.dtype << "|bos=" << g.bos << "|ref=" << g.reference_full;
+    os << model << "|" << prompt << "|" << pipeline << "|" << g.budget_unit << "=";
+    if (budget) os << *budget;
+    else os << "none";
+    os << "|new=" << g.max_new_tokens << "|" << g.dtype << "|bos=" << g.bos << "|ref=" << g.reference_full;
     (void)device;  // the same run on another GPU is the same run
     return os.str();
   }
@@ -65,23 +70,23 @@ int run_items(const Grid& g, const std::vector<Item>& items, size_t offset, size
       continue;
     }
     try {
+      run::RunOptions options;
+      options.prompt_text = read_file(it.prompt);
+      options.bos = run::parse_bos_mode(g.bos);
+      options.pipeline = it.pipeline;
+      if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), *it.budget};
+      options.max_new_tokens = g.max_new_tokens;
+      options.reference_full = g.reference_full;
+      options.capture = parse_capture_level(g.capture);
+      const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
       auto& model = models[it.model];
-      if (!model) model = std::make_unique<Model>(load_model(it.model, LoadOptions{c10::Device(device), parse_dtype(g.dtype), {}}));
+      if (!model) model = std::make_unique<Model>(load_model(it.model, run::load_options(device, g.dtype)));
       const Engine engine(*model);
-      const Pipeline pipeline(registry, it.pipeline);
-      GenerateRequest req;
-      const std::string text = read_file(it.prompt);
-      req.prompt_ids = prompt_ids(*model, text, g.bos == "always" ? BosMode::kAlways : g.bos == "never" ? BosMode::kNever : BosMode::kAuto);
-      req.max_new_tokens = g.max_new_tokens;
-      req.stop_ids = model->stop_token_ids;
-      req.pipeline = &pipeline;
-      req.budget = {g.budget_unit == "ratio" ? BudgetSpec::Unit::kCompressionRatio : parse_budget_unit(g.budget_unit), it.budget};
-      req.reference_full = g.reference_full;
-      req.capture = parse_capture_level(g.capture);
+      GenerateRequest req = run::make_request(*model, pipeline.get(), options);
       req.fault_hook = fault_hook_from_environment();
       int64_t run = -1;
       const std::string name = std::filesystem::path(it.prompt).filename().string() + " / " + it.pipeline;
-      generate_into_store(store, engine, &pipeline, registry, req, text, name, key, run);
+      run::generate_into_store(store, engine, pipeline.get(), registry, req, options.prompt_text, name, key, run);
     } catch (const std::exception& e) {
       ++failed;
       std::cerr << (tty ? "\n" : "") << "sweep: item " << i << " failed: " << e.what() << "\n";
@@ -114,11 +119,22 @@ Runner add_sweep(CLI::App& app) {
   cmd->add_option("--emit-slurm", a->emit_slurm, "Write a Slurm array script (one shard per task, one database per shard)");
   return [a]() {
     const Grid g = parse_grid(a->grid);
+    PolicyRegistry registry;
+    register_builtin_policies(registry);
     std::vector<Item> items;
     for (const auto& m : g.models)
       for (const auto& p : g.prompts)
-        for (const auto& pl : g.pipelines)
-          for (double b : g.budgets) items.push_back({m, p, pl, b});
+        for (const auto& pl : g.pipelines) {
+          // A pipeline that uses no budget (a head pattern) runs once, not once per budget value.
+          bool uses_budget = true;  // a bad SPEC fails item by item below, as any run does
+          try {
+            uses_budget = pipeline_uses_budget(resolve_pipeline(registry.catalog(), pl));
+          } catch (const InputError&) {
+          }
+          if (!uses_budget) items.push_back({m, p, pl, std::nullopt});
+          else
+            for (double b : g.budgets) items.push_back({m, p, pl, b});
+        }
     size_t shard = 0, n_shards = 1;
     if (!a->shard.empty()) {
       if (std::sscanf(a->shard.c_str(), "%zu/%zu", &shard, &n_shards) != 2 || n_shards == 0 || shard >= n_shards)

@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "fault_injection.h"
+#include "kvscope/core/budget.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/pipeline.h"
+#include "run_options.h"
 #include "session_record.h"
 
 namespace kvscope::cli {
@@ -18,12 +20,18 @@ namespace kvscope::cli {
 void CompressionOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--pipeline", pipeline, "Stages: name[:key=value,...][+name[:...]]...  e.g. snapkv:window=64+adakv:alpha=0.2")
       ->required();
+  std::string unit_help;
+  std::vector<std::string> units;
+  for (const auto& u : budget_unit_table()) {
+    if (u.unit == BudgetUnit::kCompressionRatio) continue;  // its own flag, --compression-ratio
+    units.emplace_back(u.name);
+    unit_help += (unit_help.empty() ? "" : " | ") + std::string(u.name) + " (" + std::string(u.help) + ")";
+  }
   auto* r = cmd.add_option("--compression-ratio", compression_ratio,
-                           "kvpress convention: fraction removed; n_kept = int(n_tok * (1 - R)) per KV head");
-  auto* b = cmd.add_option("--budget", budget, "Budget in --budget-unit");
+                           std::string(budget_unit_table()[size_t(BudgetUnit::kCompressionRatio)].help));
+  auto* b = cmd.add_option("--budget", budget, "Budget in --budget-unit (not for a pipeline that uses none, e.g. heads:pattern=...)");
   r->excludes(b);
-  cmd.add_option("--budget-unit", budget_unit, "stored (entries per KV head) | fetched (per decode step per group) | fraction")
-      ->check(CLI::IsMember({"stored", "fetched", "fraction"}));
+  cmd.add_option("--budget-unit", budget_unit, unit_help)->check(CLI::IsMember(units));
   cmd.add_option("--reference", reference, "full: also decode with the full cache and report per-step fidelity")
       ->check(CLI::IsMember({"full"}));
   cmd.add_option("--db", db, "Record the run as a session in this SQLite database (created if missing)");
@@ -32,30 +40,23 @@ void CompressionOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--name", name, "Name of the recorded session");
 }
 
+void CompressionOptions::apply_to(run::RunOptions& run) const {
+  run.pipeline = pipeline;
+  if (compression_ratio >= 0) run.budget = BudgetSpec{BudgetUnit::kCompressionRatio, compression_ratio};
+  else if (budget >= 0) run.budget = BudgetSpec{parse_budget_unit(budget_unit), budget};
+  run.reference_full = reference == "full";
+  if (!db.empty()) run.capture = parse_capture_level(capture);
+}
+
 int execute_generation(const ModelOptions& opts, const CompressionOptions* comp) {
   PolicyRegistry registry;
   register_builtin_policies(registry);
-  std::unique_ptr<Pipeline> pipeline;
-  GenerateRequest req;
-  if (comp) {
-    pipeline = std::make_unique<Pipeline>(registry, comp->pipeline);
-    if (comp->compression_ratio >= 0) req.budget = {BudgetSpec::Unit::kCompressionRatio, comp->compression_ratio};
-    else if (comp->budget >= 0) req.budget = {parse_budget_unit(comp->budget_unit), comp->budget};
-    else throw InputError("run: give --compression-ratio R or --budget N");
-    req.budget.validate();
-    req.pipeline = pipeline.get();
-    req.reference_full = comp->reference == "full";
-  }
+  run::RunOptions options = opts.run_options();
+  if (comp) comp->apply_to(options);
+  const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);  // before the model: a typo costs nothing
   const Model model = opts.load();
   const Engine engine(model);
-  if (model.tokenizer) req.prompt_ids = prompt_ids(model, opts.prompt_text(), opts.bos_mode());
-  else req.prompt_ids.assign(1, model.config.bos_token_id >= 0 ? model.config.bos_token_id : 0);
-  if (model.tokenizer)
-    for (const auto& t : opts.turns) req.follow_up_turns.push_back(model.tokenizer->encode(t));
-  req.max_new_tokens = opts.max_new_tokens;
-  req.sampling = opts.sampling();
-  req.stop_ids = model.stop_token_ids;
-  req.prefill_chunk = opts.prefill_chunk;
+  GenerateRequest req = run::make_request(model, pipeline.get(), options);
   req.fault_hook = fault_hook_from_environment();
 
   const bool stream = !opts.json && model.tokenizer;
@@ -68,10 +69,9 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
   int64_t session_id = -1;
   GenerateResult res;
   if (comp && !comp->db.empty()) {
-    req.capture = parse_capture_level(comp->capture);
     auto store = sessions::SessionStore::open(comp->db);
-    res = generate_into_store(store, engine, pipeline.get(), registry, req, opts.prompt_text(), comp->name, std::nullopt,
-                              session_id, on_token);
+    res = run::generate_into_store(store, engine, pipeline.get(), registry, req, options.prompt_text, comp->name,
+                                   std::nullopt, session_id, on_token);
   } else {
     res = generate(engine, req, on_token);
   }

@@ -18,6 +18,8 @@ struct CompressionOptions {
   std::string name;
 
   void add_to(CLI::App& cmd);
+  /// Sets the pipeline, budget, reference and capture of `run`. Throws InputError for a bad unit.
+  void apply_to(run::RunOptions& run) const;
 };
 
 /// Runs the generation described by the options and prints it. Returns the exit code.

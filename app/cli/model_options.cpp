@@ -3,8 +3,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <ATen/ATen.h>
-
 #include "kvscope/core/errors.h"
 
 namespace kvscope::cli {
@@ -34,9 +32,7 @@ void ModelOptions::add_to(CLI::App& cmd) {
 
 Model ModelOptions::load() const {
   if (model.empty() && random_init.empty()) throw InputError("give --model PATH or --random-init CONFIG.json");
-  const c10::Device dev(device);
-  if (dev.is_cuda() && !at::hasCUDA()) throw InputError("--device " + device + ": this build of kvscope has no CUDA (LibTorch is CPU-only)");
-  LoadOptions o{dev, parse_dtype(dtype), tokenizer};
+  const LoadOptions o = run::load_options(device, dtype, tokenizer);
   return random_init.empty() ? load_model(model, o) : random_init_model(random_init, o, seed);
 }
 
@@ -49,8 +45,15 @@ std::string ModelOptions::prompt_text() const {
   return ss.str();
 }
 
-BosMode ModelOptions::bos_mode() const {
-  return bos == "always" ? BosMode::kAlways : bos == "never" ? BosMode::kNever : BosMode::kAuto;
+run::RunOptions ModelOptions::run_options() const {
+  run::RunOptions r;
+  r.prompt_text = prompt_text();
+  r.follow_up_turns = turns;
+  r.bos = run::parse_bos_mode(bos);
+  r.max_new_tokens = max_new_tokens;
+  r.sampling = sampling();
+  r.prefill_chunk = prefill_chunk;
+  return r;
 }
 
 SamplingParams ModelOptions::sampling() const {

@@ -6,6 +6,7 @@
 
 #include "kvscope/core/generate.h"
 #include "kvscope/core/model.h"
+#include "run_options.h"
 
 namespace kvscope::cli {
 
@@ -23,8 +24,9 @@ struct ModelOptions {
   Model load() const;
   /// Prompt text from --prompt or --prompt-file. Throws InputError for an unreadable file.
   std::string prompt_text() const;
-  BosMode bos_mode() const;
   SamplingParams sampling() const;
+  /// The run these options describe (prompt, turns, BOS, sampling, lengths; no pipeline).
+  run::RunOptions run_options() const;
 };
 
 }  // namespace kvscope::cli

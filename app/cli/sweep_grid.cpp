@@ -22,7 +22,7 @@ struct TomlCheckFailed {};
 #include <utility>
 
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policy.h"
+#include "kvscope/core/budget.h"
 
 namespace kvscope::cli {
 namespace {
@@ -176,13 +176,8 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
   g.dtype = string_or(t, "dtype", "fp32", file);
   g.capture = string_or(t, "capture", "summary", file);
   g.reference_full = string_or(t, "reference", "full", file) == "full";
-  if (g.budget_unit != "ratio") {
-    try {
-      parse_budget_unit(g.budget_unit);
-    } catch (const InputError& e) {
-      throw InputError(file, std::string("[budget] unit: ") + e.what());
-    }
-  }
+  if (!find_budget_unit(g.budget_unit))
+    throw InputError(file, "[budget] unit: '" + g.budget_unit + "' is not ratio, compression_ratio, stored, fetched or fraction");
   return g;
 }
 

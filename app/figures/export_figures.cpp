@@ -92,7 +92,7 @@ viz::Figure grid_figure(const sessions::SessionStore& s, const std::string& metr
   std::set<std::string> units;
   for (const auto& row : s.list_runs()) {
     if (row.status != sessions::RunStatus::kComplete) continue;
-    units.insert(std::string(sessions::to_string(row.budget.unit)));
+    units.insert(std::string(budget_unit_name(row.budget.unit)));
     const auto m = row.summary.find(metric), n = row.summary.find("n_prompt");
     if (m == row.summary.end() || n == row.summary.end()) continue;
     auto& c = cells[{n->second, row.budget.value}];

@@ -124,16 +124,7 @@ double RunData::summary_metric(const std::string& name) const {
   return it == record.row.summary.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
 }
 
-std::string RunData::budget_text() const {
-  const auto& b = record.row.budget;
-  switch (b.unit) {
-    case sessions::BudgetUnit::kCompressionRatio: return "ratio " + fmt("%g", b.value);
-    case sessions::BudgetUnit::kStored: return fmt("%g", b.value) + " stored/head";
-    case sessions::BudgetUnit::kFetched: return fmt("%g", b.value) + " fetched/step";
-    case sessions::BudgetUnit::kFraction: return "fraction " + fmt("%g", b.value);
-  }
-  return {};
-}
+std::string RunData::budget_text() const { return format_budget(record.row.budget.unit, record.row.budget.value); }
 
 std::string RunData::model_name() const {
   std::filesystem::path p(record.info.model.path);

@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   {
     kvscope::PolicyRegistry registry;
     kvscope::register_builtin_policies(registry);
-    const PolicyCatalog catalog = make_catalog(registry);
+    const kvscope::PolicyCatalog& catalog = registry.catalog();
     RunWorker worker(registry);
     GlTextureStore textures;
     Ui ui{fonts, textures, &catalog, &worker};  // headless frames never click Run

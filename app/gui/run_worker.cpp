@@ -14,7 +14,8 @@
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/sessions/session_store.h"
-#include "session_record.h"  // app/cli: the CLI's session writer, shared so GUI and CLI sessions match
+#include "run_options.h"     // kvscope_run: options -> pipeline, model load, request (as kvscope-cli run)
+#include "session_record.h"  // kvscope_run: the session writer, so GUI and CLI sessions match
 
 namespace kvscope::gui {
 namespace {
@@ -31,9 +32,24 @@ struct ModelSlot {
   std::unique_ptr<Engine> engine;
 };
 
-BudgetSpec::Unit budget_unit(const std::string& u) {
-  if (u == "compression_ratio" || u == "ratio") return BudgetSpec::Unit::kCompressionRatio;
-  return parse_budget_unit(u);  // stored | fetched | fraction; throws InputError
+/// The Run window's values as kvscope_run's options (the same a `kvscope-cli run` would build).
+run::RunOptions run_options(const PolicyRegistry& registry, const RunRequest& req) {
+  run::RunOptions o;
+  o.prompt_text = req.prompt;
+  o.bos = run::parse_bos_mode(req.bos);
+  o.pipeline = req.pipeline_spec;
+  // The window always shows a budget; a pipeline that uses none (a head pattern) runs without it.
+  if (!req.pipeline_spec.empty() && pipeline_uses_budget(resolve_pipeline(registry.catalog(), req.pipeline_spec)))
+    o.budget = BudgetSpec{parse_budget_unit(req.budget_unit), req.budget_value};
+  o.max_new_tokens = req.max_new_tokens;
+  o.sampling.greedy = req.greedy;
+  o.sampling.temperature = req.temperature;
+  o.sampling.top_p = req.top_p;
+  o.sampling.seed = req.seed;
+  o.reference_full = req.reference_full;
+  o.capture = parse_capture_level(req.capture);
+  o.capture_window = req.capture_window;
+  return o;
 }
 
 RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunRequest& req,
@@ -44,38 +60,19 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
   try {
     if (req.db_path.empty()) throw InputError("choose a session database to record the run in");
     if (req.model_path.empty()) throw InputError("choose a model (Hugging Face directory or llama2.c .bin)");
-    std::unique_ptr<Pipeline> pipeline;
-    GenerateRequest g;
-    if (!req.pipeline_spec.empty()) {
-      pipeline = std::make_unique<Pipeline>(registry, req.pipeline_spec);
-      g.budget = {budget_unit(req.budget_unit), req.budget_value};
-      g.budget.validate();
-      g.pipeline = pipeline.get();
-    }
+    const run::RunOptions options = run_options(registry, req);
+    const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
     const std::string key = req.model_path + "|" + req.device + "|" + req.dtype + "|" + req.tokenizer_path;
     if (slot.key != key || !slot.model) {
       emit({RunUpdate::Kind::kStatus, "loading " + req.model_path + " on " + req.device + " (" + req.dtype + ")", {}, -1, 0});
       slot = {};
-      const c10::Device dev(req.device);
-      if (dev.is_cuda() && !at::hasCUDA()) throw InputError("device " + req.device + ": this build of kvscope has no CUDA");
-      LoadOptions o{dev, parse_dtype(req.dtype), req.tokenizer_path};
-      slot.model = std::make_unique<Model>(load_model(req.model_path, o));
+      slot.model = std::make_unique<Model>(load_model(req.model_path, run::load_options(req.device, req.dtype, req.tokenizer_path)));
       slot.engine = std::make_unique<Engine>(*slot.model);
       slot.key = key;
     }
     const Model& model = *slot.model;
     if (!model.tokenizer) throw InputError(req.model_path, "the model has no tokenizer: cannot encode the prompt");
-    const BosMode bos = req.bos == "always" ? BosMode::kAlways : req.bos == "never" ? BosMode::kNever : BosMode::kAuto;
-    g.prompt_ids = prompt_ids(model, req.prompt, bos);
-    g.max_new_tokens = req.max_new_tokens;
-    g.sampling.greedy = req.greedy;
-    g.sampling.temperature = req.temperature;
-    g.sampling.top_p = req.top_p;
-    g.sampling.seed = req.seed;
-    g.stop_ids = model.stop_token_ids;
-    g.reference_full = req.reference_full && pipeline != nullptr;
-    g.capture = parse_capture_level(req.capture);
-    g.capture_window = req.capture_window;
+    const GenerateRequest g = run::make_request(model, pipeline.get(), options);
     if (cancel) throw RunCancelled();
 
     auto store = sessions::SessionStore::open(req.db_path);
@@ -94,7 +91,7 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
       emit({RunUpdate::Kind::kToken, decode_continuation(*model.tokenizer, shown, {id}), req.db_path, run_id, n});
       shown.push_back(id);
     };
-    cli::generate_into_store(store, *slot.engine, pipeline.get(), registry, g, req.prompt, req.name, std::nullopt, run_id,
+    run::generate_into_store(store, *slot.engine, pipeline.get(), registry, g, req.prompt, req.name, std::nullopt, run_id,
                              on_token);
     done.kind = RunUpdate::Kind::kFinished;
     done.text = "recorded run #" + std::to_string(run_id) + " in " + req.db_path;

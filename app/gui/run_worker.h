@@ -2,8 +2,9 @@
 // RunWorker: executes a run (load model, build pipeline, generate, record the session) on a worker
 // thread. The UI thread polls a queue of updates (status lines, streamed token text, the final
 // outcome) and never blocks; cancel() is honoured between decode steps (the per-token callback
-// throws, the run is recorded as failed "cancelled"). The session is written with the same code as
-// kvscope-cli run --db (app/cli/session_record.h), so GUI and CLI sessions are alike.
+// throws, the run is recorded as failed "cancelled"). Building, running and recording the run is
+// kvscope_run's (app/run), as for kvscope-cli run --db, so GUI and CLI sessions are alike; the
+// worker adds threading, progress and a model kept loaded between runs.
 // Torch-free header (pimpl): panels include it without LibTorch.
 #include <atomic>
 #include <cstdint>
@@ -25,7 +26,7 @@ struct RunRequest {
   std::string prompt;
   std::string bos = "auto";          ///< auto | always | never
   std::string pipeline_spec;         ///< empty: full cache, no compression
-  std::string budget_unit = "fraction";  ///< compression_ratio | stored | fetched | fraction
+  std::string budget_unit = "fraction";  ///< a budget unit name (kvscope/core/budget.h): compression_ratio | stored | fetched | fraction
   double budget_value = 0.25;
   std::string device = "cpu";        ///< cpu | cuda | cuda:i
   std::string dtype = "fp32";        ///< fp32 | bf16 | fp16

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <sstream>
@@ -9,43 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
-namespace kvscope::cli {
+namespace kvscope::run {
 namespace {
-
-std::string stage_name(Stage s) {
-  switch (s) {
-    case Stage::kHeadPattern: return "head_pattern";
-    case Stage::kScoring: return "scoring";
-    case Stage::kBudget: return "budget";
-    case Stage::kRetention: return "retention";
-    case Stage::kChannel: return "channel";
-    case Stage::kDecodeSelection: return "decode_selection";
-    case Stage::kMaintenance: return "maintenance";
-    case Stage::kMultiTurn: return "multi_turn";
-  }
-  return "?";
-}
-
-sessions::ParamType param_type(ParamSpec::Type t) {
-  switch (t) {
-    case ParamSpec::Type::kInt: return sessions::ParamType::kInt;
-    case ParamSpec::Type::kFloat: return sessions::ParamType::kFloat;
-    case ParamSpec::Type::kChoice: return sessions::ParamType::kChoice;
-    case ParamSpec::Type::kBool: return sessions::ParamType::kBool;
-    case ParamSpec::Type::kPath: return sessions::ParamType::kPath;
-  }
-  return sessions::ParamType::kChoice;
-}
-
-sessions::BudgetUnit budget_unit(BudgetSpec::Unit u) {
-  switch (u) {
-    case BudgetSpec::Unit::kCompressionRatio: return sessions::BudgetUnit::kCompressionRatio;
-    case BudgetSpec::Unit::kStored: return sessions::BudgetUnit::kStored;
-    case BudgetSpec::Unit::kFetched: return sessions::BudgetUnit::kFetched;
-    case BudgetSpec::Unit::kFraction: return sessions::BudgetUnit::kFraction;
-  }
-  return sessions::BudgetUnit::kStored;
-}
 
 /// Hex hash of the model's shape and source, to tell checkpoints apart.
 std::string config_hash(const Model& m) {
@@ -78,18 +44,18 @@ sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const P
   if (pipeline) {
     info.pipeline.spec = pipeline->canonical();
     for (const auto& p : pipeline->stages()) {
-      sessions::PipelineStage st{stage_name(p->stage()), p->name(), {}};
-      const auto& spec = registry.at(p->name()).spec;
+      sessions::PipelineStage st{std::string(stage_key(p->stage())), p->name(), {}};
+      const auto& spec = registry.catalog().at(p->name()).params;
       for (const auto& [k, v] : p->params()) {
         auto it = std::find_if(spec.begin(), spec.end(), [&](const ParamSpec& s) { return s.key == k; });
-        st.params.push_back({k, it == spec.end() ? sessions::ParamType::kChoice : param_type(it->type), v});
+        st.params.push_back({k, it == spec.end() ? ParamType::kChoice : it->type, v});
       }
       info.pipeline.stages.push_back(std::move(st));
     }
-    info.budget = {budget_unit(req.budget.unit), req.budget.value};
+    info.budget = {req.budget.unit, req.budget.value};
   } else {
     info.pipeline.spec = "full";
-    info.budget = {sessions::BudgetUnit::kFraction, 1.0};
+    info.budget = {BudgetUnit::kFraction, 1.0};
   }
   info.prompt = {prompt_text, req.prompt_ids};
   char host[256] = {0};
@@ -154,9 +120,9 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
   store.finish_run(run, out);
 }
 
-}  // namespace kvscope::cli
+}  // namespace kvscope::run
 
-namespace kvscope::cli {
+namespace kvscope::run {
 
 GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& engine, const Pipeline* pipeline,
                                    const PolicyRegistry& registry, const GenerateRequest& req,
@@ -174,4 +140,4 @@ GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& 
   }
 }
 
-}  // namespace kvscope::cli
+}  // namespace kvscope::run

@@ -1,6 +1,7 @@
 #pragma once
-// Writing a run into a session database: what kvscope-cli run/sweep record (blob and metric names
-// are listed in docs/sessions.md "What kvscope writes").
+// Writing a run into a session database: what kvscope-cli run / sweep and the GUI's Run window record
+// (blob and metric names are listed in docs/sessions.md "What kvscope writes"), so sessions are
+// alike whichever front end made them.
 #include <functional>
 #include <optional>
 #include <string>
@@ -10,7 +11,7 @@
 #include "kvscope/core/pipeline.h"
 #include "kvscope/sessions/session_store.h"
 
-namespace kvscope::cli {
+namespace kvscope::run {
 
 /// Identity of a run before it starts (begin_run writes it, so a killed run stays visible).
 sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const PolicyRegistry& registry,
@@ -29,4 +30,4 @@ GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& 
                                    const std::optional<std::string>& sweep_key, int64_t& run_id,
                                    const std::function<void(int32_t)>& on_token = {});
 
-}  // namespace kvscope::cli
+}  // namespace kvscope::run

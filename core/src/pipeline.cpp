@@ -7,59 +7,19 @@
 #include "kvscope/core/errors.h"
 
 namespace kvscope {
-int64_t BudgetSpec::kept_per_head(int64_t n_tok) const {
-  double kept = 0;
-  switch (unit) {
-    case Unit::kCompressionRatio: kept = static_cast<double>(n_tok) * (1.0 - value); break;
-    case Unit::kStored:
-    case Unit::kFetched: kept = value; break;
-    case Unit::kFraction: kept = static_cast<double>(n_tok) * value; break;
-  }
-  return std::clamp<int64_t>(static_cast<int64_t>(kept), 0, n_tok);
-}
-
-void BudgetSpec::validate() const {
-  const bool ok = unit == Unit::kCompressionRatio ? value >= 0 && value < 1
-                  : unit == Unit::kFraction       ? value > 0 && value <= 1
-                                                  : value >= 1;
-  if (!ok)
-    throw InputError(unit == Unit::kCompressionRatio ? "--compression-ratio must be in [0, 1)"
-                     : unit == Unit::kFraction      ? "--budget with --budget-unit fraction must be in (0, 1]"
-                                                    : "--budget must be >= 1 entry");
-}
-
 Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
-  Stage last = Stage::kHeadPattern;
-  for (const StageSpec& s : expand_pipeline_presets(spec)) {
-    auto policy = registry.make(s.policy, s.params);
-    if (policy->stage() < last)
-      throw InputError("pipeline '" + std::string(spec) + "': stage '" + s.policy + "' comes after a later stage");
-    last = policy->stage();
-    if (auto* hp = dynamic_cast<const HeadPatternPolicy*>(policy.get())) {
-      if (heads_) throw InputError("pipeline '" + std::string(spec) + "': more than one head-pattern stage");
-      heads_ = hp;
-    } else if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get())) {
-      if (scorer_) throw InputError("pipeline '" + std::string(spec) + "': more than one scoring stage");
-      scorer_ = sc;
-    } else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get())) {
-      if (budget_) throw InputError("pipeline '" + std::string(spec) + "': more than one budget stage");
-      budget_ = b;
-    } else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get())) {
-      if (decode_) throw InputError("pipeline '" + std::string(spec) + "': more than one decode-time attention stage");
-      decode_ = d;
-    }
+  const std::vector<ResolvedStage> resolved = resolve_pipeline(registry.catalog(), spec);
+  uses_budget_ = pipeline_uses_budget(resolved);
+  for (const ResolvedStage& s : resolved) {
+    auto policy = registry.make(s);
+    // resolve_pipeline allows at most one stage of each kind below.
+    if (auto* hp = dynamic_cast<const HeadPatternPolicy*>(policy.get())) heads_ = hp;
+    else if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get())) scorer_ = sc;
+    else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get())) budget_ = b;
+    else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get())) decode_ = d;
     stages_.push_back(std::move(policy));
   }
-  if (!heads_ && !scorer_ && !decode_)
-    throw InputError("pipeline '" + std::string(spec) + "' has no head-pattern, scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
-  if (heads_ && scorer_)
-    throw InputError("pipeline '" + std::string(spec) + "': a head pattern with a scoring stage is not supported yet");
-  if (scorer_ && !budget_) {  // default allocation right after the scorer, so canonical() keeps stage order
-    auto uniform = registry.make("uniform", {});
-    budget_ = dynamic_cast<const BudgetPolicy*>(uniform.get());
-    auto at = std::find_if(stages_.begin(), stages_.end(), [&](const auto& p) { return p.get() == scorer_; });
-    stages_.insert(at + 1, std::move(uniform));
-  }
+  if (scorer_ && !budget_) throw InputError("pipeline '" + std::string(spec) + "': no budget allocation policy is registered");
 }
 
 std::string Pipeline::canonical() const {

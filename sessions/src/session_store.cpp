@@ -35,7 +35,7 @@ std::string run_ctx(const char* op, int64_t run) { return std::string(op) + "(ru
 std::optional<double> param_number(const std::string& file, const PipelineStage& stage, size_t index, const StageParam& p) {
   auto bad = [&]() -> SessionError {
     return SessionError(file, "pipeline stage " + std::to_string(index) + " (" + stage.policy + "): parameter '" + p.key +
-                                  "' = '" + p.value + "' is not a valid " + std::string(to_string(p.type)));
+                                  "' = '" + p.value + "' is not a valid " + std::string(param_type_name(p.type)));
   };
   const char* b = p.value.data();
   const char* e = b + p.value.size();
@@ -83,7 +83,7 @@ RunRow row_from(const Db& db, const Stmt& s) {
   r.model_path = s.col_text(5);
   r.pipeline_spec = s.col_text(6);
   const std::string unit = s.col_text(7);
-  const auto u = parse_budget_unit(unit);
+  const auto u = find_budget_unit(unit);
   if (!u) throw SessionError(db.path(), "run " + std::to_string(r.id) + " has unknown budget unit '" + unit + "'");
   r.budget = {*u, s.col_double(8)};
   r.sweep_key = s.col_opt_text(9);
@@ -289,7 +289,7 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
         s.bind(1, info.name).bind(2, now).bind(3, info.model.path).bind(4, info.model.config_hash);
         s.bind(5, info.model.model_type).bind(6, info.model.n_layer).bind(7, info.model.n_head);
         s.bind(8, info.model.n_head_kv).bind(9, info.model.head_dim).bind(10, info.model.dtype).bind(11, info.model.device);
-        s.bind(12, info.pipeline.spec).bind(13, to_string(info.budget.unit)).bind(14, info.budget.value);
+        s.bind(12, info.pipeline.spec).bind(13, budget_unit_name(info.budget.unit)).bind(14, info.budget.value);
         s.bind(15, info.prompt.text).bind_blob(16, prompt_tokens.data(), prompt_tokens.size());
         s.bind(17, static_cast<int64_t>(info.prompt.tokens.size())).bind(18, info.env.kvscope_version);
         s.bind(19, info.env.torch_version).bind(20, info.env.device_name).bind(21, hostname).bind(22, info.sweep_key);
@@ -308,7 +308,7 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
                 "INSERT INTO pipeline_params (run_id, stage_index, param_index, key, type, value, num) "
                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
             q.bind(1, id).bind(2, static_cast<int64_t>(i)).bind(3, static_cast<int64_t>(j)).bind(4, p.key);
-            q.bind(5, to_string(p.type)).bind(6, p.value);
+            q.bind(5, param_type_name(p.type)).bind(6, p.value);
             if (numbers[i][j]) q.bind(7, *numbers[i][j]);
             q.run();
           }

@@ -20,18 +20,9 @@ std::string_view name_of(E e, const std::pair<E, std::string_view> (&table)[N]) 
 
 constexpr std::pair<RunStatus, std::string_view> kStatus[] = {
     {RunStatus::kRunning, "running"}, {RunStatus::kComplete, "complete"}, {RunStatus::kFailed, "failed"}};
-constexpr std::pair<BudgetUnit, std::string_view> kUnits[] = {{BudgetUnit::kCompressionRatio, "compression_ratio"},
-                                                              {BudgetUnit::kStored, "stored"},
-                                                              {BudgetUnit::kFetched, "fetched"},
-                                                              {BudgetUnit::kFraction, "fraction"}};
 constexpr std::pair<DType, std::string_view> kDTypes[] = {{DType::kF32, "f32"}, {DType::kF16, "f16"},
                                                           {DType::kBF16, "bf16"}, {DType::kI32, "i32"},
                                                           {DType::kI64, "i64"}, {DType::kU8, "u8"}};
-constexpr std::pair<ParamType, std::string_view> kParamTypes[] = {{ParamType::kInt, "int"},
-                                                                  {ParamType::kFloat, "float"},
-                                                                  {ParamType::kChoice, "choice"},
-                                                                  {ParamType::kBool, "bool"},
-                                                                  {ParamType::kPath, "path"}};
 
 /// IEEE half -> float, exact (subnormals, inf, nan included).
 float half_to_float(uint16_t h) {
@@ -52,12 +43,8 @@ float bf16_to_float(uint16_t b) {
 
 std::string_view to_string(RunStatus s) { return name_of(s, kStatus); }
 std::optional<RunStatus> parse_run_status(std::string_view text) { return lookup(text, kStatus); }
-std::string_view to_string(BudgetUnit u) { return name_of(u, kUnits); }
-std::optional<BudgetUnit> parse_budget_unit(std::string_view text) { return lookup(text, kUnits); }
 std::string_view to_string(DType d) { return name_of(d, kDTypes); }
 std::optional<DType> parse_dtype(std::string_view text) { return lookup(text, kDTypes); }
-std::string_view to_string(ParamType t) { return name_of(t, kParamTypes); }
-std::optional<ParamType> parse_param_type(std::string_view text) { return lookup(text, kParamTypes); }
 
 size_t dtype_size(DType d) {
   switch (d) {

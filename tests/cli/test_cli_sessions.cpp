@@ -87,9 +87,19 @@ TEST_F(CliSessions, HeadPatternRunExportsItsPatternAndBudgets) {
   const fs::path pattern = dir_ / "pattern.json";
   std::ofstream(pattern) << nlohmann::json{{"format", "kvscope.head_pattern.v1"}, {"method", "manual"}, {"budget", 0.5},
                                            {"n_layer", 5}, {"n_head_kv", 4}, {"layers", layers}}.dump();
-  auto r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
-                   " --pipeline heads:pattern=" + quote(pattern) + " --budget 1 --budget-unit fraction --max-new-tokens 4 --db " +
-                   quote(db_), true);
+  // A head pattern keeps what the pattern says: it takes no budget, and one given anyway is refused
+  // as unused (nothing recorded); a pipeline that evicts to a budget refuses to run without one.
+  const std::string base = "run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt");
+  auto r = run_cli(base + " --pipeline heads:pattern=" + quote(pattern) + " --budget 1 --budget-unit fraction --db " + quote(db_),
+                   true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("uses no budget"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unused"), std::string::npos) << r.out;
+  r = run_cli(base + " --pipeline snapkv:window=8 --max-new-tokens 4", true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("needs a budget: give --compression-ratio R or --budget N"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(db_)) << "a refused run records nothing";
+  r = run_cli(base + " --pipeline heads:pattern=" + quote(pattern) + " --max-new-tokens 4 --db " + quote(db_), true);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
               " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --db " + quote(db_), true);

@@ -320,9 +320,9 @@ TEST(ChannelPruning, ThinkDropsTheSameChannelsForEveryEntry) {
 }
 
 TEST(ChannelPruning, RegistryAndPipeline) {
-  const auto& e = registry().at("spark");
+  const auto& e = registry().catalog().at("spark");
   EXPECT_EQ(e.stage, Stage::kChannel);
-  EXPECT_EQ(registry().at("think").stage, Stage::kChannel);
+  EXPECT_EQ(registry().catalog().at("think").stage, Stage::kChannel);
   const Pipeline pipe(registry(), "snapkv:window=32,kernel=7,pool=max+spark:ratio=0.5");
   ASSERT_NE(pipe.decode_attention(), nullptr);
   EXPECT_EQ(pipe.decode_attention()->name(), "spark");

@@ -516,7 +516,7 @@ TEST(DecodeSelection, SparqMatchesBruteForce) {
 
 TEST(DecodeSelection, RegistryAndBudgets) {
   const PolicyRegistry r = registry();
-  for (const char* n : {"hsa", "quest", "sparq", "exacttopk"}) EXPECT_EQ(r.at(n).stage, Stage::kDecodeSelection) << n;
+  for (const char* n : {"hsa", "quest", "sparq", "exacttopk"}) EXPECT_EQ(r.catalog().at(n).stage, Stage::kDecodeSelection) << n;
   // HSA: fetched t with S = n_prompt + n_gen -> P from rocketkv_split; stage1=false keeps the prompt.
   ModelConfig cfg = small_config(2, 3);
   cfg.head_dim = 64;

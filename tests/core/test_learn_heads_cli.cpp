@@ -38,7 +38,7 @@ TEST(LearnHeadsCli, WritesAPatternThatTheHeadsPipelineRuns) {
     const CliResult run = run_cli("run --model " + quote(kSource / "assets/models/stories260K") +
                                   " --prompt 'Once upon a time there was a little dog named Max. He liked to run in the park "
                                   "with his friends every day, and he was very happy.' --max-new-tokens 4 --pipeline " +
-                                  quote("heads:pattern=" + out.string()) + " --budget 1 --budget-unit fraction --json");
+                                  quote("heads:pattern=" + out.string()) + " --json");
     ASSERT_EQ(run.exit_code, 0) << run.out;
     EXPECT_EQ(nlohmann::json::parse(run.out)["budgets"].size(), 5u);
     fs::remove(out);

@@ -32,8 +32,8 @@ PolicyRegistry builtin_registry() {
 
 std::vector<std::string> names_of(const PolicyRegistry& r, Stage stage) {
   std::vector<std::string> out;
-  for (const auto& n : r.names())
-    if (r.at(n).stage == stage) out.push_back(n);
+  for (const auto& p : r.catalog().policies())
+    if (p.stage == stage) out.push_back(p.name);
   return out;
 }
 
@@ -57,8 +57,8 @@ std::vector<int64_t> to_vec(const at::Tensor& t) {
 TEST(PolicyConformance, RegistryHasTheBuiltins) {
   const PolicyRegistry r = builtin_registry();
   for (const char* n : {"snapkv", "pyramidkv", "streamingllm", "h2o", "tova", "knorm", "keydiff", "random"})
-    EXPECT_EQ(r.at(n).stage, Stage::kScoring) << n;
-  for (const char* n : {"uniform", "pyramid", "adakv"}) EXPECT_EQ(r.at(n).stage, Stage::kBudget) << n;
+    EXPECT_EQ(r.catalog().at(n).stage, Stage::kScoring) << n;
+  for (const char* n : {"uniform", "pyramid", "adakv"}) EXPECT_EQ(r.catalog().at(n).stage, Stage::kBudget) << n;
 }
 
 /// A valid head pattern (4 layers x 2 KV heads, one streaming head per layer) in a temp file.
@@ -72,20 +72,20 @@ std::string test_pattern_file() {
 
 TEST(PolicyConformance, SpecsAreCompleteAndDefaultsResolve) {
   const PolicyRegistry r = builtin_registry();
-  for (const auto& name : r.names()) {
+  for (const auto& e : r.catalog().policies()) {
+    const std::string& name = e.name;
     SCOPED_TRACE(name);
-    const auto& e = r.at(name);
     EXPECT_FALSE(e.summary.empty());
     std::set<std::string> keys;
-    for (const auto& p : e.spec) {
+    for (const auto& p : e.params) {
       EXPECT_TRUE(keys.insert(p.key).second) << "duplicate key " << p.key;
       EXPECT_FALSE(p.help.empty()) << p.key;
       EXPECT_FALSE(p.paper_ref.empty()) << p.key;
-      if (p.type != ParamSpec::Type::kPath) EXPECT_FALSE(p.default_value.empty()) << p.key;
+      if (p.type != ParamType::kPath) EXPECT_FALSE(p.default_value.empty()) << p.key;
     }
     ParamValues required;  // file parameters have no default: the policy must refuse to run without one
-    for (const auto& p : e.spec)
-      if (p.type == ParamSpec::Type::kPath && p.default_value.empty()) {
+    for (const auto& p : e.params)
+      if (p.type == ParamType::kPath && p.default_value.empty()) {
         EXPECT_THROW(r.make(name, {}), InputError) << p.key;
         required[p.key] = test_pattern_file();
       }
@@ -94,8 +94,8 @@ TEST(PolicyConformance, SpecsAreCompleteAndDefaultsResolve) {
     EXPECT_EQ(policy->name(), name);
     EXPECT_EQ(policy->stage(), e.stage);
     const ParamValues pv = policy->params();
-    EXPECT_EQ(pv.size(), e.spec.size());
-    for (const auto& p : e.spec)
+    EXPECT_EQ(pv.size(), e.params.size());
+    for (const auto& p : e.params)
       EXPECT_EQ(pv.at(p.key), required.count(p.key) ? required.at(p.key) : p.default_value) << p.key;
   }
   EXPECT_EQ(r.make("snapkv", {{"window", "64"}})->params().at("window"), "64");

@@ -38,7 +38,7 @@ class GuiPanels : public ::testing::Test {
     runs_ = testing::write_test_session(db_, spec);
     PolicyRegistry registry;
     register_builtin_policies(registry);
-    catalog_ = new PolicyCatalog(make_catalog(registry));
+    catalog_ = new PolicyCatalog(registry.catalog());
   }
   static void TearDownTestSuite() {
     delete catalog_;

@@ -10,6 +10,7 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy.h"
+#include "kvscope/core/presets.h"
 #include "pipeline_editor.h"
 
 namespace kvscope::gui {
@@ -19,31 +20,31 @@ class PipelineEditor : public ::testing::Test {
  protected:
   void SetUp() override {
     register_builtin_policies(registry_);
-    catalog_ = make_catalog(registry_);
+    catalog_ = registry_.catalog();
   }
   // Edited values -> ParamValues -> resolve_params: unchanged, and typed values equal.
   void expect_round_trip(const StageEdit& st) {
     SCOPED_TRACE(st.policy);
-    const auto& entry = registry_.at(st.policy);
+    const auto& entry = registry_.catalog().at(st.policy);
     const ParamValues values = to_values(st, catalog_);
     ParamValues resolved;
-    ASSERT_NO_THROW(resolved = resolve_params(st.policy, entry.spec, values)) << to_spec({{st}}, catalog_);
+    ASSERT_NO_THROW(resolved = resolve_params(st.policy, entry.params, values)) << to_spec({{st}}, catalog_);
     EXPECT_EQ(resolved, values);
     for (const auto& p : st.params) {
       SCOPED_TRACE(p.key);
-      switch (p.kind) {
-        case ParamKind::kInt: EXPECT_EQ(param_int(resolved, p.key), p.i); break;
-        case ParamKind::kFloat: EXPECT_EQ(param_float(resolved, p.key), p.f); break;
-        case ParamKind::kBool: EXPECT_EQ(param_bool(resolved, p.key), p.b); break;
-        case ParamKind::kChoice: {
-          const ParamInfo* info = nullptr;
+      switch (p.type) {
+        case ParamType::kInt: EXPECT_EQ(param_int(resolved, p.key), p.i); break;
+        case ParamType::kFloat: EXPECT_EQ(param_float(resolved, p.key), p.f); break;
+        case ParamType::kBool: EXPECT_EQ(param_bool(resolved, p.key), p.b); break;
+        case ParamType::kChoice: {
+          const ParamSpec* info = nullptr;
           for (const auto& q : catalog_.find(st.policy)->params)
             if (q.key == p.key) info = &q;
           ASSERT_TRUE(info);
           EXPECT_EQ(resolved.at(p.key), info->choices[static_cast<std::size_t>(p.choice)]);
           break;
         }
-        case ParamKind::kPath: EXPECT_EQ(resolved.at(p.key), p.text); break;
+        case ParamType::kPath: EXPECT_EQ(resolved.at(p.key), p.text); break;
       }
     }
   }
@@ -52,45 +53,45 @@ class PipelineEditor : public ::testing::Test {
 };
 
 TEST_F(PipelineEditor, CatalogMirrorsTheRegistry) {
-  EXPECT_EQ(catalog_.policies.size(), registry_.names().size());
-  for (const auto& p : catalog_.policies) {
-    const auto& e = registry_.at(p.name);
-    EXPECT_EQ(p.params.size(), e.spec.size()) << p.name;
-    EXPECT_EQ(p.stage, static_cast<int>(e.stage));
+  EXPECT_EQ(catalog_.policies().size(), registry_.catalog().policies().size());
+  for (const auto& p : catalog_.policies()) {
+    const auto& e = registry_.catalog().at(p.name);
+    EXPECT_EQ(p.params.size(), e.params.size()) << p.name;
+    EXPECT_EQ(p.stage, e.stage);
   }
-  EXPECT_TRUE(std::is_sorted(catalog_.policies.begin(), catalog_.policies.end(),
-                             [](const PolicyInfo& a, const PolicyInfo& b) { return a.stage < b.stage; }));
-  EXPECT_FALSE(catalog_.presets.empty());
+  EXPECT_TRUE(std::is_sorted(catalog_.policies().begin(), catalog_.policies().end(),
+                             [](const PolicyDescription& a, const PolicyDescription& b) { return a.stage < b.stage; }));
+  EXPECT_FALSE(pipeline_presets().empty());
 }
 
 TEST_F(PipelineEditor, DefaultsRoundTripForEveryPolicy) {
-  for (const auto& p : catalog_.policies) expect_round_trip(default_stage(p));
+  for (const auto& p : catalog_.policies()) expect_round_trip(default_stage(p));
 }
 
 TEST_F(PipelineEditor, EditedValuesRoundTripForEveryPolicy) {
-  for (const auto& pol : catalog_.policies) {
+  for (const auto& pol : catalog_.policies()) {
     // Each parameter at its minimum, its maximum and in between; each choice; bools flipped.
     for (int variant = 0; variant < 4; ++variant) {
       StageEdit st = default_stage(pol);
       for (std::size_t k = 0; k < st.params.size(); ++k) {
         ParamEdit& e = st.params[k];
-        const ParamInfo& info = pol.params[k];
-        switch (info.kind) {
-          case ParamKind::kInt: {
+        const ParamSpec& info = pol.params[k];
+        switch (info.type) {
+          case ParamType::kInt: {
             const auto lo = static_cast<std::int64_t>(std::ceil(info.min)), hi = static_cast<std::int64_t>(std::floor(info.max));
             const long double span = static_cast<long double>(hi) - static_cast<long double>(lo);
             e.i = variant == 0 ? lo : variant == 1 ? hi : lo + static_cast<std::int64_t>(span / (variant == 2 ? 3 : 2));
             break;
           }
-          case ParamKind::kFloat:
+          case ParamType::kFloat:
             e.f = variant == 0 ? info.min : variant == 1 ? info.max : variant == 2 ? info.min + (info.max - info.min) * 0.3
                                                                                      : info.min + (info.max - info.min) / 7.0;
             break;
-          case ParamKind::kBool: e.b = variant % 2 == 1; break;
-          case ParamKind::kChoice:
+          case ParamType::kBool: e.b = variant % 2 == 1; break;
+          case ParamType::kChoice:
             e.choice = info.choices.empty() ? 0 : static_cast<int>(variant % static_cast<int>(info.choices.size()));
             break;
-          case ParamKind::kPath: break;  // files are checked when the policy opens them
+          case ParamType::kPath: break;  // files are checked when the policy opens them
         }
       }
       expect_round_trip(st);
@@ -116,28 +117,28 @@ TEST_F(PipelineEditor, SpecTextRoundTripsToTheCanonicalPipeline) {
 }
 
 TEST_F(PipelineEditor, BadSpecsAndValuesAreReported) {
-  EXPECT_THROW(from_spec("nosuchpolicy", catalog_), std::invalid_argument);
-  EXPECT_THROW(from_spec("snapkv:nokey=1", catalog_), std::invalid_argument);
-  EXPECT_THROW(from_spec("snapkv:window", catalog_), std::invalid_argument);
-  EXPECT_THROW(from_spec("snapkv:window=abc", catalog_), std::invalid_argument);
-  EXPECT_THROW(from_spec("snapkv+", catalog_), std::invalid_argument);
+  EXPECT_THROW(from_spec("nosuchpolicy", catalog_), InputError);
+  EXPECT_THROW(from_spec("snapkv:nokey=1", catalog_), InputError);
+  EXPECT_THROW(from_spec("snapkv:window", catalog_), InputError);
+  EXPECT_THROW(from_spec("snapkv:window=abc", catalog_), InputError);
+  EXPECT_THROW(from_spec("snapkv+", catalog_), InputError);
   PipelineEdit e = from_spec("snapkv", catalog_);
   for (auto& p : e.stages[0].params)
-    if (p.kind == ParamKind::kInt) p.i = -1000000000;
+    if (p.type == ParamType::kInt) p.i = -1000000000;
   EXPECT_FALSE(check(e, catalog_).empty());
   // Stage order: a budget stage before the scorer.
   PipelineEdit order = from_spec("adakv", catalog_);
   order.stages.push_back(from_spec("snapkv", catalog_).stages[0]);
   EXPECT_FALSE(check(order, catalog_).empty());
-  EXPECT_EQ(format_double(0.2), "0.2");
-  EXPECT_EQ(format_double(64), "64");
-  EXPECT_EQ(format_double(1e-5), "1e-05");
+  EXPECT_EQ(format_number(0.2), "0.2");
+  EXPECT_EQ(format_number(64), "64");
+  EXPECT_EQ(format_number(1e-5), "1e-05");
 }
 
 TEST_F(PipelineEditor, EditorDrawsEveryPolicy) {
   HeadlessImGui im(1200, 900);
   PipelineEdit e;
-  for (const auto& p : catalog_.policies) e.stages.push_back(default_stage(p));
+  for (const auto& p : catalog_.policies()) e.stages.push_back(default_stage(p));
   for (int f = 0; f < 10; ++f)
     im.frame([&] {
       ImGui::SetNextWindowPos({0, 0});
@@ -146,7 +147,7 @@ TEST_F(PipelineEditor, EditorDrawsEveryPolicy) {
       draw_pipeline_editor(e, catalog_);
       ImGui::End();
     }, {300.0f + f * 10, 200.0f + f * 30});
-  EXPECT_EQ(e.stages.size(), catalog_.policies.size());
+  EXPECT_EQ(e.stages.size(), catalog_.policies().size());
   EXPECT_GT(im.vertices(), 1000);
 }
 

@@ -2,18 +2,22 @@
 // budget and unit, device and dtype; Run executes on the worker thread and streams tokens here,
 // Cancel stops it between decode steps; the finished run is recorded as a session and opened.
 
+#include <string_view>
+#include <vector>
+
 #include "../ui_util.h"
+#include "kvscope/core/budget.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
 namespace {
 
-bool combo(const char* label, std::string& value, std::initializer_list<const char*> items, float width = 140) {
+bool combo(const char* label, std::string& value, const std::vector<std::string_view>& items, float width = 140) {
   bool changed = false;
   ImGui::SetNextItemWidth(width);
   if (ImGui::BeginCombo(label, value.c_str())) {
-    for (const char* it : items)
-      if (ImGui::Selectable(it, value == it)) value = it, changed = true;
+    for (std::string_view it : items)
+      if (ImGui::Selectable(std::string(it).c_str(), value == it)) value = it, changed = true;
     ImGui::EndCombo();
   }
   return changed;
@@ -95,9 +99,14 @@ void run(AppState& s, Ui& ui) {
   }
   ImGui::Spacing();
   ImGui::TextUnformatted("Budget");
-  combo("unit", f.budget_unit, {"fraction", "stored", "fetched", "compression_ratio"}, 150);
-  help_marker("fraction: share of the cache kept; stored: entries per KV head; fetched: entries read per decode step per GQA "
-              "group (RocketKV's t); compression_ratio: kvpress, fraction removed. methods.md \xc2\xa7" "6.4.");
+  std::vector<std::string_view> units;
+  std::string unit_help;
+  for (const auto& u : budget_unit_table()) {
+    units.push_back(u.name);
+    unit_help += std::string(u.name) + ": " + std::string(u.help) + "\n";
+  }
+  combo("unit", f.budget_unit, units, 150);
+  help_marker(unit_help + "A pipeline that uses no budget (a head pattern) ignores it. docs/methods.md \xc2\xa7" "6.4.");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(120);
   ImGui::InputDouble("value", &f.budget_value, 0, 0, "%g");

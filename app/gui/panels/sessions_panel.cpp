@@ -48,15 +48,6 @@ std::string status_text(const sessions::RunRow& r) {
   return std::string(sessions::to_string(r.status));
 }
 
-std::string budget_text(const sessions::BudgetInfo& b) {
-  switch (b.unit) {
-    case sessions::BudgetUnit::kCompressionRatio: return "ratio " + format_num(b.value, "%g");
-    case sessions::BudgetUnit::kStored: return format_num(b.value, "%g") + " stored";
-    case sessions::BudgetUnit::kFetched: return format_num(b.value, "%g") + " fetched";
-    case sessions::BudgetUnit::kFraction: return "frac " + format_num(b.value, "%g");
-  }
-  return {};
-}
 
 bool contains_ci(const std::string& hay, const std::string& needle) {
   if (needle.empty()) return true;
@@ -330,7 +321,7 @@ void sessions(AppState& s, Ui&) {
         ImGui::TextUnformatted(ellipsize(r.pipeline_spec, 36).c_str());
         item_tooltip(r.pipeline_spec);
         ImGui::TableSetColumnIndex(kColBudget);
-        ImGui::TextUnformatted(budget_text(r.budget).c_str());
+        ImGui::TextUnformatted(format_budget(r.budget.unit, r.budget.value).c_str());
         ImGui::TableSetColumnIndex(kColKl);
         ImGui::TextUnformatted(format_num(metric(r, "mean_kl"), "%.4g").c_str());
         ImGui::TableSetColumnIndex(kColTop1);

@@ -150,7 +150,7 @@ SnapKvParams parse_snapkv(const std::string& policy, const ParamValues& v) {
 ParamSpec int_param(std::string key, double min, double max, std::string def, std::string help, std::string ref) {
   ParamSpec p;
   p.key = std::move(key);
-  p.type = ParamSpec::Type::kInt;
+  p.type = ParamType::kInt;
   p.min = min;
   p.max = max;
   p.default_value = std::move(def);
@@ -161,14 +161,14 @@ ParamSpec int_param(std::string key, double min, double max, std::string def, st
 
 ParamSpec float_param(std::string key, double min, double max, std::string def, std::string help, std::string ref) {
   ParamSpec p = int_param(std::move(key), min, max, std::move(def), std::move(help), std::move(ref));
-  p.type = ParamSpec::Type::kFloat;
+  p.type = ParamType::kFloat;
   return p;
 }
 
 ParamSpec bool_param(std::string key, std::string def, std::string help, std::string ref) {
   ParamSpec p;
   p.key = std::move(key);
-  p.type = ParamSpec::Type::kBool;
+  p.type = ParamType::kBool;
   p.default_value = std::move(def);
   p.help = std::move(help);
   p.paper_ref = std::move(ref);
@@ -179,7 +179,7 @@ ParamSpec choice_param(std::string key, std::vector<std::string> choices, std::s
                        std::string ref) {
   ParamSpec p;
   p.key = std::move(key);
-  p.type = ParamSpec::Type::kChoice;
+  p.type = ParamType::kChoice;
   p.choices = std::move(choices);
   p.default_value = std::move(def);
   p.help = std::move(help);

@@ -30,7 +30,7 @@ class Heads : public HeadPatternPolicy {
 PolicyRegistry::Entry heads_entry() {
   ParamSpec pattern;
   pattern.key = "pattern";
-  pattern.type = ParamSpec::Type::kPath;
+  pattern.type = ParamType::kPath;
   pattern.help = "head-pattern JSON (kvscope.head_pattern.v1): per layer and KV head, dense or streaming + sink + window";
   pattern.paper_ref = kRef;
   return {"heads", Stage::kHeadPattern, {pattern},

@@ -9,33 +9,24 @@
 #include <vector>
 
 #include "kvscope/core/engine.h"
+#include "kvscope/core/pipeline_spec.h"
 #include "kvscope/core/policy.h"
 
 namespace kvscope {
 
-/// One stage as written: `name[:key=value,...]`.
-struct StageSpec {
-  std::string policy;
-  ParamValues params;
-};
-
-/// Parses `name[:key=value,...][+name[:...]]...`. Throws InputError naming the offending part
-/// (empty stage, missing '=', duplicate key).
-std::vector<StageSpec> parse_pipeline_spec(std::string_view spec);
-
-/// parse_pipeline_spec with preset names (presets.h) replaced by their stages. Throws InputError,
-/// also for a preset given parameters.
-std::vector<StageSpec> expand_pipeline_presets(std::string_view spec);
-
 class Pipeline {
  public:
-  /// Builds the stages from `spec` with `registry`. A pipeline needs one scoring stage; budget
-  /// allocation defaults to `uniform`. Throws InputError for unknown policies or parameters (the
-  /// message lists the valid ones) and for stages out of order.
+  /// Builds the stages of `spec` (validated by resolve_pipeline against registry.catalog(): known
+  /// policies and parameters, stage rules, `uniform` after a scorer without a budget stage) with
+  /// `registry`'s factories. Throws InputError naming what is wrong (the message lists the valid
+  /// policies or keys), also from a factory (e.g. an unreadable head-pattern file).
   Pipeline(const PolicyRegistry& registry, std::string_view spec);
 
   /// Canonical SPEC with every parameter resolved (what a session stores).
   std::string canonical() const;
+  /// Whether any stage runs under the run's budget (pipeline_uses_budget): false for a head
+  /// pattern or channel pruning alone, which must be run without one.
+  bool uses_budget() const { return uses_budget_; }
   const std::vector<std::unique_ptr<Policy>>& stages() const { return stages_; }
 
   /// Prepares a run: configures decode-time stages and returns the entries per KV head that
@@ -55,6 +46,7 @@ class Pipeline {
 
  private:
   std::vector<std::unique_ptr<Policy>> stages_;
+  bool uses_budget_ = true;
   void apply_head_pattern(const LayerEvent& ev, int64_t reserve) const;
   const HeadPatternPolicy* heads_ = nullptr;
   const ScoringPolicy* scorer_ = nullptr;

@@ -1,6 +1,7 @@
 #pragma once
-// Compression policies: the stage model, typed parameters described by a ParamSpec table, and the
-// registry that the CLI/GUI build once in main. See shared/specs/architecture.md "Pipeline".
+// Compression policies: the interface of each stage (S0 head pattern .. S7 multi-turn) and the
+// registry that the CLI/GUI build once in main: the torch-free catalogue (policy_catalog.h: names,
+// stages, ParamSpec tables) plus a factory per policy. docs/architecture.md "The stage model".
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -12,65 +13,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kvscope/core/budget.h"
 #include "kvscope/core/head_pattern.h"
 #include "kvscope/core/model_config.h"
+#include "kvscope/core/param_spec.h"
+#include "kvscope/core/policy_catalog.h"
+#include "kvscope/core/stage.h"
 
 namespace kvscope {
-
-/// Pipeline stages, in execution order (architecture.md S0..S7).
-enum class Stage { kHeadPattern, kScoring, kBudget, kRetention, kChannel, kDecodeSelection, kMaintenance, kMultiTurn };
-
-/// One parameter a policy declares: its short key (as written in a pipeline SPEC), range,
-/// default, help, and the paper + section it comes from.
-struct ParamSpec {
-  enum class Type { kInt, kFloat, kChoice, kBool, kPath };
-  std::string key;
-  Type type = Type::kInt;
-  double min = 0, max = 0;            ///< inclusive range for kInt / kFloat
-  std::string default_value;          ///< as text, e.g. "64", "0.2", "avg"
-  std::vector<std::string> choices;   ///< for kChoice
-  std::string help;
-  std::string paper_ref;              ///< e.g. "SnapKV (Li et al. 2024) §4.2"
-};
-
-/// Parameter values as given (key -> text). A policy's factory validates them against its
-/// ParamSpec and parses them into its typed Params struct once.
-using ParamValues = std::map<std::string, std::string>;
-
-/// Validates `values` against `spec` (unknown keys: the error lists the valid ones; out-of-range
-/// or unparsable values: the error names the key and the range) and returns the full set with
-/// defaults filled in. Throws InputError("<policy>: ...").
-ParamValues resolve_params(const std::string& policy, const std::vector<ParamSpec>& spec, const ParamValues& values);
-/// Typed getters over resolved values (keys must exist).
-int64_t param_int(const ParamValues& v, const std::string& key);
-double param_float(const ParamValues& v, const std::string& key);
-bool param_bool(const ParamValues& v, const std::string& key);
-
-/// How large the compressed cache may be (methods.md §6.4: "budget" differs between papers).
-struct BudgetSpec {
-  enum class Unit {
-    kCompressionRatio,  ///< kvpress: fraction removed; n_kept = int(n_tok * (1 - value)) per KV head
-    kStored,            ///< entries stored per KV head
-    kFetched,           ///< entries read per decode step per GQA group (= stored for eviction methods)
-    kFraction,          ///< fraction of the full cache kept
-  };
-  Unit unit = Unit::kCompressionRatio;
-  double value = 0.0;
-  /// Average entries kept per KV head after prefill of n_tok tokens, in [0, n_tok].
-  int64_t kept_per_head(int64_t n_tok) const;
-  /// Throws InputError for a value outside the unit's range.
-  void validate() const;
-};
-
-/// Parses "stored" | "fetched" | "fraction". Throws InputError.
-BudgetSpec::Unit parse_budget_unit(const std::string& text);
-
-/// The budget of one run, with the lengths it is converted against.
-struct RunBudget {
-  BudgetSpec spec;
-  int64_t n_prompt = 0;        ///< prompt tokens (S_p)
-  int64_t max_new_tokens = 0;  ///< n_gen
-};
 
 /// What prefill-time policies see for one layer, after its attention ran on the whole prompt
 /// (the inputs kvpress passes to `press.score`).
@@ -166,11 +116,12 @@ class DecodeAttentionPolicy : public Policy {
   virtual int64_t after_graph_step(const class KvCache& cache) { return 0; }
 };
 
-/// The catalogue of policies: name -> stage, ParamSpec table, factory. Built once in main by
+/// The catalogue of policies (policy_catalog.h) with a factory per policy. Built once in main by
 /// register_builtin_policies and passed by const reference.
 class PolicyRegistry {
  public:
   using Factory = std::function<std::unique_ptr<Policy>(const ParamValues& resolved)>;
+  /// What each policy file defines (core/src/policies/<name>.cpp): its description and factory.
   struct Entry {
     std::string name;
     Stage stage;
@@ -179,14 +130,17 @@ class PolicyRegistry {
     Factory make;
   };
   void add(Entry e);
-  /// Throws InputError("unknown policy 'x' (known: ...)").
-  const Entry& at(const std::string& name) const;
-  /// Validates params against the spec and builds the policy.
+  /// The descriptions of every added policy (torch-free; the GUI and the session writer read it).
+  const PolicyCatalog& catalog() const { return catalog_; }
+  /// Validates params against the policy's ParamSpec and builds it. Throws InputError for an
+  /// unknown policy or parameter.
   std::unique_ptr<Policy> make(const std::string& name, const ParamValues& values) const;
-  std::vector<std::string> names() const;
+  /// Builds a stage resolve_pipeline validated.
+  std::unique_ptr<Policy> make(const ResolvedStage& stage) const;
 
  private:
-  std::map<std::string, Entry> entries_;
+  PolicyCatalog catalog_;
+  std::map<std::string, Factory> factories_;
 };
 
 /// Adds every built-in policy (scoring, budget allocation, ...) to `registry`.

@@ -11,6 +11,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "kvscope/core/budget.h"
+#include "kvscope/core/param_spec.h"
+
 namespace kvscope::sessions {
 
 /// Every failure of the store. what() = "<database file>: <problem>".
@@ -33,16 +36,10 @@ std::string_view to_string(RunStatus s);
 /// Parses the stored text; nullopt for anything else.
 std::optional<RunStatus> parse_run_status(std::string_view text);
 
-/// Unit of the compression budget (core's BudgetSpec::Unit; shared/specs/methods.md §6.4).
-enum class BudgetUnit {
-  kCompressionRatio,  ///< kvpress: fraction of the cache removed, in [0, 1)
-  kStored,            ///< entries stored per KV head
-  kFetched,           ///< entries read per decode step per GQA group
-  kFraction,          ///< fraction of the full cache kept, in (0, 1]
-};
-/// "compression_ratio" | "stored" | "fetched" | "fraction".
-std::string_view to_string(BudgetUnit u);
-std::optional<BudgetUnit> parse_budget_unit(std::string_view text);
+/// Unit of the compression budget and type of a policy parameter: core's torch-free description
+/// (kvscope/core/budget.h, param_spec.h), whose name tables are what the store writes.
+using BudgetUnit = kvscope::BudgetUnit;
+using ParamType = kvscope::ParamType;
 
 /// Element type of a captured blob. Bytes are stored in the machine's (little-endian) order.
 enum class DType { kF32, kF16, kBF16, kI32, kI64, kU8 };
@@ -52,13 +49,7 @@ std::optional<DType> parse_dtype(std::string_view text);
 /// Bytes per element: 4, 2, 2, 4, 8, 1.
 size_t dtype_size(DType d);
 
-/// Type of one policy parameter (core's ParamSpec::Type).
-enum class ParamType { kInt, kFloat, kChoice, kBool, kPath };
-/// "int" | "float" | "choice" | "bool" | "path".
-std::string_view to_string(ParamType t);
-std::optional<ParamType> parse_param_type(std::string_view text);
-
-/// The model a run used. Dimensions as in architecture.md (n_head = query heads).
+/// The model a run used. Dimensions as in docs/architecture.md (n_head = query heads).
 struct ModelInfo {
   std::string path;         ///< checkpoint directory or file as given
   std::string config_hash;  ///< hash of the model config (hex), to tell checkpoints apart
@@ -82,7 +73,7 @@ struct StageParam {
 
 /// One pipeline stage: the stage name ("scoring", "budget", ...), the policy id and its params.
 struct PipelineStage {
-  std::string stage;   ///< architecture.md S0..S7 name, e.g. "scoring"
+  std::string stage;   ///< kvscope::stage_key of the stage (S0..S7), e.g. "scoring"
   std::string policy;  ///< registry id, e.g. "snapkv"
   std::vector<StageParam> params;
   bool operator==(const PipelineStage&) const = default;

@@ -1,0 +1,58 @@
+#pragma once
+// One run as its user states it - in `kvscope-cli run` / `generate` flags, a sweep grid point or the
+// GUI's Run window - and the one place that turns it into a pipeline, a model load and a
+// GenerateRequest. The CLI, sweeps and the GUI's run worker all call these (kvscope_run), so a run
+// means the same thing whichever front end started it.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvscope/core/budget.h"
+#include "kvscope/core/capture.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/sampling.h"
+
+namespace kvscope::run {
+
+/// "auto" | "always" | "never". Throws InputError("--bos: ...") for anything else.
+BosMode parse_bos_mode(std::string_view text);
+
+/// Where and how to load a model: device "cpu" | "cuda" | "cuda:i", dtype "fp32" | "bf16" | "fp16",
+/// an optional tokenizer file overriding the model's own. Throws InputError naming the option for
+/// an unparsable device or dtype, or a CUDA device in a build without CUDA.
+LoadOptions load_options(const std::string& device, const std::string& dtype, const std::string& tokenizer = {});
+
+/// What one run is asked to do, in the user's terms.
+struct RunOptions {
+  std::string prompt_text;
+  std::vector<std::string> follow_up_turns;  ///< later user turns (multi-turn), each a text
+  BosMode bos = BosMode::kAuto;
+  std::string pipeline;              ///< pipeline SPEC (presets allowed); empty: the full cache
+  std::optional<BudgetSpec> budget;  ///< needed by a pipeline that uses one, refused by one that does not
+  int64_t max_new_tokens = 64;
+  SamplingParams sampling;
+  bool reference_full = false;  ///< also decode with the full cache: per-step KL and top-1 agreement
+  CaptureLevel capture = CaptureLevel::kOff;
+  int64_t capture_window = 32;
+  int64_t prefill_chunk = 0;  ///< prefill in blocks of this many tokens; 0 = the whole prompt
+};
+
+/// The pipeline of `options` built with `registry` (null for the full cache), its budget checked:
+/// InputError for a bad SPEC, a pipeline that uses a budget given none ("give --compression-ratio R
+/// or --budget N"), a budget given to a pipeline that uses none (a head pattern or channel pruning
+/// alone: the budget would be silently unused), or a budget outside its unit's range. Call it
+/// before loading a model, so a typo costs nothing.
+std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const RunOptions& options);
+
+/// The request of `options` for `model` under `pipeline` (from make_pipeline; may be null): prompt
+/// tokens (BOS per options.bos; a model without a tokenizer gets its BOS id alone), follow-up turns,
+/// sampling, stop tokens, budget, reference, capture and prefill chunking. Throws InputError for a
+/// model without a tokenizer given follow-up turns.
+GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options);
+
+}  // namespace kvscope::run

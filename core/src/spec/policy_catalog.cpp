@@ -1,0 +1,73 @@
+#include "kvscope/core/policy_catalog.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kvscope/core/errors.h"
+
+namespace kvscope {
+
+void PolicyCatalog::add(PolicyDescription d) {
+  auto same = std::find_if(policies_.begin(), policies_.end(), [&](const auto& p) { return p.name == d.name; });
+  if (same != policies_.end()) policies_.erase(same);
+  auto at = std::find_if(policies_.begin(), policies_.end(), [&](const auto& p) {
+    return p.stage != d.stage ? p.stage > d.stage : p.name > d.name;
+  });
+  policies_.insert(at, std::move(d));
+}
+
+const PolicyDescription* PolicyCatalog::find(std::string_view name) const {
+  for (const auto& p : policies_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const PolicyDescription& PolicyCatalog::at(std::string_view name) const {
+  if (const PolicyDescription* p = find(name)) return *p;
+  std::vector<std::string> names;
+  for (const auto& p : policies_) names.push_back(p.name);
+  std::sort(names.begin(), names.end());
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  throw InputError("unknown policy '" + std::string(name) + "' (known: " + known + ")");
+}
+
+std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::string_view spec) {
+  const std::string where = "pipeline '" + std::string(spec) + "'";
+  std::vector<ResolvedStage> out;
+  Stage last = Stage::kHeadPattern;
+  int heads = 0, scoring = 0, budget = 0, decode = 0;
+  for (const StageSpec& s : expand_pipeline_presets(spec)) {
+    const PolicyDescription& p = catalog.at(s.policy);
+    ResolvedStage r{&p, resolve_params(p.name, p.params, s.params)};
+    if (p.stage < last) throw InputError(where + ": stage '" + p.name + "' comes after a later stage");
+    last = p.stage;
+    if (p.stage == Stage::kHeadPattern && heads++) throw InputError(where + ": more than one head-pattern stage");
+    if (p.stage == Stage::kScoring && scoring++) throw InputError(where + ": more than one scoring stage");
+    if (p.stage == Stage::kBudget && budget++) throw InputError(where + ": more than one budget stage");
+    if (stage_info(p.stage).decode_time && decode++)
+      throw InputError(where + ": more than one decode-time attention stage");
+    out.push_back(std::move(r));
+  }
+  if (!heads && !scoring && !decode)
+    throw InputError(where + " has no head-pattern, scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
+  if (heads && scoring) throw InputError(where + ": a head pattern with a scoring stage is not supported yet");
+  if (scoring && !budget)  // default allocation right after the scorer, so the canonical SPEC keeps stage order
+    if (const PolicyDescription* uniform = catalog.find("uniform")) {
+      auto at = std::find_if(out.begin(), out.end(), [](const auto& r) { return r.policy->stage == Stage::kScoring; });
+      out.insert(at + 1, ResolvedStage{uniform, resolve_params(uniform->name, uniform->params, {})});
+    }
+  return out;
+}
+
+std::string canonical_spec(const std::vector<ResolvedStage>& stages) {
+  std::vector<StageSpec> specs;
+  for (const auto& s : stages) specs.push_back({s.policy->name, s.params});
+  return write_pipeline_spec(specs);
+}
+
+bool pipeline_uses_budget(const std::vector<ResolvedStage>& stages) {
+  return std::any_of(stages.begin(), stages.end(), [](const auto& s) { return stage_info(s.policy->stage).uses_budget; });
+}
+
+}  // namespace kvscope
