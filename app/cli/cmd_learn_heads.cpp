@@ -2,6 +2,8 @@
 // text and write the kvscope.head_pattern.v1 file that `--pipeline heads:pattern=FILE` runs.
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <utility>
 
 #include <ATen/ATen.h>
 
@@ -32,13 +34,21 @@ Runner add_learn_heads(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype, "fp32 | bf16 | fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--seq-len", o.seq_len, "Tokens per training sequence (default 1024, capped at the model's context)");
   cmd->add_option("--batch", o.batch, "Sequences per step (default 4)");
-  cmd->add_option("--reference-length", o.reference_length, "Context length N the budget is measured on (default --seq-len)");
+  cmd->add_option("--reference-length", o.reference_length,
+                  "Context length N the budget is measured on (default --seq-len); the default --sink, --window and "
+                  "--block scale with it on models of less than 8192 tokens of context");
   cmd->add_option("--max-tokens", o.max_tokens, "Training tokens to read (default steps x batch x seq-len)");
   cmd->add_option("--lr", o.lr, "Adam learning rate (default duo 0.02, hs-sft 0.01)");
   cmd->add_option("--seed", o.seed, "File order and minibatch seed");
-  cmd->add_option("--sink", o.sink, "Sink tokens of every streaming head (default 128, HS-SFT Table 6)");
-  cmd->add_option("--window", o.window, "duo: streaming window (default 256)");
-  cmd->add_option("--block", o.block, "hs-sft: candidate windows are {1..m} x block (default 128)");
+  cmd->add_option("--sink", o.sink,
+                  "Sink tokens of every streaming head (default 128 as in HS-SFT Table 6 when the model's context or "
+                  "--reference-length N is 8192+ tokens; else N/64: 8 on stories260K, 16 on pycode-16m)");
+  cmd->add_option("--window", o.window,
+                  "duo: streaming window (default 256 as in DuoAttention when the model's context or N is 8192+ tokens; "
+                  "else N/32: 16 on stories260K, 32 on pycode-16m)");
+  cmd->add_option("--block", o.block,
+                  "hs-sft: candidate windows are {1..m} x block (default 128 as in HS-SFT Table 6 when the model's "
+                  "context or N is 8192+ tokens; else N/64: 8 on stories260K, 16 on pycode-16m)");
   cmd->add_option("--candidates", o.n_candidates, "hs-sft: m, the number of candidate windows (default 8)");
   cmd->add_option("--dense-fraction", o.dense_fraction, "hs-sft: alpha, dense KV heads (default budget - 0.05)");
   cmd->add_option("--lambda", o.lambda, "Regulariser weight (default duo 0.05 on sum |gate|; hs-sft 0.01 on the balance KL)");
@@ -48,19 +58,30 @@ Runner add_learn_heads(CLI::App& app) {
       ->check(CLI::IsMember({"softmax", "selected"}));
   cmd->add_option("--init-steps", o.init_steps, "hs-sft: DuoAttention gate steps that rank the dense heads (default steps/2)");
   cmd->add_option("--log-every", o.log_every, "Print the loss every N steps (default 10)");
-  auto* seq_len = cmd->get_option("--seq-len");
-  return [a, seq_len]() {
+  return [a, cmd]() {
     learn::LearnOptions o = a->o;
+    // Unset sizes hold the "derived" sentinel (learn_heads.h); a value given on the command line
+    // must not be mistaken for it.
+    const auto given = [cmd](const char* name) { return cmd->get_option(name)->count() > 0; };
+    if (given("--seq-len") && o.seq_len < 2) throw InputError("--seq-len must be >= 2, got " + std::to_string(o.seq_len));
+    if (given("--sink") && o.sink < 0) throw InputError("--sink must be >= 0, got " + std::to_string(o.sink));
+    for (const auto& [name, value] : {std::pair<const char*, int64_t>{"--window", o.window}, {"--block", o.block}})
+      if (given(name) && value < 1) throw InputError(std::string(name) + " must be >= 1, got " + std::to_string(value));
     o.method = learn::parse_learn_method(a->method);
     o.ste = a->ste == "selected" ? learn::SteMode::kSelected : learn::SteMode::kSoftmax;
     const c10::Device dev(a->device);
     if (dev.is_cuda() && !at::hasCUDA())
       throw InputError("--device " + a->device + ": this build of kvscope has no CUDA (LibTorch is CPU-only)");
     const Model model = load_model(a->model, LoadOptions{dev, parse_dtype(a->dtype), a->tokenizer});
-    if (seq_len->count() == 0) o.seq_len = std::min<int64_t>(o.seq_len, model.config.max_position_embeddings);
+    o = learn::resolve_defaults(o, model.config);  // seq_len, sink, window, block: as the run uses them
+    learn::validate(o, model.config);
     std::cerr << "learn-heads: " << a->method << " on " << a->model << " (" << model.config.n_layer << " layers x "
               << model.config.n_head_kv << " KV heads), budget " << o.budget << ", " << o.steps << " steps of "
-              << o.batch << " x " << o.seq_len << " tokens\n";
+              << o.batch << " x " << o.seq_len << " tokens, sink " << o.sink
+              << (o.method == learn::LearnMethod::kDuo ? ", window " + std::to_string(o.window)
+                                                       : ", candidate windows {1.." + std::to_string(o.n_candidates) +
+                                                             "} x " + std::to_string(o.block))
+              << "\n";
     auto progress = [](const learn::LossPoint& p) {
       std::fprintf(stderr, "  step %5lld  %-6s  loss %.6f  (task %.6f, reg %.6f)\n", static_cast<long long>(p.step),
                    p.phase.c_str(), p.loss, p.task_loss, p.reg_loss);

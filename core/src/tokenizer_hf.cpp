@@ -823,32 +823,61 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-std::optional<std::string> optional_string(const json& spec, const char* key) {
+/// model.<key> as a string; nullopt when absent or null. Throws InputError(file, ...) for another type.
+std::optional<std::string> optional_string(const json& spec, const char* key, const fs::path& file) {
   if (!spec.contains(key) || spec.at(key).is_null()) return std::nullopt;
+  if (!spec.at(key).is_string())
+    throw InputError(file, std::string("model.") + key + " must be a string or null (got " + spec.at(key).type_name() + ")");
   return spec.at(key).get<std::string>();
 }
+
+/// model.<key> as a bool; `fallback` when absent or null. Throws InputError(file, ...) for another type.
+bool optional_bool(const json& spec, const char* key, bool fallback, const fs::path& file) {
+  if (!spec.contains(key) || spec.at(key).is_null()) return fallback;
+  if (!spec.at(key).is_boolean())
+    throw InputError(file, std::string("model.") + key + " must be true or false (got " + spec.at(key).type_name() + ")");
+  return spec.at(key).get<bool>();
+}
+
+/// A JSON value for an error message: its text, cut to 60 characters.
+std::string shown(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+constexpr const char* kSupportedModels = "supported: BPE";
 
 class BpeModel {
  public:
   /// Reads model.vocab / model.merges (either "a b" strings or ["a", "b"] pairs) and options.
-  /// Throws InputError(file, ...) for another model type or a merge outside the vocabulary.
+  /// Throws InputError(file, ...) naming the field for a model that is not an object, another
+  /// model type, a vocab that is not a non-empty object of token -> distinct non-negative ids,
+  /// merges that are not an array of pairs of vocabulary tokens, an unk_token outside the
+  /// vocabulary, or an option of the wrong type.
   BpeModel(const json& spec, const fs::path& file) {
-    const std::string type = spec.contains("type") ? spec.at("type").get<std::string>() : "BPE";
-    if (type != "BPE") throw InputError(file, "unsupported model type '" + type + "'");
-    for (const auto& [token, id] : spec.at("vocab").items()) {
-      const auto value = json_integer(id, INT32_MIN, INT32_MAX);
-      if (!value) throw InputError(file, "vocab entry '" + token + "' has id " + id.dump() + ", not a 32-bit integer");
-      vocab_.emplace(token, static_cast<int32_t>(*value));
+    if (!spec.is_object())
+      throw InputError(file, std::string("model must be an object with \"type\": \"BPE\", \"vocab\" and \"merges\" (got ") +
+                                 spec.type_name() + ")");
+    std::string type = "BPE";  // tokenizer.json files written before `tokenizers` 0.9 have no type
+    if (spec.contains("type")) {
+      if (!spec.at("type").is_string())
+        throw InputError(file, std::string("model.type must be a string (") + kSupportedModels + "), got " + shown(spec.at("type")));
+      type = spec.at("type").get<std::string>();
     }
-    read_merges(spec.value("merges", json::array()), file);
-    if (const auto unk = optional_string(spec, "unk_token")) {
-      if (const auto it = vocab_.find(*unk); it != vocab_.end()) unk_id_ = it->second;
+    if (type != "BPE") throw InputError(file, "unsupported model type '" + type + "' (" + kSupportedModels + ")");
+    read_vocab(spec, file);
+    read_merges(spec.contains("merges") ? spec.at("merges") : json(), file);
+    if (const auto unk = optional_string(spec, "unk_token", file)) {
+      const auto it = vocab_.find(*unk);
+      if (it == vocab_.end()) throw InputError(file, "model.unk_token '" + *unk + "' is not in model.vocab");
+      unk_id_ = it->second;
     }
-    fuse_unk_ = spec.value("fuse_unk", false);
-    byte_fallback_ = spec.value("byte_fallback", false);
-    ignore_merges_ = spec.value("ignore_merges", false);
-    continuing_prefix_ = optional_string(spec, "continuing_subword_prefix").value_or("");
-    end_of_word_suffix_ = optional_string(spec, "end_of_word_suffix").value_or("");
+    fuse_unk_ = optional_bool(spec, "fuse_unk", false, file);
+    byte_fallback_ = optional_bool(spec, "byte_fallback", false, file);
+    ignore_merges_ = optional_bool(spec, "ignore_merges", false, file);
+    continuing_prefix_ = optional_string(spec, "continuing_subword_prefix", file).value_or("");
+    end_of_word_suffix_ = optional_string(spec, "end_of_word_suffix", file).value_or("");
     byte_ids_.fill(-1);
     for (int byte = 0; byte < 256; ++byte) {
       if (const auto it = vocab_.find(byte_token_name(static_cast<unsigned char>(byte))); it != vocab_.end()) {
@@ -874,31 +903,65 @@ class BpeModel {
   }
 
  private:
+  /// model.vocab: a non-empty object of token -> id, ids distinct and >= 0 (an id shared by two
+  /// tokens would make decoding depend on hash order; the upper bound is checked with the added
+  /// tokens, HfTokenizer::set_token).
+  void read_vocab(const json& spec, const fs::path& file) {
+    if (!spec.contains("vocab")) throw InputError(file, "model.vocab is missing (an object of token -> id)");
+    const json& vocab = spec.at("vocab");
+    if (!vocab.is_object())
+      throw InputError(file, std::string("model.vocab must be an object of token -> id (got ") + vocab.type_name() + " " +
+                                 shown(vocab) + ")");
+    if (vocab.empty()) throw InputError(file, "model.vocab is empty: no text could be encoded");
+    std::unordered_map<int32_t, std::string> token_of;
+    for (const auto& [token, id] : vocab.items()) {
+      const auto value = json_integer(id, INT32_MIN, INT32_MAX);
+      if (!value) throw InputError(file, "model.vocab entry '" + token + "' has id " + id.dump() + ", not a 32-bit integer");
+      if (*value < 0) throw InputError(file, "model.vocab entry '" + token + "' has negative id " + id.dump());
+      const auto [other, fresh] = token_of.emplace(static_cast<int32_t>(*value), token);
+      if (!fresh)
+        throw InputError(file, "model.vocab entries '" + other->second + "' and '" + token + "' have the same id " + id.dump());
+      vocab_.emplace(token, static_cast<int32_t>(*value));
+    }
+  }
+
+  /// model.merges: absent, null, or an array whose entries are "a b" strings or ["a", "b"] pairs of
+  /// vocabulary tokens whose concatenation is in the vocabulary too.
   void read_merges(const json& merges, const fs::path& file) {
+    if (merges.is_null()) return;
+    if (!merges.is_array())
+      throw InputError(file, std::string("model.merges must be an array of \"a b\" strings or [\"a\", \"b\"] pairs (got ") +
+                                 merges.type_name() + " " + shown(merges) + ")");
     int32_t rank = 0;
     for (const json& merge : merges) {
+      const std::string where = "model.merges[" + std::to_string(rank) + "]";
       std::string left;
       std::string right;
       if (merge.is_string()) {
         const std::string line = merge.get<std::string>();
         const size_t space = line.find(' ');
         if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-          throw InputError(file, "merge '" + line + "' is not two tokens separated by one space");
+          throw InputError(file, where + ": merge '" + line + "' is not two tokens separated by one space");
         }
         left = line.substr(0, space);
         right = line.substr(space + 1);
       } else {
-        if (!merge.is_array() || merge.size() != 2) throw InputError(file, "merge is not a pair: " + merge.dump());
+        if (!merge.is_array() || merge.size() != 2 || !merge[0].is_string() || !merge[1].is_string())
+          throw InputError(file, where + " must be an \"a b\" string or a pair [\"a\", \"b\"] of token strings (got " +
+                                     shown(merge) + ")");
         left = merge[0].get<std::string>();
         right = merge[1].get<std::string>();
       }
-      merges_.emplace(pair_key(id_of(left, file), id_of(right, file)), MergeRule{rank++, id_of(left + right, file)});
+      const int32_t left_id = id_of(left, where + ": merge token", file);
+      const int32_t right_id = id_of(right, where + ": merge token", file);
+      const int32_t merged_id = id_of(left + right, where + ": merged token", file);
+      merges_.emplace(pair_key(left_id, right_id), MergeRule{rank++, merged_id});
     }
   }
 
-  int32_t id_of(const std::string& token, const fs::path& file) const {
+  int32_t id_of(const std::string& token, const std::string& what, const fs::path& file) const {
     const auto it = vocab_.find(token);
-    if (it == vocab_.end()) throw InputError(file, "merge token '" + token + "' is not in the vocabulary");
+    if (it == vocab_.end()) throw InputError(file, what + " '" + token + "' is not in the vocabulary");
     return it->second;
   }
 
@@ -1096,12 +1159,19 @@ class AddedTokenMatcher {
 
 constexpr int32_t kMaxTokenId = 1 << 22;
 
+/// root["model"]; InputError(file, ...) when it is missing or null (BpeModel checks the rest).
+const json& model_spec(const json& root, const fs::path& file) {
+  if (!root.contains("model") || root.at("model").is_null())
+    throw InputError(file, std::string("model is missing: tokenizer.json needs a \"model\" object (") + kSupportedModels + ")");
+  return root.at("model");
+}
+
 class HfTokenizer final : public Tokenizer {
  public:
   HfTokenizer(const json& root, const fs::path& file)
       : file_(file),
         alphabet_(std::make_shared<const ByteAlphabet>()),
-        model_(root.at("model"), file),
+        model_(model_spec(root, file), file),
         normalizer_(parse_normalizer(root.value("normalizer", json()), file)),
         pre_tokenizer_(parse_pre_tokenizer(root.value("pre_tokenizer", json()), file, alphabet_)),
         decoder_(parse_decoder(root.value("decoder", json()), file, alphabet_)) {
@@ -1217,7 +1287,11 @@ class HfTokenizer final : public Tokenizer {
 /// pre-tokenizers Sequence/Split/ByteLevel/Digits/Metaspace; decoders Sequence/ByteLevel/
 /// Metaspace/ByteFallback/Fuse/Strip/Replace; added tokens; post-processor ignored.
 /// Throws InputError(path, ...) if the file is missing, not JSON, malformed, or uses an
-/// unsupported model type / normalizer / pre-tokenizer / decoder ("unsupported ... 'Type'").
+/// unsupported model type / normalizer / pre-tokenizer / decoder ("unsupported ... 'Type'"). The
+/// model is checked whole at load, naming the field ("model.vocab must be an object of token ->
+/// id"): a missing model, a vocab that is not a non-empty object of distinct non-negative ids,
+/// merges that are not an array of "a b" strings or ["a", "b"] pairs of vocabulary tokens, an
+/// unk_token outside the vocab, options of the wrong type.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokenizer_json) {
   return load_hf_tokenizer_text(read_text_file(tokenizer_json), tokenizer_json);
 }

@@ -19,6 +19,7 @@
 #include "kvscope/core/learn/pattern_budget.h"
 #include "kvscope/core/learn/pattern_file.h"
 #include "kvscope/core/learn/training_forward.h"
+#include "kvscope/core/model_config.h"
 #include "kvscope/core/pipeline.h"
 #include "test_support.h"
 
@@ -192,6 +193,126 @@ TEST(PatternBudget, RescaleKeepsTheOrderOfLearnedWindowsUnderTheBudget) {
   EXPECT_THROW(learn::rescale_windows(dense, learned, 16, 0.1, 2048), InputError) << "the dense head alone is 1/6";
 }
 
+void expect_input_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected InputError mentioning '" << needle << "'";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// The defaults were the papers' 128 sinks / 256-token window / 128-token blocks on every model: on
+// stories260K's 512-token context hs-sft at budget 0.25 refused to run ("below what the dense heads
+// and the 128 sink tokens ... keep on a 512-token reference context"). Below 8K they now scale with
+// the reference length.
+TEST(LearnDefaults, SizesScaleWithTheReferenceLengthBelow8K) {
+  using learn::default_streaming_sizes;
+  const auto sizes = [](int64_t n, int64_t context) {
+    const learn::StreamingSizes s = default_streaming_sizes(n, context);
+    return std::vector<int64_t>{s.sink, s.window, s.block};
+  };
+  EXPECT_EQ(sizes(512, 512), (std::vector<int64_t>{8, 16, 8}));        // stories260K
+  EXPECT_EQ(sizes(1024, 4096), (std::vector<int64_t>{16, 32, 16}));    // pycode-16m at the default --seq-len
+  EXPECT_EQ(sizes(128, 512), (std::vector<int64_t>{2, 4, 2}));
+  EXPECT_EQ(sizes(16, 512), (std::vector<int64_t>{1, 1, 1})) << "at least 1";
+  // The papers' values (HS-SFT Table 6, DuoAttention) for 8K+ models, whatever the reference length,
+  // and for a reference length of 8K+ on any model.
+  EXPECT_EQ(sizes(1024, 8192), (std::vector<int64_t>{128, 256, 128}));
+  EXPECT_EQ(sizes(512, 131072), (std::vector<int64_t>{128, 256, 128}));
+  EXPECT_EQ(sizes(8192, 512), (std::vector<int64_t>{128, 256, 128}));
+  EXPECT_EQ(sizes(16384, 4096), (std::vector<int64_t>{128, 256, 128}));
+}
+
+TEST(LearnDefaults, ResolveFillsOnlyWhatWasLeftToDefault) {
+  const ModelConfig& c = stories().config;  // context 512
+  const LearnOptions d = learn::resolve_defaults(LearnOptions{}, c);
+  EXPECT_EQ(d.seq_len, 512) << "1024 capped at the model's context";
+  EXPECT_EQ(d.sink, 8);
+  EXPECT_EQ(d.window, 16);
+  EXPECT_EQ(d.block, 8);
+  LearnOptions given;
+  given.seq_len = 256;
+  given.sink = 0;
+  given.window = 40;
+  const LearnOptions r = learn::resolve_defaults(given, c);
+  EXPECT_EQ(r.seq_len, 256);
+  EXPECT_EQ(r.sink, 0) << "an explicit 0 sinks is kept";
+  EXPECT_EQ(r.window, 40);
+  EXPECT_EQ(r.block, 4) << "256 / 64";
+  LearnOptions longer = given;
+  longer.reference_length = 4096;  // the budget measured on longer prompts than the training sequences
+  EXPECT_EQ(learn::resolve_defaults(longer, c).block, 64);
+  EXPECT_EQ(learn::resolve_defaults(r, c).block, r.block) << "idempotent";
+  const ModelConfig pycode = parse_hf_config(test::pycode_dir() / "config.json");
+  const LearnOptions p = learn::resolve_defaults(LearnOptions{}, pycode);
+  EXPECT_EQ(p.seq_len, 1024);
+  EXPECT_EQ(p.sink, 16);
+  EXPECT_EQ(p.window, 32);
+  EXPECT_EQ(p.block, 16);
+  ModelConfig long_context = pycode;
+  long_context.max_position_embeddings = 32768;
+  const LearnOptions l = learn::resolve_defaults(LearnOptions{}, long_context);
+  EXPECT_EQ(l.seq_len, 1024);
+  EXPECT_EQ(l.sink, 128);
+  EXPECT_EQ(l.window, 256);
+  EXPECT_EQ(l.block, 128);
+}
+
+TEST(LearnDefaults, EveryBudgetFromTenToFiftyPercentFitsOnTheEmbeddedModels) {
+  const std::vector<std::pair<std::string, ModelConfig>> models = {
+      {"stories260K", stories().config}, {"pycode-16m", parse_hf_config(test::pycode_dir() / "config.json")}};
+  for (const auto& [name, config] : models)
+    for (const LearnMethod method : {LearnMethod::kHsSft, LearnMethod::kDuo})
+      for (int percent = 10; percent <= 50; percent += 5) {
+        LearnOptions o;  // everything else at its default, as `kvscope-cli learn-heads` passes it
+        o.method = method;
+        o.budget = percent / 100.0;
+        SCOPED_TRACE(name + " " + learn::learn_method_name(method) + " budget " + std::to_string(o.budget));
+        EXPECT_NO_THROW(learn::validate(o, config));
+        // The fitted patterns of the budget check stay within the budget at the reference length.
+        const LearnOptions r = learn::resolve_defaults(o, config);
+        const std::vector<std::vector<double>> ones(config.n_layer, std::vector<double>(config.n_head_kv, 1.0));
+        const HeadPattern p =
+            method == LearnMethod::kDuo
+                ? learn::threshold_gates(ones, o.budget, r.seq_len, r.sink, r.window)
+                : learn::rescale_windows(learn::choose_dense_heads(ones, std::max(0.0, o.budget - 0.05)),
+                                         std::vector<int64_t>(config.n_layer, r.block), r.sink, o.budget, r.seq_len);
+        EXPECT_LE(learn::kept_fraction(p, r.seq_len), o.budget);
+      }
+}
+
+TEST(LearnDefaults, ExplicitSizesThatCannotMeetTheBudgetStillFail) {
+  const ModelConfig& c = stories().config;
+  LearnOptions hs;
+  hs.budget = 0.25;
+  hs.sink = 128;  // the papers' sinks on a 512-token context
+  expect_input_error([&] { learn::validate(hs, c); },
+                     "--budget 0.25 is below what the dense heads and the 128 sink tokens of the streaming heads keep on a "
+                     "512-token reference context");
+  expect_input_error([&] { learn::learn_head_pattern(stories(), stories_glob(), hs); }, "the 128 sink tokens");
+  LearnOptions duo;
+  duo.method = LearnMethod::kDuo;
+  duo.budget = 0.25;
+  duo.sink = 64;
+  duo.window = 256;
+  expect_input_error([&] { learn::validate(duo, c); },
+                     "--budget 0.25 is below what streaming heads alone keep: sink 64 + window 256 of a 512-token reference context");
+  LearnOptions window_only = duo;  // the default sink (8) with an explicit window too large for the budget
+  window_only.sink = -1;
+  window_only.window = 200;
+  expect_input_error([&] { learn::validate(window_only, c); }, "sink 8 + window 200 of a 512-token reference context");
+  // An 8K+ model keeps the papers' sizes: at the default 1,024-token reference they cannot meet 0.25.
+  ModelConfig long_context = parse_hf_config(test::pycode_dir() / "config.json");
+  long_context.max_position_embeddings = 8192;
+  LearnOptions paper;
+  paper.method = LearnMethod::kDuo;
+  paper.budget = 0.25;
+  expect_input_error([&] { learn::validate(paper, long_context); }, "sink 128 + window 256 of a 1024-token reference context");
+  paper.reference_length = 8192;
+  EXPECT_NO_THROW(learn::validate(paper, long_context));
+}
+
 TEST(FileGlob, DoubleStarMatchesAnyDepth) {
   const fs::path root = temp_file("glob");
   fs::create_directories(root / "a/b");
@@ -272,15 +393,6 @@ TEST(LearnHeads, DuoReducesTheLossAndThresholdsGatesToTheBudget) {
       << "dense heads are the ones with the largest gates";
   std::remove(f.c_str());
   std::remove(learn::loss_curve_path(f).c_str());
-}
-
-void expect_input_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected InputError mentioning '" << needle << "'";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(LearnHeads, BadInputIsNamed) {

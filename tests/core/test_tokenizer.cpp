@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -436,6 +437,58 @@ TEST(TokenizerErrors, UnsupportedTypes) {
   const fs::path regex = dir.write(
       "bad_regex.json", replaced(split_fixture("Isolated", false), R"({"String": "-"})", R"({"Regex": "(unclosed"})"));
   expect_input_error([&] { load_hf_tokenizer(regex); }, regex, "invalid regex");
+}
+
+// A malformed model was accepted at load: "vocab": 3 iterated as one token "" (id 3), so every
+// prompt encoded to nothing and `kvscope-cli generate` failed later with "the prompt is empty".
+// Each of these now fails at load, naming tokenizer.json and the field.
+TEST(TokenizerErrors, MalformedModelFailsAtLoadNamingTheField) {
+  const std::string vocab = R"("vocab": {"a": 0, "b": 1, "ab": 2})";
+  const auto model = [&](const std::string& fields) { return R"({"model": {"type": "BPE", )" + fields + "}}"; };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model": {"type": "BPE", "vocab": 3}})", "model.vocab must be an object of token -> id (got number 3)"},
+      {model(R"("vocab": [0, 1], "merges": [])"), "model.vocab must be an object of token -> id (got array"},
+      {model(R"("vocab": "a", "merges": [])"), "model.vocab must be an object of token -> id (got string"},
+      {model(R"("merges": [])"), "model.vocab is missing"},
+      {model(R"("vocab": {}, "merges": [])"), "model.vocab is empty"},
+      {model(R"("vocab": {"a": 0, "b": -1}, "merges": [])"), "model.vocab entry 'b' has negative id -1"},
+      {model(R"("vocab": {"a": 0, "b": 0}, "merges": [])"), "model.vocab entries 'a' and 'b' have the same id 0"},
+      {model(vocab + R"(, "merges": "a b")"), "model.merges must be an array of \"a b\" strings or [\"a\", \"b\"] pairs (got string"},
+      {model(vocab + R"(, "merges": {"a": "b"})"), "model.merges must be an array"},
+      {model(vocab + R"(, "merges": 7)"), "model.merges must be an array"},
+      {model(vocab + R"(, "merges": ["a b", 7])"), "model.merges[1] must be an \"a b\" string or a pair [\"a\", \"b\"] of token strings (got 7)"},
+      {model(vocab + R"(, "merges": [["a", "b", "c"]])"), "model.merges[0] must be an \"a b\" string or a pair"},
+      {model(vocab + R"(, "merges": [["a", 1]])"), "model.merges[0] must be an \"a b\" string or a pair"},
+      {model(vocab + R"(, "merges": [{"a": "b"}])"), "model.merges[0] must be an \"a b\" string or a pair"},
+      {model(vocab + R"(, "merges": ["a b", "ab"])"), "model.merges[1]: merge 'ab' is not two tokens separated by one space"},
+      {model(vocab + R"(, "merges": ["a c"])"), "model.merges[0]: merge token 'c' is not in the vocabulary"},
+      {model(R"("vocab": {"a": 0, "b": 1}, "merges": ["a b"])"), "model.merges[0]: merged token 'ab' is not in the vocabulary"},
+      {model(vocab + R"(, "merges": [], "unk_token": "<unk>")"), "model.unk_token '<unk>' is not in model.vocab"},
+      {model(vocab + R"(, "merges": [], "unk_token": 0)"), "model.unk_token must be a string or null (got number)"},
+      {model(vocab + R"(, "merges": [], "byte_fallback": "yes")"), "model.byte_fallback must be true or false (got string)"},
+      {model(vocab + R"(, "merges": [], "continuing_subword_prefix": ["#"])"), "model.continuing_subword_prefix must be a string"},
+      {R"({"model": {"type": "Foo", "vocab": {"a": 0}}})", "unsupported model type 'Foo' (supported: BPE)"},
+      {R"({"model": {"type": 7, "vocab": {"a": 0}}})", "model.type must be a string (supported: BPE), got 7"},
+      {R"({"version": "1.0", "added_tokens": []})", "model is missing"},
+      {R"({"model": null})", "model is missing"},
+      {R"({"model": 3})", "model must be an object"},
+      {R"({"model": ["BPE"]})", "model must be an object"},
+  };
+  for (const auto& [text, problem] : cases) {
+    TempDir dir;
+    const fs::path file = dir.write("tokenizer.json", text);
+    SCOPED_TRACE(text);
+    expect_input_error([&] { load_hf_tokenizer(file); }, file, problem);
+    expect_input_error([&] { load_tokenizer(dir.path()); }, file, problem);  // what `--model DIR` loads
+    expect_input_error([&] { load_hf_tokenizer_text(text, "tokenizer.json"); }, "tokenizer.json", problem);  // the fuzz target's entry
+  }
+  // The well-formed neighbour of these cases loads and encodes (the checks reject no valid model).
+  TempDir dir;
+  const auto tokenizer = load_hf_tokenizer(dir.write("tokenizer.json", model(vocab + R"(, "merges": ["a b"], "unk_token": null)")));
+  EXPECT_EQ(tokenizer->encode("abba"), (Ids{2, 1, 0}));
+  EXPECT_EQ(load_hf_tokenizer(dir.write("pairs.json", model(vocab + R"(, "merges": [["a", "b"]], "unk_token": "a")")))->encode("abc"),
+            (Ids{2, 0}));
+  EXPECT_EQ(load_hf_tokenizer(dir.write("untyped.json", R"({"model": {"vocab": {"a": 0}}})"))->encode("aa"), (Ids{0, 0}));
 }
 
 TEST(TokenizerErrors, TruncatedTokBin) {

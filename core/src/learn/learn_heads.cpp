@@ -1,5 +1,7 @@
 #include "kvscope/core/learn/learn_heads.h"
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -38,7 +40,26 @@ LearnMethod parse_learn_method(const std::string& name) {
 
 std::string learn_method_name(LearnMethod m) { return m == LearnMethod::kHsSft ? "hs-sft" : "duo"; }
 
-void validate(const LearnOptions& o, const ModelConfig& c) {
+StreamingSizes default_streaming_sizes(int64_t n, int64_t context) {
+  if (context >= kPaperContext || n >= kPaperContext) return {kPaperSink, kPaperWindow, kPaperBlock};
+  const auto scaled = [n](int64_t paper) {
+    return std::max<int64_t>(1, std::llround(static_cast<double>(paper) * static_cast<double>(n) / kPaperContext));
+  };
+  return {scaled(kPaperSink), scaled(kPaperWindow), scaled(kPaperBlock)};
+}
+
+LearnOptions resolve_defaults(const LearnOptions& given, const ModelConfig& c) {
+  LearnOptions o = given;
+  if (o.seq_len == 0) o.seq_len = std::min<int64_t>(kDefaultSeqLen, c.max_position_embeddings);
+  const StreamingSizes d = default_streaming_sizes(reference_length_of(o), c.max_position_embeddings);
+  if (o.sink < 0) o.sink = d.sink;
+  if (o.window < 0) o.window = d.window;
+  if (o.block < 0) o.block = d.block;
+  return o;
+}
+
+void validate(const LearnOptions& given, const ModelConfig& c) {
+  const LearnOptions o = resolve_defaults(given, c);
   if (!(o.budget > 0 && o.budget <= 1))
     throw InputError("--budget " + fmt(o.budget) + ": must be a fraction in (0, 1] of the full KV cache kept");
   if (o.steps < 1) throw InputError("--steps must be >= 1, got " + std::to_string(o.steps));
@@ -48,7 +69,6 @@ void validate(const LearnOptions& o, const ModelConfig& c) {
     throw InputError("--seq-len " + std::to_string(o.seq_len) + " is beyond the model's context of " +
                      std::to_string(c.max_position_embeddings) + " tokens");
   if (o.reference_length < 0) throw InputError("--reference-length must be >= 1 (or 0 for --seq-len)");
-  if (o.sink < 0) throw InputError("--sink must be >= 0, got " + std::to_string(o.sink));
   if (!(o.lr >= 0)) throw InputError("--lr must be > 0 (or 0 for the method's default)");
   if (!(o.tau > 0)) throw InputError("--tau must be > 0");
   if (o.method == LearnMethod::kDuo) {
@@ -64,11 +84,18 @@ void validate(const LearnOptions& o, const ModelConfig& c) {
       throw InputError("--seq-len " + std::to_string(o.seq_len) + " is not longer than --sink + --block (" +
                        std::to_string(o.sink + o.block) + "): streaming heads would drop nothing to learn from");
   }
+  // Fail before reading data or training when no pattern of the method can meet the budget (the
+  // threshold / rescaling below throw naming the sizes).
+  const std::vector<std::vector<double>> ones(c.n_layer, std::vector<double>(c.n_head_kv, 1.0));
+  const int64_t n = reference_length_of(o);
+  if (o.method == LearnMethod::kDuo) threshold_gates(ones, o.budget, n, o.sink, o.window);
+  else rescale_windows(choose_dense_heads(ones, dense_fraction_of(o)), std::vector<int64_t>(c.n_layer, o.block), o.sink, o.budget, n);
 }
 
-LearnResult learn_head_pattern(const Model& model, const std::string& glob, const LearnOptions& o,
+LearnResult learn_head_pattern(const Model& model, const std::string& glob, const LearnOptions& given,
                                const LearnProgress& progress) {
-  validate(o, model.config);
+  validate(given, model.config);
+  const LearnOptions o = resolve_defaults(given, model.config);
   TrainingDataOptions d;
   d.seq_len = o.seq_len;
   d.seed = o.seed;
@@ -77,22 +104,21 @@ LearnResult learn_head_pattern(const Model& model, const std::string& glob, cons
   return learn_head_pattern(model, load_training_data(glob, model, d), o, progress);
 }
 
-LearnResult learn_head_pattern(const Model& model, const TrainingData& data, const LearnOptions& o,
+LearnResult learn_head_pattern(const Model& model, const TrainingData& data, const LearnOptions& given,
                                const LearnProgress& progress) {
   const ModelConfig& c = model.config;
-  validate(o, c);
+  validate(given, c);
+  const LearnOptions o = resolve_defaults(given, c);
   if (data.sequences.dim() != 2 || data.sequences.size(1) != o.seq_len)
     throw InputError("learn-heads: training sequences are not [n, " + std::to_string(o.seq_len) + "]");
   LearnResult r;
+  r.options = o;
   r.reference_length = reference_length_of(o);
   r.n_files = static_cast<int64_t>(data.files.size());
   r.n_tokens = data.n_tokens;
   r.n_sequences = data.sequences.size(0);
   const std::vector<std::vector<double>> ones(c.n_layer, std::vector<double>(c.n_head_kv, 1.0));
   const double alpha = dense_fraction_of(o);
-  // Fail before training when no pattern of the method can meet the budget.
-  if (o.method == LearnMethod::kDuo) threshold_gates(ones, o.budget, r.reference_length, o.sink, o.window);
-  else rescale_windows(choose_dense_heads(ones, alpha), std::vector<int64_t>(c.n_layer, o.block), o.sink, o.budget, r.reference_length);
 
   // Pattern learning never updates the weights, and autograd must be on even if a caller is in no-grad.
   c10::AutoGradMode grad_on(true);

@@ -23,11 +23,16 @@ void save_learned_pattern(const std::filesystem::path& path, const LearnResult& 
   j["budget_achieved"] = r.budget_achieved;
   nlohmann::json curve = nlohmann::json::array();
   for (const auto& p : r.curve) curve.push_back({p.step, p.loss, p.task_loss, p.reg_loss, p.phase});
+  // Sizes left to their defaults are recorded as run (resolve_defaults, kept in the result).
+  const int64_t seq_len = o.seq_len > 0 ? o.seq_len : r.options.seq_len;
+  const int64_t sink = o.sink >= 0 ? o.sink : r.options.sink;
+  const int64_t window = o.window >= 0 ? o.window : r.options.window;
+  const int64_t block = o.block >= 0 ? o.block : r.options.block;
   j["learned"] = {
       {"method", learn_method_name(o.method)},
       {"options",
-       {{"steps", o.steps}, {"batch", o.batch}, {"seq_len", o.seq_len}, {"seed", o.seed}, {"sink", o.sink},
-        {"window", o.window}, {"block", o.block}, {"n_candidates", o.n_candidates}, {"lr", o.lr}, {"lambda", o.lambda},
+       {{"steps", o.steps}, {"batch", o.batch}, {"seq_len", seq_len}, {"seed", o.seed}, {"sink", sink},
+        {"window", window}, {"block", block}, {"n_candidates", o.n_candidates}, {"lr", o.lr}, {"lambda", o.lambda},
         {"gamma", o.gamma}, {"tau", o.tau}, {"dense_fraction", o.dense_fraction}, {"init_steps", o.init_steps},
         {"ste", o.ste == SteMode::kSoftmax ? "softmax" : "selected"}}},
       {"data", {{"files", r.n_files}, {"tokens", r.n_tokens}, {"sequences", r.n_sequences}}},

@@ -30,7 +30,8 @@ class Tokenizer {
 /// Throws InputError naming the file on a missing or malformed file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
-/// Byte-level BPE from a Hugging Face tokenizer.json. Throws InputError(path, ...).
+/// Byte-level BPE from a Hugging Face tokenizer.json. Throws InputError(path, ...), also for a
+/// malformed model (vocab, merges, unk_token, options: checked at load, not left to encode).
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokenizer_json);
 /// SentencePiece .model (via libsentencepiece). Throws InputError if not built with it.
 std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& model_file);

@@ -14,6 +14,8 @@ std::filesystem::path loss_curve_path(const std::filesystem::path& pattern_json)
 /// "budget_achieved" and "learned": {method, options, data, initial_loss, final_loss, gates,
 /// dense, candidates, window_probs, learned_windows, loss_curve: [[step, loss, task, reg, phase], ...]},
 /// and the curve as loss_curve_path(path) with header `step,phase,loss,task_loss,reg_loss`.
+/// options: those given to learn_head_pattern; seq_len, sink, window and block left to their
+/// defaults are recorded with the values the run used (result.options).
 /// Throws InputError(path, ...) when either file cannot be written.
 void save_learned_pattern(const std::filesystem::path& path, const LearnResult& result, const LearnOptions& options);
 
