@@ -11,7 +11,7 @@
 
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policies/builtin.h"
+#include "policies/decode_selection.h"
 
 namespace kvscope {
 namespace {

@@ -26,9 +26,9 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "kvscope/core/policy.h"
+#include "policies/decode_selection.h"
 #include "small_config.h"
 #include "test_support.h"
 

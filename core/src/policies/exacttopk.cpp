@@ -11,7 +11,7 @@
 // rows; a head with len_h <= k attends densely). Bytes read: the union of the rows the G query
 // heads of a group selected (K and V), nothing for the selection (an oracle).
 //
-// This file also defines the shared pieces of the S5 policies declared in builtin.h:
+// This file also defines the shared pieces of the S5 policies declared in decode_selection.h:
 // topk_stable, selected_attention and DecodeSelectionBase (attend() dispatch, byte counts,
 // selection record).
 #include <algorithm>
@@ -23,9 +23,10 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "ops/cuda_ops.h"
+#include "policies/decode_selection.h"
+#include "policies/param_builders.h"
 
 namespace kvscope::policies {
 

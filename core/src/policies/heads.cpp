@@ -3,7 +3,7 @@
 // decode as a ring buffer (StreamingLLM §3 attention sinks; DuoAttention §3.2 retrieval vs streaming
 // heads; HS-SFT §3 per-layer windows, methods.md §5).
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policies/builtin.h"
+#include "kvscope/core/policy.h"
 
 namespace kvscope::policies {
 namespace {

@@ -17,9 +17,10 @@
 // elsewhere the LibTorch ops below.
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
 #include "ops/cuda_ops.h"
 #include "ops/key_score_ops.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

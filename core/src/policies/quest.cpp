@@ -16,16 +16,17 @@
 // [ceil(len_h / page), D]; fp32 scores. A head with ceil(k/page) >= its page count attends
 // densely.
 //
-// This file also defines PageMinMax (builtin.h), shared with "hsa".
+// This file also defines PageMinMax and PagedSelectionBase (decode_selection.h), shared with "hsa".
 #include <algorithm>
 
 #include <ATen/ATen.h>
 
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "ops/cuda_ops.h"
 #include "ops/page_ops.h"
+#include "policies/decode_selection.h"
+#include "policies/param_builders.h"
 
 namespace kvscope::policies {
 

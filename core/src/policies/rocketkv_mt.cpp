@@ -12,8 +12,8 @@
 #include <ATen/ATen.h>
 
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
-#include "kvscope/core/policies/rocketkv_budget.h"
+#include "policies/entries.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

@@ -1,6 +1,6 @@
 // "spark" S4 channel pruning: SPARK (Liao et al. 2025, "Query-Aware Unstructured Sparsity with
 // Recoverable KV Cache Channel Pruning"), §4.2-4.3 and App. A.2; shared/specs/methods.md §4. Also the
-// decode path shared with "think" (ChannelPruningBase, declared in builtin.h).
+// decode path shared with "think" (ChannelPruningBase, declared in channel_pruning.h).
 //
 // Prefill (on_prefill, per layer, per KV head h, over the n_h entries the cache holds after eviction):
 //
@@ -64,9 +64,11 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "ops/cuda_ops.h"
 #include "ops/key_score_ops.h"
+#include "policies/channel_pruning.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 

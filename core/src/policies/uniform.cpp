@@ -8,7 +8,7 @@
 // indices on the scores' device. Ties are broken by at::topk (deterministic for a given input).
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {
