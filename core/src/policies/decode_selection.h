@@ -101,10 +101,11 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
   /// K/V rows gathered (2·D·itemsize each; per KV head, the union over its query heads) plus
   /// side-store bytes the last attend() read. Evaluates device counters (may synchronise).
   int64_t bytes_read_last() const override;
-  /// Storage-order row indices each KV head attended in the last attend(): one int64 tensor per
-  /// KV head, [1, n] when the group shares its selection, [G, n] when each query head has its own
-  /// (exacttopk); rows sorted ascending; all rows when the step ran dense. Telemetry and tests.
-  std::vector<at::Tensor> last_selection() const;
+  /// Storage-order row indices each KV head attended in the last attend() (DecodeAttentionPolicy::
+  /// last_selection): one int64 CPU tensor per KV head, [1, n] when the group shares its selection,
+  /// [G, n] when each query head has its own (exacttopk); rows sorted ascending; all rows when the
+  /// step ran dense. attend_device() records nothing: the result stays that of the last attend().
+  std::vector<at::Tensor> last_selection() const override;
 
  protected:
   /// Side-store maintenance before the heads of `layer` attend (e.g. page min/max of appends).
