@@ -1,5 +1,5 @@
 // "exacttopk" decode-time selection: the oracle of RocketKV (Behnam et al. 2025, App. A.3 and
-// Fig. 1; methods.md §1.8): every decode step, each QUERY head attends only to the k = t cache
+// Fig. 1; docs/methods.md §1.8): every decode step, each QUERY head attends only to the k = t cache
 // entries with its largest true logits; finding them is free.
 //
 //   s[h,i]  = q_h · k_i                         fp32, all N rows of the head's KV group

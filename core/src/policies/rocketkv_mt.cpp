@@ -1,4 +1,4 @@
-// "rocketkv-mt" multi-turn stage (S7): RocketKV-MT (Behnam et al. 2025 §3.5, methods.md §1.5).
+// "rocketkv-mt" multi-turn stage (S7): RocketKV-MT (Behnam et al. 2025 §3.5, docs/methods.md §1.5).
 // Stage 1 deletes nothing: the whole history stays in the cache. At every turn the new prompt's KV
 // is appended, SnapKV (window 128, max-pool 63, group sum) reselects this turn's filtered set over
 // the WHOLE stored history, and decode runs HSA over that set plus the tokens generated in the turn.
