@@ -6,7 +6,7 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
+#include "policies/scoring.h"
 
 namespace kvscope {
 

@@ -11,7 +11,6 @@
 
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policies/builtin.h"
 
 namespace kvscope {
 namespace {
@@ -88,16 +87,16 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   int64_t step_bytes = 0;
   std::optional<TopkUnion> topk;
   if (req.capture == CaptureLevel::kFull) topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256);
-  // Recall of sparse selections (HSA, Quest, SparQ) against the exact top-k of the same size:
+  // Recall of sparse selections (HSA, Quest, SparQ, RocketKV-MT) against the exact top-k of the same size:
   // per step, the mean over layers and KV heads of |selected ∩ exact top-|selected|| / |selected|.
-  const auto* selection = dynamic_cast<const policies::DecodeSelectionBase*>(decode_attention);
+  // Policies that do not select rows return no selection (DecodeAttentionPolicy::last_selection).
   double step_recall = 0;
   int64_t recall_terms = 0;
   const LayerObserver count_bytes = [&](const LayerEvent& ev) {
     if (decode_attention) step_bytes += decode_attention->bytes_read_last();
     if (topk) topk->add(ev.layer, ev.q[0], ev.cache);
-    if (selection && req.capture != CaptureLevel::kOff) {
-      const auto rows = selection->last_selection();
+    if (decode_attention && req.capture != CaptureLevel::kOff) {
+      const auto rows = decode_attention->last_selection();
       const int64_t Hkv = ev.cache.n_head_kv(), G = ev.q.size(1) / Hkv;
       for (int64_t h = 0; h < Hkv && h < int64_t(rows.size()); ++h) {
         const at::Tensor sel = rows[h][0].to(at::kCPU);  // the group's (or first head's) rows
@@ -167,8 +166,11 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     // Without per-layer telemetry, each step replays one CUDA graph of the whole decode step
     // (DecodeGraph), captured here for this turn's cache, when the decode policy (if any) can run
     // in one (HSA, Quest).
+    // A replayed graph records no selection (DecodeAttentionPolicy::last_selection), so the
+    // decode-time selection policies (stage S5) step eagerly while capture wants their recall.
     std::unique_ptr<DecodeGraph> graph;
-    const bool telemetry = topk || (selection && req.capture != CaptureLevel::kOff);
+    const bool selects = decode_attention && decode_attention->stage() == Stage::kDecodeSelection;
+    const bool telemetry = topk || (selects && req.capture != CaptureLevel::kOff);
     if (!telemetry && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
         (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens)))
       graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention);

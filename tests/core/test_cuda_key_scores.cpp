@@ -26,8 +26,8 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/model_config.h"
 #include "kvscope/core/pipeline.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
+#include "policies/channel_pruning.h"
 #include "policy_registry.h"
 #include "small_config.h"
 

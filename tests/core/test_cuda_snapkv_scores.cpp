@@ -20,7 +20,7 @@
 #include "../../core/src/ops/cuda_ops.h"
 #include "../../core/src/ops/snapkv_ops.h"
 #include "kvscope/core/model_config.h"
-#include "kvscope/core/policies/builtin.h"
+#include "policies/scoring.h"
 #include "small_config.h"
 
 namespace kvscope {

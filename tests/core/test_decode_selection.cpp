@@ -26,9 +26,9 @@
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "kvscope/core/policy.h"
+#include "policies/decode_selection.h"
 #include "small_config.h"
 #include "test_support.h"
 
@@ -440,6 +440,53 @@ TEST(DecodeSelection, HsaMatchesBruteForceWithPagesAndChannels) {
         EXPECT_EQ(policy->bytes_read_last(), read);
       }
     }
+}
+
+TEST(DecodeSelection, RocketKvMtSelectionNamesFullCacheRows) {
+  // rocketkv-mt decodes with HSA over a per-turn copy (the SnapKV-kept rows, then the turn's decoded
+  // entries); last_selection() must name rows of the full cache attend() was given.
+  static const PolicyRegistry reg = registry();
+  for (int64_t G : {1, 3}) {
+    SCOPED_TRACE("G=" + std::to_string(G));
+    TestCache tc(small_config(2, G), 700 + G);
+    tc.prefill(300, false);
+    auto made = reg.make("rocketkv-mt", {{"window", "16"}, {"kernel", "5"}});
+    auto* policy = dynamic_cast<DecodeAttentionPolicy*>(made.get());
+    ASSERT_NE(policy, nullptr);
+    policy->configure(fetched(32), tc.cfg);
+    const LayerPrefill in{tc.cfg, 1, tc.randn({300, tc.cfg.n_head, tc.cfg.head_dim}), tc.cache.keys(1),
+                          tc.cache.values(1)};
+    policy->on_prefill(1, in, tc.cache);
+    for (int step = 0; step < 3; ++step) {
+      at::Tensor q = tc.query();
+      if (step < 2) {
+        tc.append_one();
+      } else {  // every query head of a group equal, the new key far along its signs: HSA reads it
+        q = q.view({2, G, 16}).select(1, 0).unsqueeze(1).expand({2, G, 16}).reshape({2 * G, 16}).contiguous();
+        const at::Tensor k = q.view({2, G, 16}).select(1, 0).sign().mul(20.0).unsqueeze(1);  // [2, 1, 16]
+        const int64_t p = tc.cache.next_position();
+        tc.cache.append(1, k, tc.randn({2, 1, 16}), at::full({1}, p, at::kLong));
+        tc.cache.advance_position(1);
+      }
+      const at::Tensor y = policy->attend(1, q, tc.cache);
+      const auto sel = policy->last_selection();
+      ASSERT_EQ(sel.size(), 2u);
+      const int64_t n = tc.cache.layer(1).length[0];
+      for (int64_t h = 0; h < 2; ++h) {
+        ASSERT_EQ(sel[h].size(0), 1);
+        const auto rows = to_vec(sel[h][0]);
+        ASSERT_FALSE(rows.empty());
+        EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
+        EXPECT_LT(rows.back(), n);
+        EXPECT_LT(static_cast<int64_t>(rows.size()), n / 2) << "a fraction of the history";
+        if (step == 2) EXPECT_EQ(rows.back(), n - 1) << "the step's own entry";
+        for (int64_t g = 0; g < G; ++g)
+          EXPECT_TRUE(at::allclose(y[h * G + g].to(at::kDouble), reference_head(tc.cache, q, h * G + g, G, rows),
+                                   1e-5, 1e-5))
+              << "kv head " << h << ", query head " << h * G + g;
+      }
+    }
+  }
 }
 
 TEST(DecodeSelection, QuestPagesMatchBruteForce) {

@@ -17,8 +17,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
+#include "policies/scoring.h"
 #include "small_config.h"
 
 namespace kvscope {

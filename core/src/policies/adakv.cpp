@@ -1,7 +1,7 @@
 // "adakv" budget: Ada-KV head-wise adaptive budgets (Feng et al. 2024, arXiv 2407.11550; Thm 3.3:
 // a global top-B over all heads of a layer minimises the L1 eviction-loss bound, Alg. 1), with the
 // safeguard in the form of the OFFICIAL CODE and of kvpress AdaKVPress, not Alg. 2's formula
-// (methods.md §3.2: the paper writes B_i = α·f_i + (1-α)·B'/H_kv; the code guarantees every head
+// (docs/methods.md §3.2: the paper writes B_i = α·f_i + (1-α)·B'/H_kv; the code guarantees every head
 // α·B/H_kv first, which matches the paper's description of α):
 //
 //   n_safe   = int(n_kept · alpha)
@@ -17,7 +17,8 @@
 
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

@@ -5,8 +5,9 @@
 #include <ATen/ATen.h>
 
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policies/builtin.h"
 #include "ops/snapkv_ops.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 

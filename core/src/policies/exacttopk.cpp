@@ -1,5 +1,5 @@
 // "exacttopk" decode-time selection: the oracle of RocketKV (Behnam et al. 2025, App. A.3 and
-// Fig. 1; methods.md §1.8): every decode step, each QUERY head attends only to the k = t cache
+// Fig. 1; docs/methods.md §1.8): every decode step, each QUERY head attends only to the k = t cache
 // entries with its largest true logits; finding them is free.
 //
 //   s[h,i]  = q_h · k_i                         fp32, all N rows of the head's KV group
@@ -11,7 +11,7 @@
 // rows; a head with len_h <= k attends densely). Bytes read: the union of the rows the G query
 // heads of a group selected (K and V), nothing for the selection (an oracle).
 //
-// This file also defines the shared pieces of the S5 policies declared in builtin.h:
+// This file also defines the shared pieces of the S5 policies declared in decode_selection.h:
 // topk_stable, selected_attention and DecodeSelectionBase (attend() dispatch, byte counts,
 // selection record).
 #include <algorithm>
@@ -23,9 +23,10 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "ops/cuda_ops.h"
+#include "policies/decode_selection.h"
+#include "policies/param_builders.h"
 
 namespace kvscope::policies {
 

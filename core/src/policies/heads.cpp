@@ -1,14 +1,14 @@
 // "heads" head pattern (S0): runs a DuoAttention / HS-SFT pattern file at inference. Dense KV heads
 // keep the whole cache; streaming heads keep `sink` first tokens + the `window` most recent ones and
 // decode as a ring buffer (StreamingLLM §3 attention sinks; DuoAttention §3.2 retrieval vs streaming
-// heads; HS-SFT §3 per-layer windows, methods.md §5).
+// heads; HS-SFT §3 per-layer windows, docs/methods.md §5).
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policies/builtin.h"
+#include "kvscope/core/policy.h"
 
 namespace kvscope::policies {
 namespace {
 
-constexpr const char* kRef = "DuoAttention (Xiao et al. 2024) §3.2; HS-SFT §3 (methods.md §5)";
+constexpr const char* kRef = "DuoAttention (Xiao et al. 2024) §3.2; HS-SFT §3 (docs/methods.md §5)";
 
 class Heads : public HeadPatternPolicy {
  public:

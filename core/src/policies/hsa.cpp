@@ -1,5 +1,5 @@
 // "hsa" decode-time selection: RocketKV Hybrid Sparse Attention (Behnam et al. 2025, ICML'25,
-// §3.4 Algorithm 1 and §3.6; methods.md §1.4, with the [C] details of the authors' code).
+// §3.4 Algorithm 1 and §3.6; docs/methods.md §1.4, with the [C] details of the authors' code).
 // Stage 2 of RocketKV: after SnapKV's permanent eviction (stage 1, a scoring stage placed before
 // this one), every decode step of every layer and KV group:
 //
@@ -34,8 +34,9 @@
 #include <ATen/ATen.h>
 
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
+#include "policies/decode_selection.h"
+#include "policies/param_builders.h"
 
 namespace kvscope::policies {
 namespace {

@@ -1,5 +1,5 @@
 // "keydiff" scoring: KeyDiff (Park et al. 2025, arXiv 2504.15364), Eq. 8 (the efficient anchor form
-// used in all its experiments; methods.md §2.2): evict the keys closest in direction to the mean key.
+// used in all its experiments; docs/methods.md §2.2): evict the keys closest in direction to the mean key.
 //
 //   μ_h        = mean_j ( k_{h,j} / ||k_{h,j}|| )         anchor=normalized (kvpress keydiff_press.py)
 //              = mean_j k_{h,j}                          anchor=raw (the paper's "unnormalized keys")
@@ -8,7 +8,7 @@
 // Shapes: in.keys [n_head_kv, n_tok, D] (fp32 internally); returns fp32 [n_head_kv, n_tok]. No
 // queries are needed, so the score works on whatever the cache holds (block-wise prefill).
 //
-// The block-wise procedure of the paper (§3, methods.md §2.3: feed the prompt in blocks of M tokens,
+// The block-wise procedure of the paper (§3, docs/methods.md §2.3: feed the prompt in blocks of M tokens,
 // after each block cut the cache back to N, reserving a `recent` share of N for the newest tokens)
 // is driven by the pipeline through prefill_block() (M) and recent_share(); score() ignores them.
 //
@@ -17,9 +17,10 @@
 // elsewhere the LibTorch ops below.
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
 #include "ops/cuda_ops.h"
 #include "ops/key_score_ops.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {
@@ -64,11 +65,13 @@ PolicyRegistry::Entry keydiff_entry() {
            int_param("block", 0, 1 << 20, "0",
                      "block-wise prefill block size M with a hard cache cap (0 = whole prompt, as kvpress; the "
                      "paper's runs: 128, preset keydiff-paper)",
-                     "KeyDiff (Park et al. 2025) §3 / Eq. 6; M=128 per methods.md §2.1 [?]"),
+                     "KeyDiff (Park et al. 2025) §3 / Eq. 6; the copy of the paper kvscope worked from does not "
+                     "show the M of the main runs, and 128 is the value recalled from the original, unverified "
+                     "(docs/methods.md §2.1)"),
            float_param("recent", 0, 0.9, "0",
                        "share of the cache budget N reserved for the most recent tokens (paper: 0, 0.1 or 0.2; read "
                        "by the pipeline)",
-                       "KeyDiff (Park et al. 2025) sliding-window variant, methods.md §2.2")},
+                       "KeyDiff (Park et al. 2025) sliding-window variant, docs/methods.md §2.2")},
           "keep keys least aligned with the mean key: -cos(k, mean k̂) (KeyDiff, Park et al. 2025 Eq. 8)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<KeyDiff>(v); }};
 }

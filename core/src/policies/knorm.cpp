@@ -7,7 +7,7 @@
 // returns fp32 [n_head_kv, n_tok]. No queries needed.
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

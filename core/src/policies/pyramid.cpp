@@ -24,7 +24,8 @@
 #include <ATen/ATen.h>
 
 #include "kvscope/core/errors.h"
-#include "kvscope/core/policies/builtin.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 

@@ -3,12 +3,12 @@
 // kept); what makes it PyramidKV is the per-layer budget schedule, which lives in the "pyramid"
 // BudgetPolicy (pyramid.cpp). Combine them: scoring=pyramidkv + budget=pyramid.
 //
-// Formula and shapes: see snapkv.cpp / snapkv_scores in builtin.h; returns fp32 [n_head_kv, n_tok].
+// Formula and shapes: see snapkv.cpp / snapkv_scores in scoring.h; returns fp32 [n_head_kv, n_tok].
 // Defaults are those of the authors' code (KVCache-Factory PyramidKVCluster) and of kvpress
 // PyramidKVPress: window 64, kernel 5, avg pool, group mean.
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

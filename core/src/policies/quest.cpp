@@ -1,6 +1,6 @@
 // "quest" decode-time selection: Quest (Tang et al. 2024, "Query-Aware Sparsity for Efficient
 // Long-Context LLM Inference", ICML'24) §3.2-3.3, as RocketKV configures it for GQA (Behnam et al.
-// 2025, App. A.3; methods.md §1.8):
+// 2025, App. A.3; docs/methods.md §1.8):
 //
 //   pages     consecutive `page` cache entries in storage order; Kmin/Kmax = element-wise min/max
 //             of their keys (PageMinMax, kept up to date as decode appends)
@@ -10,22 +10,23 @@
 //   y_h       = softmax(q_h K[rows]ᵀ / sqrt(D)) V[rows] over all rows of the selected pages
 //
 // Budget: RocketKV splits t evenly between approximation and attention, so k = t/2 tokens
-// (ceil(k/page) pages, at most k + page - 1 rows); the page size is not stated [?]: default 16
-// (Quest's own page size). With a fixed page size the approximation reads 2·D values per page,
-// which matches t/2 KV pairs only when page = 2·N/t. Shapes: q [n_head, D]; per KV head pages
-// [ceil(len_h / page), D]; fp32 scores. A head with ceil(k/page) >= its page count attends
-// densely.
+// (ceil(k/page) pages, at most k + page - 1 rows). RocketKV does not state the page size of its
+// Quest baseline; kvscope defaults to 16, Quest's own page size. With a fixed page size the
+// approximation reads 2·D values per page, which matches t/2 KV pairs only when page = 2·N/t.
+// Shapes: q [n_head, D]; per KV head pages [ceil(len_h / page), D]; fp32 scores. A head with
+// ceil(k/page) >= its page count attends densely.
 //
-// This file also defines PageMinMax (builtin.h), shared with "hsa".
+// This file also defines PageMinMax and PagedSelectionBase (decode_selection.h), shared with "hsa".
 #include <algorithm>
 
 #include <ATen/ATen.h>
 
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "ops/cuda_ops.h"
 #include "ops/page_ops.h"
+#include "policies/decode_selection.h"
+#include "policies/param_builders.h"
 
 namespace kvscope::policies {
 
@@ -270,7 +271,7 @@ PolicyRegistry::Entry quest_entry() {
   return {"quest", Stage::kDecodeSelection,
           {int_param("page", 1, 4096, "16",
                      "page size: consecutive cache entries summarised by their element-wise key min/max (RocketKV "
-                     "does not state Quest's page size [?]; 16 is Quest's default)",
+                     "does not state the page size of its Quest baseline; the default 16 is Quest's own)",
                      kRef),
            int_param("k", 0, 1 << 20, "0",
                      "tokens attended per decode step per KV group; ceil(k/page) whole pages are read (0 = t/2: the "

@@ -1,8 +1,8 @@
 // register_builtin_policies: every built-in scoring (S1) and budget (S2) policy. Each entry (name,
 // stage, ParamSpec table, one-line summary with its paper, factory) is defined beside its policy in
 // core/src/policies/<name>.cpp.
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policy.h"
+#include "policies/entries.h"
 
 namespace kvscope {
 

@@ -1,4 +1,4 @@
-// RocketKV adaptive compression decomposition (Behnam et al. 2025, §3.6; methods.md §1.2) and the
+// RocketKV adaptive compression decomposition (Behnam et al. 2025, §3.6; docs/methods.md §1.2) and the
 // token budget t shared by the S5 decode-time selection policies. Formulas and their sources are
 // documented in kvscope/core/policies/rocketkv_budget.h.
 #include "kvscope/core/policies/rocketkv_budget.h"

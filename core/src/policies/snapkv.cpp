@@ -15,7 +15,7 @@
 // (kernels/snapkv_scores.h: no [G, w, n] attention tensor); elsewhere from the LibTorch ops below.
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

@@ -1,11 +1,11 @@
 // "spark" S4 channel pruning: SPARK (Liao et al. 2025, "Query-Aware Unstructured Sparsity with
-// Recoverable KV Cache Channel Pruning"), §4.2-4.3 and App. A.2; shared/specs/methods.md §4. Also the
-// decode path shared with "think" (ChannelPruningBase, declared in builtin.h).
+// Recoverable KV Cache Channel Pruning"), §4.2-4.3 and App. A.2; docs/methods.md §4. Also the
+// decode path shared with "think" (ChannelPruningBase, declared in channel_pruning.h).
 //
 // Prefill (on_prefill, per layer, per KV head h, over the n_h entries the cache holds after eviction):
 //
 //   q̄[i,:]    = mean of the last W prompt queries of query head i        [H, D]     fp32   (§4.3 [P])
-//   a[h,:]    = reduce_{g in group h} |q̄[g,:]|   (gqa=mean|sum|max)      [Hkv, D]          ([?] GQA)
+//   a[h,:]    = reduce_{g in group h} |q̄[g,:]|   (gqa=mean|sum|max)      [Hkv, D]          (GQA: see below)
 //               (query=rms: |q̄| replaced by the window RMS sqrt(mean_t q_tj²), see below)
 //   w[t,j]    = a[h,j] · |k_tj|                                           [n_h, D]   saliency (eq. 7)
 //   m[t,:]    = top-T_t channels of w[t,:]                                 bool [n_h, D]
@@ -21,13 +21,14 @@
 //       = (q ⊙ m_t)·k_t / sqrt(D)                                        (recovery=zero: no recovery)
 //   out = softmax_fp32(s) · V            (values unpruned; decode-time entries dense, see below)
 //
-// Sign convention (methods.md §4.9 [?]): the paper reconstructs k̃_tj = w̃ / |q_j|, which gives
-// q_j k̃_tj = sign(q_j)·w̃, yet says the product is ≈ +w̃. Default: sign=key, the authors' code
-// settling the ambiguity (below); on pycode-16m it also cuts the mean KL to the full cache about 3x
-// at λ = 0.5 (0.156 vs 0.476, textwrap prompt, SnapKV 50%). sign=positive: the "always
-// positive" form k̃_tj = sign(q_j)·w̃/|q_j|, so every pruned channel of entry t adds exactly +μ[t] to
-// its logit, for every query head of the group and every decode step (the recovery is
-// query-independent and is stored as one fp32 bias per entry: (D - T_t)·μ[t] = Σ_{j pruned} w[t,j]).
+// Sign convention (left open by the paper, docs/methods.md §4.9): the paper reconstructs
+// k̃_tj = w̃ / |q_j|, which gives q_j k̃_tj = sign(q_j)·w̃, yet says the product is ≈ +w̃.
+// Default: sign=key, the authors' code settling the ambiguity (below); on pycode-16m it also cuts
+// the mean KL to the full cache about 3x at λ = 0.5 (0.156 vs 0.476, textwrap prompt, SnapKV 50%).
+// sign=positive: the "always positive" form k̃_tj = sign(q_j)·w̃/|q_j|, so every pruned channel of
+// entry t adds exactly +μ[t] to its logit, for every query head of the group and every decode step
+// (the recovery is query-independent and is stored as one fp32 bias per entry:
+// (D - T_t)·μ[t] = Σ_{j pruned} w[t,j]).
 // μ is measured with the window query statistic a (the paper's), not the current decode query.
 //
 // The authors' released code (github.com/Xnhyacinth/SparK, kvpress0/presses/adathink_press.py [C])
@@ -41,12 +42,14 @@
 //               (≈ sign(q̄_j k_tj)·μ[t] when q ≈ q̄); costs one sign bit per pruned channel. The
 //               refilled keys are folded into the compute copy k̂ (bias 0).
 //
-// GQA (unstated in the paper [?]): the G query heads of a KV group share one mask per entry, ranked
-// with a = mean (default) | sum | max over the group of |q̄|. sum scales w, hence μ and the recovery
-// bias, by G relative to mean (the mask is the same); max ranks by the most demanding head.
+// GQA (the paper does not say how a group's query heads combine, docs/methods.md §4.9): the G
+// query heads of a KV group share one mask per entry, ranked with a = mean (default) | sum | max
+// over the group of |q̄|. sum scales w, hence μ and the recovery bias, by G relative to mean (the
+// mask is the same); max ranks by the most demanding head.
 //
-// Decode-time entries (methods.md §6.1 S6 [?]): keys appended during decode are NOT pruned (they
-// attend densely); only the n_h entries present at on_prefill are.
+// Decode-time entries (the paper does not say whether they are pruned, docs/methods.md §4.9 and §6.1
+// S6): keys appended during decode are NOT pruned (they attend densely); only the n_h entries present
+// at on_prefill are.
 //
 // On CUDA, mode=fixed runs the fused kernel of kernels/key_scores.h (ops::spark_prune_fixed): saliency,
 // top-T mask, pruned sum and the refilled k̂ in one pass over the keys, one warp per entry.
@@ -55,7 +58,7 @@
 // T_t kept key values (cache itemsize) + T_t channel indices (uint8; int16 when D > 256) + μ (fp32,
 // only with recovery=degenerate) + a per-entry channel count (int16, mode=p only) + ceil((D-T_t)/8)
 // sign bytes (sign=key with recovery=degenerate only). The K bytes saved
-// are dense_key_bytes() - side_store_bytes() (methods.md §4.9: the paper's "% saved" ignores indices).
+// are dense_key_bytes() - side_store_bytes() (docs/methods.md §4.9: the paper's "% saved" ignores indices).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -64,9 +67,11 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "ops/cuda_ops.h"
 #include "ops/key_score_ops.h"
+#include "policies/channel_pruning.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 
@@ -396,7 +401,8 @@ PolicyRegistry::Entry spark_entry() {
               choice_param("gqa", {"mean", "sum", "max"}, "mean",
                            "how |q̄| of the G query heads of a KV group is combined into one saliency (unstated in "
                            "the paper; sum also scales the recovery by G)",
-                           "methods.md §4.9 [?]"),
+                           "SPARK (Liao et al. 2025) does not say how GQA groups share a mask; mean is kvscope's "
+                           "choice (docs/methods.md §4.9)"),
               choice_param("recovery", {"degenerate", "zero"}, "degenerate",
                            "degenerate: each pruned channel adds +μ_pruned[t] to the logit (always-positive sign); "
                            "zero: pruned channels contribute nothing",
@@ -410,12 +416,14 @@ PolicyRegistry::Entry spark_entry() {
               choice_param("query", {"mean", "rms"}, "mean",
                            "saliency query per channel: mean = |mean of the window queries| (paper); rms = root mean "
                            "square of the window queries (authors' code ranks by the window L2 norm)",
-                           "SPARK (Liao et al. 2025) §4.3 [P]; github.com/Xnhyacinth/SparK [C]"),
+                           "SPARK (Liao et al. 2025) §4.3 (mean); the authors' code, github.com/Xnhyacinth/SparK "
+                           "(rms)"),
               choice_param("sign", {"positive", "key"}, "key",
                            "sign of a recovered product: positive = every pruned channel adds +μ (query-independent); "
                            "key = refill k̃ = sign(k)·μ/a_j, so q_j·k̃ follows the query and the key's sign (+1 bit "
                            "per pruned channel)",
-                           "methods.md §4.9 [?]; github.com/Xnhyacinth/SparK [C]"),
+                           "SPARK (Liao et al. 2025) §4.3: its k̃ = w̃/|q_j| and its q_j·k̃ ≈ +w̃ disagree on the sign "
+                           "(docs/methods.md §4.9); key follows the authors' code, github.com/Xnhyacinth/SparK"),
           },
           "per-entry top-T key channels by |q̄|·|k|, pruned channels recovered as +μ (SPARK, Liao et al. 2025 §4)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Spark>(v); }};

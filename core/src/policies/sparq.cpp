@@ -1,6 +1,6 @@
 // "sparq" decode-time selection: SparQ Attention (Ribar et al. 2024, "SparQ Attention:
 // Bandwidth-Efficient LLM Inference", ICML'24) Algorithm 1, as RocketKV configures it (Behnam et
-// al. 2025, App. A.3; methods.md §1.8), made GQA-aware like RocketKV's HSA:
+// al. 2025, App. A.3; docs/methods.md §1.8), made GQA-aware like RocketKV's HSA:
 //
 //   i1   = top-r_j Σ_g |q_{g,j}|                        channels shared by the group
 //   ŝ_g  = q_g[i1] · K[:, i1]ᵀ                          [G, N] approximate logits
@@ -13,17 +13,18 @@
 // Budget: t split evenly between approximation and attention (RocketKV App. A.3): k = t/2, and
 // the approximation (N rows of r key channels, i.e. N·r/(2D) KV-pair equivalents) gets the other
 // half: r = clamp(floor(2·D·(t - k) / N), 1, D) per step and head (= D·t/N for k = t/2), unless
-// r is given. Whether RocketKV's SparQ baseline used the mean-value correction is not stated [?]:
-// default off. v̄ is a side store (running fp32 sum of V per layer and KV head, updated on
-// appends). Shapes: q [n_head, D]; K, V [len_h, D] per KV head; scores fp32. A head with
-// N <= k attends densely (then α = 1 and the correction vanishes).
+// r is given. RocketKV does not say whether its SparQ baseline used the mean-value correction;
+// kvscope leaves it off by default (mean=true turns it on). v̄ is a side store (running fp32 sum
+// of V per layer and KV head, updated on appends). Shapes: q [n_head, D]; K, V [len_h, D] per KV
+// head; scores fp32. A head with N <= k attends densely (then α = 1 and the correction vanishes).
 #include <algorithm>
 
 #include <ATen/ATen.h>
 
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
 #include "kvscope/core/policies/rocketkv_budget.h"
+#include "policies/decode_selection.h"
+#include "policies/param_builders.h"
 
 namespace kvscope::policies {
 namespace {
@@ -138,7 +139,7 @@ PolicyRegistry::Entry sparq_entry() {
                      "tokens attended exactly per decode step per KV group (0 = t/2, RocketKV's even split)", kRef),
            bool_param("mean", "false",
                       "SparQ's mean-value correction y = a·y + (1 - a)·mean(V) (RocketKV does not say whether its "
-                      "SparQ baseline used it [?])",
+                      "SparQ baseline used it; off by default)",
                       "SparQ Attention (Ribar et al. 2024) Alg. 1")},
           "approximate logits from the r largest-|q| channels, exact attention over the top-k (SparQ, Ribar et al. "
           "2024)",

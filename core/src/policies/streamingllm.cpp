@@ -11,7 +11,8 @@
 // As in kvpress, keys keep their original RoPE positions (no re-rotation).
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

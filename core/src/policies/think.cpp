@@ -1,6 +1,6 @@
 // "think" S4 channel pruning: ThinK (Xu et al. 2024, "ThinK: Thinner Key Cache by Query-Driven
 // Pruning", arXiv 2407.21018), §3: structured, query-driven key-channel pruning, the channel-axis
-// baseline of SPARK (shared/papers/spark.md §2 and §4.6 of methods.md). No recovery.
+// baseline of SPARK (shared/papers/spark.md §2 and §4.6 of docs/methods.md). No recovery.
 //
 // Prefill (on_prefill, per layer, per KV head h, over the n_h entries the cache holds after eviction):
 //
@@ -17,7 +17,8 @@
 //
 // Decode (ChannelPruningBase::attend): s_t = (q ⊙ m)·k_t / sqrt(D) for entries pruned at prefill,
 // i.e. the query is sliced to the kept channels (the pruned ones contribute 0); out = softmax_fp32(s)·V.
-// Keys appended during decode are not pruned (dense q·k; [?] in ThinK as run by SPARK).
+// Keys appended during decode are not pruned (dense q·k): SPARK, which runs ThinK as its baseline,
+// does not say whether decode-time keys are pruned, and kvscope keeps them dense for both methods.
 //
 // Memory accounting: per pruned entry T key values (cache itemsize); plus one list of T channel
 // indices per (layer, KV head) (uint8; int16 when D > 256). K saved: dense_key_bytes() - side_store_bytes().
@@ -27,7 +28,9 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
-#include "kvscope/core/policies/builtin.h"
+#include "policies/channel_pruning.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

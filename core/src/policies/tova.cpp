@@ -12,7 +12,8 @@
 // Shapes: in.queries [n_tok or T, n_head, D], in.keys [n_head_kv, n_tok, D]; returns fp32 [n_head_kv, n_tok].
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/param_builders.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {

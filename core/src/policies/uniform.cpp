@@ -1,6 +1,6 @@
 // "uniform" budget: every KV head keeps the same number of entries, its own top-n_kept by score
 // (kvpress ScorerPress.compress: n_kept = int(n_tok * (1 - compression_ratio)), scores.topk(n_kept)).
-// This is the allocation of SnapKV, TOVA, KeyDiff, StreamingLLM, ... (methods.md §6.1 S2 "uniform").
+// This is the allocation of SnapKV, TOVA, KeyDiff, StreamingLLM, ... (docs/methods.md §6.1 S2 "uniform").
 //
 //   kept[h] = sort(topk_j(scores[h, j], min(n_kept, n_tok)))
 //
@@ -8,7 +8,7 @@
 // indices on the scores' device. Ties are broken by at::topk (deterministic for a given input).
 #include <ATen/ATen.h>
 
-#include "kvscope/core/policies/builtin.h"
+#include "policies/scoring.h"
 
 namespace kvscope::policies {
 namespace {
@@ -25,7 +25,7 @@ class Uniform : public BudgetBase {
 
 PolicyRegistry::Entry uniform_entry() {
   return {"uniform", Stage::kBudget, {},
-          "same budget for every KV head: per-head top-n_kept (SnapKV/kvpress ScorerPress; methods.md §6.1)",
+          "same budget for every KV head: per-head top-n_kept (SnapKV/kvpress ScorerPress; docs/methods.md §6.1)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Uniform>(v); }};
 }
 

@@ -98,6 +98,13 @@ class DecodeAttentionPolicy : public Policy {
   virtual int64_t bytes_read_last() const = 0;
   /// Bytes of side stores held (all layers).
   virtual int64_t side_store_bytes() const = 0;
+  /// The cache rows the last attend() read, for telemetry (generate()'s selection recall) and
+  /// tests: one int64 CPU tensor per KV head of that layer, in KV-head order, holding storage-order
+  /// row indices into the `cache` attend() was given (rows of cache.head_keys(layer, h)), sorted
+  /// ascending: [1, n] when the G query heads of the group share one selection, [G, n] when each
+  /// query head has its own (e.g. exacttopk); every row when the step ran dense. Empty (the
+  /// default) = this policy does not select rows. May synchronise (copies device tensors).
+  virtual std::vector<at::Tensor> last_selection() const { return {}; }
 
   // CUDA-graph decode (DecodeGraph). A policy that can run inside a captured decode step returns
   // true from prepare_graph; DecodeGraph then captures attend_device in place of attend, and the

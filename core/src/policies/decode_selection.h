@@ -1,0 +1,180 @@
+#pragma once
+// Internal header of the decode-time selection policies (S5: RocketKV HSA, Quest, SparQ,
+// Exact-TopK): stable top-k, exact attention over selected rows, the page min/max summaries of
+// Quest and HSA, and the base classes DecodeSelectionBase (attend() dispatch, byte counts,
+// selection record) and PagedSelectionBase (the GPU paths of the page-summary policies). Their
+// token budgets are in kvscope/core/policies/rocketkv_budget.h.
+//
+// topk_stable, selected_attention and DecodeSelectionBase are defined in exacttopk.cpp;
+// PageMinMax and PagedSelectionBase in quest.cpp. Used by exacttopk.cpp, quest.cpp, hsa.cpp,
+// sparq.cpp and the test test_decode_selection.cpp.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kvscope/core/kv_cache.h"
+#include "kvscope/core/policy.h"
+
+namespace kvscope::policies {
+
+/// Indices of the k largest entries along the last dim of `scores` [..., n] (fp32; 0 <= k <= n),
+/// ties broken towards the lower index (stable sort), returned sorted ascending: int64 [..., k].
+/// Tokens of one page share a score (Quest, HSA), so the rule decides which rows of a partially
+/// taken page are read. Defined in exacttopk.cpp.
+at::Tensor topk_stable(const at::Tensor& scores, int64_t k);
+
+/// Exact attention of query heads over selected cache rows, in fp32 (Vaswani et al. 2017 §3.2.1):
+///   y[b,g] = softmax_i(q[b,g]·k[b,i] / sqrt(D)) over the selected i, then Σ_i p_i v[b,i].
+/// q: fp32 [B, G, D] (the G query heads of B KV heads); k, v: [B, N, D] cache rows, any dtype
+/// and strides; idx: int64 [B, 1, n] (one selection shared by the group), [B, G, n] (one per query
+/// head), or undefined (all N rows, dense); valid: optional bool of idx's shape, false = padding
+/// (masked out; every row of valid needs one true entry). Returns fp32 [B, G, D].
+/// Defined in exacttopk.cpp.
+at::Tensor selected_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
+                              const at::Tensor& valid = {});
+
+/// Page summaries of Quest (Tang et al. 2024 §3.2) and RocketKV HSA step 1 (§3.4): for every
+/// (layer, KV head), the element-wise min and max of the keys of each page of `page` consecutive
+/// cache entries in storage order (retained prompt entries, then decode appends); the last page
+/// may be partial (summarised over its real entries only, as the code's ±inf padding does).
+/// Stored as [n_head_kv, page capacity, D] in the cache dtype (RocketKV's code aligns pages on the
+/// head dim, [Hkv, 2D, pages]; the layout does not change any score). Defined in quest.cpp.
+class PageMinMax {
+ public:
+  /// Forgets every layer; pages of `page` (>= 1) entries.
+  void reset(int64_t n_layer, int64_t page);
+  int64_t page() const { return page_; }
+  /// Summarises layer l of `cache` from scratch (after prefill and eviction).
+  void rebuild(int64_t l, const KvCache& cache);
+  /// Brings layer l up to date: rebuilds it when never built or when a head shrank (eviction),
+  /// else recomputes only the pages that appended entries touched (normally the last one).
+  void sync(int64_t l, const KvCache& cache);
+  /// The decode fast path on CUDA: when every KV head of layer l only appended entries inside its
+  /// last page since the last sync, marks them covered and returns true: ops::page_select, given
+  /// the cache keys, recomputes that page in its scoring launch. Otherwise does nothing and
+  /// returns false (call sync()).
+  bool cover_last_page(int64_t l, const KvCache& cache);
+  /// For `steps` graph-replayed decode steps: sync() layer l, then reserve the pages those steps
+  /// can reach, so the summaries never move while a CUDA graph points at them.
+  void prepare(int64_t l, const KvCache& cache, int64_t steps);
+  /// After a replayed step: the kernel has summarised every live entry of layer l.
+  void mark_covered(int64_t l, const KvCache& cache);
+  /// The whole summaries of layer l: [Hkv, page capacity, D] (valid pages only up to n_pages).
+  const at::Tensor& kmin_all(int64_t l) const { return layers_.at(l).kmin; }
+  const at::Tensor& kmax_all(int64_t l) const { return layers_.at(l).kmax; }
+  /// Live pages of (l, h): ceil(entries / page).
+  int64_t n_pages(int64_t l, int64_t h) const;
+  /// Views [B, n_pages(l, h0), D] of KV heads h0 .. h0+B-1 (which must have the same page count).
+  at::Tensor kmin(int64_t l, int64_t h0, int64_t B) const;
+  at::Tensor kmax(int64_t l, int64_t h0, int64_t B) const;
+  /// Bytes of live summaries: Σ over built (layer, head) of n_pages · 2 · D · itemsize.
+  int64_t bytes() const;
+
+ private:
+  struct Layer {
+    at::Tensor kmin, kmax;          // [Hkv, capacity pages, D]
+    std::vector<int64_t> covered;   // entries summarised per head
+    bool built = false;
+  };
+  void fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page);
+  void reserve(Layer& L, int64_t pages);
+  int64_t page_ = 1;
+  std::vector<Layer> layers_;
+};
+
+/// Base of the S5 policies: name and params, the per-layer dispatch of attend(), the selection
+/// record and the byte count. Defined in exacttopk.cpp.
+class DecodeSelectionBase : public DecodeAttentionPolicy {
+ public:
+  DecodeSelectionBase(std::string name, ParamValues params) : name_(std::move(name)), params_(std::move(params)) {}
+  std::string name() const override { return name_; }
+  ParamValues params() const override { return params_; }
+  Stage stage() const override { return Stage::kDecodeSelection; }
+  /// q: [n_head, D] (any float dtype). Views q as [n_head_kv, G, D] fp32 (query head h reads KV
+  /// head h / G), calls attend_heads once for a uniform layer (B = n_head_kv) or once per KV head of
+  /// a ragged one (B = 1, that head's own length), returns [n_head, D] in q's dtype.
+  /// Throws InputError on a shape mismatch, std::logic_error before configure().
+  at::Tensor attend(int64_t layer, const at::Tensor& q, const KvCache& cache) override;
+  /// K/V rows gathered (2·D·itemsize each; per KV head, the union over its query heads) plus
+  /// side-store bytes the last attend() read. Evaluates device counters (may synchronise).
+  int64_t bytes_read_last() const override;
+  /// Storage-order row indices each KV head attended in the last attend() (DecodeAttentionPolicy::
+  /// last_selection): one int64 CPU tensor per KV head, [1, n] when the group shares its selection,
+  /// [G, n] when each query head has its own (exacttopk); rows sorted ascending; all rows when the
+  /// step ran dense. attend_device() records nothing: the result stays that of the last attend().
+  std::vector<at::Tensor> last_selection() const override;
+
+ protected:
+  /// Side-store maintenance before the heads of `layer` attend (e.g. page min/max of appends).
+  virtual void before_attend(int64_t layer, const KvCache& cache) {}
+  /// One decode step of KV heads h0 .. h0+B-1: q fp32 [B, G, D]; k, v [B, N, D] (cache dtype).
+  /// Returns fp32 [B, G, D]; adds side-store bytes to bytes_last_ and attends via attend_selected.
+  virtual at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v) = 0;
+  /// The fused CUDA step of a whole layer (q: [n_head, D] on the GPU, the step's key already in the
+  /// cache), called by attend() before before_attend(); returns an undefined tensor when it does not
+  /// apply, and attend() falls back to attend_heads. Default: does not apply.
+  virtual at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) { return {}; }
+  /// Records a fused step's selection for last_selection(): index int32 [Hkv, S] (rows ascending),
+  /// count int64 [Hkv] on the device; read lazily (no sync here).
+  void record_fused_selection(const at::Tensor& index, const at::Tensor& count);
+  /// selected_attention + records the selection and counts the K/V rows it gathers.
+  at::Tensor attend_selected(int64_t h0, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& idx, const at::Tensor& valid = {});
+  bool configured_ = false;
+  int64_t bytes_last_ = 0;
+
+ private:
+  struct Selection {
+    int64_t h0, n_rows;
+    at::Tensor idx, valid;
+    at::Tensor count;  // fused steps: rows per KV head (idx [Hkv, S])
+  };
+  std::string name_;
+  ParamValues params_;
+  std::vector<at::Tensor> bytes_pending_;  // int64 scalars on the device, summed in bytes_read_last
+  std::vector<Selection> selections_;
+};
+
+/// Decode-time selection over page min/max summaries (HSA, Quest): the GPU paths both share, the
+/// eager fused step (attend_fused) and the CUDA-graph step (prepare_graph / attend_device /
+/// after_graph_step), all through kernels/page_select + the gather decode-attention kernel.
+/// Subclasses reset pages_ and set n_head_ in configure, and describe their kernel call.
+class PagedSelectionBase : public DecodeSelectionBase {
+ public:
+  using DecodeSelectionBase::DecodeSelectionBase;
+  void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override { pages_.rebuild(layer, cache); }
+  int64_t side_store_bytes() const override { return pages_.bytes(); }
+  bool prepare_graph(const KvCache& cache, int64_t steps) override;
+  at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                           const at::Tensor& length_dev) override;
+  int64_t after_graph_step(const KvCache& cache) override;
+
+ protected:
+  /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =
+  /// the most rows a head can emit (HSA k2, Quest keep * page).
+  struct KernelPlan {
+    bool hsa;
+    int64_t k1, keep, width;
+  };
+  virtual KernelPlan kernel_plan(int64_t head_dim) const = 0;
+  /// K/V and side-store bytes one decode step reads in a layer (all KV heads).
+  virtual int64_t layer_bytes(const LayerKv& kv) const = 0;
+  void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
+  at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override;
+  PageMinMax pages_;
+  int64_t n_head_ = 0;
+
+ private:
+  /// head_dim 64 / 128 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
+  bool kernels_fit(const KvCache& cache) const;
+  /// Scoring + selection (page_select recomputes the page of each head's last entry first) and
+  /// the gather attention; record: keep the selection for the step's telemetry.
+  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
+                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record);
+};
+
+}  // namespace kvscope::policies
