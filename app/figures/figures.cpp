@@ -1,3 +1,18 @@
+// The figure builders of figures.h: one viz::Figure per GUI view (and its A - B variant), shared
+// by the GUI views, its "export all" and kvscope-cli export. Sections (search for "// ---- NAME"):
+//   helpers        NaN constants, number formatting, figure base, note panel, kept strip
+//   head metrics   heads_metric_names, heads_metric_values, jaccard
+//   heads          heads_map, heads_figure
+//   tokens         tokens_figure
+//   attention      attention_figure
+//   keys           keys_figure
+//   channels       channel_bars, channels_figure
+//   budgets        head-pattern panels, budgets_figure, head_pattern_file, resolve_head_pattern_file
+//   fidelity       fidelity_figure
+//   selection      selection_figure
+//   A - B views    kept_diff, diff strip and captions, tokens / attention / keys / channels _diff_figure
+//   compare        compare_figure
+//   export all     all_figures
 #include "figures.h"
 
 #include <algorithm>
@@ -12,6 +27,9 @@
 #include "head_pattern_figure.h"
 
 namespace kvscope::figures {
+
+// ---- helpers ------------------------------------------------------------------------------------
+
 namespace {
 
 constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
@@ -69,6 +87,8 @@ bool valid_head(const RunData& a, const Selection& s) {
 
 }  // namespace
 
+// ---- head metrics -------------------------------------------------------------------------------
+
 const std::array<const char*, 9>& heads_metric_names() {
   static const std::array<const char*, 9> names = {"entropy",    "mass_top1pct", "mass_top5pct", "tokens95_frac", "sink_share",
                                                    "cos_mean",   "channel_cv",   "kept",         "kept_frac"};
@@ -103,6 +123,8 @@ double jaccard(const std::vector<std::int64_t>& a, const std::vector<std::int64_
   }
   return static_cast<double>(inter) / static_cast<double>(a.size() + b.size() - inter);
 }
+
+// ---- heads --------------------------------------------------------------------------------------
 
 namespace {
 
@@ -157,6 +179,8 @@ viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions&
   return f;
 }
 
+// ---- tokens -------------------------------------------------------------------------------------
+
 viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel) {
   viz::Figure f = base(a, "Prompt tokens");
   f.title.clear();
@@ -189,6 +213,8 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
   f.panels.push_back(std::move(t));
   return f;
 }
+
+// ---- attention ----------------------------------------------------------------------------------
 
 viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const Selection& sel, int width_px) {
   viz::Figure f = base(a, "Window attention over the prompt, layer " + std::to_string(sel.layer));
@@ -265,6 +291,8 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
   f.row_weights = {2.2, 2.6, 1.2};
   return f;
 }
+
+// ---- keys ---------------------------------------------------------------------------------------
 
 viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection& sel) {
   viz::Figure f = base(a, "Key geometry of " + head_name(sel));
@@ -351,6 +379,8 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   return f;
 }
 
+// ---- channels -----------------------------------------------------------------------------------
+
 namespace {
 
 /// One bar per head_dim channel (values.size() channels), ticks every 1 / 8 / 16 channels.
@@ -406,6 +436,8 @@ viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Se
   f.row_weights = {1, 1, 1.3};
   return f;
 }
+
+// ---- budgets ------------------------------------------------------------------------------------
 
 namespace {
 
@@ -520,6 +552,8 @@ std::string resolve_head_pattern_file(const RunData& r, const std::string& file)
   return fs::exists(next_to_db, ec) ? next_to_db.string() : file;
 }
 
+// ---- fidelity -----------------------------------------------------------------------------------
+
 viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o) {
   viz::Figure f;
   f.title = "Fidelity against the full cache, per decode step";
@@ -584,6 +618,8 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   f.panels = {std::move(kl), std::move(top1), std::move(bytes)};
   return f;
 }
+
+// ---- selection ----------------------------------------------------------------------------------
 
 viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   viz::Figure f = base(a, "Selected head " + head_name(sel) + (sel.token >= 0 ? ", token " + std::to_string(sel.token) : ""));
@@ -653,6 +689,8 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   }
   return f;
 }
+
+// ---- A - B views --------------------------------------------------------------------------------
 
 // Per prompt position of (sel.layer, sel.head): 0 neither, 1 only B, 2 only A, 3 both (empty when
 // the runs are on different prompts or the head is outside either run).
@@ -916,6 +954,8 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
   return f;
 }
 
+// ---- compare ------------------------------------------------------------------------------------
+
 viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel) {
   viz::Figure f;
   f.title = "A #" + std::to_string(a.ref.run) + " vs B #" + std::to_string(b.ref.run);
@@ -1000,6 +1040,8 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
   f.row_weights = {1.6, 1};
   return f;
 }
+
+// ---- export all ---------------------------------------------------------------------------------
 
 std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, const RunData* b, const Selection& sel,
                                                              int width, int height) {
