@@ -1,5 +1,6 @@
 // The figure builders of figures.h: one viz::Figure per GUI view (and its A - B variant), shared
-// by the GUI views, its "export all" and kvscope-cli export. Sections (search for "// ---- NAME"):
+// by the GUI views, its "export all" and kvscope-cli export (through the figure table,
+// figure_table.cpp). Sections (search for "// ---- NAME"):
 //   helpers        NaN constants, number formatting, figure base, note panel, kept strip
 //   head metrics   heads_metric_names, heads_metric_values, jaccard
 //   heads          heads_map, heads_figure
@@ -12,7 +13,7 @@
 //   selection      selection_figure
 //   A - B views    kept_diff, diff strip and captions, tokens / attention / keys / channels _diff_figure
 //   compare        compare_figure
-//   export all     all_figures
+//   export all     all_figures (the figure table's "export all" entries)
 #include "figures.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <array>
 #include <filesystem>
 
+#include "figure_table.h"
 #include "head_pattern_figure.h"
 
 namespace kvscope::figures {
@@ -1046,22 +1048,20 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
 std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, const RunData* b, const Selection& sel,
                                                              int width, int height) {
   std::vector<std::pair<std::string, viz::Figure>> out;
-  const auto& names = heads_metric_names();
-  out.emplace_back("heads", heads_figure(a, nullptr, {-1, Side::kA}, sel));
-  for (int m = 0; m < static_cast<int>(names.size()); ++m)
-    out.emplace_back(std::string("heads_") + names[static_cast<std::size_t>(m)], heads_figure(a, nullptr, {m, Side::kA}, sel));
-  out.emplace_back("tokens_kept", tokens_figure(a, {TokenColoring::kKeptSelectedHead}, sel));
-  out.emplace_back("tokens_keep_rate", tokens_figure(a, {TokenColoring::kKeepRate}, sel));
-  out.emplace_back("attention", attention_figure(a, {}, sel, width));
-  out.emplace_back("keys", keys_figure(a, {}, sel));
-  out.emplace_back("channels", channels_figure(a, {}, sel));
-  out.emplace_back("budgets", budgets_figure(a, nullptr, {}));
-  out.emplace_back("fidelity", fidelity_figure({&a}, {}));
-  out.emplace_back("selection", selection_figure(a, sel));
-  if (b) out.emplace_back("compare", compare_figure(a, *b, sel));
-  for (auto& [n, f] : out) {
-    f.width = width;
-    f.height = n.rfind("tokens", 0) == 0 ? std::max(240, height / 3) : height;
+  for (const FigureEntry& e : figure_table()) {
+    if (!e.all || (e.two_runs && !b)) continue;
+    for (const std::string& v : e.all()) {
+      FigureInput in;
+      in.run = &a;
+      in.b = e.two_runs ? b : nullptr;
+      in.sel = sel;
+      in.variant = v;
+      in.width = width;
+      viz::Figure f = e.build(in);
+      f.width = width;
+      f.height = e.strip ? std::max(240, height / 3) : height;
+      out.emplace_back(std::string(e.name) + (v.empty() ? "" : "_" + v), std::move(f));
+    }
   }
   return out;
 }
