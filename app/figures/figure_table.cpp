@@ -118,7 +118,6 @@ constexpr FigureEntry kFigures[] = {
      .scope = kHead,
      .recording = kFullCapture,
      .about = "window attention of the layer's KV heads over the prompt, the selected head's with its kept tokens",
-     .cli = false,
      .all = one_variant},
     {.name = "mass",
      .build = mass,
