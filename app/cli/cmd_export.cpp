@@ -5,6 +5,7 @@
 #include "kvscope/core/tokenizer.h"
 #include "kvscope/viz/cairo_export.h"
 #include "export_figures.h"
+#include "figure_table.h"
 
 namespace kvscope::cli {
 
@@ -17,17 +18,19 @@ Runner add_export(CLI::App& app) {
   auto a = std::make_shared<Args>();
   cmd->add_option("FILE", a->db, "Session database")->required();
   cmd->add_option("RUN", a->run, "Run id (any run of the database for --figure grid)")->required();
-  cmd->add_option("--figure", a->figure, "heads | tokens | mass | topk-cdf | keys | channels | fidelity | budgets | grid | head-pattern")
-      ->required();
+  std::string names;
+  for (const auto& n : figures::figure_names()) names += (names.empty() ? "" : " | ") + n;
+  cmd->add_option("--figure", a->figure, names + " (see below)")->required();
   cmd->add_option("--out", a->out, "Output file: .png, .svg, .pdf or .csv")->required();
   cmd->add_option("--layer", a->layer, "Layer of per-layer figures");
   cmd->add_option("--head", a->head, "KV head of per-head figures");
-  cmd->add_option("--metric", a->metric, "heads: a per-head statistic (entropy, tokens95_frac, ...); grid: a run metric");
+  cmd->add_option("--metric", a->metric, figures::metric_help());
   cmd->add_option("--width", a->width, "Figure width in px");
   cmd->add_option("--height", a->height, "Figure height in px");
+  cmd->footer(figures::figure_help());
   return [a]() {
     const auto store = sessions::SessionStore::open(a->db, sessions::OpenMode::kReadOnly);
-    figures::FigureRequest req{a->figure, a->layer, a->head, a->metric, {}};
+    figures::FigureRequest req{a->figure, a->layer, a->head, a->metric, {}, int(a->width)};
     // Token texts from the run's own tokenizer when its model is still where it was.
     std::shared_ptr<Tokenizer> tok;
     try {

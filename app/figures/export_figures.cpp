@@ -6,17 +6,15 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <variant>
 
-#include "figures.h"
-#include "head_pattern_figure.h"
+#include "figure_table.h"
 
 namespace kvscope::figures {
 namespace {
 
 // Decodes `parts` of `layer`, or throws naming the first one the run did not store.
-void need(const sessions::SessionStore& store, const RunData& r, std::initializer_list<Part> parts, std::int64_t layer) {
-  for (Part p : parts) {
+void need(const sessions::SessionStore& store, const RunData& r, PartSet parts, std::int64_t layer) {
+  for (Part p : parts.parts()) {
     if (!r.stored(p, layer) || (p == Part::kKept && !r.has_kept))
       throw std::invalid_argument("run " + std::to_string(r.ref.run) + " has no '" + std::string(part_blob(p)) +
                                   "' data for layer " + std::to_string(layer) +
@@ -26,16 +24,20 @@ void need(const sessions::SessionStore& store, const RunData& r, std::initialize
 }
 
 // Decodes the parts a figure can use when they are stored (the figure notes what is absent).
-void want(const sessions::SessionStore& store, const RunData& r, std::initializer_list<Part> parts, std::int64_t layer) {
-  for (Part p : parts) load_part(store, r, p, layer);
+void want(const sessions::SessionStore& store, const RunData& r, PartSet parts, std::int64_t layer) {
+  for (Part p : parts.parts()) load_part(store, r, p, layer);
 }
 
 }  // namespace
 
 const std::vector<std::string>& figure_names() {
-  static const std::vector<std::string> n = {"heads",    "tokens",   "mass",    "topk-cdf", "keys",
-                                             "channels", "fidelity", "budgets", "grid",     "head-pattern"};
-  return n;
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const FigureEntry& e : figure_table())
+      if (e.cli) n.emplace_back(e.name);
+    return n;
+  }();
+  return names;
 }
 
 viz::Figure mass_figure(const RunData& r, std::int64_t layer) {
@@ -129,68 +131,28 @@ viz::Figure grid_figure(const sessions::SessionStore& s, const std::string& metr
 }
 
 viz::Figure build_figure(const sessions::SessionStore& store, std::int64_t run, const FigureRequest& q) {
-  if (std::find(figure_names().begin(), figure_names().end(), q.name) == figure_names().end()) {
-    std::string known;
-    for (const auto& n : figure_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown figure '" + q.name + "' (known: " + known + ")");
-  }
-  if (q.name == "grid") return grid_figure(store, q.metric == "tokens95_frac" ? "mean_kl" : q.metric);
+  const FigureEntry& e = cli_figure(q.name);
+  FigureInput in;
+  in.store = &store;
+  in.sel = {q.layer, q.head, -1};
+  in.variant = e.metric ? q.metric : "";
+  in.width = q.width;
+  in.strict = in.token_texts = true;
+  if (e.scope == FigureScope::kDatabase) return e.build(in);
   TokenText text;
   if (q.token_text) text = [&q](std::int32_t id) { return std::optional<std::string>(q.token_text(id)); };
   const auto r = load_run_data(store, run, text);
-  const Selection sel{q.layer, q.head, -1};
-  const bool per_layer = q.name != "heads" && q.name != "budgets" && q.name != "fidelity" && q.name != "topk-cdf" &&
-                         q.name != "head-pattern";
+  const bool per_layer = e.scope == FigureScope::kLayer || e.scope == FigureScope::kHead;
   if (per_layer && (q.layer < 0 || q.layer >= r->n_layer))
     throw std::out_of_range("run " + std::to_string(run) + " has no layer " + std::to_string(q.layer));
-  if (per_layer && q.name != "mass" && (q.head < 0 || q.head >= r->n_head_kv))
+  if (e.scope == FigureScope::kHead && (q.head < 0 || q.head >= r->n_head_kv))
     throw std::out_of_range("run " + std::to_string(run) + " has no KV head " + std::to_string(q.head));
-  const std::string no_data = "run " + std::to_string(run) + " has no ";
-  if (q.name == "heads") {
-    const auto& names = heads_metric_names();
-    const auto it = std::find_if(names.begin(), names.end(), [&](const char* n) { return q.metric == n; });
-    if (it == names.end()) throw std::invalid_argument("unknown head metric '" + q.metric + "'");
-    const int m = static_cast<int>(it - names.begin());
-    if (r->metric_index(q.metric) && !r->has_summary)
-      throw std::invalid_argument(no_data + "'head_summary' data (record it with --capture summary or full)");
-    return heads_figure(*r, nullptr, {m, Side::kA}, sel);
+  if (per_layer) {
+    need(store, *r, e.needs, q.layer);
+    want(store, *r, e.uses, q.layer);
   }
-  if (q.name == "budgets") return budgets_figure(*r, nullptr, {});
-  if (q.name == "head-pattern") {
-    const std::string file = head_pattern_file(*r);
-    if (file.empty())
-      throw std::invalid_argument(no_data + "head pattern: its pipeline '" + r->record.row.pipeline_spec +
-                                  "' has no 'heads' stage (record one with --pipeline heads:pattern=FILE)");
-    viz::Figure f = head_pattern_figure(std::filesystem::path(resolve_head_pattern_file(*r, file)));
-    f.caption = "pattern " + file + "; run: " + r->caption() + ". " + f.caption;
-    return f;
-  }
-  if (q.name == "fidelity") {
-    if (!r->steps.count("kl")) throw std::invalid_argument(no_data + "fidelity (record it with --reference full)");
-    return fidelity_figure({r.get()}, {});
-  }
-  if (q.name == "topk-cdf") {
-    if (r->topk_unique.empty()) throw std::invalid_argument(no_data + "top-k record (record it with --capture full)");
-    return topk_cdf_figure(*r);
-  }
-  if (q.name == "tokens") {
-    need(store, *r, {Part::kKept}, q.layer);
-    viz::Figure f = tokens_figure(*r, {}, sel);
-    std::get<viz::TokenStrip>(f.panels[0]).tokens = r->token_text;
-    return f;
-  }
-  if (q.name == "mass") {
-    need(store, *r, {Part::kAttention}, q.layer);
-    return mass_figure(*r, q.layer);
-  }
-  if (q.name == "keys") {
-    need(store, *r, {Part::kCos}, q.layer);
-    want(store, *r, {Part::kKept, Part::kAttention, Part::kPca}, q.layer);
-    return keys_figure(*r, {}, sel);
-  }
-  need(store, *r, {Part::kChannelMean}, q.layer);  // channels
-  want(store, *r, {Part::kChannelCv}, q.layer);
-  return channels_figure(*r, {}, sel);
+  in.run = r.get();
+  return e.build(in);
 }
 
 }  // namespace kvscope::figures

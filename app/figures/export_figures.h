@@ -1,6 +1,7 @@
 #pragma once
 // `kvscope-cli export`: a figure of a recorded run by name, built by the same builders the GUI views
-// draw (figures.h), after decoding the parts of the run it needs (inline, on the calling thread).
+// draw (figures.h) through the figure table (figure_table.h), after decoding the parts of the run
+// it needs (inline, on the calling thread).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -12,9 +13,8 @@
 
 namespace kvscope::figures {
 
-/// Figure names of `kvscope-cli export --figure`: heads, tokens, mass, topk-cdf, keys, channels,
-/// fidelity, budgets, grid, head-pattern (a run with a "heads" stage: its pattern file's figure,
-/// head_pattern_figure.h).
+/// Figure names of `kvscope-cli export --figure`: the figure table's entries the CLI offers, in
+/// table order (figure_table.cpp; heads, tokens, mass, ..., head-pattern).
 const std::vector<std::string>& figure_names();
 
 /// What a figure is drawn for.
@@ -23,12 +23,15 @@ struct FigureRequest {
   std::int64_t layer = 0, head = 0;                  ///< for per-layer / per-head figures
   std::string metric = "tokens95_frac";              ///< "heads": a heads_metric_names() entry; "grid": a run metric
   std::function<std::string(std::int32_t)> token_text;  ///< display text of a token id (may be empty: "#id")
+  int width = 0;  ///< px, for figures reduced to their width (0: the default width)
 };
 
-/// Builds figure `req.name` of run `run` (for "grid": of every complete run in `store`). Throws
-/// std::invalid_argument naming what is missing (e.g. a figure that needs --capture full, an unknown
-/// figure or metric, head-pattern of a run without a heads stage), std::out_of_range for a layer or
-/// head outside the run, sessions::SessionError, InputError for an unreadable pattern file.
+/// Builds figure `req.name` of run `run` (for "grid": of every complete run in `store`) through its
+/// figure table entry: decodes the parts of the layer the entry needs and uses, then calls its
+/// builder. Throws std::invalid_argument naming what is missing (an unknown figure, listing the
+/// known names; a figure that needs --capture full; an unknown metric; head-pattern of a run
+/// without a heads stage), std::out_of_range for a layer or head outside the run,
+/// sessions::SessionError, InputError for an unreadable pattern file.
 viz::Figure build_figure(const sessions::SessionStore& store, std::int64_t run, const FigureRequest& req);
 
 /// Ada-KV Fig. 1 style: per KV head of `layer`, cumulative attention mass against the fraction of

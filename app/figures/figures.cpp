@@ -1,3 +1,19 @@
+// The figure builders of figures.h: one viz::Figure per GUI view (and its A - B variant), shared
+// by the GUI views, its "export all" and kvscope-cli export (through the figure table,
+// figure_table.cpp). Sections (search for "// ---- NAME"):
+//   helpers        NaN constants, number formatting, figure base, note panel, kept strip
+//   head metrics   heads_metric_names, heads_metric_values, jaccard
+//   heads          heads_map, heads_figure
+//   tokens         tokens_figure
+//   attention      attention_figure
+//   keys           keys_figure
+//   channels       channel_bars, channels_figure
+//   budgets        head-pattern panels, budgets_figure, head_pattern_file, resolve_head_pattern_file
+//   fidelity       fidelity_figure
+//   selection      selection_figure
+//   A - B views    kept_diff, diff strip and captions, tokens / attention / keys / channels _diff_figure
+//   compare        compare_figure
+//   export all     all_figures (the figure table's "export all" entries)
 #include "figures.h"
 
 #include <algorithm>
@@ -9,9 +25,13 @@
 #include <array>
 #include <filesystem>
 
+#include "figure_table.h"
 #include "head_pattern_figure.h"
 
 namespace kvscope::figures {
+
+// ---- helpers ------------------------------------------------------------------------------------
+
 namespace {
 
 constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
@@ -69,6 +89,8 @@ bool valid_head(const RunData& a, const Selection& s) {
 
 }  // namespace
 
+// ---- head metrics -------------------------------------------------------------------------------
+
 const std::array<const char*, 9>& heads_metric_names() {
   static const std::array<const char*, 9> names = {"entropy",    "mass_top1pct", "mass_top5pct", "tokens95_frac", "sink_share",
                                                    "cos_mean",   "channel_cv",   "kept",         "kept_frac"};
@@ -103,6 +125,8 @@ double jaccard(const std::vector<std::int64_t>& a, const std::vector<std::int64_
   }
   return static_cast<double>(inter) / static_cast<double>(a.size() + b.size() - inter);
 }
+
+// ---- heads --------------------------------------------------------------------------------------
 
 namespace {
 
@@ -157,6 +181,8 @@ viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions&
   return f;
 }
 
+// ---- tokens -------------------------------------------------------------------------------------
+
 viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel) {
   viz::Figure f = base(a, "Prompt tokens");
   f.title.clear();
@@ -189,6 +215,8 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
   f.panels.push_back(std::move(t));
   return f;
 }
+
+// ---- attention ----------------------------------------------------------------------------------
 
 viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const Selection& sel, int width_px) {
   viz::Figure f = base(a, "Window attention over the prompt, layer " + std::to_string(sel.layer));
@@ -265,6 +293,8 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
   f.row_weights = {2.2, 2.6, 1.2};
   return f;
 }
+
+// ---- keys ---------------------------------------------------------------------------------------
 
 viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection& sel) {
   viz::Figure f = base(a, "Key geometry of " + head_name(sel));
@@ -351,6 +381,8 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   return f;
 }
 
+// ---- channels -----------------------------------------------------------------------------------
+
 namespace {
 
 /// One bar per head_dim channel (values.size() channels), ticks every 1 / 8 / 16 channels.
@@ -406,6 +438,8 @@ viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Se
   f.row_weights = {1, 1, 1.3};
   return f;
 }
+
+// ---- budgets ------------------------------------------------------------------------------------
 
 namespace {
 
@@ -520,6 +554,8 @@ std::string resolve_head_pattern_file(const RunData& r, const std::string& file)
   return fs::exists(next_to_db, ec) ? next_to_db.string() : file;
 }
 
+// ---- fidelity -----------------------------------------------------------------------------------
+
 viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o) {
   viz::Figure f;
   f.title = "Fidelity against the full cache, per decode step";
@@ -584,6 +620,8 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   f.panels = {std::move(kl), std::move(top1), std::move(bytes)};
   return f;
 }
+
+// ---- selection ----------------------------------------------------------------------------------
 
 viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   viz::Figure f = base(a, "Selected head " + head_name(sel) + (sel.token >= 0 ? ", token " + std::to_string(sel.token) : ""));
@@ -653,6 +691,8 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   }
   return f;
 }
+
+// ---- A - B views --------------------------------------------------------------------------------
 
 // Per prompt position of (sel.layer, sel.head): 0 neither, 1 only B, 2 only A, 3 both (empty when
 // the runs are on different prompts or the head is outside either run).
@@ -916,6 +956,8 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
   return f;
 }
 
+// ---- compare ------------------------------------------------------------------------------------
+
 viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel) {
   viz::Figure f;
   f.title = "A #" + std::to_string(a.ref.run) + " vs B #" + std::to_string(b.ref.run);
@@ -1001,25 +1043,25 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
   return f;
 }
 
+// ---- export all ---------------------------------------------------------------------------------
+
 std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, const RunData* b, const Selection& sel,
                                                              int width, int height) {
   std::vector<std::pair<std::string, viz::Figure>> out;
-  const auto& names = heads_metric_names();
-  out.emplace_back("heads", heads_figure(a, nullptr, {-1, Side::kA}, sel));
-  for (int m = 0; m < static_cast<int>(names.size()); ++m)
-    out.emplace_back(std::string("heads_") + names[static_cast<std::size_t>(m)], heads_figure(a, nullptr, {m, Side::kA}, sel));
-  out.emplace_back("tokens_kept", tokens_figure(a, {TokenColoring::kKeptSelectedHead}, sel));
-  out.emplace_back("tokens_keep_rate", tokens_figure(a, {TokenColoring::kKeepRate}, sel));
-  out.emplace_back("attention", attention_figure(a, {}, sel, width));
-  out.emplace_back("keys", keys_figure(a, {}, sel));
-  out.emplace_back("channels", channels_figure(a, {}, sel));
-  out.emplace_back("budgets", budgets_figure(a, nullptr, {}));
-  out.emplace_back("fidelity", fidelity_figure({&a}, {}));
-  out.emplace_back("selection", selection_figure(a, sel));
-  if (b) out.emplace_back("compare", compare_figure(a, *b, sel));
-  for (auto& [n, f] : out) {
-    f.width = width;
-    f.height = n.rfind("tokens", 0) == 0 ? std::max(240, height / 3) : height;
+  for (const FigureEntry& e : figure_table()) {
+    if (!e.all || (e.two_runs && !b)) continue;
+    for (const std::string& v : e.all()) {
+      FigureInput in;
+      in.run = &a;
+      in.b = e.two_runs ? b : nullptr;
+      in.sel = sel;
+      in.variant = v;
+      in.width = width;
+      viz::Figure f = e.build(in);
+      f.width = width;
+      f.height = e.strip ? std::max(240, height / 3) : height;
+      out.emplace_back(std::string(e.name) + (v.empty() ? "" : "_" + v), std::move(f));
+    }
   }
   return out;
 }

@@ -82,7 +82,8 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
 /// A/B kept-set difference over tokens, and kept-count difference per layer.
 viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel);
 
-/// Every figure of a run for "export all": (view name, figure) at width x height.
+/// Every figure of a run for "export all" (the figure table's entries with "export all" variants,
+/// figure_table.h): (name or name_variant, figure) at width x height; "compare" only with a B.
 std::vector<std::pair<std::string, viz::Figure>> all_figures(const RunData& a, const RunData* b, const Selection& sel,
                                                              int width, int height);
 

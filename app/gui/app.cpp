@@ -62,8 +62,8 @@ void draw_menu(AppState& s) {
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("View")) {
-    for (View v : kAllViews)
-      if (ImGui::MenuItem(view_title(v), nullptr, s.view == v)) s.view = v, s.select_view = true;
+    for (const ViewEntry& e : view_table())
+      if (ImGui::MenuItem(e.title, nullptr, s.view == e.view())) s.view = e.view(), s.select_view = true;
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Compare")) {
@@ -355,45 +355,11 @@ bool apply_options(AppState& s, const GuiOptions& o) {
   return ok;
 }
 
-FigureView* figure_of(AppState& s, View v) {
-  switch (v) {
-    case View::kHeads: return &s.heads.fig;
-    case View::kTokens: return &s.tokens.overview;
-    case View::kAttention: return &s.attention.fig;
-    case View::kKeys: return &s.keys.fig;
-    case View::kChannels: return &s.channels.fig;
-    case View::kBudgets: return &s.budgets.fig;
-    case View::kFidelity: return &s.fidelity.fig;
-    case View::kSelection: return &s.selection.fig;
-    case View::kCompare: return &s.compare.fig;
-    case View::kSessions:
-    case View::kRun: return nullptr;
-  }
-  return nullptr;
-}
-
-void draw_view(AppState& s, Ui& ui, View v) {
-  switch (v) {
-    case View::kSessions: panels::sessions(s, ui); break;
-    case View::kRun: panels::run(s, ui); break;
-    case View::kHeads: panels::heads(s, ui); break;
-    case View::kTokens: panels::tokens(s, ui); break;
-    case View::kAttention: panels::attention(s, ui); break;
-    case View::kKeys: panels::keys(s, ui); break;
-    case View::kChannels: panels::channels(s, ui); break;
-    case View::kBudgets: panels::budgets(s, ui); break;
-    case View::kFidelity: panels::fidelity(s, ui); break;
-    case View::kSelection: panels::selection(s, ui); break;
-    case View::kCompare: panels::compare(s, ui); break;
-  }
-}
-
-// Arrow keys move the selected head (left/right) and layer (up/down) when no text field has focus.
+// Arrow keys move the selected head (left/right) and layer (up/down) in the views with a figure
+// when no text field has focus.
 static void keyboard(AppState& s) {
   const ImGuiIO& io = ImGui::GetIO();
-  if (!s.a || io.WantTextInput || ImGui::IsPopupOpen("", ImGuiPopupFlags_AnyPopupId) || s.view == View::kSessions ||
-      s.view == View::kRun)
-    return;
+  if (!s.a || io.WantTextInput || ImGui::IsPopupOpen("", ImGuiPopupFlags_AnyPopupId) || !view_has_figure(s.view)) return;
   auto pressed = [](ImGuiKey k) { return ImGui::IsKeyPressed(ImGui::GetKeyIndex(k)); };
   if (pressed(ImGuiKey_LeftArrow)) --s.sel.head;
   if (pressed(ImGuiKey_RightArrow)) ++s.sel.head;
@@ -421,15 +387,16 @@ void draw_app(AppState& s, Ui& ui) {
   draw_context_bar(s);
   const float status_h = ImGui::GetFrameHeightWithSpacing();
   if (ImGui::BeginTabBar("views", ImGuiTabBarFlags_FittingPolicyScroll)) {
-    for (View v : kAllViews) {
+    for (const ViewEntry& e : view_table()) {
+      const View v = e.view();
       const ImGuiTabItemFlags tf = (s.select_view && s.view == v) ? ImGuiTabItemFlags_SetSelected : 0;
-      if (ImGui::BeginTabItem(view_title(v), nullptr, tf)) {
+      if (ImGui::BeginTabItem(e.title, nullptr, tf)) {
         if (!s.select_view) s.view = v;
         else if (v == s.view) s.select_view = false;
         ImGui::BeginChild("view_content", {0, -status_h}, false, ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
         // The tab being left while another is selected shows for this one frame: not drawn (it
         // could be the Sessions view reading every run's record).
-        if (!s.select_view || v == s.view) draw_view(s, ui, v);
+        if (!s.select_view || v == s.view) e.draw(s, ui);
         ImGui::EndChild();
         ImGui::EndTabItem();
       }

@@ -20,6 +20,7 @@
 #include "run_worker.h"
 #include "textures.h"
 #include "tokenizer_cache.h"
+#include "view_table.h"
 #include "view_types.h"
 
 namespace kvscope::gui {
@@ -212,11 +213,8 @@ bool apply_options(AppState& s, const GuiOptions& o);
 /// The newest complete run of database `db` other than A on A's prompt, or -1.
 std::int64_t same_prompt_run(AppState& s, int db);
 
-/// Draws one frame of the whole window (menu, context bar, view tabs, status bar).
+/// Draws one frame of the whole window (menu, context bar, view tabs, status bar). One view:
+/// draw_view() (view_table.h).
 void draw_app(AppState& s, Ui& ui);
-/// Draws only view `v`, filling the current window (screenshot / test helpers use draw_app).
-void draw_view(AppState& s, Ui& ui, View v);
-/// The figure view of `v` (nullptr for views without a figure).
-FigureView* figure_of(AppState& s, View v);
 
 }  // namespace kvscope::gui

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "view_table.h"
+
 namespace kvscope::gui {
 namespace {
 
@@ -16,6 +18,18 @@ std::int64_t to_int(const std::string& opt, const std::string& v) {
   }
 }
 
+// The view names (view_table.cpp) wrapped to lines of at most `width` characters after `indent`.
+std::string wrapped_view_names(std::size_t indent, std::size_t width) {
+  std::string out, line;
+  for (View v : kAllViews) {
+    std::string item = std::string(view_name(v)) + ",";
+    if (!line.empty() && indent + line.size() + 1 + item.size() > width) out += line + "\n" + std::string(indent, ' '), line.clear();
+    line += (line.empty() ? "" : " ") + item;
+  }
+  if (!line.empty()) line.pop_back();  // the last comma
+  return out + line;
+}
+
 }  // namespace
 
 std::string gui_usage() {
@@ -24,8 +38,7 @@ std::string gui_usage() {
          "               [--screenshot FILE.png [--frames N] [--size WxH]]\n"
          "  --open DB        session database to open (repeat for several)\n"
          "  --run IDS        runs of the first database: A, then compare runs (default: the newest run)\n"
-         "  --view NAME      sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity,\n"
-         "                   selection, compare\n"
+         "  --view NAME      " + wrapped_view_names(19, 98) + "\n"
          "  --model PATH     default model of the Run view\n"
          "  --layer/--head/--token   initial selection\n"
          "  --screenshot F   render headless and write the last frame to F (PNG), then exit\n"
@@ -60,8 +73,7 @@ GuiOptions parse_gui_options(const std::vector<std::string>& args) {
       const std::string v = value();
       o.view = parse_view(v);
       if (!o.view)
-        throw std::invalid_argument("--view: unknown view '" + v +
-                                    "' (sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, selection, compare)");
+        throw std::invalid_argument("--view: unknown view '" + v + "' (" + view_names() + ")");
     } else if (a == "--model") {
       o.model = value();
     } else if (a == "--screenshot") {

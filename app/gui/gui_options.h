@@ -3,8 +3,8 @@
 //   kvscope [--open DB]... [--run ID[,ID...]] [--view NAME] [--model PATH]
 //           [--screenshot FILE.png [--frames N] [--size WxH]]
 // --run: run ids of the first database: the first is A, the others are compare runs (default: the
-// newest run). --view: sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity,
-// selection, compare. --screenshot renders N frames (default 5) headless at WxH (default
+// newest run). --view: a view name of view_table.cpp (sessions, run, heads, tokens, attention, keys,
+// channels, budgets, fidelity, selection, compare). --screenshot renders N frames (default 5) headless at WxH (default
 // 1600x1000) and writes the last one as PNG.
 #include <cstdint>
 #include <optional>

@@ -2,6 +2,18 @@
 // pycode-16m) and the SentencePiece-converted form (Llama-2, Mistral: byte_fallback, Metaspace or
 // Prepend+Replace normalizers). Follows the `tokenizers` pipeline: added tokens are split off
 // first, then normalizer, pre-tokenizer, BPE model; decode runs the decoder chain.
+//
+// Sections, in order (each under a banner "// ---...--- / // NAME / // ---...---"):
+//   UTF-8                               well-formedness, code point decoding
+//   GPT-2 byte <-> unicode alphabet     the byte-level alphabet
+//   PCRE2 regex                         compiled once at load; per-call match data
+//   Split behaviours                    SplitDelimiterBehavior of `tokenizers`
+//   Normalizers                         Sequence, Prepend, Replace, NFC; parse_normalizer
+//   Pre-tokenizers                      Sequence, Split, ByteLevel, Digits, Metaspace; parse_pre_tokenizer
+//   Decoders                            Sequence, ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace
+//   BPE model                           MergeRule, BpeModel (merges, byte fallback)
+//   Added tokens                        AddedToken, AddedTokenMatcher (split off before the normalizer)
+//   The tokenizer                       HfTokenizer; load_hf_tokenizer, load_hf_tokenizer_text
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 

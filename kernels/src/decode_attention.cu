@@ -19,6 +19,19 @@
 // copy bandwidth), 128K 131-137 us (92-96%), ragged 128K (odd heads at 1/4) 89-93 us (85-89%).
 // The loop issues ~90 instructions per token and warp (256 of the ~740 per stage are the FFMAs of
 // q.k and p.v, 128 the shuffle reduction), so at 32K it is not far from compute-limited either.
+//
+// Sections, in order (search for the name):
+//   constants                        kWarps, kThreads, kLog2e, kLazy, kMinChunk, kMaxDevices
+//   "---- 8 elements of T"           Raw8, load8, zero8, to_float8, from_float
+//   Params                           the arguments both passes read
+//   merge_state, Shape               online-softmax state merge; pass-1 shape (lanes per row, stages)
+//   cp_async16 ... cp_async_wait     the cp.async ring's PTX
+//   ScanScratch, find_work_item      block -> (KV head, split) work item
+//   decode_split_kernel              pass 1
+//   combine_kernel                   pass 2
+//   launchers                        configure_split_kernel, launch_typed / launch_gt / launch_d,
+//                                    occupancy_d / occupancy_of, head_chunk_for, aligned16
+//   public API                       plan_decode_attention, decode_attention
 #include "kvscope/kernels/decode.h"
 #include "device_props.cuh"
 #include "pdl.cuh"

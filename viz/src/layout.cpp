@@ -1,4 +1,19 @@
 // Figure layout: grid, margins, axes, ticks, colour bars, legends, token strips.
+// Sections (search for "// ---- NAME"):
+//   number formatting                      decimals_for, drop_negative_zero, to_fixed
+//   ticks                                  nice_step, nice_ticks, format_tick
+//   axis maps, downsampling, colour range  AxisMap::to_px / to_data, downsample, color_range
+//   drawing context                        detail::Ctx (fonts and line heights of a theme)
+//   panel helpers                          inset, take_title, DataRange, resolve, in_span
+//   tick placement                         crowded, user / linear / log / axis / categorical ticks
+//   axes                                   AxesSpec, layout_axes (plot rectangle, x / y maps)
+//   legends                                make_legend, place_legend
+//   categories and colour bars             cats_of, plan_colorbar, place_colorbar
+//   panels: heatmap                        sample_points (legend placement), layout_heatmap
+//   panels: line and scatter               series_entries, layout_xy, layout_line, layout_scatter
+//   panels: bar chart                      layout_bar
+//   panels: token strip                    layout_tokens
+//   figure                                 layout_figure (title, grid of panels, caption)
 #include "kvscope/viz/layout.h"
 
 #include <algorithm>
@@ -13,6 +28,9 @@
 #include "text.h"
 
 namespace kvscope::viz {
+
+// ---- number formatting --------------------------------------------------------------------------
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -39,6 +57,8 @@ std::string to_fixed(double v, int decimals) {
 }
 
 }  // namespace
+
+// ---- ticks --------------------------------------------------------------------------------------
 
 double nice_step(double span, int target, double min_step) {
   span = std::abs(span);
@@ -97,6 +117,8 @@ std::string format_tick(double v, double step) {
   if (step >= 1e3) return to_fixed(v / 1e3, decimals_for(step / 1e3)) + "k";
   return to_fixed(v, decimals_for(step));
 }
+
+// ---- axis maps, downsampling, colour range ------------------------------------------------------
 
 double AxisMap::to_px(double v) const {
   if (std::isnan(v)) return kNaN;
@@ -184,6 +206,8 @@ Range color_range(std::span<const float> values, const std::optional<Range>& fix
   return {lo, hi};
 }
 
+// ---- drawing context ----------------------------------------------------------------------------
+
 namespace detail {
 
 Ctx::Ctx(Canvas& canvas, const Theme& theme) : m(canvas), th(theme) {
@@ -199,6 +223,8 @@ Ctx::Ctx(Canvas& canvas, const Theme& theme) : m(canvas), th(theme) {
 }
 
 }  // namespace detail
+
+// ---- panel helpers ------------------------------------------------------------------------------
 
 namespace {
 
@@ -252,6 +278,8 @@ bool in_span(const AxisMap& map, double px) {
   const double a = std::min(map.p0, map.p1), b = std::max(map.p0, map.p1);
   return px >= a - 0.5 && px <= b + 0.5;
 }
+
+// ---- tick placement -----------------------------------------------------------------------------
 
 // True when neighbouring labels would touch.
 bool crowded(Ctx& c, const std::vector<Tick>& ticks, bool horizontal) {
@@ -389,6 +417,8 @@ double max_label_width(Ctx& c, const std::vector<Tick>& ticks) {
   return w;
 }
 
+// ---- axes ---------------------------------------------------------------------------------------
+
 struct AxesSpec {
   const Axis* x = nullptr;
   const Axis* y = nullptr;
@@ -447,6 +477,8 @@ void layout_axes(Ctx& c, PanelLayout& L, Rect inner, const AxesSpec& s) {
   }
 }
 
+// ---- legends ------------------------------------------------------------------------------------
+
 // Legend size for entries (labels elided to max_w overall).
 LegendLayout make_legend(Ctx& c, std::vector<LegendEntry> entries, double max_w) {
   LegendLayout g;
@@ -492,6 +524,8 @@ void place_legend(LegendLayout& g, LegendPos pos, const Rect& plot, const std::v
   g.box = cands[best];
 }
 
+// ---- categories and colour bars -----------------------------------------------------------------
+
 std::vector<std::pair<double, std::string>> cats_of(const std::vector<std::string>& labels, double origin, double step) {
   std::vector<std::pair<double, std::string>> out;
   for (std::size_t i = 0; i < labels.size(); ++i)
@@ -526,6 +560,8 @@ void place_colorbar(PanelLayout& L, const ColorbarPlan& p, Range vr, Rect bar) {
     if (in_span(L.cbar.map, px)) L.cbar.ticks.push_back({v, px, format_tick(v, p.step)});
   }
 }
+
+// ---- panels: heatmap ----------------------------------------------------------------------------
 
 // Up to `per_series` points of a series, evenly sampled, for legend placement.
 template <class XS, class YS>
@@ -572,6 +608,8 @@ PanelLayout layout_heatmap(Ctx& c, const Heatmap& h, Rect cell) {
   place_colorbar(L, cbp, L.value_range, {L.plot.right() + kColorbarGap, L.plot.y, kColorbarW, L.plot.h});
   return L;
 }
+
+// ---- panels: line and scatter -------------------------------------------------------------------
 
 std::vector<LegendEntry> series_entries(const LinePlot& p) {
   std::vector<LegendEntry> out;
@@ -655,6 +693,8 @@ PanelLayout layout_scatter(Ctx& c, const ScatterPlot& p, Rect cell) {
   return layout_xy(c, p, cell, resolve(p.x, dx, 0.05), resolve(p.y, dy, 0.05), std::move(entries), data);
 }
 
+// ---- panels: bar chart --------------------------------------------------------------------------
+
 PanelLayout layout_bar(Ctx& c, const BarChart& b, Rect cell) {
   PanelLayout L;
   L.cell = cell;
@@ -716,6 +756,8 @@ PanelLayout layout_bar(Ctx& c, const BarChart& b, Rect cell) {
   place_legend(L.legend, b.legend, L.plot, pts);
   return L;
 }
+
+// ---- panels: token strip ------------------------------------------------------------------------
 
 PanelLayout layout_tokens(Ctx& c, const TokenStrip& t, Rect cell) {
   PanelLayout L;
@@ -839,6 +881,8 @@ PanelLayout layout_tokens(Ctx& c, const TokenStrip& t, Rect cell) {
 }
 
 }  // namespace
+
+// ---- figure -------------------------------------------------------------------------------------
 
 FigureLayout layout_figure(const Figure& f, Canvas& m) {
   FigureLayout out;
