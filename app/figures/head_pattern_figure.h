@@ -1,5 +1,5 @@
 #pragma once
-// The head-pattern figure (HS-SFT Figs. 6-8 and methods.md §5.5's tool signal): a layer x KV-head
+// The head-pattern figure (HS-SFT Figs. 6-8 and docs/methods.md §5.5's tool signal): a layer x KV-head
 // map of dense and streaming heads coloured by the entries each keeps, the streaming window per
 // layer, and, for learned patterns, the training loss curve. Built from a pattern file
 // (kvscope.head_pattern.v1, docs/head-patterns.md) into the viz figure model, for the Budgets view

@@ -1,5 +1,5 @@
 // S5 decode-time selection (hsa, quest, sparq, exacttopk) and RocketKV's budget decomposition:
-// (a) rocketkv_split reproduces the worked examples of methods.md §1.2 and the paper's c = 64
+// (a) rocketkv_split reproduces the worked examples of docs/methods.md §1.2 and the paper's c = 64
 //     example (RocketKV §3.6);
 // (b) with a budget that covers every entry, attend() equals dense fp32 attention (lengths 1, 37,
 //     300; GQA groups 1 and 3; uniform and ragged heads);
@@ -48,7 +48,7 @@ struct SplitRow {
 };
 
 TEST(RocketKvSplit, WorkedExamplesOfMethodsTable) {
-  // methods.md §1.2 (D = 128). "8K" = 8192 and "32K" = 32768 tokens; "109K" is S = 426·256 = 109056
+  // docs/methods.md §1.2 (D = 128). "8K" = 8192 and "32K" = 32768 tokens; "109K" is S = 426·256 = 109056
   // (c = 426; 109·1024 = 111616 would give C = 1352). S counts prompt + generated tokens; n_gen only
   // matters through the floor min(2·n_gen, S), inactive here, so P = C - n_gen for any n_gen <= C/2.
   const SplitRow rows[] = {

@@ -1,5 +1,5 @@
-// HS-SFT window learning (hs-sft.md §2.2 "STE-based learnable budget selection" and "budget-aware
-// balance loss", Algorithm 1; methods.md §5.2), with the model weights frozen.
+// HS-SFT window learning (the HS-SFT paper §2.2 "STE-based learnable budget selection" and "budget-aware
+// balance loss", Algorithm 1; docs/methods.md §5.2), with the model weights frozen.
 #include <cmath>
 #include <tuple>
 

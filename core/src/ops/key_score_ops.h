@@ -14,7 +14,7 @@
 
 namespace kvscope::ops {
 
-/// KeyDiff scores (Park et al. 2025, arXiv 2504.15364, Eq. 8; methods.md §2.2):
+/// KeyDiff scores (Park et al. 2025, arXiv 2504.15364, Eq. 8; docs/methods.md §2.2):
 ///   μ_h = mean_j k_{h,j} / max(||k_{h,j}||, 1e-12) (normalized_anchor) or mean_j k_{h,j} (raw),
 ///   score[h,j] = -cos(k_{h,j}, μ_h), cos(x, y) = x·y / (max(||x||, 1e-8) · max(||y||, 1e-8)).
 /// keys: [Hkv, n, D] on CUDA, fp32 / bf16 / fp16, unit inner stride, any head and row stride (e.g.

@@ -1,6 +1,6 @@
 // "think" S4 channel pruning: ThinK (Xu et al. 2024, "ThinK: Thinner Key Cache by Query-Driven
 // Pruning", arXiv 2407.21018), §3: structured, query-driven key-channel pruning, the channel-axis
-// baseline of SPARK (shared/papers/spark.md §2 and §4.6 of docs/methods.md). No recovery.
+// baseline of SPARK (the SPARK paper §2; docs/methods.md §4.6). No recovery.
 //
 // Prefill (on_prefill, per layer, per KV head h, over the n_h entries the cache holds after eviction):
 //

@@ -38,7 +38,7 @@ struct LayerCapture {
   at::Tensor keys_pca;        // full: [n_head_kv, n_tok, 2] keys projected on their 2 principal axes (KeyDiff Fig. 3)
 };
 
-/// RocketKV Fig. 2 (methods.md §1.7): per (layer, query head), the set of distinct token positions
+/// RocketKV Fig. 2 (docs/methods.md §1.7): per (layer, query head), the set of distinct token positions
 /// that Exact-TopK (k entries) picks over all decode steps. Fed by the decode loop at capture full.
 class TopkUnion {
  public:

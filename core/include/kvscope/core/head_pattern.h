@@ -1,6 +1,6 @@
 #pragma once
 // Head patterns: which KV heads stay dense and which stream (sink tokens + a recent window), as
-// learned offline by DuoAttention (Xiao et al. 2024) or HS-SFT (methods.md §5) and run at inference.
+// learned offline by DuoAttention (Xiao et al. 2024) or HS-SFT (docs/methods.md §5) and run at inference.
 #include <cstdint>
 #include <filesystem>
 #include <string>

@@ -61,7 +61,7 @@ class ScoringPolicy : public Policy {
   /// this many tokens and the cache is cut back to the budget after each block. 0 = whole prompt.
   virtual int64_t prefill_block() const { return 0; }
   /// Share of the kept budget reserved for the most recent entries (KeyDiff's sliding-window
-  /// variant, methods.md §2.2). 0 = none.
+  /// variant, docs/methods.md §2.2). 0 = none.
   virtual double recent_share() const { return 0.0; }
 };
 

@@ -14,7 +14,7 @@
 
 namespace kvscope::kernels {
 
-/// KeyDiff (Park et al. 2025, arXiv 2504.15364, Eq. 8; methods.md §2.2): per KV head h
+/// KeyDiff (Park et al. 2025, arXiv 2504.15364, Eq. 8; docs/methods.md §2.2): per KV head h
 ///   μ_h        = mean_j k_{h,j} / max(||k_{h,j}||, 1e-12)   (normalized_anchor, kvpress's F.normalize)
 ///              = mean_j k_{h,j}                              (raw anchor, the paper's unnormalised keys)
 ///   score[h,j] = -cos(k_{h,j}, μ_h),  cos(x, y) = x·y / (max(||x||, 1e-8) · max(||y||, 1e-8))
@@ -46,7 +46,7 @@ size_t keydiff_workspace_bytes(const KeyDiffArgs& a);
 cudaError_t keydiff_scores(const KeyDiffArgs& a, void* workspace, cudaStream_t stream);
 
 /// SPARK fixed-mode channel pruning of one KV head (Liao et al. 2025, §4.2-4.3, eq. 7 and App. A.2
-/// eq. 11; methods.md §4), per entry t of the head's retained keys k [n, D]:
+/// eq. 11; docs/methods.md §4), per entry t of the head's retained keys k [n, D]:
 ///   w[t,j]        = a_j · |k_tj|                                   saliency, fp32 (eq. 7)
 ///   mask[t,j]     = j among the `kept` largest w[t,:]             ties at the threshold: lower channel first
 ///   pruned_sum[t] = Σ_{j pruned} w[t,j]                           = (D - kept) · μ[t]

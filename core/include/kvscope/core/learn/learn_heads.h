@@ -13,7 +13,7 @@
 namespace kvscope::learn {
 
 enum class LearnMethod {
-  kHsSft,  ///< HS-SFT (methods.md §5; hs-sft.md §2.2): alpha dense heads, per-layer window by STE
+  kHsSft,  ///< HS-SFT (docs/methods.md §5; the HS-SFT paper §2.2): alpha dense heads, per-layer window by STE
   kDuo,    ///< DuoAttention (Xiao et al. 2024) §3.1: per-KV-head gates, distillation + L1
 };
 
@@ -21,7 +21,7 @@ enum class LearnMethod {
 LearnMethod parse_learn_method(const std::string& name);
 std::string learn_method_name(LearnMethod method);
 
-/// How the HS-SFT window logits get a gradient (methods.md §5.9: the paper's "dL/doutput" is
+/// How the HS-SFT window logits get a gradient (docs/methods.md §5.9: the paper's "dL/doutput" is
 /// undefined because the hard forward does not depend on z).
 enum class SteMode {
   kSoftmax,   ///< forward: the argmax window; backward: as if softmax(z/tau) weighted every candidate
@@ -65,7 +65,7 @@ struct LearnOptions {
   int64_t window = -1;             ///< duo: the streaming window; < 0: default_streaming_sizes
   int64_t block = -1;              ///< hs-sft: candidate windows {1..n_candidates} x block; < 0: default_streaming_sizes
   int64_t n_candidates = 8;        ///< hs-sft: m (Table 6: 8)
-  double dense_fraction = -1;      ///< hs-sft alpha; < 0: max(0, budget - 0.05) (methods.md §5.3)
+  double dense_fraction = -1;      ///< hs-sft alpha; < 0: max(0, budget - 0.05) (docs/methods.md §5.3)
   double lambda = -1;              ///< < 0: duo 0.05 (L1 on gates); hs-sft 1e-2 (balance KL, Table 6)
   double gamma = 2.0;              ///< hs-sft prior shape (eq. 4)
   double tau = 1.0;                ///< hs-sft softmax temperature (Algorithm 1 line 9; not given in the paper)

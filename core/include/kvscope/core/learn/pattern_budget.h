@@ -8,7 +8,7 @@
 //     kept_fraction = sum_{layer l, KV head h} kept(l, h) / (n_layer * n_head_kv * N),
 //     kept = N for a dense head, min(N, sink + window) for a streaming head.
 // Every cache entry of every KV head costs the same 2 * head_dim * dtype bytes (K and V), so the
-// entry fraction is the byte fraction (HS-SFT's "% of full-context KV over all heads", methods.md
+// entry fraction is the byte fraction (HS-SFT's "% of full-context KV over all heads", docs/methods.md
 // §6.4; dense heads count at full length).
 #include <cstdint>
 #include <vector>
@@ -29,7 +29,7 @@ HeadPattern threshold_gates(const std::vector<std::vector<double>>& gates, doubl
                             int64_t sink, int64_t window);
 
 /// HS-SFT §2.3 / Algorithm 1 line 1: the dense heads, a fraction `dense_fraction` of the KV heads
-/// (methods.md §5.3: alpha). Per layer floor(alpha * n_head_kv) heads with the largest gates; the
+/// (docs/methods.md §5.3: alpha). Per layer floor(alpha * n_head_kv) heads with the largest gates; the
 /// remaining round(alpha * n_layer * n_head_kv) - n_layer * floor(alpha * n_head_kv) heads go to the
 /// largest gates left over the whole model (models with few KV heads per layer, where the paper's
 /// per-layer fraction would round to zero). Returns [n_layer][n_head_kv], true = dense.
@@ -38,7 +38,7 @@ std::vector<std::vector<bool>> choose_dense_heads(const std::vector<std::vector<
 /// HS-SFT Appendix A.3 inference: the streaming heads of layer l get window
 /// max(1, floor(s * learned_windows[l])), with one factor s > 0 for the whole model chosen as the
 /// largest that keeps kept_fraction <= budget (the paper states monotone rescaling but not the
-/// rule; methods.md §5.9). Dense heads keep everything. Throws InputError when the dense heads plus
+/// rule; docs/methods.md §5.9). Dense heads keep everything. Throws InputError when the dense heads plus
 /// sinks and windows of 1 already exceed the budget.
 HeadPattern rescale_windows(const std::vector<std::vector<bool>>& dense, const std::vector<int64_t>& learned_windows,
                             int64_t sink, double budget, int64_t reference_length);
