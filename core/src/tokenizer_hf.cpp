@@ -34,9 +34,9 @@
 #include <nlohmann/json.hpp>
 
 #include "json_integers.h"
-#include "text_file.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/tokenizer.h"
+#include "text_file.h"
 
 namespace kvscope {
 namespace {
@@ -78,9 +78,7 @@ size_t valid_utf8_length(std::string_view text, size_t pos) {
 }
 
 /// Byte length of the character at text[pos]; an invalid byte counts as a character of its own.
-size_t char_length(std::string_view text, size_t pos) {
-  return std::max<size_t>(1, valid_utf8_length(text, pos));
-}
+size_t char_length(std::string_view text, size_t pos) { return std::max<size_t>(1, valid_utf8_length(text, pos)); }
 
 /// Code point of the well-formed character at text[pos] (of byte length `len`).
 char32_t decode_code_point(std::string_view text, size_t pos, size_t len) {
@@ -165,15 +163,15 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
 /// U+0100 upwards in byte order (so ' ' is 'Ġ' U+0120 and '\n' is 'Ċ' U+010A).
 struct ByteAlphabet {
   static constexpr char32_t kMaxCodePoint = 0x100 + 68;
-  std::array<std::string, 256> byte_to_text;                  // UTF-8 of each byte's stand-in
+  std::array<std::string, 256> byte_to_text;                // UTF-8 of each byte's stand-in
   std::array<int16_t, kMaxCodePoint> code_point_to_byte{};  // -1 where not a stand-in
 
   ByteAlphabet() {
     code_point_to_byte.fill(-1);
     char32_t next_extra = 0x100;
     for (int byte = 0; byte < 256; ++byte) {
-      const bool printable = (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) ||
-                             (byte >= 0xAE && byte <= 0xFF);
+      const bool printable =
+          (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) || (byte >= 0xAE && byte <= 0xFF);
       const char32_t cp = printable ? static_cast<char32_t>(byte) : next_extra++;
       append_utf8(byte_to_text[byte], cp);
       code_point_to_byte[cp] = static_cast<int16_t>(byte);
@@ -261,14 +259,12 @@ class Regex {
     int error = 0;
     PCRE2_SIZE error_offset = 0;
     code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(adapted.data()), adapted.size(),
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &error_offset,
-                              nullptr));
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &error_offset, nullptr));
     if (!code_) {
       std::array<PCRE2_UCHAR, 256> message{};
       pcre2_get_error_message(error, message.data(), message.size());
-      throw InputError(file, "invalid regex '" + std::string(pattern) + "' at offset " +
-                                 std::to_string(error_offset) + ": " +
-                                 reinterpret_cast<const char*>(message.data()));
+      throw InputError(file, "invalid regex '" + std::string(pattern) + "' at offset " + std::to_string(error_offset) +
+                                 ": " + reinterpret_cast<const char*>(message.data()));
     }
     pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
   }
@@ -568,8 +564,7 @@ constexpr std::string_view kGpt2Pattern =
 
 class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
-  ByteLevelPreTokenizer(const json& spec, const fs::path& file,
-                        std::shared_ptr<const ByteAlphabet> alphabet)
+  ByteLevelPreTokenizer(const json& spec, const fs::path& file, std::shared_ptr<const ByteAlphabet> alphabet)
       : add_prefix_space_(spec.value("add_prefix_space", true)), alphabet_(std::move(alphabet)) {
     if (spec.value("use_regex", true)) regex_ = std::make_unique<Regex>(kGpt2Pattern, file);
   }
@@ -581,8 +576,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
     }
     if (regex_) {
       split_pieces(pieces, [&](const std::string& text) {
-        return apply_behavior(spans_of(text.size(), regex_->find_all(text), false),
-                              SplitBehavior::kIsolated);
+        return apply_behavior(spans_of(text.size(), regex_->find_all(text), false), SplitBehavior::kIsolated);
       });
     }
     for (Piece& piece : pieces) piece.text = alphabet_->encode(piece.text);
@@ -839,7 +833,8 @@ uint64_t pair_key(int32_t left, int32_t right) {
 std::optional<std::string> optional_string(const json& spec, const char* key, const fs::path& file) {
   if (!spec.contains(key) || spec.at(key).is_null()) return std::nullopt;
   if (!spec.at(key).is_string())
-    throw InputError(file, std::string("model.") + key + " must be a string or null (got " + spec.at(key).type_name() + ")");
+    throw InputError(file,
+                     std::string("model.") + key + " must be a string or null (got " + spec.at(key).type_name() + ")");
   return spec.at(key).get<std::string>();
 }
 
@@ -847,7 +842,8 @@ std::optional<std::string> optional_string(const json& spec, const char* key, co
 bool optional_bool(const json& spec, const char* key, bool fallback, const fs::path& file) {
   if (!spec.contains(key) || spec.at(key).is_null()) return fallback;
   if (!spec.at(key).is_boolean())
-    throw InputError(file, std::string("model.") + key + " must be true or false (got " + spec.at(key).type_name() + ")");
+    throw InputError(file,
+                     std::string("model.") + key + " must be true or false (got " + spec.at(key).type_name() + ")");
   return spec.at(key).get<bool>();
 }
 
@@ -865,26 +861,32 @@ class BpeModel {
   /// Reads model.vocab / model.merges (either "a b" strings or ["a", "b"] pairs) and options.
   /// Throws InputError(file, ...) naming the field for a model that is not an object, another
   /// model type, a vocab that is not a non-empty object of token -> distinct non-negative ids,
-  /// merges that are not an array of pairs of vocabulary tokens, an unk_token outside the
-  /// vocabulary, or an option of the wrong type.
+  /// merges that are not an array of pairs of vocabulary tokens, or an option of the wrong type.
+  /// An unk_token outside the vocabulary loads (as in Hugging Face) and fails the encode that needs it.
   BpeModel(const json& spec, const fs::path& file) {
     if (!spec.is_object())
-      throw InputError(file, std::string("model must be an object with \"type\": \"BPE\", \"vocab\" and \"merges\" (got ") +
-                                 spec.type_name() + ")");
+      throw InputError(file,
+                       std::string("model must be an object with \"type\": \"BPE\", \"vocab\" and \"merges\" (got ") +
+                           spec.type_name() + ")");
     std::string type = "BPE";  // tokenizer.json files written before `tokenizers` 0.9 have no type
     if (spec.contains("type")) {
       if (!spec.at("type").is_string())
-        throw InputError(file, std::string("model.type must be a string (") + kSupportedModels + "), got " + shown(spec.at("type")));
+        throw InputError(
+            file, std::string("model.type must be a string (") + kSupportedModels + "), got " + shown(spec.at("type")));
       type = spec.at("type").get<std::string>();
     }
     if (type != "BPE") throw InputError(file, "unsupported model type '" + type + "' (" + kSupportedModels + ")");
     read_vocab(spec, file);
     read_merges(spec.contains("merges") ? spec.at("merges") : json(), file);
     if (const auto unk = optional_string(spec, "unk_token", file)) {
-      const auto it = vocab_.find(*unk);
-      if (it == vocab_.end()) throw InputError(file, "model.unk_token '" + *unk + "' is not in model.vocab");
-      unk_id_ = it->second;
+      // As in Hugging Face tokenizers: an unk_token outside the vocabulary is an error only when a
+      // text needs it (encode throws then), not at load.
+      if (const auto it = vocab_.find(*unk); it != vocab_.end())
+        unk_id_ = it->second;
+      else
+        missing_unk_ = *unk;
     }
+    file_ = file;
     fuse_unk_ = optional_bool(spec, "fuse_unk", false, file);
     byte_fallback_ = optional_bool(spec, "byte_fallback", false, file);
     ignore_merges_ = optional_bool(spec, "ignore_merges", false, file);
@@ -922,17 +924,19 @@ class BpeModel {
     if (!spec.contains("vocab")) throw InputError(file, "model.vocab is missing (an object of token -> id)");
     const json& vocab = spec.at("vocab");
     if (!vocab.is_object())
-      throw InputError(file, std::string("model.vocab must be an object of token -> id (got ") + vocab.type_name() + " " +
-                                 shown(vocab) + ")");
+      throw InputError(file, std::string("model.vocab must be an object of token -> id (got ") + vocab.type_name() +
+                                 " " + shown(vocab) + ")");
     if (vocab.empty()) throw InputError(file, "model.vocab is empty: no text could be encoded");
     std::unordered_map<int32_t, std::string> token_of;
     for (const auto& [token, id] : vocab.items()) {
       const auto value = json_integer(id, INT32_MIN, INT32_MAX);
-      if (!value) throw InputError(file, "model.vocab entry '" + token + "' has id " + id.dump() + ", not a 32-bit integer");
+      if (!value)
+        throw InputError(file, "model.vocab entry '" + token + "' has id " + id.dump() + ", not a 32-bit integer");
       if (*value < 0) throw InputError(file, "model.vocab entry '" + token + "' has negative id " + id.dump());
       const auto [other, fresh] = token_of.emplace(static_cast<int32_t>(*value), token);
       if (!fresh)
-        throw InputError(file, "model.vocab entries '" + other->second + "' and '" + token + "' have the same id " + id.dump());
+        throw InputError(
+            file, "model.vocab entries '" + other->second + "' and '" + token + "' have the same id " + id.dump());
       vocab_.emplace(token, static_cast<int32_t>(*value));
     }
   }
@@ -942,8 +946,9 @@ class BpeModel {
   void read_merges(const json& merges, const fs::path& file) {
     if (merges.is_null()) return;
     if (!merges.is_array())
-      throw InputError(file, std::string("model.merges must be an array of \"a b\" strings or [\"a\", \"b\"] pairs (got ") +
-                                 merges.type_name() + " " + shown(merges) + ")");
+      throw InputError(file,
+                       std::string("model.merges must be an array of \"a b\" strings or [\"a\", \"b\"] pairs (got ") +
+                           merges.type_name() + " " + shown(merges) + ")");
     int32_t rank = 0;
     for (const json& merge : merges) {
       const std::string where = "model.merges[" + std::to_string(rank) + "]";
@@ -994,6 +999,9 @@ class BpeModel {
       } else if (!append_byte_fallback(piece, symbols) && unk_id_) {
         if (pending_unk && !fuse_unk_) symbols.push_back(*pending_unk);
         pending_unk = *unk_id_;
+      } else if (missing_unk_ && !byte_fallback_) {
+        throw InputError(file_, "model.unk_token '" + *missing_unk_ + "' is not in model.vocab, and the text has '" +
+                                    piece + "', which only the unknown token could stand for");
       }
     }
     if (pending_unk) symbols.push_back(*pending_unk);
@@ -1071,6 +1079,8 @@ class BpeModel {
   std::unordered_map<uint64_t, MergeRule> merges_;
   std::array<int32_t, 256> byte_ids_{};
   std::optional<int32_t> unk_id_;
+  std::optional<std::string> missing_unk_;  ///< an unk_token outside the vocabulary (an error once needed)
+  fs::path file_;                           ///< tokenizer.json, for that error
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
@@ -1174,7 +1184,8 @@ constexpr int32_t kMaxTokenId = 1 << 22;
 /// root["model"]; InputError(file, ...) when it is missing or null (BpeModel checks the rest).
 const json& model_spec(const json& root, const fs::path& file) {
   if (!root.contains("model") || root.at("model").is_null())
-    throw InputError(file, std::string("model is missing: tokenizer.json needs a \"model\" object (") + kSupportedModels + ")");
+    throw InputError(
+        file, std::string("model is missing: tokenizer.json needs a \"model\" object (") + kSupportedModels + ")");
   return root.at("model");
 }
 
@@ -1256,7 +1267,9 @@ class HfTokenizer final : public Tokenizer {
 
   void add_token(const json& spec) {
     const auto id = json_integer(spec.at("id"), INT32_MIN, INT32_MAX);
-    if (!id) throw InputError(file_, "added token " + spec.at("content").dump() + " has id " + spec.at("id").dump() + ", not a 32-bit integer");
+    if (!id)
+      throw InputError(file_, "added token " + spec.at("content").dump() + " has id " + spec.at("id").dump() +
+                                  ", not a 32-bit integer");
     AddedToken token{spec.at("content").get<std::string>(), static_cast<int32_t>(*id),
                      spec.value("lstrip", false),           spec.value("rstrip", false),
                      spec.value("single_word", false),      spec.value("normalized", false)};
@@ -1308,7 +1321,8 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokeni
   return load_hf_tokenizer_text(read_text_file(tokenizer_json), tokenizer_json);
 }
 
-std::unique_ptr<Tokenizer> load_hf_tokenizer_text(std::string_view json_text, const std::filesystem::path& tokenizer_json) {
+std::unique_ptr<Tokenizer> load_hf_tokenizer_text(std::string_view json_text,
+                                                  const std::filesystem::path& tokenizer_json) {
   json root;
   try {
     root = json::parse(json_text);

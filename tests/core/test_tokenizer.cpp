@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "test_support.h"
 #include <nlohmann/json.hpp>
+#include "test_support.h"
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/tokenizer.h"
@@ -44,14 +44,12 @@ class TempDir {
  public:
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("kvscope_tok_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    path_ =
+        fs::temp_directory_path() / ("kvscope_tok_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
+                                     std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
     fs::create_directories(path_);
   }
-  ~TempDir() {
-    kvscope::test::remove_tree(path_);
-  }
+  ~TempDir() { kvscope::test::remove_tree(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
@@ -97,8 +95,7 @@ TEST(HfTokenizer, PycodeMatchesGoldenInputIds) {
     const auto golden = nlohmann::json::parse(read_file(entry.path()));
     if (!golden.is_object() || !golden.contains("prompt_file")) continue;
     SCOPED_TRACE(entry.path().filename().string());
-    const std::string prompt =
-        read_file(pycode_dir() / "golden/prompts" / golden.at("prompt_file").get<std::string>());
+    const std::string prompt = read_file(pycode_dir() / "golden/prompts" / golden.at("prompt_file").get<std::string>());
     const Ids golden_ids = golden.at("input_ids").get<Ids>();
     ASSERT_GE(golden_ids.size(), 1u);
     ASSERT_EQ(golden_ids.front(), 0);  // the references prepend <|endoftext|> themselves
@@ -178,8 +175,8 @@ TEST(Llama2cTokenizer, DecodesLikeRunC) {
   const auto tokenizer = load_llama2c_tokenizer(stories_dir() / "tok512.bin", 512);
   EXPECT_EQ(tokenizer->decode(Ids{1, 403, 407, 261, 378}), "\n<s>\nOnce upon a time");  // space after BOS stripped
   EXPECT_EQ(tokenizer->decode(Ids{403, 407, 261, 378}), " Once upon a time");
-  EXPECT_EQ(tokenizer->decode(Ids{'A' + 3}), "A");                   // <0x41>
-  EXPECT_EQ(tokenizer->decode(Ids{0xC3 + 3}), "\xC3");               // partial UTF-8 stays a raw byte
+  EXPECT_EQ(tokenizer->decode(Ids{'A' + 3}), "A");      // <0x41>
+  EXPECT_EQ(tokenizer->decode(Ids{0xC3 + 3}), "\xC3");  // partial UTF-8 stays a raw byte
   EXPECT_EQ(tokenizer->decode(Ids{0xC3 + 3, 0xA9 + 3}), "\xC3\xA9");
   EXPECT_EQ(tokenizer->token_text(403), " Once");
   EXPECT_EQ(tokenizer->token_text(3 + 'A'), "<0x41>");
@@ -270,8 +267,8 @@ TEST(HfFixture, IgnoreMergesEmitsWholeVocabularyWords) {
   TempDir dir;
   const auto with_ignore = load_hf_tokenizer(dir.write("ignore.json", kLlama3Style));
   EXPECT_EQ(with_ignore->encode("hello"), Ids{28});
-  const auto without = load_hf_tokenizer(
-      dir.write("merge.json", replaced(std::string(kLlama3Style), R"("ignore_merges": true)", R"("ignore_merges": false)")));
+  const auto without = load_hf_tokenizer(dir.write(
+      "merge.json", replaced(std::string(kLlama3Style), R"("ignore_merges": true)", R"("ignore_merges": false)")));
   EXPECT_EQ(without->encode("hello"), (Ids{26, 27, 15}));  // he + ll + o via the merges
 }
 
@@ -305,8 +302,9 @@ TEST(HfFixture, DigitsContiguousAndIndividual) {
   const auto contiguous = load_hf_tokenizer(dir.write("contiguous.json", kDigitsStyle));
   EXPECT_EQ(contiguous->encode("ab1234ab"), (Ids{10, 9, 10}));  // "b1" never merges across the split
   EXPECT_EQ(contiguous->decode(Ids{10, 9, 10}), "ab1234ab");
-  const auto individual = load_hf_tokenizer(dir.write(
-      "individual.json", replaced(std::string(kDigitsStyle), R"("individual_digits": false)", R"("individual_digits": true)")));
+  const auto individual = load_hf_tokenizer(
+      dir.write("individual.json",
+                replaced(std::string(kDigitsStyle), R"("individual_digits": false)", R"("individual_digits": true)")));
   EXPECT_EQ(individual->encode("ab1234ab"), (Ids{10, 2, 3, 4, 5, 10}));
   const auto no_digits = load_hf_tokenizer(dir.write(
       "none.json", replaced(std::string(kDigitsStyle), R"({"type": "Digits", "individual_digits": false},)", "")));
@@ -316,9 +314,9 @@ TEST(HfFixture, DigitsContiguousAndIndividual) {
 TEST(HfFixture, MergesAsStringsAndAsPairsAgree) {
   TempDir dir;
   const auto strings = load_hf_tokenizer(dir.write("strings.json", kDigitsStyle));
-  const auto pairs = load_hf_tokenizer(dir.write(
-      "pairs.json", replaced(std::string(kDigitsStyle), R"(["b 1", "1 2", "3 4", "12 34", "a b"])",
-                             R"([["b", "1"], ["1", "2"], ["3", "4"], ["12", "34"], ["a", "b"]])")));
+  const auto pairs = load_hf_tokenizer(
+      dir.write("pairs.json", replaced(std::string(kDigitsStyle), R"(["b 1", "1 2", "3 4", "12 34", "a b"])",
+                                       R"([["b", "1"], ["1", "2"], ["3", "4"], ["12", "34"], ["a", "b"]])")));
   for (const std::string text : {"ab1234ab", "b1b1", "1234123", "aabb"}) {
     EXPECT_EQ(strings->encode(text), pairs->encode(text)) << text;
   }
@@ -388,8 +386,9 @@ TEST(HfFixture, Llama2StyleByteFallbackAndUnknowns) {
 }
 
 TEST(HfFixture, MetaspacePreTokenizerPrependsOnlyAtTheStart) {
-  std::string json = replaced(std::string(kLlama2Style), R"("pre_tokenizer": null)",
-                              R"("pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})");
+  std::string json = replaced(
+      std::string(kLlama2Style), R"("pre_tokenizer": null)",
+      R"("pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})");
   const size_t begin = json.find(R"("normalizer": {)");
   const size_t end = json.find(R"("pre_tokenizer")");
   json.replace(begin, end - begin, "\"normalizer\": null,\n  ");
@@ -428,11 +427,11 @@ TEST(TokenizerErrors, UnsupportedTypes) {
   TempDir dir;
   const fs::path model = dir.write("unknown_model.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
   expect_input_error([&] { load_hf_tokenizer(model); }, model, "unsupported model type 'WordPiece'");
-  const fs::path pre = dir.write(
-      "unknown_pre.json", replaced(std::string(kDigitsStyle), R"("type": "Digits")", R"("type": "Whitespace")"));
+  const fs::path pre = dir.write("unknown_pre.json",
+                                 replaced(std::string(kDigitsStyle), R"("type": "Digits")", R"("type": "Whitespace")"));
   expect_input_error([&] { load_hf_tokenizer(pre); }, pre, "unsupported pre-tokenizer 'Whitespace'");
-  const fs::path norm = dir.write(
-      "unknown_norm.json", replaced(std::string(kDigitsStyle), R"("normalizer": null)", R"("normalizer": {"type": "NFKD"})"));
+  const fs::path norm = dir.write("unknown_norm.json", replaced(std::string(kDigitsStyle), R"("normalizer": null)",
+                                                                R"("normalizer": {"type": "NFKD"})"));
   expect_input_error([&] { load_hf_tokenizer(norm); }, norm, "unsupported normalizer 'NFKD'");
   const fs::path regex = dir.write(
       "bad_regex.json", replaced(split_fixture("Isolated", false), R"({"String": "-"})", R"({"Regex": "(unclosed"})"));
@@ -453,20 +452,25 @@ TEST(TokenizerErrors, MalformedModelFailsAtLoadNamingTheField) {
       {model(R"("vocab": {}, "merges": [])"), "model.vocab is empty"},
       {model(R"("vocab": {"a": 0, "b": -1}, "merges": [])"), "model.vocab entry 'b' has negative id -1"},
       {model(R"("vocab": {"a": 0, "b": 0}, "merges": [])"), "model.vocab entries 'a' and 'b' have the same id 0"},
-      {model(vocab + R"(, "merges": "a b")"), "model.merges must be an array of \"a b\" strings or [\"a\", \"b\"] pairs (got string"},
+      {model(vocab + R"(, "merges": "a b")"),
+       "model.merges must be an array of \"a b\" strings or [\"a\", \"b\"] pairs (got string"},
       {model(vocab + R"(, "merges": {"a": "b"})"), "model.merges must be an array"},
       {model(vocab + R"(, "merges": 7)"), "model.merges must be an array"},
-      {model(vocab + R"(, "merges": ["a b", 7])"), "model.merges[1] must be an \"a b\" string or a pair [\"a\", \"b\"] of token strings (got 7)"},
+      {model(vocab + R"(, "merges": ["a b", 7])"),
+       "model.merges[1] must be an \"a b\" string or a pair [\"a\", \"b\"] of token strings (got 7)"},
       {model(vocab + R"(, "merges": [["a", "b", "c"]])"), "model.merges[0] must be an \"a b\" string or a pair"},
       {model(vocab + R"(, "merges": [["a", 1]])"), "model.merges[0] must be an \"a b\" string or a pair"},
       {model(vocab + R"(, "merges": [{"a": "b"}])"), "model.merges[0] must be an \"a b\" string or a pair"},
-      {model(vocab + R"(, "merges": ["a b", "ab"])"), "model.merges[1]: merge 'ab' is not two tokens separated by one space"},
+      {model(vocab + R"(, "merges": ["a b", "ab"])"),
+       "model.merges[1]: merge 'ab' is not two tokens separated by one space"},
       {model(vocab + R"(, "merges": ["a c"])"), "model.merges[0]: merge token 'c' is not in the vocabulary"},
-      {model(R"("vocab": {"a": 0, "b": 1}, "merges": ["a b"])"), "model.merges[0]: merged token 'ab' is not in the vocabulary"},
-      {model(vocab + R"(, "merges": [], "unk_token": "<unk>")"), "model.unk_token '<unk>' is not in model.vocab"},
+      {model(R"("vocab": {"a": 0, "b": 1}, "merges": ["a b"])"),
+       "model.merges[0]: merged token 'ab' is not in the vocabulary"},
       {model(vocab + R"(, "merges": [], "unk_token": 0)"), "model.unk_token must be a string or null (got number)"},
-      {model(vocab + R"(, "merges": [], "byte_fallback": "yes")"), "model.byte_fallback must be true or false (got string)"},
-      {model(vocab + R"(, "merges": [], "continuing_subword_prefix": ["#"])"), "model.continuing_subword_prefix must be a string"},
+      {model(vocab + R"(, "merges": [], "byte_fallback": "yes")"),
+       "model.byte_fallback must be true or false (got string)"},
+      {model(vocab + R"(, "merges": [], "continuing_subword_prefix": ["#"])"),
+       "model.continuing_subword_prefix must be a string"},
       {R"({"model": {"type": "Foo", "vocab": {"a": 0}}})", "unsupported model type 'Foo' (supported: BPE)"},
       {R"({"model": {"type": 7, "vocab": {"a": 0}}})", "model.type must be a string (supported: BPE), got 7"},
       {R"({"version": "1.0", "added_tokens": []})", "model is missing"},
@@ -480,15 +484,26 @@ TEST(TokenizerErrors, MalformedModelFailsAtLoadNamingTheField) {
     SCOPED_TRACE(text);
     expect_input_error([&] { load_hf_tokenizer(file); }, file, problem);
     expect_input_error([&] { load_tokenizer(dir.path()); }, file, problem);  // what `--model DIR` loads
-    expect_input_error([&] { load_hf_tokenizer_text(text, "tokenizer.json"); }, "tokenizer.json", problem);  // the fuzz target's entry
+    expect_input_error([&] { load_hf_tokenizer_text(text, "tokenizer.json"); }, "tokenizer.json",
+                       problem);  // the fuzz target's entry
   }
   // The well-formed neighbour of these cases loads and encodes (the checks reject no valid model).
   TempDir dir;
-  const auto tokenizer = load_hf_tokenizer(dir.write("tokenizer.json", model(vocab + R"(, "merges": ["a b"], "unk_token": null)")));
+  const auto tokenizer =
+      load_hf_tokenizer(dir.write("tokenizer.json", model(vocab + R"(, "merges": ["a b"], "unk_token": null)")));
   EXPECT_EQ(tokenizer->encode("abba"), (Ids{2, 1, 0}));
-  EXPECT_EQ(load_hf_tokenizer(dir.write("pairs.json", model(vocab + R"(, "merges": [["a", "b"]], "unk_token": "a")")))->encode("abc"),
+  EXPECT_EQ(load_hf_tokenizer(dir.write("pairs.json", model(vocab + R"(, "merges": [["a", "b"]], "unk_token": "a")")))
+                ->encode("abc"),
             (Ids{2, 0}));
-  EXPECT_EQ(load_hf_tokenizer(dir.write("untyped.json", R"({"model": {"vocab": {"a": 0}}})"))->encode("aa"), (Ids{0, 0}));
+  EXPECT_EQ(load_hf_tokenizer(dir.write("untyped.json", R"({"model": {"vocab": {"a": 0}}})"))->encode("aa"),
+            (Ids{0, 0}));
+  // An unk_token outside the vocabulary loads, as in Hugging Face tokenizers, and only a text that
+  // needs it fails, naming the file, the token and the character.
+  const fs::path no_unk = dir.write("no_unk.json", model(vocab + R"(, "merges": ["a b"], "unk_token": "<unk>")"));
+  const auto lenient = load_hf_tokenizer(no_unk);
+  EXPECT_EQ(lenient->encode("abba"), (Ids{2, 1, 0}));
+  expect_input_error([&] { lenient->encode("abz"); }, no_unk,
+                     "model.unk_token '<unk>' is not in model.vocab, and the text has 'z'");
 }
 
 TEST(TokenizerErrors, TruncatedTokBin) {
