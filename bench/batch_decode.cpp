@@ -25,7 +25,8 @@ BatchDecode time_batched_decode(const Engine& engine, const std::vector<std::vec
   int64_t longest = 1;
   bool ragged = false;
   for (const auto& layer : lengths) {
-    if (static_cast<int64_t>(layer.size()) != Hkv) throw std::invalid_argument("time_batched_decode: one length per KV head");
+    if (static_cast<int64_t>(layer.size()) != Hkv)
+      throw std::invalid_argument("time_batched_decode: one length per KV head");
     for (int64_t n : layer) longest = std::max(longest, n);
   }
   for (const auto& layer : lengths)
@@ -68,8 +69,8 @@ BatchDecode time_batched_decode(const Engine& engine, const std::vector<std::vec
     for (int64_t n : layer) entries += n + 3 + (steps + 1) / 2.0;
   BatchDecode r;
   r.tokens_per_s = batch * (steps + 1) / s;
-  r.kv_bytes_per_step = policy ? policy_bytes / static_cast<double>(steps + 1)
-                               : 2.0 * batch * entries * D * at::elementSize(model.dtype);
+  r.kv_bytes_per_step =
+      policy ? policy_bytes / static_cast<double>(steps + 1) : 2.0 * batch * entries * D * at::elementSize(model.dtype);
   return r;
 }
 

@@ -6,9 +6,9 @@
 //   bench_engine ... --batch 8   (B sequences per step, CUDA only: decode alone, their caches
 //                                 filled with random K/V of the context length; prefill not run)
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <stdexcept>
 
@@ -39,8 +39,12 @@ nlohmann::json batched_decode(const kvscope::Engine& engine, int64_t ctx, int64_
   const double bytes = weight_bytes + r.kv_bytes_per_step, roof = batch * bw / bytes;
   std::printf("%8lld %14s %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, "-", r.tokens_per_s, roof, bytes,
               100 * r.tokens_per_s / roof);
-  return {{"context", ctx}, {"batch", batch}, {"decode_tokens_per_s", r.tokens_per_s}, {"roofline_tokens_per_s", roof},
-          {"bytes_per_step", bytes}, {"copy_bandwidth_Bps", bw}};
+  return {{"context", ctx},
+          {"batch", batch},
+          {"decode_tokens_per_s", r.tokens_per_s},
+          {"roofline_tokens_per_s", roof},
+          {"bytes_per_step", bytes},
+          {"copy_bandwidth_Bps", bw}};
 }
 
 }  // namespace
@@ -57,7 +61,8 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", decode_steps);
   app.add_option("--prefill-chunk", prefill_chunk);
   app.add_option("--json", json_out, "also write the results to this JSON file");
-  app.add_option("--batch", batch, "sequences decoded per step (> 1: CUDA graph, random caches)")->check(CLI::Range(1, 64));
+  app.add_option("--batch", batch, "sequences decoded per step (> 1: CUDA graph, random caches)")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   const c10::Device dev(device);
@@ -70,11 +75,13 @@ int main(int argc, char** argv) {
   // Bytes one decode step must read: every weight once, except the embedding table (one row)
   // when it is not also the output head.
   int64_t weight_bytes = model.weights.bytes();
-  if (!model.weights.lm_head.is_same(model.weights.embed)) weight_bytes -= model.weights.embed.numel() * model.weights.embed.element_size();
+  if (!model.weights.lm_head.is_same(model.weights.embed))
+    weight_bytes -= model.weights.embed.numel() * model.weights.embed.element_size();
   const int64_t itemsize = model.weights.embed.element_size();
 
   std::printf("model %s  device %s  dtype %s  copy bandwidth %.0f GB/s  weights read/token %.2f GB\n",
-              (random_init.empty() ? model_path : random_init).c_str(), device.c_str(), dtype.c_str(), bw / 1e9, weight_bytes / 1e9);
+              (random_init.empty() ? model_path : random_init).c_str(), device.c_str(), dtype.c_str(), bw / 1e9,
+              weight_bytes / 1e9);
   std::printf("batch %lld\n%8s %14s %14s %14s %12s %8s\n", (long long)batch, "context", "prefill tok/s", "decode tok/s",
               "roofline tok/s", "bytes/step", "% roof");
   nlohmann::json results = nlohmann::json::array();
@@ -102,7 +109,8 @@ int main(int argc, char** argv) {
     int32_t tok = static_cast<int32_t>(logits.argmax().item<int64_t>());
     // Decode as generate() does: one CUDA graph per step where supported, else the eager path.
     std::unique_ptr<kvscope::DecodeGraph> graph;
-    if (kvscope::DecodeGraph::supported(engine, cache, decode_steps + 3)) graph = std::make_unique<kvscope::DecodeGraph>(engine, cache);
+    if (kvscope::DecodeGraph::supported(engine, cache, decode_steps + 3))
+      graph = std::make_unique<kvscope::DecodeGraph>(engine, cache);
     auto step = [&](int32_t t) {
       const at::Tensor lg = graph ? graph->step(t) : engine.forward(cache, std::span<const int32_t>(&t, 1));
       return static_cast<int32_t>(lg.argmax().item<int64_t>());
@@ -115,9 +123,15 @@ int main(int argc, char** argv) {
     const double kv_bytes = 2.0 * c.n_layer * c.n_head_kv * c.head_dim * itemsize * mean_ctx;
     const double bytes = weight_bytes + kv_bytes;
     const double roof = bw / bytes, dec = decode_steps / decode_s;
-    std::printf("%8lld %14.0f %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, ctx / prefill_s, dec, roof, bytes, 100 * dec / roof);
-    results.push_back({{"context", ctx}, {"batch", 1}, {"prefill_tokens_per_s", ctx / prefill_s}, {"decode_tokens_per_s", dec},
-                       {"roofline_tokens_per_s", roof}, {"bytes_per_token", bytes}, {"copy_bandwidth_Bps", bw}});
+    std::printf("%8lld %14.0f %14.1f %14.1f %12.3g %7.1f%%\n", (long long)ctx, ctx / prefill_s, dec, roof, bytes,
+                100 * dec / roof);
+    results.push_back({{"context", ctx},
+                       {"batch", 1},
+                       {"prefill_tokens_per_s", ctx / prefill_s},
+                       {"decode_tokens_per_s", dec},
+                       {"roofline_tokens_per_s", roof},
+                       {"bytes_per_token", bytes},
+                       {"copy_bandwidth_Bps", bw}});
   }
   if (!json_out.empty()) std::ofstream(json_out) << results.dump(1) << "\n";
   return 0;

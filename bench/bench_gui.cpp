@@ -61,33 +61,44 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--layers") spec.n_layer = std::stoll(next());
-    else if (a == "--kv-heads") spec.n_head_kv = std::stoll(next());
-    else if (a == "--heads") spec.n_head = std::stoll(next());
-    else if (a == "--tokens") spec.n_tok = std::stoll(next());
-    else if (a == "--head-dim") spec.head_dim = std::stoll(next());
-    else if (a == "--frames") frames = std::stoi(next());
-    else if (a == "--db") db = next();
+    if (a == "--layers")
+      spec.n_layer = std::stoll(next());
+    else if (a == "--kv-heads")
+      spec.n_head_kv = std::stoll(next());
+    else if (a == "--heads")
+      spec.n_head = std::stoll(next());
+    else if (a == "--tokens")
+      spec.n_tok = std::stoll(next());
+    else if (a == "--head-dim")
+      spec.head_dim = std::stoll(next());
+    else if (a == "--frames")
+      frames = std::stoi(next());
+    else if (a == "--db")
+      db = next();
     else if (a == "--size") {
       const std::string v = next();
       width = std::stoi(v.substr(0, v.find('x')));
       height = std::stoi(v.substr(v.find('x') + 1));
     } else {
-      std::fprintf(stderr, "usage: bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--frames N] "
-                           "[--size WxH] [--db PATH]\n");
+      std::fprintf(stderr,
+                   "usage: bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--frames N] "
+                   "[--size WxH] [--db PATH]\n");
       return 2;
     }
   }
   spec.n_head = std::max(spec.n_head, spec.n_head_kv);
 
-  std::printf("bench_gui: %lld layers x %lld KV heads x %lld tokens, head_dim %lld, full capture; window %dx%d; %d frames/view\n",
-              static_cast<long long>(spec.n_layer), static_cast<long long>(spec.n_head_kv), static_cast<long long>(spec.n_tok),
-              static_cast<long long>(spec.head_dim), width, height, frames);
+  std::printf(
+      "bench_gui: %lld layers x %lld KV heads x %lld tokens, head_dim %lld, full capture; window %dx%d; %d "
+      "frames/view\n",
+      static_cast<long long>(spec.n_layer), static_cast<long long>(spec.n_head_kv), static_cast<long long>(spec.n_tok),
+      static_cast<long long>(spec.head_dim), width, height, frames);
   if (!std::filesystem::exists(db)) {
     // Real token texts (their widths matter for the token view): the embedded model's tokenizer.
     std::unique_ptr<kvscope::Tokenizer> tok;
 #ifdef KVSCOPE_SOURCE_DIR
-    const std::filesystem::path model = (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "assets/models/pycode-16m").lexically_normal();
+    const std::filesystem::path model =
+        (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "assets/models/pycode-16m").lexically_normal();
     if (std::filesystem::exists(model / "tokenizer.json")) {
       tok = kvscope::load_tokenizer(model);
       spec.model_path = model.string();
@@ -151,18 +162,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gui: the keys view was not drawn with data\n");
     return 1;
   }
-  std::printf("  open: %.0f ms until the keys view is drawn with data (database + run list + run A light part %.0f ms, "
-              "of which run A %.0f ms; first frame %.1f ms; %d frames while decoding, longest %.1f ms; %lld tokens, token "
-              "texts %s)\n",
-              open_ms, open_ui_ms, s.a->load_ms, first_frame_ms, n_frames, std::max(max_frame, first_frame_ms),
-              static_cast<long long>(s.a->n_tok), s.a->tokens_from_tokenizer ? "from the tokenizer" : "as ids");
+  std::printf(
+      "  open: %.0f ms until the keys view is drawn with data (database + run list + run A light part %.0f ms, "
+      "of which run A %.0f ms; first frame %.1f ms; %d frames while decoding, longest %.1f ms; %lld tokens, token "
+      "texts %s)\n",
+      open_ms, open_ui_ms, s.a->load_ms, first_frame_ms, n_frames, std::max(max_frame, first_frame_ms),
+      static_cast<long long>(s.a->n_tok), s.a->tokens_from_tokenizer ? "from the tokenizer" : "as ids");
   const auto t_cmp = Clock::now();
   const auto b = same_prompt_run(s, 0);
   if (b >= 0) open_run(s, 0, b, true);
   std::printf("  open compare run B: %.0f ms\n", ms_since(t_cmp));
 
-  std::printf("  %-10s %10s %10s %10s %8s %8s %12s %10s\n", "view", "data ms", "max frame", "steady ms", "p95 ms", "max ms",
-              "reselect ms", "vertices");
+  std::printf("  %-10s %10s %10s %10s %8s %8s %12s %10s\n", "view", "data ms", "max frame", "steady ms", "p95 ms",
+              "max ms", "reselect ms", "vertices");
   double worst = 0;
   std::string worst_view;
   for (View v : kAllViews) {
@@ -176,7 +188,8 @@ int main(int argc, char** argv) {
     const double first = until_drawn(first_max, first_frames);
     std::vector<double> t;
     for (int f = 0; f < frames; ++f) {
-      const ImVec2 mouse{40.0f + static_cast<float>((f * 37) % (width - 80)), 120.0f + static_cast<float>((f * 23) % (height - 200))};
+      const ImVec2 mouse{40.0f + static_cast<float>((f * 37) % (width - 80)),
+                         120.0f + static_cast<float>((f * 23) % (height - 200))};
       const auto t0 = Clock::now();
       im.frame([&] { draw_app(s, ui); }, mouse);
       t.push_back(ms_since(t0));

@@ -6,8 +6,8 @@
 // time), the achieved K+V read bandwidth of the graph time, and a device-to-device copy's
 // bandwidth (bytes read + written) as the ceiling. K/V sets rotate so the L2 never holds a whole
 // working set. Cases per n_tok: dense (every head n_tok rows), ragged (odd heads n_tok / 4) and
-// gather (2048 random rows a head); GB/s counts the K/V rows actually attended. Built only with KVSCOPE_HAVE_CUDA_KERNELS; otherwise
-// it prints a message and exits 0.
+// gather (2048 random rows a head); GB/s counts the K/V rows actually attended. Built only with
+// KVSCOPE_HAVE_CUDA_KERNELS; otherwise it prints a message and exits 0.
 //   bench_kernels [--splits]   (--splits: also sweep forced split counts)
 #include <cstdio>
 #include <cstring>
@@ -34,13 +34,13 @@ int main() {
 
 namespace kk = kvscope::kernels;
 
-#define CHECK(call)                                                                                  \
-  do {                                                                                               \
-    const cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                       \
+#define CHECK(call)                                                                                 \
+  do {                                                                                              \
+    const cudaError_t err_ = (call);                                                                \
+    if (err_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
   } while (0)
 
 namespace {
@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&src, copy_bytes));
   CHECK(cudaMalloc(&dst, copy_bytes));
   CHECK(cudaMemset(src, 1, copy_bytes));
-  const double copy_ms = time_ms([&](int) { CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); }, 20, 3);
+  const double copy_ms =
+      time_ms([&](int) { CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); }, 20, 3);
   const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
   std::printf("device-to-device copy: %.1f GB/s (read + write)\n\n", copy_gbs);
   CHECK(cudaFree(src));
@@ -161,8 +162,12 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&x, 8 * 14336 * 2));
     CHECK(cudaMemset(x, 0x3c, 8 * 14336 * 2));
     CHECK(cudaMalloc(&y, 8 * 28672 * 4));
-    struct Proj { const char* name; int64_t n, k; };
-    for (const Proj& pr : {Proj{"qkv", 6144, 4096}, Proj{"o", 4096, 4096}, Proj{"gate_up", 28672, 4096}, Proj{"down", 4096, 14336}})
+    struct Proj {
+      const char* name;
+      int64_t n, k;
+    };
+    for (const Proj& pr :
+         {Proj{"qkv", 6144, 4096}, Proj{"o", 4096, 4096}, Proj{"gate_up", 28672, 4096}, Proj{"down", 4096, 14336}})
       for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}}) {
         const size_t wbytes = static_cast<size_t>(pr.n * pr.k * 2);
         const int copies = static_cast<int>(pool_bytes / wbytes);
@@ -185,8 +190,8 @@ int main(int argc, char** argv) {
     for (void* p : {pool, x, y}) CHECK(cudaFree(p));
     std::printf("\n");
   }
-  std::printf("%8s %7s %7s %7s %10s %10s %9s %8s\n", "n_tok", "case", "blocks", "chunk", "stream_us", "graph_us", "GB/s",
-              "of_copy");
+  std::printf("%8s %7s %7s %7s %10s %10s %9s %8s\n", "n_tok", "case", "blocks", "chunk", "stream_us", "graph_us",
+              "GB/s", "of_copy");
   for (const int64_t n_tok : {int64_t{4096}, int64_t{32768}, int64_t{131072}}) {
     const size_t rows = static_cast<size_t>(n_head_kv) * n_tok;
     const size_t kv_bytes = 2 * rows * D * sizeof(uint16_t);  // K + V of the dense case
@@ -284,13 +289,20 @@ int main(int argc, char** argv) {
   // decode step).
   std::printf("\n%-8s %8s %6s %5s %6s %12s %14s\n", "method", "entries", "page", "k1", "keep", "select_us",
               "with_upkeep_us");
-  struct SelCase { const char* name; kk::PageScore mode; int64_t n; int page, k1; int64_t keep; };
-  for (const SelCase& sc : {SelCase{"hsa", kk::PageScore::kHsa, 5793, 3, 67, 512},
-                            SelCase{"hsa", kk::PageScore::kHsa, 14900, 2, 70, 2048},
-                            SelCase{"quest", kk::PageScore::kQuest, 32768, 16, 0, 32},
-                            SelCase{"quest", kk::PageScore::kQuest, 131072, 16, 0, 32}}) {
+  struct SelCase {
+    const char* name;
+    kk::PageScore mode;
+    int64_t n;
+    int page, k1;
+    int64_t keep;
+  };
+  for (const SelCase& sc :
+       {SelCase{"hsa", kk::PageScore::kHsa, 5793, 3, 67, 512}, SelCase{"hsa", kk::PageScore::kHsa, 14900, 2, 70, 2048},
+        SelCase{"quest", kk::PageScore::kQuest, 32768, 16, 0, 32},
+        SelCase{"quest", kk::PageScore::kQuest, 131072, 16, 0, 32}}) {
     const int64_t pages = (sc.n + sc.page - 1) / sc.page + 1, rows = static_cast<int64_t>(n_head_kv) * sc.n;
-    void *k = nullptr, *kmin = nullptr, *kmax = nullptr, *q = nullptr, *meta = nullptr, *index = nullptr, *count = nullptr, *ws = nullptr;
+    void *k = nullptr, *kmin = nullptr, *kmax = nullptr, *q = nullptr, *meta = nullptr, *index = nullptr,
+         *count = nullptr, *ws = nullptr;
     const std::vector<uint16_t> hk = random_bf16(static_cast<size_t>(rows) * D, rng);
     const std::vector<uint16_t> hs = random_bf16(static_cast<size_t>(n_head_kv) * pages * D, rng);
     const std::vector<uint16_t> hq = random_bf16(static_cast<size_t>(n_head) * D, rng);
@@ -382,7 +394,8 @@ int main(int argc, char** argv) {
         },
         10, 5);
     const double flop = 4.0 * n_head * w * static_cast<double>(n) * D;
-    std::printf("%-12s %8lld %7d %12.1f %10.1f\n", "bf16", static_cast<long long>(n), w, ms * 1e3, flop / (ms * 1e-3) / 1e12);
+    std::printf("%-12s %8lld %7d %12.1f %10.1f\n", "bf16", static_cast<long long>(n), w, ms * 1e3,
+                flop / (ms * 1e-3) / 1e12);
     for (void* p : {k, q, vote, score, ws}) CHECK(cudaFree(p));
   }
   CHECK(cudaStreamDestroy(stream));

@@ -6,20 +6,20 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "batch_decode.h"
+#include "device_timing.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
-#include "batch_decode.h"
-#include "device_timing.h"
 
 namespace {
 
@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   kvscope::register_builtin_policies(registry);
   const double bw = kvscope::bench::copy_bandwidth(dev);
   int64_t weight_bytes = model.weights.bytes();
-  if (!model.weights.lm_head.is_same(model.weights.embed)) weight_bytes -= model.weights.embed.numel() * model.weights.embed.element_size();
+  if (!model.weights.lm_head.is_same(model.weights.embed))
+    weight_bytes -= model.weights.embed.numel() * model.weights.embed.element_size();
 
   std::mt19937 rng(0);
   std::vector<int32_t> ids(context);
@@ -78,19 +79,26 @@ int main(int argc, char** argv) {
   run(nullptr, {});  // warm-up
   const auto full = run(nullptr, {});
   const double full_prefill = full.prefill_ms;
-  std::printf("context %lld, copy bandwidth %.0f GB/s, weights %.2f GB; full cache: prefill %.1f ms, decode %.1f tok/s\n",
-              (long long)context, bw / 1e9, weight_bytes / 1e9, full_prefill, full.decode_tokens_per_s());
-  std::printf("%-20s %7s %12s %14s %12s %14s %8s\n", "pipeline", "budget", "prefill ms", "prefill ovh %", "decode tok/s",
-              "bytes/step MB", "% roof");
+  std::printf(
+      "context %lld, copy bandwidth %.0f GB/s, weights %.2f GB; full cache: prefill %.1f ms, decode %.1f tok/s\n",
+      (long long)context, bw / 1e9, weight_bytes / 1e9, full_prefill, full.decode_tokens_per_s());
+  std::printf("%-20s %7s %12s %14s %12s %14s %8s\n", "pipeline", "budget", "prefill ms", "prefill ovh %",
+              "decode tok/s", "bytes/step MB", "% roof");
   nlohmann::json rows = nlohmann::json::array();
   auto report = [&](const std::string& label, int64_t budget, const kvscope::GenerateResult& r) {
-    const double bytes = r.bytes_read.empty() ? 0 : std::accumulate(r.bytes_read.begin(), r.bytes_read.end(), 0.0) / r.bytes_read.size();
+    const double bytes =
+        r.bytes_read.empty() ? 0 : std::accumulate(r.bytes_read.begin(), r.bytes_read.end(), 0.0) / r.bytes_read.size();
     const double roof = bw / (weight_bytes + bytes), tps = r.decode_tokens_per_s();
     const double ovh = 100.0 * (r.prefill_ms - full_prefill) / full_prefill;
-    std::printf("%-20s %7lld %12.1f %14.1f %12.1f %14.1f %7.1f%%\n", label.c_str(), (long long)budget, r.prefill_ms, ovh, tps,
-                bytes / 1e6, 100 * tps / roof);
-    rows.push_back({{"pipeline", label}, {"budget", budget}, {"prefill_ms", r.prefill_ms}, {"prefill_overhead_pct", ovh},
-                    {"decode_tokens_per_s", tps}, {"bytes_read_per_step", bytes}, {"roofline_tokens_per_s", roof}});
+    std::printf("%-20s %7lld %12.1f %14.1f %12.1f %14.1f %7.1f%%\n", label.c_str(), (long long)budget, r.prefill_ms,
+                ovh, tps, bytes / 1e6, 100 * tps / roof);
+    rows.push_back({{"pipeline", label},
+                    {"budget", budget},
+                    {"prefill_ms", r.prefill_ms},
+                    {"prefill_overhead_pct", ovh},
+                    {"decode_tokens_per_s", tps},
+                    {"bytes_read_per_step", bytes},
+                    {"roofline_tokens_per_s", roof}});
   };
   report("full", context, full);
   // Batch rows: `batch` sequences with this run's kept sizes per (layer, KV head), random K/V
@@ -101,7 +109,8 @@ int main(int argc, char** argv) {
     const auto& c = model.config;
     std::vector<std::vector<int64_t>> lengths(c.n_layer, std::vector<int64_t>(c.n_head_kv, context));
     for (size_t l = 0; l < r.kept.size() && l < lengths.size(); ++l)
-      for (size_t h = 0; h < r.kept[l].size() && h < lengths[l].size(); ++h) lengths[l][h] = static_cast<int64_t>(r.kept[l][h].size());
+      for (size_t h = 0; h < r.kept[l].size() && h < lengths[l].size(); ++h)
+        lengths[l][h] = static_cast<int64_t>(r.kept[l][h].size());
     kvscope::bench::BatchDecode b;
     try {
       b = kvscope::bench::time_batched_decode(engine, lengths, batch, steps, policy);
@@ -113,10 +122,14 @@ int main(int argc, char** argv) {
     }
     const double roof = batch * bw / (weight_bytes + b.kv_bytes_per_step);
     const std::string name = label + " x" + std::to_string(batch);
-    std::printf("%-20s %7lld %12s %14s %12.1f %14.1f %7.1f%%\n", name.c_str(), (long long)budget, "-", "-", b.tokens_per_s,
-                b.kv_bytes_per_step / 1e6, 100 * b.tokens_per_s / roof);
-    rows.push_back({{"pipeline", label}, {"budget", budget}, {"batch", batch}, {"decode_tokens_per_s", b.tokens_per_s},
-                    {"bytes_read_per_step", b.kv_bytes_per_step}, {"roofline_tokens_per_s", roof}});
+    std::printf("%-20s %7lld %12s %14s %12.1f %14.1f %7.1f%%\n", name.c_str(), (long long)budget, "-", "-",
+                b.tokens_per_s, b.kv_bytes_per_step / 1e6, 100 * b.tokens_per_s / roof);
+    rows.push_back({{"pipeline", label},
+                    {"budget", budget},
+                    {"batch", batch},
+                    {"decode_tokens_per_s", b.tokens_per_s},
+                    {"bytes_read_per_step", b.kv_bytes_per_step},
+                    {"roofline_tokens_per_s", roof}});
   };
   report_batch("full", context, full);
   const std::vector<Case> cases = {
@@ -145,14 +158,17 @@ int main(int argc, char** argv) {
       report(c.label, budget, r);
       // Page selection (RocketKV, Quest) builds its summaries from the batch's cache; SPARK's
       // channel stores belong to the batch-1 prefill's heads.
-      if (!p.decode_attention()) report_batch(c.label, budget, r);
-      else if (c.unit == kvscope::BudgetSpec::Unit::kFetched) report_batch(c.label, budget, r, p.decode_attention());
+      if (!p.decode_attention())
+        report_batch(c.label, budget, r);
+      else if (c.unit == kvscope::BudgetSpec::Unit::kFetched)
+        report_batch(c.label, budget, r, p.decode_attention());
     }
   }
   // Capture cost (issue 4: summary must be cheap enough to leave on): SnapKV at 1024 with capture.
   if (wanted("capture")) {
     const kvscope::Pipeline p(registry, "snapkv");
-    report("snapkv+cap:summary", 1024, run(&p, {kvscope::BudgetSpec::Unit::kStored, 1024}, kvscope::CaptureLevel::kSummary));
+    report("snapkv+cap:summary", 1024,
+           run(&p, {kvscope::BudgetSpec::Unit::kStored, 1024}, kvscope::CaptureLevel::kSummary));
     report("snapkv+cap:full", 1024, run(&p, {kvscope::BudgetSpec::Unit::kStored, 1024}, kvscope::CaptureLevel::kFull));
   }
   if (!json_out.empty()) std::ofstream(json_out) << rows.dump(1) << "\n";

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run), in three stages:
-#   release  Release build (gcc) into build/ and every test (ctest; CUDA tests skip without a GPU)
+#   release  the format check (tools/format.sh --check), a Release build (gcc) into build/ and every
+#            test (ctest; CUDA tests skip without a GPU)
 #   asan     ASan + UBSan build (gcc) into build-asan/ (no GUI, no benchmarks) and every test
 #            of it except the SentencePiece ones (see below)
 #   fuzz     20 s of libFuzzer per parser (clang, ASan + UBSan; tools/fuzz.sh 20)
@@ -14,6 +15,8 @@ start=$SECONDS
 stage() { echo "== tools/test.sh: $1 (at $((SECONDS - start)) s)"; }
 
 if [[ $stages == *,release,* ]]; then
+  stage "format check (.clang-format)"
+  "$root/tools/format.sh" --check || { echo "tools/test.sh: the files above differ from .clang-format: run tools/format.sh"; exit 1; }
   stage "release build + ctest"
   "$root/tools/build.sh"
   (cd "$root/build" && ctest --output-on-failure --timeout 900 -j "$(nproc)")

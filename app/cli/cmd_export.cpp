@@ -2,10 +2,10 @@
 #include <iostream>
 
 #include "commands.h"
-#include "kvscope/core/tokenizer.h"
-#include "kvscope/viz/cairo_export.h"
 #include "export_figures.h"
 #include "figure_table.h"
+#include "kvscope/core/tokenizer.h"
+#include "kvscope/viz/cairo_export.h"
 
 namespace kvscope::cli {
 

@@ -26,12 +26,17 @@ Runner add_policies(CLI::App& app) {
       const std::string stage(stage_info(e->stage).label);
       nlohmann::json params = nlohmann::json::array();
       for (const auto& p : e->params)
-        params.push_back({{"key", p.key}, {"range", param_range_text(p)}, {"default", p.default_value}, {"help", p.help}, {"paper", p.paper_ref}});
+        params.push_back({{"key", p.key},
+                          {"range", param_range_text(p)},
+                          {"default", p.default_value},
+                          {"help", p.help},
+                          {"paper", p.paper_ref}});
       out["policies"].push_back({{"name", e->name}, {"stage", stage}, {"summary", e->summary}, {"params", params}});
       if (!*json) {
         std::cout << e->name << "  (" << stage << ")  " << e->summary << "\n";
         for (const auto& p : e->params)
-          std::cout << "    " << p.key << "=" << p.default_value << "  " << param_range_text(p) << "  " << p.help << "  [" << p.paper_ref << "]\n";
+          std::cout << "    " << p.key << "=" << p.default_value << "  " << param_range_text(p) << "  " << p.help
+                    << "  [" << p.paper_ref << "]\n";
       }
     }
     if (!*json) std::cout << "\npresets:\n";

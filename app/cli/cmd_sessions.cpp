@@ -62,7 +62,8 @@ Runner add_compare(CLI::App& app) {
   return [args]() {
     const auto store = sessions::SessionStore::open(args->db, sessions::OpenMode::kReadOnly);
     const auto A = store.load_run(args->a), B = store.load_run(args->b);
-    std::cout << "A = run " << args->a << ": " << A.info.pipeline.spec << "\nB = run " << args->b << ": " << B.info.pipeline.spec << "\n";
+    std::cout << "A = run " << args->a << ": " << A.info.pipeline.spec << "\nB = run " << args->b << ": "
+              << B.info.pipeline.spec << "\n";
     if (A.info.prompt.tokens != B.info.prompt.tokens) std::cout << "note: the two runs have different prompts\n";
     std::cout << "\nmetric                      A            B        B - A\n";
     std::set<std::string> names;
@@ -108,7 +109,8 @@ Runner add_merge(CLI::App& app) {
   cmd->add_option("INPUTS", *inputs, "Shard databases")->required();
   return [out, inputs]() {
     const auto rep = sessions::SessionStore::merge(*out, *inputs);
-    std::cout << "merged into " << *out << ": " << rep.runs_copied << " runs copied, " << rep.runs_skipped << " skipped\n";
+    std::cout << "merged into " << *out << ": " << rep.runs_copied << " runs copied, " << rep.runs_skipped
+              << " skipped\n";
     return 0;
   };
 }

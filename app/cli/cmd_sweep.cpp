@@ -29,8 +29,10 @@ struct Item {
   std::string key(const Grid& g, const std::string& device) const {
     std::ostringstream os;
     os << model << "|" << prompt << "|" << pipeline << "|" << g.budget_unit << "=";
-    if (budget) os << *budget;
-    else os << "none";
+    if (budget)
+      os << *budget;
+    else
+      os << "none";
     os << "|new=" << g.max_new_tokens << "|" << g.dtype << "|bos=" << g.bos << "|ref=" << g.reference_full;
     (void)device;  // the same run on another GPU is the same run
     return os.str();
@@ -96,18 +98,20 @@ int run_items(const Grid& g, const std::vector<Item>& items, size_t offset, size
     const double rate = done / std::max(s, 1e-9);
     const size_t left = todo - done - skipped;
     if (tty)
-      std::fprintf(stderr, "\r[%zu/%zu] %.2f runs/min, ETA %s   ", done + skipped, todo, rate * 60, hms(left / rate).c_str());
+      std::fprintf(stderr, "\r[%zu/%zu] %.2f runs/min, ETA %s   ", done + skipped, todo, rate * 60,
+                   hms(left / rate).c_str());
   }
   if (tty) std::fprintf(stderr, "\n");
-  std::cerr << "sweep" << (stride > 1 ? " (" + device + ")" : "") << ": " << done - failed << " runs recorded, " << skipped
-            << " already done, " << failed << " failed\n";
+  std::cerr << "sweep" << (stride > 1 ? " (" + device + ")" : "") << ": " << done - failed << " runs recorded, "
+            << skipped << " already done, " << failed << " failed\n";
   return int(failed);
 }
 
 }  // namespace
 
 Runner add_sweep(CLI::App& app) {
-  auto* cmd = app.add_subcommand("sweep", "Run a grid of models x prompts x pipelines x budgets into a session database");
+  auto* cmd =
+      app.add_subcommand("sweep", "Run a grid of models x prompts x pipelines x budgets into a session database");
   struct Args {
     std::string grid, db, shard, devices, emit_slurm;
   };
@@ -116,7 +120,8 @@ Runner add_sweep(CLI::App& app) {
   cmd->add_option("--db", a->db, "Session database")->required();
   cmd->add_option("--shard", a->shard, "i/n: run only every n-th item starting at i");
   cmd->add_option("--devices", a->devices, "Comma-separated CUDA device ids: one worker process per GPU");
-  cmd->add_option("--emit-slurm", a->emit_slurm, "Write a Slurm array script (one shard per task, one database per shard)");
+  cmd->add_option("--emit-slurm", a->emit_slurm,
+                  "Write a Slurm array script (one shard per task, one database per shard)");
   return [a]() {
     const Grid g = parse_grid(a->grid);
     PolicyRegistry registry;
@@ -131,7 +136,8 @@ Runner add_sweep(CLI::App& app) {
             uses_budget = pipeline_uses_budget(resolve_pipeline(registry.catalog(), pl));
           } catch (const InputError&) {
           }
-          if (!uses_budget) items.push_back({m, p, pl, std::nullopt});
+          if (!uses_budget)
+            items.push_back({m, p, pl, std::nullopt});
           else
             for (double b : g.budgets) items.push_back({m, p, pl, b});
         }
@@ -160,8 +166,7 @@ Runner add_sweep(CLI::App& app) {
     std::vector<std::string> devices;
     std::stringstream ss(a->devices);
     for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
-    if (devices.size() <= 1)
-      return run_items(g, mine, 0, 1, devices.empty() ? g.device : devices[0], a->db) ? 1 : 0;
+    if (devices.size() <= 1) return run_items(g, mine, 0, 1, devices.empty() ? g.device : devices[0], a->db) ? 1 : 0;
     std::vector<pid_t> children;
     for (size_t d = 0; d < devices.size(); ++d) {
       const pid_t pid = ::fork();

@@ -29,7 +29,8 @@ std::function<void(std::string_view, int64_t)> fault_hook_from_environment() {
   }
   return [phase, step](std::string_view at, int64_t n) {
     if (at == phase && n == step)
-      throw c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "CUDA out of memory. Tried to allocate 2.00 GiB (injected by KVSCOPE_TEST_FAULT)");
+      throw c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                       "CUDA out of memory. Tried to allocate 2.00 GiB (injected by KVSCOPE_TEST_FAULT)");
   };
 }
 

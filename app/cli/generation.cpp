@@ -18,7 +18,8 @@
 namespace kvscope::cli {
 
 void CompressionOptions::add_to(CLI::App& cmd) {
-  cmd.add_option("--pipeline", pipeline, "Stages: name[:key=value,...][+name[:...]]...  e.g. snapkv:window=64+adakv:alpha=0.2")
+  cmd.add_option("--pipeline", pipeline,
+                 "Stages: name[:key=value,...][+name[:...]]...  e.g. snapkv:window=64+adakv:alpha=0.2")
       ->required();
   std::string unit_help;
   std::vector<std::string> units;
@@ -29,7 +30,8 @@ void CompressionOptions::add_to(CLI::App& cmd) {
   }
   auto* r = cmd.add_option("--compression-ratio", compression_ratio,
                            std::string(budget_unit_table()[size_t(BudgetUnit::kCompressionRatio)].help));
-  auto* b = cmd.add_option("--budget", budget, "Budget in --budget-unit (not for a pipeline that uses none, e.g. heads:pattern=...)");
+  auto* b = cmd.add_option("--budget", budget,
+                           "Budget in --budget-unit (not for a pipeline that uses none, e.g. heads:pattern=...)");
   r->excludes(b);
   cmd.add_option("--budget-unit", budget_unit, unit_help)->check(CLI::IsMember(units));
   cmd.add_option("--reference", reference, "full: also decode with the full cache and report per-step fidelity")
@@ -42,8 +44,10 @@ void CompressionOptions::add_to(CLI::App& cmd) {
 
 void CompressionOptions::apply_to(run::RunOptions& run) const {
   run.pipeline = pipeline;
-  if (compression_ratio >= 0) run.budget = BudgetSpec{BudgetUnit::kCompressionRatio, compression_ratio};
-  else if (budget >= 0) run.budget = BudgetSpec{parse_budget_unit(budget_unit), budget};
+  if (compression_ratio >= 0)
+    run.budget = BudgetSpec{BudgetUnit::kCompressionRatio, compression_ratio};
+  else if (budget >= 0)
+    run.budget = BudgetSpec{parse_budget_unit(budget_unit), budget};
   run.reference_full = reference == "full";
   if (!db.empty()) run.capture = parse_capture_level(capture);
 }
@@ -53,7 +57,8 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
   register_builtin_policies(registry);
   run::RunOptions options = opts.run_options();
   if (comp) comp->apply_to(options);
-  const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);  // before the model: a typo costs nothing
+  const std::unique_ptr<Pipeline> pipeline =
+      run::make_pipeline(registry, options);  // before the model: a typo costs nothing
   const Model model = opts.load();
   const Engine engine(model);
   GenerateRequest req = run::make_request(model, pipeline.get(), options);
@@ -116,13 +121,17 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
       budgets.push_back(row);
     }
     j["budgets"] = budgets;
-    j["cache_bytes"] = {{"kv_live", res.cache_bytes_live}, {"kv_allocated", res.cache_bytes_allocated},
+    j["cache_bytes"] = {{"kv_live", res.cache_bytes_live},
+                        {"kv_allocated", res.cache_bytes_allocated},
                         {"side_stores", res.side_store_bytes}};
     j["bytes_read_per_step"] = res.bytes_read;
     if (req.reference_full)
-      j["fidelity"] = {{"kl", kl}, {"top1", res.fidelity.top1},
-                       {"mean_kl", kl.empty() ? 0.0 : std::accumulate(kl.begin(), kl.end(), 0.0) / kl.size()},
-                       {"top1_agreement", kl.empty() ? 1.0 : std::accumulate(res.fidelity.top1.begin(), res.fidelity.top1.end(), 0.0) / kl.size()}};
+      j["fidelity"] = {
+          {"kl", kl},
+          {"top1", res.fidelity.top1},
+          {"mean_kl", kl.empty() ? 0.0 : std::accumulate(kl.begin(), kl.end(), 0.0) / kl.size()},
+          {"top1_agreement",
+           kl.empty() ? 1.0 : std::accumulate(res.fidelity.top1.begin(), res.fidelity.top1.end(), 0.0) / kl.size()}};
   }
   std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return 0;

@@ -9,7 +9,8 @@ namespace kvscope::cli {
 
 void ModelOptions::add_to(CLI::App& cmd) {
   auto* m = cmd.add_option("--model", model, "Model: Hugging Face directory or llama2.c .bin");
-  auto* r = cmd.add_option("--random-init", random_init, "config.json: random weights of that shape, built on the device");
+  auto* r =
+      cmd.add_option("--random-init", random_init, "config.json: random weights of that shape, built on the device");
   m->excludes(r);
   cmd.add_option("--tokenizer", tokenizer, "Tokenizer file overriding the model's own");
   auto* p = cmd.add_option("--prompt", prompt, "Prompt text");

@@ -21,8 +21,8 @@ struct TomlCheckFailed {};
 #include <sstream>
 #include <utility>
 
-#include "kvscope/core/errors.h"
 #include "kvscope/core/budget.h"
+#include "kvscope/core/errors.h"
 
 namespace kvscope::cli {
 namespace {
@@ -42,7 +42,8 @@ std::vector<T> array_of(const toml::table& t, const char* key, const std::filesy
 }
 
 /// The string at `key`, `fallback` if absent; InputError if present but not a string.
-std::string string_or(const toml::table& t, const char* key, const std::string& fallback, const std::filesystem::path& file) {
+std::string string_or(const toml::table& t, const char* key, const std::string& fallback,
+                      const std::filesystem::path& file) {
   const auto node = t[key];
   if (!node) return fallback;
   const auto v = node.value<std::string>();
@@ -58,7 +59,8 @@ bool is_bare_key_char(char c) {
 /// points (the lookup's bitmask lets them through to a switch without their case), and the parser
 /// asks it about characters of keys and values, quoted ones included.
 bool toml_3_3_cannot_read(char32_t cp) {
-  return (cp >= 0xA1 && cp <= 0x499) || (cp >= 0x2C6E && cp <= 0x3067 && cp != 0x3000) || (cp >= 0xFB26 && cp <= 0xFEFE);
+  return (cp >= 0xA1 && cp <= 0x499) || (cp >= 0x2C6E && cp <= 0x3067 && cp != 0x3000) ||
+         (cp >= 0xFB26 && cp <= 0xFEFE);
 }
 
 /// The code point of the UTF-8 sequence at text[i] (advancing i to its last byte); 0 if invalid.
@@ -139,7 +141,8 @@ std::string toml_3_3_hazard(std::string_view text) {
 }  // namespace
 
 Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
-  if (const std::string hazard = toml_3_3_hazard(text); !hazard.empty()) throw InputError(file, "not valid TOML: " + hazard);
+  if (const std::string hazard = toml_3_3_hazard(text); !hazard.empty())
+    throw InputError(file, "not valid TOML: " + hazard);
   toml::table t;
   try {
     t = toml::parse(text, file.string());
@@ -177,7 +180,8 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
   g.capture = string_or(t, "capture", "summary", file);
   g.reference_full = string_or(t, "reference", "full", file) == "full";
   if (!find_budget_unit(g.budget_unit))
-    throw InputError(file, "[budget] unit: '" + g.budget_unit + "' is not ratio, compression_ratio, stored, fetched or fraction");
+    throw InputError(
+        file, "[budget] unit: '" + g.budget_unit + "' is not ratio, compression_ratio, stored, fetched or fraction");
   return g;
 }
 

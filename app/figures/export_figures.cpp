@@ -57,7 +57,8 @@ viz::Figure mass_figure(const RunData& r, std::int64_t layer) {
     const std::int64_t stride = std::max<std::int64_t>(1, n / 400);
     for (std::int64_t i = 0; i < n; ++i) {
       cum += a[static_cast<std::size_t>(i)];
-      if (i % stride == 0 || i == n - 1) se.x.push_back(static_cast<double>(i + 1) / static_cast<double>(n)), se.y.push_back(cum);
+      if (i % stride == 0 || i == n - 1)
+        se.x.push_back(static_cast<double>(i + 1) / static_cast<double>(n)), se.y.push_back(cum);
     }
     p.series.push_back(std::move(se));
   }
@@ -78,7 +79,8 @@ viz::Figure topk_cdf_figure(const RunData& r) {
   std::sort(v.begin(), v.end());
   viz::Series all{"all " + std::to_string(r.topk_rows * r.topk_cols) + " query heads"};
   for (std::size_t i = 0; i < v.size(); ++i)
-    all.x.push_back(static_cast<double>(v[i])), all.y.push_back(static_cast<double>(i + 1) / static_cast<double>(v.size()));
+    all.x.push_back(static_cast<double>(v[i])),
+        all.y.push_back(static_cast<double>(i + 1) / static_cast<double>(v.size()));
   p.series.push_back(std::move(all));
   if (v.empty()) p.x.range = p.y.range = viz::Range{0, 1};
   viz::Figure f;

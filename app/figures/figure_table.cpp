@@ -45,7 +45,8 @@ viz::Figure attention(const FigureInput& in) {
 viz::Figure mass(const FigureInput& in) { return mass_figure(*in.run, in.sel.layer); }
 
 viz::Figure topk_cdf(const FigureInput& in) {
-  if (in.strict && in.run->topk_unique.empty()) throw std::invalid_argument(no_data(in) + "top-k record (record it with --capture full)");
+  if (in.strict && in.run->topk_unique.empty())
+    throw std::invalid_argument(no_data(in) + "top-k record (record it with --capture full)");
   return topk_cdf_figure(*in.run);
 }
 
@@ -54,7 +55,8 @@ viz::Figure keys(const FigureInput& in) { return keys_figure(*in.run, {}, in.sel
 viz::Figure channels(const FigureInput& in) { return channels_figure(*in.run, {}, in.sel); }
 
 viz::Figure fidelity(const FigureInput& in) {
-  if (in.strict && !in.run->steps.count("kl")) throw std::invalid_argument(no_data(in) + "fidelity (record it with --reference full)");
+  if (in.strict && !in.run->steps.count("kl"))
+    throw std::invalid_argument(no_data(in) + "fidelity (record it with --reference full)");
   return fidelity_figure({in.run}, {});
 }
 
@@ -182,20 +184,28 @@ constexpr FigureEntry kFigures[] = {
 
 const char* scope_note(FigureScope s) {
   switch (s) {
-    case kDatabase: return " [every run of the database]";
-    case kRun: return "";
-    case kLayer: return " [--layer]";
-    case kHead: return " [--layer, --head]";
+    case kDatabase:
+      return " [every run of the database]";
+    case kRun:
+      return "";
+    case kLayer:
+      return " [--layer]";
+    case kHead:
+      return " [--layer, --head]";
   }
   return "";
 }
 
 const char* recording_note(Recording r) {
   switch (r) {
-    case kSummary: return "";
-    case kFullCapture: return " (needs --capture full)";
-    case kReference: return " (needs --reference full)";
-    case kHeadsStage: return " (needs a heads:pattern=FILE pipeline)";
+    case kSummary:
+      return "";
+    case kFullCapture:
+      return " (needs --capture full)";
+    case kReference:
+      return " (needs --reference full)";
+    case kHeadsStage:
+      return " (needs a heads:pattern=FILE pipeline)";
   }
   return "";
 }

@@ -57,9 +57,9 @@ struct FigureInput {
   const RunData* b = nullptr;                     ///< compare run B (entries with two_runs), else null
   const sessions::SessionStore* store = nullptr;  ///< the database (kDatabase figures)
   Selection sel;                                  ///< layer and KV head (per the scope)
-  std::string variant;  ///< "" or one of the entry's variants (its --metric, or an "export all" variant)
-  int width = 0;        ///< figure width in px, for figures reduced to it (0: viz::Figure's default)
-  bool strict = false;  ///< throw std::invalid_argument naming what the run lacks (kvscope-cli export)
+  std::string variant;       ///< "" or one of the entry's variants (its --metric, or an "export all" variant)
+  int width = 0;             ///< figure width in px, for figures reduced to it (0: viz::Figure's default)
+  bool strict = false;       ///< throw std::invalid_argument naming what the run lacks (kvscope-cli export)
   bool token_texts = false;  ///< token strips carry the token texts (kvscope-cli export)
 };
 using FigureBuilder = viz::Figure (*)(const FigureInput&);
@@ -73,12 +73,12 @@ struct FigureEntry {
   PartSet uses = {};   ///< parts of the layer decoded when stored (the figure notes absent ones)
   FigureScope scope = FigureScope::kRun;
   Recording recording = Recording::kSummary;
-  std::string_view about = {};        ///< one line for --help
-  const char* metric = nullptr;       ///< what --metric selects (passed as the variant); null: ignored
-  bool cli = true;                    ///< offered by kvscope-cli export
-  FigureVariants all = nullptr;       ///< what "export all" writes of it; null: not written there
-  bool two_runs = false;              ///< draws run A against compare run B ("export all" with a B only)
-  bool strip = false;                 ///< a token strip: "export all" writes it at a third of the height
+  std::string_view about = {};   ///< one line for --help
+  const char* metric = nullptr;  ///< what --metric selects (passed as the variant); null: ignored
+  bool cli = true;               ///< offered by kvscope-cli export
+  FigureVariants all = nullptr;  ///< what "export all" writes of it; null: not written there
+  bool two_runs = false;         ///< draws run A against compare run B ("export all" with a B only)
+  bool strip = false;            ///< a token strip: "export all" writes it at a third of the height
 };
 
 /// Every figure, in --help order.

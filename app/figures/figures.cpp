@@ -17,13 +17,13 @@
 #include "figures.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <numeric>
 #include <variant>
-#include <array>
-#include <filesystem>
 
 #include "figure_table.h"
 #include "head_pattern_figure.h"
@@ -92,8 +92,9 @@ bool valid_head(const RunData& a, const Selection& s) {
 // ---- head metrics -------------------------------------------------------------------------------
 
 const std::array<const char*, 9>& heads_metric_names() {
-  static const std::array<const char*, 9> names = {"entropy",    "mass_top1pct", "mass_top5pct", "tokens95_frac", "sink_share",
-                                                   "cos_mean",   "channel_cv",   "kept",         "kept_frac"};
+  static const std::array<const char*, 9> names = {"entropy",       "mass_top1pct", "mass_top5pct",
+                                                   "tokens95_frac", "sink_share",   "cos_mean",
+                                                   "channel_cv",    "kept",         "kept_frac"};
   return names;
 }
 
@@ -107,9 +108,12 @@ std::vector<float> heads_metric_values(const RunData& run, int metric) {
   for (std::int64_t l = 0; l < L; ++l)
     for (std::int64_t h = 0; h < H; ++h) {
       float x = kNaNf;
-      if (name == "kept") x = static_cast<float>(run.kept_count(l, h));
-      else if (name == "kept_frac") x = run.n_tok > 0 ? static_cast<float>(run.kept_count(l, h)) / static_cast<float>(run.n_tok) : kNaNf;
-      else if (mi) x = run.metric(l, h, *mi);
+      if (name == "kept")
+        x = static_cast<float>(run.kept_count(l, h));
+      else if (name == "kept_frac")
+        x = run.n_tok > 0 ? static_cast<float>(run.kept_count(l, h)) / static_cast<float>(run.n_tok) : kNaNf;
+      else if (mi)
+        x = run.metric(l, h, *mi);
       v[static_cast<std::size_t>(l * H + h)] = x;
     }
   return v;
@@ -119,9 +123,12 @@ double jaccard(const std::vector<std::int64_t>& a, const std::vector<std::int64_
   if (a.empty() && b.empty()) return 1.0;
   std::size_t i = 0, j = 0, inter = 0;
   while (i < a.size() && j < b.size()) {
-    if (a[i] < b[j]) ++i;
-    else if (b[j] < a[i]) ++j;
-    else ++inter, ++i, ++j;
+    if (a[i] < b[j])
+      ++i;
+    else if (b[j] < a[i])
+      ++j;
+    else
+      ++inter, ++i, ++j;
   }
   return static_cast<double>(inter) / static_cast<double>(a.size() + b.size() - inter);
 }
@@ -148,7 +155,8 @@ viz::Heatmap heads_map(const RunData& a, const RunData* b, int m, Side side, boo
   }
   if (name == "entropy" && side != Side::kDiff) h.colormap = "magma";
   const bool has = std::any_of(h.values.begin(), h.values.end(), [](float x) { return std::isfinite(x); });
-  h.title = small ? name + (has ? "" : " (not captured)") : (has ? "" : "not captured in this run (capture summary or full)");
+  h.title =
+      small ? name + (has ? "" : " (not captured)") : (has ? "" : "not captured in this run (capture summary or full)");
   h.x.label = small ? "" : "KV head";
   h.y.label = small ? "" : "layer";
   h.colorbar_label = small ? "" : (side == Side::kDiff ? "\xce\x94 " + name : name);
@@ -188,8 +196,9 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
   f.title.clear();
   if (o.coloring == TokenColoring::kKeptSelectedHead || !a.has_kept) {
     f.panels.push_back(kept_strip(a, sel,
-                                  "kept by " + head_name(sel) + ": " + std::to_string(a.kept_count(sel.layer, sel.head)) +
-                                      " of " + std::to_string(a.n_tok) + " tokens"));
+                                  "kept by " + head_name(sel) + ": " +
+                                      std::to_string(a.kept_count(sel.layer, sel.head)) + " of " +
+                                      std::to_string(a.n_tok) + " tokens"));
     return f;
   }
   viz::TokenStrip t;
@@ -206,7 +215,8 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
   } else {
     const float* att = a.attention_row(sel.layer, sel.head);
     if (att)
-      for (std::int64_t i = 0; i < a.n_tok; ++i) t.values[static_cast<std::size_t>(i)] = std::log10(std::max(att[i], 1e-9f));
+      for (std::int64_t i = 0; i < a.n_tok; ++i)
+        t.values[static_cast<std::size_t>(i)] = std::log10(std::max(att[i], 1e-9f));
     t.title = att ? "window attention of " + head_name(sel) + " (log10)" : "no attention captured (capture full)";
     t.colorbar_label = "log10 attention";
     t.colormap = "magma";
@@ -225,18 +235,21 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
   const std::vector<float>* layer_att = a.layer_values(Part::kAttention, sel.layer);
   const bool have = layer_att != nullptr;
   if (!have || T == 0) {
-    f.panels.push_back(note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
+    f.panels.push_back(
+        note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
     f.panels.push_back(kept_strip(a, sel, "kept by " + head_name(sel)));
     f.row_weights = {3, 1};
     return f;
   }
   const auto& att = *layer_att;
   viz::Heatmap hm;
-  hm.title = "all KV heads of layer " + std::to_string(sel.layer) + (o.log_scale ? " (log10, max per pixel)" : " (max per pixel)");
+  hm.title = "all KV heads of layer " + std::to_string(sel.layer) +
+             (o.log_scale ? " (log10, max per pixel)" : " (max per pixel)");
   hm.rows = H;
   hm.cols = T;
   hm.values.resize(att.size());
-  for (std::size_t i = 0; i < att.size(); ++i) hm.values[i] = o.log_scale ? std::log10(std::max(att[i], 1e-9f)) : att[i];
+  for (std::size_t i = 0; i < att.size(); ++i)
+    hm.values[i] = o.log_scale ? std::log10(std::max(att[i], 1e-9f)) : att[i];
   hm.x.label = "prompt position";
   hm.y.label = "KV head";
   hm.colormap = "magma";
@@ -325,7 +338,8 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   std::int64_t nk = 0, ne = 0;
   for (std::int64_t i = 0; i < T; ++i) (a.kept_at(sel.layer, sel.head, i) ? nk : ne)++;
   const std::int64_t cap = 2000;  // points per group: a few thousand markers stay cheap per frame
-  const std::int64_t sk = std::max<std::int64_t>(1, (nk + cap - 1) / cap), se = std::max<std::int64_t>(1, (ne + cap - 1) / cap);
+  const std::int64_t sk = std::max<std::int64_t>(1, (nk + cap - 1) / cap),
+                     se = std::max<std::int64_t>(1, (ne + cap - 1) / cap);
   std::int64_t ik = 0, ie = 0;
   for (std::int64_t i = 0; i < T; ++i) {
     if (!std::isfinite(cos[i])) continue;
@@ -341,7 +355,8 @@ viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection&
   hist.y.label = "tokens";
   std::vector<double> ticks;
   std::vector<std::string> labels;
-  for (int k = 0; k < bins; k += std::max(1, bins / 8)) ticks.push_back(k), labels.push_back(hist.categories[static_cast<std::size_t>(k)]);
+  for (int k = 0; k < bins; k += std::max(1, bins / 8))
+    ticks.push_back(k), labels.push_back(hist.categories[static_cast<std::size_t>(k)]);
   hist.x.ticks = ticks;
   hist.x.tick_labels = labels;
   hist.legend = viz::LegendPos::TopLeft;
@@ -395,7 +410,8 @@ viz::BarChart channel_bars(std::vector<double> values, std::string title, std::s
   b.x.label = "channel";
   b.y.label = std::move(ylabel);
   const std::int64_t step = D <= 16 ? 1 : D <= 64 ? 8 : 16;
-  for (std::int64_t j = 0; j < D; j += step) b.x.ticks.push_back(static_cast<double>(j)), b.x.tick_labels.push_back(std::to_string(j));
+  for (std::int64_t j = 0; j < D; j += step)
+    b.x.ticks.push_back(static_cast<double>(j)), b.x.tick_labels.push_back(std::to_string(j));
   b.legend = viz::LegendPos::None;
   return b;
 }
@@ -410,7 +426,8 @@ viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Se
   const std::vector<float>* cvs = a.layer_values(Part::kChannelCv, sel.layer);
   const bool have = mean != nullptr;
   if (!have || D == 0) {
-    f.panels.push_back(note_panel("no channel statistics captured for layer " + std::to_string(sel.layer) + " (capture full)"));
+    f.panels.push_back(
+        note_panel("no channel statistics captured for layer " + std::to_string(sel.layer) + " (capture full)"));
     return f;
   }
   static const std::vector<float> kNoValues;
@@ -423,10 +440,13 @@ viz::Figure channels_figure(const RunData& a, const ChannelsOptions& o, const Se
       for (std::int64_t j = 0; j < D; ++j) v[static_cast<std::size_t>(j)] = src[static_cast<std::size_t>(h * D + j)];
     return channel_bars(std::move(v), std::move(title), std::move(ylabel), col);
   };
-  f.panels.push_back(bars(cm, head_name(sel) + ": mean saliency per channel", "mean |q\xcc\x84|\xc2\xb7|k|", viz::Color::hex(0x0072b2)));
-  f.panels.push_back(bars(cv, head_name(sel) + ": coefficient of variation over tokens per channel", "CV", viz::Color::hex(0xd55e00)));
+  f.panels.push_back(bars(cm, head_name(sel) + ": mean saliency per channel", "mean |q\xcc\x84|\xc2\xb7|k|",
+                          viz::Color::hex(0x0072b2)));
+  f.panels.push_back(
+      bars(cv, head_name(sel) + ": coefficient of variation over tokens per channel", "CV", viz::Color::hex(0xd55e00)));
   viz::Heatmap hm;
-  hm.title = std::string(o.cv ? "channel CV" : "mean channel saliency") + " of every KV head of layer " + std::to_string(sel.layer);
+  hm.title = std::string(o.cv ? "channel CV" : "mean channel saliency") + " of every KV head of layer " +
+             std::to_string(sel.layer);
   hm.rows = H;
   hm.cols = D;
   hm.values = o.cv ? cv : cm;
@@ -485,15 +505,17 @@ viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOpti
   hm.rows = L;
   hm.cols = H;
   const auto ka = heads_metric_values(a, 7);
-  if (side == Side::kA) hm.values = ka;
-  else if (side == Side::kB) hm.values = heads_metric_values(*b, 7);
+  if (side == Side::kA)
+    hm.values = ka;
+  else if (side == Side::kB)
+    hm.values = heads_metric_values(*b, 7);
   else {
     const auto kb = heads_metric_values(*b, 7);
     hm.values.resize(ka.size());
     for (std::size_t i = 0; i < ka.size(); ++i) hm.values[i] = ka[i] - kb[i];
     hm.colormap = "coolwarm";
   }
-  hm.title = side == Side::kA ? "kept entries per layer and KV head"
+  hm.title = side == Side::kA   ? "kept entries per layer and KV head"
              : side == Side::kB ? "kept entries (run B)"
                                 : "kept entries, A \xe2\x88\x92 B";
   if (!a.has_kept && side == Side::kA) hm.title += " (full cache: nothing evicted)";
@@ -530,7 +552,8 @@ viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOpti
   bc.x.label = "layer";
   bc.y.label = "entries";
   const std::int64_t step = L <= 16 ? 1 : 4;
-  for (std::int64_t l = 0; l < L; l += step) bc.x.ticks.push_back(static_cast<double>(l)), bc.x.tick_labels.push_back(std::to_string(l));
+  for (std::int64_t l = 0; l < L; l += step)
+    bc.x.ticks.push_back(static_cast<double>(l)), bc.x.tick_labels.push_back(std::to_string(l));
   bc.legend = viz::LegendPos::Outside;
   f.panels.push_back(std::move(bc));
   if (o.head_pattern) add_head_pattern_panels(f, side == Side::kB ? *b : a);
@@ -576,7 +599,10 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunData* r = runs[i];
     if (!r) continue;
-    const std::string name = (i == 0 ? "A " : i == 1 ? "B " : "") + std::string("#") + std::to_string(r->ref.run) + " " +
+    const std::string name = (i == 0   ? "A "
+                              : i == 1 ? "B "
+                                       : "") +
+                             std::string("#") + std::to_string(r->ref.run) + " " +
                              (r->record.row.pipeline_spec.empty() ? "full" : r->record.row.pipeline_spec.substr(0, 40));
     const viz::Color col = viz::categorical(i);
     auto get = [&](const char* n) -> const std::vector<double>* {
@@ -607,7 +633,8 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
     }
     if (const auto* v = get("bytes_read")) {
       viz::Series s{name, {}, {}, col};
-      for (std::size_t k = 0; k < v->size(); ++k) s.x.push_back(static_cast<double>(k)), s.y.push_back((*v)[k] / 1048576.0);
+      for (std::size_t k = 0; k < v->size(); ++k)
+        s.x.push_back(static_cast<double>(k)), s.y.push_back((*v)[k] / 1048576.0);
       bytes.series.push_back(std::move(s));
       any_bytes = true;
     }
@@ -624,7 +651,8 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
 // ---- selection ----------------------------------------------------------------------------------
 
 viz::Figure selection_figure(const RunData& a, const Selection& sel) {
-  viz::Figure f = base(a, "Selected head " + head_name(sel) + (sel.token >= 0 ? ", token " + std::to_string(sel.token) : ""));
+  viz::Figure f =
+      base(a, "Selected head " + head_name(sel) + (sel.token >= 0 ? ", token " + std::to_string(sel.token) : ""));
   f.columns = 1;
   viz::BarChart b;
   b.title = "percentile of " + head_name(sel) + " among all " + std::to_string(a.n_layer * a.n_head_kv) + " KV heads";
@@ -638,7 +666,9 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
       std::int64_t below = 0, equal = 0, n = 0;
       for (float x : v)
         if (std::isfinite(x)) ++n, below += x < v[idx] ? 1 : 0, equal += x == v[idx] ? 1 : 0;
-      p = n > 1 ? 100.0 * (static_cast<double>(below) + 0.5 * static_cast<double>(equal - 1)) / static_cast<double>(n - 1) : 50.0;
+      p = n > 1
+              ? 100.0 * (static_cast<double>(below) + 0.5 * static_cast<double>(equal - 1)) / static_cast<double>(n - 1)
+              : 50.0;
     }
     b.categories.push_back(heads_metric_names()[static_cast<std::size_t>(m)]);
     pct.push_back(p);
@@ -648,8 +678,9 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   b.y.label = "percentile";
   b.legend = viz::LegendPos::None;
   f.panels.push_back(std::move(b));
-  f.panels.push_back(kept_strip(a, sel, "kept by " + head_name(sel) + " (" + std::to_string(a.kept_count(sel.layer, sel.head)) +
-                                            " of " + std::to_string(a.n_tok) + ")"));
+  f.panels.push_back(kept_strip(a, sel,
+                                "kept by " + head_name(sel) + " (" + std::to_string(a.kept_count(sel.layer, sel.head)) +
+                                    " of " + std::to_string(a.n_tok) + ")"));
   f.row_weights = {2, 1};
   // Decode-time sparse selection (HSA, Quest, SparQ, Exact-TopK) when the run recorded it.
   const auto recall = a.steps.find("selection_recall");
@@ -698,7 +729,8 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
 // the runs are on different prompts or the head is outside either run).
 std::vector<int> kept_diff(const RunData& a, const RunData& b, const Selection& sel, KeptDiffCounts* counts) {
   std::vector<int> c;
-  if (a.record.info.prompt.tokens != b.record.info.prompt.tokens || !valid_head(a, sel) || !valid_head(b, sel)) return c;
+  if (a.record.info.prompt.tokens != b.record.info.prompt.tokens || !valid_head(a, sel) || !valid_head(b, sel))
+    return c;
   c.resize(static_cast<std::size_t>(a.n_tok));
   KeptDiffCounts n;
   for (std::int64_t i = 0; i < a.n_tok; ++i) {
@@ -728,8 +760,8 @@ viz::TokenStrip diff_strip(const RunData& a, const RunData& b, const Selection& 
     t.category = {0};
     t.title = "runs are on different prompts: no token-level difference";
   } else {
-    t.title = head_name(sel) + ": both " + std::to_string(n.both) + ", only A " + std::to_string(n.only_a) + ", only B " +
-              std::to_string(n.only_b);
+    t.title = head_name(sel) + ": both " + std::to_string(n.both) + ", only A " + std::to_string(n.only_a) +
+              ", only B " + std::to_string(n.only_b);
   }
   t.aggregate = viz::Aggregate::Max;
   return t;
@@ -737,7 +769,8 @@ viz::TokenStrip diff_strip(const RunData& a, const RunData& b, const Selection& 
 
 std::string ab_caption(const RunData& a, const RunData& b) {
   return "A: " + a.caption() + "  |  B: #" + std::to_string(b.ref.run) + " " +
-         (b.record.row.pipeline_spec.empty() ? "full cache" : b.record.row.pipeline_spec) + " \xc2\xb7 " + b.budget_text();
+         (b.record.row.pipeline_spec.empty() ? "full cache" : b.record.row.pipeline_spec) + " \xc2\xb7 " +
+         b.budget_text();
 }
 
 const char* kDiffGroupNames[4] = {"neither", "only B", "only A", "both"};
@@ -748,11 +781,13 @@ viz::Figure tokens_diff_figure(const RunData& a, const RunData& b, const Selecti
   viz::Figure f;
   f.caption = ab_caption(a, b);
   f.panels.push_back(diff_strip(a, b, sel));
-  std::get<viz::TokenStrip>(f.panels[0]).title = "A \xe2\x88\x92 B, kept by " + std::get<viz::TokenStrip>(f.panels[0]).title;
+  std::get<viz::TokenStrip>(f.panels[0]).title =
+      "A \xe2\x88\x92 B, kept by " + std::get<viz::TokenStrip>(f.panels[0]).title;
   return f;
 }
 
-viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const AttentionOptions& o, const Selection& sel, int width_px) {
+viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const AttentionOptions& o, const Selection& sel,
+                                  int width_px) {
   viz::Figure f;
   f.title = "Kept A \xe2\x88\x92 kept B over the prompt, layer " + std::to_string(sel.layer);
   f.caption = ab_caption(a, b);
@@ -766,7 +801,9 @@ viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const Atte
   }
   // Every KV head of the layer: +1 kept only by A, -1 only by B, 0 both or neither (mean per pixel).
   viz::Heatmap hm;
-  hm.title = "all KV heads of layer " + std::to_string(sel.layer) + ": +1 only A, \xe2\x88\x92" "1 only B (mean per pixel)";
+  hm.title = "all KV heads of layer " + std::to_string(sel.layer) +
+             ": +1 only A, \xe2\x88\x92"
+             "1 only B (mean per pixel)";
   hm.rows = H;
   hm.cols = T;
   hm.values.assign(static_cast<std::size_t>(H * T), 0.0f);
@@ -774,7 +811,9 @@ viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const Atte
     const Selection s{sel.layer, h, -1};
     const auto c = kept_diff(a, b, s, nullptr);
     for (std::int64_t i = 0; i < T && !c.empty(); ++i)
-      hm.values[static_cast<std::size_t>(h * T + i)] = c[static_cast<std::size_t>(i)] == 2 ? 1.0f : c[static_cast<std::size_t>(i)] == 1 ? -1.0f : 0.0f;
+      hm.values[static_cast<std::size_t>(h * T + i)] = c[static_cast<std::size_t>(i)] == 2   ? 1.0f
+                                                       : c[static_cast<std::size_t>(i)] == 1 ? -1.0f
+                                                                                             : 0.0f;
   }
   hm.x.label = "prompt position";
   hm.y.label = "KV head";
@@ -800,7 +839,8 @@ viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const Atte
     only_b.name = "kept only by B";
     only_a.color = kOnlyAColor;
     only_b.color = kOnlyBColor;
-    for (auto* s : {&only_a, &only_b}) s->line = viz::LineStyle::None, s->marker = viz::Marker::Circle, s->marker_size = 2.4;
+    for (auto* s : {&only_a, &only_b})
+      s->line = viz::LineStyle::None, s->marker = viz::Marker::Circle, s->marker_size = 2.4;
     for (std::int64_t s = 0; s < T; s += per) {
       const std::int64_t e = std::min(T, s + per);
       float mx = 0, ma = -1, mb = -1;
@@ -824,7 +864,8 @@ viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const Atte
     lp.legend = viz::LegendPos::TopRight;
     f.panels.push_back(std::move(lp));
   } else {
-    f.panels.push_back(note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
+    f.panels.push_back(
+        note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
   }
   f.panels.push_back(diff_strip(a, b, sel));
   f.row_weights = {2.2, 2.6, 1.2};
@@ -840,11 +881,14 @@ viz::Figure keys_diff_figure(const RunData& a, const RunData& b, const KeysOptio
   const float* cos = a.cos_row(sel.layer, sel.head);
   const float* att = a.attention_row(sel.layer, sel.head);
   const float* pca = a.pca_row(sel.layer, sel.head);
-  if (!cos) cos = b.cos_row(sel.layer, sel.head), att = b.attention_row(sel.layer, sel.head), pca = b.pca_row(sel.layer, sel.head);
+  if (!cos)
+    cos = b.cos_row(sel.layer, sel.head), att = b.attention_row(sel.layer, sel.head),
+    pca = b.pca_row(sel.layer, sel.head);
   if (cat.empty() || !cos) {
     f.columns = 1;
-    f.panels.push_back(note_panel(cat.empty() ? "runs on different prompts: no kept-set difference"
-                                              : "no cos_to_mean captured for " + head_name(sel) + " (run with capture full)"));
+    f.panels.push_back(note_panel(cat.empty()
+                                      ? "runs on different prompts: no kept-set difference"
+                                      : "no cos_to_mean captured for " + head_name(sel) + " (run with capture full)"));
     return f;
   }
   const std::int64_t T = a.n_tok;
@@ -858,14 +902,16 @@ viz::Figure keys_diff_figure(const RunData& a, const RunData& b, const KeysOptio
   viz::BarChart hist;
   hist.title = "cosine of each key to the mean key: kept only by A, only by B, by both";
   for (int g : {2, 1, 3})
-    hist.series.push_back({kDiffGroupNames[g], std::vector<double>(static_cast<std::size_t>(bins), 0.0), cats[static_cast<std::size_t>(g)].color});
+    hist.series.push_back({kDiffGroupNames[g], std::vector<double>(static_cast<std::size_t>(bins), 0.0),
+                           cats[static_cast<std::size_t>(g)].color});
   for (int k = 0; k < bins; ++k) hist.categories.push_back(fmt("%.2f", lo + (hi - lo) * (k + 0.5) / bins));
   // Scatter groups, subsampled to a few thousand points each (neither drawn first, underneath).
   std::array<std::int64_t, 4> n{};
   for (int c : cat) ++n[static_cast<std::size_t>(c)];
   const std::int64_t cap = 2000;
   std::array<std::int64_t, 4> stride{}, seen{};
-  for (int g = 0; g < 4; ++g) stride[static_cast<std::size_t>(g)] = std::max<std::int64_t>(1, (n[static_cast<std::size_t>(g)] + cap - 1) / cap);
+  for (int g = 0; g < 4; ++g)
+    stride[static_cast<std::size_t>(g)] = std::max<std::int64_t>(1, (n[static_cast<std::size_t>(g)] + cap - 1) / cap);
   std::array<viz::ScatterGroup, 4> sc, pc;
   for (int g = 0; g < 4; ++g) {
     const viz::Color col = g == 0 ? viz::Color::hex(0xbbbbbb) : *cats[static_cast<std::size_t>(g)].color;
@@ -933,13 +979,16 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
     std::vector<double> v(static_cast<std::size_t>(D), kNaN);
     if (x && y)
       for (std::int64_t j = 0; j < D; ++j)
-        v[static_cast<std::size_t>(j)] = (*x)[static_cast<std::size_t>(h * D + j)] - (*y)[static_cast<std::size_t>(h * D + j)];
+        v[static_cast<std::size_t>(j)] =
+            (*x)[static_cast<std::size_t>(h * D + j)] - (*y)[static_cast<std::size_t>(h * D + j)];
     return channel_bars(std::move(v), std::move(title), std::move(ylabel), kOnlyAColor);
   };
-  f.panels.push_back(diff(ma, mb, head_name(sel) + ": mean saliency per channel, A \xe2\x88\x92 B", "\xce\x94 mean |q\xcc\x84|\xc2\xb7|k|"));
+  f.panels.push_back(diff(ma, mb, head_name(sel) + ": mean saliency per channel, A \xe2\x88\x92 B",
+                          "\xce\x94 mean |q\xcc\x84|\xc2\xb7|k|"));
   f.panels.push_back(diff(ca, cb, head_name(sel) + ": CV over tokens per channel, A \xe2\x88\x92 B", "\xce\x94 CV"));
   viz::Heatmap hm;
-  hm.title = std::string(o.cv ? "channel CV" : "mean channel saliency") + ", A \xe2\x88\x92 B, every KV head of layer " + std::to_string(sel.layer);
+  hm.title = std::string(o.cv ? "channel CV" : "mean channel saliency") +
+             ", A \xe2\x88\x92 B, every KV head of layer " + std::to_string(sel.layer);
   hm.rows = H;
   hm.cols = D;
   const auto* x = o.cv ? ca : ma;
@@ -961,7 +1010,8 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
 viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel) {
   viz::Figure f;
   f.title = "A #" + std::to_string(a.ref.run) + " vs B #" + std::to_string(b.ref.run);
-  f.caption = "A: " + a.caption() + "  |  B: " + (b.record.row.pipeline_spec.empty() ? "full cache" : b.record.row.pipeline_spec) +
+  f.caption = "A: " + a.caption() +
+              "  |  B: " + (b.record.row.pipeline_spec.empty() ? "full cache" : b.record.row.pipeline_spec) +
               " \xc2\xb7 " + b.budget_text();
   f.columns = 2;
   const bool same_shape = a.n_layer == b.n_layer && a.n_head_kv == b.n_head_kv;
@@ -981,7 +1031,10 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
         if (!b.has_kept) all_b.resize(static_cast<std::size_t>(b.n_tok)), std::iota(all_b.begin(), all_b.end(), 0);
         hm.values[static_cast<std::size_t>(l * a.n_head_kv + h)] = static_cast<float>(jaccard(ka, kb));
       }
-    hm.title = "kept-set overlap |A\xe2\x88\xa9" "B| / |A\xe2\x88\xaa" "B| per head";
+    hm.title =
+        "kept-set overlap |A\xe2\x88\xa9"
+        "B| / |A\xe2\x88\xaa"
+        "B| per head";
     hm.value_range = viz::Range{0, 1};
   } else {
     hm.rows = 1;

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "figure_options.h"
 #include "kvscope/viz/figure.h"
 #include "run_data.h"
-#include "figure_options.h"
 
 namespace kvscope::figures {
 

@@ -42,7 +42,8 @@ viz::Figure head_pattern_figure(const HeadPattern& p, const HeadPatternFigureDat
     for (int64_t h = 0; h < H; ++h) {
       const bool present = h < static_cast<int64_t>(p.layers[l].size());
       const HeadPlan plan = present ? p.layers[l][h] : HeadPlan{};
-      map.values.push_back(present ? static_cast<float>(entries_kept(plan, n)) : std::numeric_limits<float>::quiet_NaN());
+      map.values.push_back(present ? static_cast<float>(entries_kept(plan, n))
+                                   : std::numeric_limits<float>::quiet_NaN());
       map.mask.push_back(present && !plan.streaming ? 1 : 0);
       if (present) kept += entries_kept(plan, n), total += n;
     }
@@ -73,8 +74,8 @@ viz::Figure head_pattern_figure(const HeadPattern& p, const HeadPatternFigureDat
 
   viz::Figure f;
   const double achieved = d.budget_achieved >= 0 ? d.budget_achieved
-                          : total > 0             ? static_cast<double>(kept) / static_cast<double>(total)
-                                                  : 0.0;
+                          : total > 0            ? static_cast<double>(kept) / static_cast<double>(total)
+                                                 : 0.0;
   f.title = "Head pattern (" + p.method + "): budget " + fmt("%g", p.budget) + ", kept " + fmt("%.3f", achieved) +
             " of the full cache at " + std::to_string(n) + " tokens";
   f.panels.push_back(map);
@@ -98,7 +99,8 @@ viz::Figure head_pattern_figure(const HeadPattern& p, const HeadPatternFigureDat
   f.columns = static_cast<int>(f.panels.size());
   f.width = 420 * f.columns;
   f.height = 460;
-  f.caption = std::to_string(L) + " layers x " + std::to_string(H) + " KV heads; a streaming head keeps its sink tokens "
+  f.caption = std::to_string(L) + " layers x " + std::to_string(H) +
+              " KV heads; a streaming head keeps its sink tokens "
               "plus the most recent window (StreamingLLM §3.2, DuoAttention §3.2, HS-SFT §2.2)";
   return f;
 }

@@ -17,13 +17,14 @@ namespace kvscope::figures {
 
 /// What the figure shows besides the pattern itself.
 struct HeadPatternFigureData {
-  int64_t reference_length = 0;                    ///< N: the map's colours are min(N, sink + window) and N for dense heads; 0 = largest sink + window
-  double budget_achieved = -1;                     ///< kept fraction at N; < 0 = computed from the pattern
+  int64_t reference_length =
+      0;  ///< N: the map's colours are min(N, sink + window) and N for dense heads; 0 = largest sink + window
+  double budget_achieved = -1;  ///< kept fraction at N; < 0 = computed from the pattern
   struct LossPoint {
     double step = 0, loss = 0;
     std::string phase;  ///< one line per phase ("duo", "hs-sft"): their objectives differ
   };
-  std::vector<LossPoint> loss;                     ///< the training curve; empty = no panel
+  std::vector<LossPoint> loss;  ///< the training curve; empty = no panel
 };
 
 /// Panels: (1) heatmap layers x KV heads, value = entries kept on an N-token context, dense heads
@@ -33,8 +34,8 @@ struct HeadPatternFigureData {
 viz::Figure head_pattern_figure(const HeadPattern& pattern, const HeadPatternFigureData& data);
 
 /// Reads `pattern_json` (load_head_pattern) and its optional "reference_length",
-/// "budget_achieved" and "learned".loss_curve rows [step, loss, ..., phase] (pattern_file.h), then builds the figure above.
-/// Throws InputError(path, ...) for a missing or malformed file.
+/// "budget_achieved" and "learned".loss_curve rows [step, loss, ..., phase] (pattern_file.h), then builds the figure
+/// above. Throws InputError(path, ...) for a missing or malformed file.
 viz::Figure head_pattern_figure(const std::filesystem::path& pattern_json);
 
 }  // namespace kvscope::figures

@@ -5,9 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <stdexcept>
 #include <limits>
-
+#include <stdexcept>
 
 namespace kvscope::figures {
 namespace {
@@ -141,11 +140,12 @@ std::string RunData::title() const {
 }
 
 std::string RunData::caption() const {
-  std::string c = "run #" + std::to_string(ref.run) + " of " + std::filesystem::path(ref.db).filename().string() + " \xc2\xb7 " +
-                  model_name() + " (" + std::to_string(n_layer) + " layers, " + std::to_string(n_head) + " heads, " +
-                  std::to_string(n_head_kv) + " KV heads) \xc2\xb7 " + std::to_string(n_tok) + " prompt tokens \xc2\xb7 " +
-                  (record.row.pipeline_spec.empty() ? std::string("full cache") : record.row.pipeline_spec) + " \xc2\xb7 " +
-                  budget_text();
+  std::string c = "run #" + std::to_string(ref.run) + " of " + std::filesystem::path(ref.db).filename().string() +
+                  " \xc2\xb7 " + model_name() + " (" + std::to_string(n_layer) + " layers, " + std::to_string(n_head) +
+                  " heads, " + std::to_string(n_head_kv) + " KV heads) \xc2\xb7 " + std::to_string(n_tok) +
+                  " prompt tokens \xc2\xb7 " +
+                  (record.row.pipeline_spec.empty() ? std::string("full cache") : record.row.pipeline_spec) +
+                  " \xc2\xb7 " + budget_text();
   return c;
 }
 
@@ -154,9 +154,12 @@ std::string display_token(const std::string& text) {
   std::string out;
   out.reserve(text.size() + 4);
   for (unsigned char c : text) {
-    if (c == '\n') out += "\xe2\x86\xb5";
-    else if (c == '\t') out += "\xe2\x86\x92";
-    else if (c == '\r') out += "\\r";
+    if (c == '\n')
+      out += "\xe2\x86\xb5";
+    else if (c == '\t')
+      out += "\xe2\x86\x92";
+    else if (c == '\r')
+      out += "\\r";
     else if (c < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -168,31 +171,43 @@ std::string display_token(const std::string& text) {
   return out;
 }
 
-
 // ---- parts ----------------------------------------------------------------------------------------
 
 std::string_view part_blob(Part p) {
   switch (p) {
     case Part::kKept:
-    case Part::kKeepCount: return "kept_positions";
-    case Part::kAttention: return "attention";
-    case Part::kCos: return "cos_to_mean";
-    case Part::kPca: return "keys_pca";
-    case Part::kChannelMean: return "channel_mean";
-    case Part::kChannelCv: return "channel_cv";
+    case Part::kKeepCount:
+      return "kept_positions";
+    case Part::kAttention:
+      return "attention";
+    case Part::kCos:
+      return "cos_to_mean";
+    case Part::kPca:
+      return "keys_pca";
+    case Part::kChannelMean:
+      return "channel_mean";
+    case Part::kChannelCv:
+      return "channel_cv";
   }
   return "";
 }
 
 const char* part_label(Part p) {
   switch (p) {
-    case Part::kKept: return "kept sets";
-    case Part::kAttention: return "attention";
-    case Part::kCos: return "key cosines";
-    case Part::kPca: return "key PCA";
-    case Part::kChannelMean: return "channel saliency";
-    case Part::kChannelCv: return "channel CV";
-    case Part::kKeepCount: return "keep rate over all heads";
+    case Part::kKept:
+      return "kept sets";
+    case Part::kAttention:
+      return "attention";
+    case Part::kCos:
+      return "key cosines";
+    case Part::kPca:
+      return "key PCA";
+    case Part::kChannelMean:
+      return "channel saliency";
+    case Part::kChannelCv:
+      return "channel CV";
+    case Part::kKeepCount:
+      return "keep rate over all heads";
   }
   return "";
 }
@@ -207,7 +222,8 @@ PartSlots::~PartSlots() = default;
 
 const LayerPart* PartSlots::get(Part p, std::int64_t layer) const {
   if (layer < 0 || layer >= n_layer_) return nullptr;
-  return slots_[static_cast<std::size_t>(static_cast<std::int64_t>(p) * n_layer_ + layer)].load(std::memory_order_acquire);
+  return slots_[static_cast<std::size_t>(static_cast<std::int64_t>(p) * n_layer_ + layer)].load(
+      std::memory_order_acquire);
 }
 
 const LayerPart* PartSlots::put(Part p, std::int64_t layer, LayerPart v) {
@@ -222,8 +238,8 @@ const LayerPart* PartSlots::put(Part p, std::int64_t layer, LayerPart v) {
 
 // ---- loading --------------------------------------------------------------------------------------
 
-std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std::int64_t run, const TokenText& token_text,
-                                       std::string tokenizer_note) {
+std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std::int64_t run,
+                                       const TokenText& token_text, std::string tokenizer_note) {
   const auto t0 = std::chrono::steady_clock::now();
   auto d = std::make_shared<RunData>();
   d->ref = {store.path(), run};
@@ -252,7 +268,8 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
   d->stored_parts.assign(static_cast<std::size_t>(kPartCount * std::max<std::int64_t>(L, 1)), 0);
   d->kept_sizes.assign(static_cast<std::size_t>(L * H), -1);
   auto mark = [&](Part p, std::int64_t layer) {
-    if (layer >= 0 && layer < L) d->stored_parts[static_cast<std::size_t>(static_cast<std::int64_t>(p) * L + layer)] = 1;
+    if (layer >= 0 && layer < L)
+      d->stored_parts[static_cast<std::size_t>(static_cast<std::int64_t>(p) * L + layer)] = 1;
   };
   bool any_summary = false, any_topk = false;
   for (const auto& b : d->record.blobs) {
@@ -336,7 +353,8 @@ LayerPart decode_kept(const sessions::SessionStore& store, const RunData& run, s
   LayerPart p;
   p.kept.resize(static_cast<std::size_t>(run.n_head_kv));
   for (std::int64_t h = 0; h < run.n_head_kv; ++h)
-    if (auto b = store.load_blob(run.ref.run, "kept_positions", layer, h)) p.kept[static_cast<std::size_t>(h)] = positions_of(*b);
+    if (auto b = store.load_blob(run.ref.run, "kept_positions", layer, h))
+      p.kept[static_cast<std::size_t>(h)] = positions_of(*b);
   return p;
 }
 
@@ -365,7 +383,8 @@ void load_part(const sessions::SessionStore& store, const RunData& run, Part p, 
           if (b.layer >= 0 && b.layer < run.n_layer && b.head >= 0 && b.head < run.n_head_kv)
             layers[static_cast<std::size_t>(b.layer)].kept[static_cast<std::size_t>(b.head)] = positions_of(b);
         for (std::int64_t l = 0; l < run.n_layer; ++l)
-          if (run.stored(Part::kKept, l)) run.parts->put(Part::kKept, l, std::move(layers[static_cast<std::size_t>(l)]));
+          if (run.stored(Part::kKept, l))
+            run.parts->put(Part::kKept, l, std::move(layers[static_cast<std::size_t>(l)]));
       }
     }
     if (run.has_kept)
@@ -384,7 +403,8 @@ void load_part(const sessions::SessionStore& store, const RunData& run, Part p, 
   if (p == Part::kPca) want = {H, T, 2};
   if (p == Part::kChannelMean || p == Part::kChannelCv) want = {H, D};
   LayerPart out;
-  if (auto b = store.load_blob(run.ref.run, std::string(part_blob(p)), layer, -1); b && b->shape == want) out.values = b->to_f32();
+  if (auto b = store.load_blob(run.ref.run, std::string(part_blob(p)), layer, -1); b && b->shape == want)
+    out.values = b->to_f32();
   run.parts->put(p, layer, std::move(out));
 }
 

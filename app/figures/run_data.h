@@ -95,7 +95,8 @@ struct RunData {
   std::string tokenizer_note;  ///< why ids are shown (tokenizer not found, ...)
 
   /// What the run stored (from the blob listing; nothing decoded).
-  bool has_kept = false, has_summary = false, has_attention = false, has_cos = false, has_channels = false, has_pca = false;
+  bool has_kept = false, has_summary = false, has_attention = false, has_cos = false, has_channels = false,
+       has_pca = false;
   /// Entries kept per [layer * n_head_kv + kv head], from the kept_positions blob shapes.
   std::vector<std::int64_t> kept_sizes;
 
@@ -167,8 +168,8 @@ using TokenText = std::function<std::optional<std::string>(std::int32_t id)>;
 /// Reads the light part of run `run` of `store` (a few ms also for 32 layers x 32 heads x 32K
 /// tokens). Token texts come from `token_text` when given (else "#id", with `tokenizer_note` saying
 /// why). Throws sessions::SessionError.
-std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std::int64_t run, const TokenText& token_text,
-                                       std::string tokenizer_note = "no tokenizer loaded");
+std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std::int64_t run,
+                                       const TokenText& token_text, std::string tokenizer_note = "no tokenizer loaded");
 
 /// Decodes part `p` of `layer` of `run` from `store` (the run's database, any connection) into
 /// run.parts; no-op when decoded or not stored. kKeepCount decodes every layer's kKept first.

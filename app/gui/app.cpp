@@ -24,8 +24,12 @@ void poll_worker(AppState& s, Ui& ui) {
   st.running = ui.worker->busy();
   for (const RunUpdate& u : ui.worker->poll()) {
     switch (u.kind) {
-      case RunUpdate::Kind::kStatus: st.log.push_back(u.text); break;
-      case RunUpdate::Kind::kStarted: st.log.push_back("run #" + std::to_string(u.run_id) + " started; decoding"); break;
+      case RunUpdate::Kind::kStatus:
+        st.log.push_back(u.text);
+        break;
+      case RunUpdate::Kind::kStarted:
+        st.log.push_back("run #" + std::to_string(u.run_id) + " started; decoding");
+        break;
       case RunUpdate::Kind::kToken:
         st.output += u.text;
         st.tokens = u.tokens;
@@ -77,7 +81,10 @@ void draw_menu(AppState& s) {
       }
       ImGui::PopID();
     }
-    if (!s.others.empty() && ImGui::MenuItem("Swap A and B")) std::swap(s.a, s.others[static_cast<std::size_t>(std::clamp(s.compare.b_index, 0, static_cast<int>(s.others.size()) - 1))]);
+    if (!s.others.empty() && ImGui::MenuItem("Swap A and B"))
+      std::swap(
+          s.a,
+          s.others[static_cast<std::size_t>(std::clamp(s.compare.b_index, 0, static_cast<int>(s.others.size()) - 1))]);
     ImGui::EndMenu();
   }
   ImGui::EndMenuBar();
@@ -164,11 +171,13 @@ int open_database(AppState& s, const std::string& path) {
   OpenDb d;
   d.path = path;
   try {
-    d.store = std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadWrite));
+    d.store =
+        std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadWrite));
     d.writable = true;
   } catch (const std::exception& e) {
     try {
-      d.store = std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadOnly));
+      d.store =
+          std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadOnly));
       d.writable = false;
     } catch (const std::exception& e2) {
       s.status = e2.what();
@@ -234,8 +243,8 @@ bool open_run(AppState& s, int db, std::int64_t run, bool compare) {
     clamp_selection(s);
     char buf[160];
     std::snprintf(buf, sizeof buf, "opened run #%lld (%lld tokens, %lld layers x %lld KV heads) in %.0f ms",
-                  static_cast<long long>(run), static_cast<long long>(data->n_tok), static_cast<long long>(data->n_layer),
-                  static_cast<long long>(data->n_head_kv), data->load_ms);
+                  static_cast<long long>(run), static_cast<long long>(data->n_tok),
+                  static_cast<long long>(data->n_layer), static_cast<long long>(data->n_head_kv), data->load_ms);
     s.status = buf;
   }
   s.sessions.notes_dirty = true;
@@ -308,7 +317,9 @@ std::int64_t same_prompt_run(AppState& s, int db) {
     if (r.status == sessions::RunStatus::kComplete && !(RunRef{d.path, r.id} == s.a->ref)) rows.push_back(&r);
   std::sort(rows.begin(), rows.end(), [](const auto* x, const auto* y) { return x->id > y->id; });
   for (const auto* r : rows) {
-    const bool taken = std::any_of(s.others.begin(), s.others.end(), [&](const auto& o) { return o->ref == RunRef{d.path, r->id}; });
+    const bool taken = std::any_of(s.others.begin(), s.others.end(), [&](const auto& o) {
+      return o->ref == RunRef{d.path, r->id};
+    });
     if (taken) continue;
     try {
       if (d.store->load_run(r->id).info.prompt.tokens == s.a->record.info.prompt.tokens) return r->id;
@@ -342,7 +353,8 @@ bool apply_options(AppState& s, const GuiOptions& o) {
     s.select_view = true;
   }
   if (s.view == View::kCompare && s.a && s.others.empty() && o.runs.size() < 2)
-    if (const auto b = same_prompt_run(s, db_index(s, s.a->ref.db)); b >= 0) open_run(s, db_index(s, s.a->ref.db), b, true);
+    if (const auto b = same_prompt_run(s, db_index(s, s.a->ref.db)); b >= 0)
+      open_run(s, db_index(s, s.a->ref.db), b, true);
   // A compare opened from the command line starts the per-run views on the A - B side.
   if (o.runs.size() >= 2 && !s.others.empty())
     s.tokens.opt.side = s.attention.opt.side = s.keys.opt.side = s.channels.opt.side = Side::kDiff;
@@ -359,7 +371,8 @@ bool apply_options(AppState& s, const GuiOptions& o) {
 // when no text field has focus.
 static void keyboard(AppState& s) {
   const ImGuiIO& io = ImGui::GetIO();
-  if (!s.a || io.WantTextInput || ImGui::IsPopupOpen("", ImGuiPopupFlags_AnyPopupId) || !view_has_figure(s.view)) return;
+  if (!s.a || io.WantTextInput || ImGui::IsPopupOpen("", ImGuiPopupFlags_AnyPopupId) || !view_has_figure(s.view))
+    return;
   auto pressed = [](ImGuiKey k) { return ImGui::IsKeyPressed(ImGui::GetKeyIndex(k)); };
   if (pressed(ImGuiKey_LeftArrow)) --s.sel.head;
   if (pressed(ImGuiKey_RightArrow)) ++s.sel.head;
@@ -378,9 +391,9 @@ void draw_app(AppState& s, Ui& ui) {
   ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
   ImGui::PushStyleVar(ImGuiStyleVar_WindowBorderSize, 0.0f);
   const ImGuiWindowFlags flags = ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
-                                 ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_MenuBar |
-                                 ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoScrollbar |
-                                 ImGuiWindowFlags_NoScrollWithMouse;
+                                 ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
+                                 ImGuiWindowFlags_MenuBar | ImGuiWindowFlags_NoBringToFrontOnFocus |
+                                 ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse;
   ImGui::Begin("kvscope##main", nullptr, flags);
   ImGui::PopStyleVar(2);
   draw_menu(s);
@@ -391,9 +404,12 @@ void draw_app(AppState& s, Ui& ui) {
       const View v = e.view();
       const ImGuiTabItemFlags tf = (s.select_view && s.view == v) ? ImGuiTabItemFlags_SetSelected : 0;
       if (ImGui::BeginTabItem(e.title, nullptr, tf)) {
-        if (!s.select_view) s.view = v;
-        else if (v == s.view) s.select_view = false;
-        ImGui::BeginChild("view_content", {0, -status_h}, false, ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
+        if (!s.select_view)
+          s.view = v;
+        else if (v == s.view)
+          s.select_view = false;
+        ImGui::BeginChild("view_content", {0, -status_h}, false,
+                          ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
         // The tab being left while another is selected shows for this one frame: not drawn (it
         // could be the Sessions view reading every run's record).
         if (!s.select_view || v == s.view) e.draw(s, ui);
@@ -411,8 +427,8 @@ void draw_app(AppState& s, Ui& ui) {
     ImGui::TextColored({0.0f, 0.5f, 0.2f, 1}, "running %lld tok", static_cast<long long>(s.run.tokens));
     ImGui::SameLine();
   }
-  ImGui::TextDisabled("%zu db, %s  %.1f ms/frame", s.dbs.size(), s.a ? ("run #" + std::to_string(s.a->ref.run)).c_str() : "no run",
-                      s.frame_ms);
+  ImGui::TextDisabled("%zu db, %s  %.1f ms/frame", s.dbs.size(),
+                      s.a ? ("run #" + std::to_string(s.a->ref.run)).c_str() : "no run", s.frame_ms);
   ImGui::End();
   panels::export_dialog(s, ui);
 }

@@ -14,8 +14,8 @@
 #include "gui_options.h"
 #include "imgui_canvas.h"
 #include "kvscope/sessions/session_store.h"
-#include "pipeline_editor.h"
 #include "part_loader.h"
+#include "pipeline_editor.h"
 #include "run_data.h"
 #include "run_worker.h"
 #include "textures.h"
@@ -49,8 +49,8 @@ struct OpenDb {
 
 /// Sessions window.
 struct SessionsState {
-  std::string open_path;       ///< "Open database" input
-  std::string filter;          ///< matches name, model, pipeline, prompt
+  std::string open_path;  ///< "Open database" input
+  std::string filter;     ///< matches name, model, pipeline, prompt
   bool complete_only = false;
   std::string new_note;
   std::int64_t editing_note = -1;
@@ -77,10 +77,10 @@ struct TokensState {
   // Wrapped token rows for the token list, cached per run and width.
   std::shared_ptr<const RunData> laid_for;  ///< run the rows were laid out for
   float laid_width = 0;
-  std::vector<float> token_w;            ///< box width per token
-  std::vector<std::string> shown;        ///< display text per token
-  std::vector<std::int32_t> row_start;   ///< first token of each row
-  std::int64_t scroll_to = -1;           ///< token to bring into view next frame
+  std::vector<float> token_w;           ///< box width per token
+  std::vector<std::string> shown;       ///< display text per token
+  std::vector<std::int32_t> row_start;  ///< first token of each row
+  std::int64_t scroll_to = -1;          ///< token to bring into view next frame
   std::int64_t hovered = -1;
   std::int64_t goto_pos = 0;
 };
@@ -118,9 +118,9 @@ struct RunState {
   RunRequest form;
   PipelineEdit pipeline;
   bool pipeline_initialised = false;
-  std::string spec_text;      ///< editable SPEC mirror of the editor
+  std::string spec_text;  ///< editable SPEC mirror of the editor
   std::string spec_error;
-  std::string output;         ///< streamed text of the current run
+  std::string output;  ///< streamed text of the current run
   std::vector<std::string> log;
   std::int64_t tokens = 0;
   bool running = false;
@@ -131,17 +131,17 @@ struct RunState {
 /// Export dialog.
 struct ExportState {
   std::string dir = ".";
-  std::string base;         ///< file name without extension ("" = view name + run id)
+  std::string base;  ///< file name without extension ("" = view name + run id)
   std::string message;
-  bool open = false;        ///< dialog requested this frame
+  bool open = false;               ///< dialog requested this frame
   int width = 1400, height = 850;  ///< "export all" figure size
 };
 
 /// Everything the app shows.
 struct AppState {
   std::vector<OpenDb> dbs;
-  std::shared_ptr<const RunData> a;                       ///< the run every view shows
-  std::vector<std::shared_ptr<const RunData>> others;     ///< compare runs (B = others[compare.b_index])
+  std::shared_ptr<const RunData> a;                    ///< the run every view shows
+  std::vector<std::shared_ptr<const RunData>> others;  ///< compare runs (B = others[compare.b_index])
   Selection sel;
   View view = View::kSessions;
   bool select_view = true;  ///< make `view` the active tab next frame

@@ -23,7 +23,8 @@ std::string wrapped_view_names(std::size_t indent, std::size_t width) {
   std::string out, line;
   for (View v : kAllViews) {
     std::string item = std::string(view_name(v)) + ",";
-    if (!line.empty() && indent + line.size() + 1 + item.size() > width) out += line + "\n" + std::string(indent, ' '), line.clear();
+    if (!line.empty() && indent + line.size() + 1 + item.size() > width)
+      out += line + "\n" + std::string(indent, ' '), line.clear();
     line += (line.empty() ? "" : " ") + item;
   }
   if (!line.empty()) line.pop_back();  // the last comma
@@ -38,7 +39,9 @@ std::string gui_usage() {
          "               [--screenshot FILE.png [--frames N] [--size WxH]]\n"
          "  --open DB        session database to open (repeat for several)\n"
          "  --run IDS        runs of the first database: A, then compare runs (default: the newest run)\n"
-         "  --view NAME      " + wrapped_view_names(19, 98) + "\n"
+         "  --view NAME      " +
+         wrapped_view_names(19, 98) +
+         "\n"
          "  --model PATH     default model of the Run view\n"
          "  --layer/--head/--token   initial selection\n"
          "  --screenshot F   render headless and write the last frame to F (PNG), then exit\n"
@@ -72,8 +75,7 @@ GuiOptions parse_gui_options(const std::vector<std::string>& args) {
     } else if (a == "--view") {
       const std::string v = value();
       o.view = parse_view(v);
-      if (!o.view)
-        throw std::invalid_argument("--view: unknown view '" + v + "' (" + view_names() + ")");
+      if (!o.view) throw std::invalid_argument("--view: unknown view '" + v + "' (" + view_names() + ")");
     } else if (a == "--model") {
       o.model = value();
     } else if (a == "--screenshot") {

@@ -36,9 +36,7 @@ HeadlessImGui::HeadlessImGui(float width, float height) {
   apply_style(ImGui::GetStyle());
 }
 
-HeadlessImGui::~HeadlessImGui() {
-  ImGui::DestroyContext(ctx_);
-}
+HeadlessImGui::~HeadlessImGui() { ImGui::DestroyContext(ctx_); }
 
 void HeadlessImGui::frame(const std::function<void()>& draw, ImVec2 mouse, bool click) {
   ImGui::SetCurrentContext(ctx_);

@@ -146,7 +146,8 @@ void ImGuiCanvas::stroke_path(std::span<const viz::Point> pts, bool closed, cons
 
 void ImGuiCanvas::line(viz::Point a, viz::Point b, const viz::Stroke& stroke) {
   if (stroke.style == viz::LineStyle::Solid) {
-    if (stroke.color.a) dl_->AddLine(p(a), p(b), im_color(stroke.color), static_cast<float>(std::max(stroke.width, 0.5)));
+    if (stroke.color.a)
+      dl_->AddLine(p(a), p(b), im_color(stroke.color), static_cast<float>(std::max(stroke.width, 0.5)));
     return;
   }
   const viz::Point pts[] = {a, b};
@@ -196,8 +197,8 @@ void ImGuiCanvas::stroke_circle(viz::Point center, double radius, const viz::Str
                  static_cast<float>(std::max(stroke.width, 0.5)));
 }
 
-void ImGuiCanvas::text(viz::Point anchor, std::string_view text, const viz::Font& font, viz::Color color,
-                       viz::HAlign h, viz::VAlign v, viz::TextDir dir) {
+void ImGuiCanvas::text(viz::Point anchor, std::string_view text, const viz::Font& font, viz::Color color, viz::HAlign h,
+                       viz::VAlign v, viz::TextDir dir) {
   if (text.empty() || color.a == 0) return;
   const auto& face = fonts_.pick(font);
   if (!face.font) return;
@@ -251,8 +252,14 @@ void ImGuiCanvas::pop_clip() { dl_->PopClipRect(); }
 // ---- Recording ----------------------------------------------------------------------------------
 
 Recording::Recording(Recording&& o) noexcept
-    : fonts_(o.fonts_), ratio_(o.ratio_), cmds_(std::move(o.cmds_)), points_(std::move(o.points_)),
-      texts_(std::move(o.texts_)), images_(std::move(o.images_)), textures_(std::move(o.textures_)), store_(o.store_) {
+    : fonts_(o.fonts_),
+      ratio_(o.ratio_),
+      cmds_(std::move(o.cmds_)),
+      points_(std::move(o.points_)),
+      texts_(std::move(o.texts_)),
+      images_(std::move(o.images_)),
+      textures_(std::move(o.textures_)),
+      store_(o.store_) {
   o.textures_.clear();
   o.store_ = nullptr;
 }
@@ -389,23 +396,45 @@ void Recording::replay(ImDrawList* dl, ImVec2 origin, TextureStore& textures) {
   for (const Cmd& c : cmds_) {
     const std::span<const viz::Point> pts(points_.data() + c.first, c.count);
     switch (c.op) {
-      case Op::kLine: cv.line({c.r.x, c.r.y}, {c.r.w, c.r.h}, c.stroke); break;
-      case Op::kPolyline: cv.polyline(pts, c.stroke); break;
-      case Op::kRect: cv.rect(c.r, c.stroke); break;
-      case Op::kFillRect: cv.fill_rect(c.r, c.color); break;
-      case Op::kFillPoly: cv.fill_polygon(pts, c.color); break;
-      case Op::kStrokePoly: cv.stroke_polygon(pts, c.stroke); break;
-      case Op::kFillCircle: cv.fill_circle({c.r.x, c.r.y}, c.r.w, c.color); break;
-      case Op::kStrokeCircle: cv.stroke_circle({c.r.x, c.r.y}, c.r.w, c.stroke); break;
-      case Op::kText: cv.text({c.r.x, c.r.y}, texts_[c.first], c.font, c.color, c.h, c.v, c.dir); break;
+      case Op::kLine:
+        cv.line({c.r.x, c.r.y}, {c.r.w, c.r.h}, c.stroke);
+        break;
+      case Op::kPolyline:
+        cv.polyline(pts, c.stroke);
+        break;
+      case Op::kRect:
+        cv.rect(c.r, c.stroke);
+        break;
+      case Op::kFillRect:
+        cv.fill_rect(c.r, c.color);
+        break;
+      case Op::kFillPoly:
+        cv.fill_polygon(pts, c.color);
+        break;
+      case Op::kStrokePoly:
+        cv.stroke_polygon(pts, c.stroke);
+        break;
+      case Op::kFillCircle:
+        cv.fill_circle({c.r.x, c.r.y}, c.r.w, c.color);
+        break;
+      case Op::kStrokeCircle:
+        cv.stroke_circle({c.r.x, c.r.y}, c.r.w, c.stroke);
+        break;
+      case Op::kText:
+        cv.text({c.r.x, c.r.y}, texts_[c.first], c.font, c.color, c.h, c.v, c.dir);
+        break;
       case Op::kImage: {
         ImTextureID& id = textures_[c.first];
         if (!id) id = textures.create(images_[c.first], c.linear);
         cv.image_texture(c.r, id);
         break;
       }
-      case Op::kPushClip: cv.push_clip(c.r); break;
-      case Op::kPopClip: cv.pop_clip(); break;
+      case Op::kPushClip:
+        cv.push_clip(c.r);
+        break;
+      case Op::kPopClip:
+        cv.pop_clip();
+        break;
     }
   }
 }
@@ -426,7 +455,8 @@ bool FigureView::draw(const std::string& key, ImVec2 size, const std::function<v
       fig_.width = static_cast<int>(size.x);
       fig_.height = static_cast<int>(size.y);
       viz::validate(fig_);
-      Recording rec(fonts, ImGui::GetIO().DisplayFramebufferScale.x > 0 ? ImGui::GetIO().DisplayFramebufferScale.x : 1.0);
+      Recording rec(fonts,
+                    ImGui::GetIO().DisplayFramebufferScale.x > 0 ? ImGui::GetIO().DisplayFramebufferScale.x : 1.0);
       layout_ = viz::layout_figure(fig_, rec);
       viz::draw_figure(fig_, layout_, rec);
       rec_.emplace(std::move(rec));
@@ -464,8 +494,9 @@ std::optional<FigureHit> FigureView::hit(ImVec2 sp) const {
       h.row = std::clamp<std::int64_t>(std::llround((h.y - hm->y_origin) / hm->y_step), 0, hm->rows - 1);
     } else if (const auto* ts = std::get_if<viz::TokenStrip>(&fig_.panels[i])) {
       const viz::TokenStripLayout& T = L.tokens;
-      const std::int64_t n = static_cast<std::int64_t>(
-          !ts->tokens.empty() ? ts->tokens.size() : !ts->category.empty() ? ts->category.size() : ts->values.size());
+      const std::int64_t n = static_cast<std::int64_t>(!ts->tokens.empty()     ? ts->tokens.size()
+                                                       : !ts->category.empty() ? ts->category.size()
+                                                                               : ts->values.size());
       if (!T.bars) {
         for (std::size_t k = 0; k < T.boxes.size(); ++k)
           if (T.boxes[k].contains(q)) h.token = static_cast<std::int64_t>(k);

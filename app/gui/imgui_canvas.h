@@ -119,16 +119,26 @@ class Recording final : public viz::Canvas {
 
  private:
   enum class Op : std::uint8_t {
-    kLine, kPolyline, kRect, kFillRect, kFillPoly, kStrokePoly, kFillCircle, kStrokeCircle, kText, kImage,
-    kPushClip, kPopClip
+    kLine,
+    kPolyline,
+    kRect,
+    kFillRect,
+    kFillPoly,
+    kStrokePoly,
+    kFillCircle,
+    kStrokeCircle,
+    kText,
+    kImage,
+    kPushClip,
+    kPopClip
   };
   struct Cmd {
     explicit Cmd(Op o) : op(o) {}
     Op op;
     viz::Stroke stroke{};
     viz::Color color{};
-    viz::Rect r{};               // rects, clip, image dst; line: (x, y) = a, (w, h) = b; circle: x, y, w = radius
-    std::uint32_t first = 0;   // points / text / image index
+    viz::Rect r{};            // rects, clip, image dst; line: (x, y) = a, (w, h) = b; circle: x, y, w = radius
+    std::uint32_t first = 0;  // points / text / image index
     std::uint32_t count = 0;
     viz::Font font{};
     viz::HAlign h = viz::HAlign::Left;
@@ -149,9 +159,9 @@ class Recording final : public viz::Canvas {
 /// What lies under a point of a figure.
 struct FigureHit {
   int panel = -1;
-  double x = 0, y = 0;        ///< data coordinates (heatmap: column / row coordinates)
+  double x = 0, y = 0;              ///< data coordinates (heatmap: column / row coordinates)
   std::int64_t row = -1, col = -1;  ///< heatmap cell
-  std::int64_t token = -1;    ///< token strip: token index
+  std::int64_t token = -1;          ///< token strip: token index
 };
 
 /// A figure shown in a view: rebuilt when `key` or the size changes, laid out and recorded once.

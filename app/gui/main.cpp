@@ -17,9 +17,9 @@
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 
+#include "app_state.h"
 #include "backends/imgui_impl_glfw.h"
 #include "backends/imgui_impl_opengl3.h"
-#include "app_state.h"
 #include "headless.h"
 #include "kvscope/core/policy.h"
 #include "png_write.h"
@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
   ImGui_ImplGlfw_InitForOpenGL(window, !headless);
   ImGui_ImplOpenGL3_Init("#version 150");
   if (!(io.BackendFlags & ImGuiBackendFlags_RendererHasVtxOffset))
-    std::fprintf(stderr, "kvscope: warning: OpenGL < 3.2: very dense views may exceed ImGui's 64K vertices per window\n");
+    std::fprintf(stderr,
+                 "kvscope: warning: OpenGL < 3.2: very dense views may exceed ImGui's 64K vertices per window\n");
 
   Offscreen off;
   if (headless && !off.create(opt.width, opt.height))
@@ -158,7 +159,8 @@ int main(int argc, char** argv) {
     s.headless = headless;
 #ifdef KVSCOPE_SOURCE_DIR
     // Defaults of the Run window: the embedded model and one of its prompts.
-    const std::filesystem::path model = (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "assets/models/pycode-16m").lexically_normal();
+    const std::filesystem::path model =
+        (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "assets/models/pycode-16m").lexically_normal();
     if (std::filesystem::exists(model)) {
       s.run.form.model_path = model.string();
       s.run.form.prompt = read_file(model / "golden/prompts/argparse_head.py");
@@ -175,8 +177,10 @@ int main(int argc, char** argv) {
     auto last = std::chrono::steady_clock::now();
     while (rc == 0 && !glfwWindowShouldClose(window) && !s.quit_requested) {
       const auto frame_start = std::chrono::steady_clock::now();
-      if (headless) glfwPollEvents();
-      else glfwWaitEventsTimeout(worker.busy() ? 1.0 / 60.0 : 0.1);
+      if (headless)
+        glfwPollEvents();
+      else
+        glfwWaitEventsTimeout(worker.busy() ? 1.0 / 60.0 : 0.1);
       if (off.ok) off.bind_fb(GL_FRAMEBUFFER, off.fb);
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
@@ -196,7 +200,8 @@ int main(int argc, char** argv) {
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
       if (headless) {
         glFinish();
-        if (frame >= 2) timed_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - frame_start).count();
+        if (frame >= 2)
+          timed_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - frame_start).count();
       }
       const auto now = std::chrono::steady_clock::now();
       s.frame_ms = std::chrono::duration<double, std::milli>(now - last).count();
@@ -216,7 +221,8 @@ int main(int argc, char** argv) {
         glReadPixels(0, 0, fb_w, fb_h, GL_RGBA, GL_UNSIGNED_BYTE, px.data());
         try {
           write_png(opt.screenshot, px, fb_w, fb_h, true);
-          std::printf("wrote %s (%dx%d, view %s", opt.screenshot.c_str(), fb_w, fb_h, std::string(view_name(s.view)).c_str());
+          std::printf("wrote %s (%dx%d, view %s", opt.screenshot.c_str(), fb_w, fb_h,
+                      std::string(view_name(s.view)).c_str());
           if (frame > 2) std::printf(", %.2f ms/frame over frames 3..%d incl. GPU", timed_ms / (frame - 2), frame);
           std::printf(")\n");
         } catch (const std::exception& e) {

@@ -65,7 +65,8 @@ void PartLoader::loop() {
     try {
       auto& store = stores[job.run->ref.db];
       if (!store)
-        store = std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(job.run->ref.db, sessions::OpenMode::kReadOnly));
+        store = std::make_unique<sessions::SessionStore>(
+            sessions::SessionStore::open(job.run->ref.db, sessions::OpenMode::kReadOnly));
       figures::load_part(*store, *job.run, job.part, job.layer);
     } catch (const std::exception& e) {
       error = "run " + std::to_string(job.run->ref.run) + " " + figures::part_label(job.part) + " of layer " +

@@ -36,25 +36,38 @@ void set_param_text(ParamEdit& p, const std::string& policy, const ParamSpec& in
   p.key = info.key;
   p.type = info.type;
   switch (info.type) {
-    case ParamType::kInt: p.i = param_int({{info.key, text}}, info.key); break;
-    case ParamType::kFloat: p.f = param_float({{info.key, text}}, info.key); break;
-    case ParamType::kBool: p.b = param_bool({{info.key, text}}, info.key); break;
+    case ParamType::kInt:
+      p.i = param_int({{info.key, text}}, info.key);
+      break;
+    case ParamType::kFloat:
+      p.f = param_float({{info.key, text}}, info.key);
+      break;
+    case ParamType::kBool:
+      p.b = param_bool({{info.key, text}}, info.key);
+      break;
     case ParamType::kChoice:
       p.choice = static_cast<int>(std::find(info.choices.begin(), info.choices.end(), text) - info.choices.begin());
       break;
-    case ParamType::kPath: p.text = text; break;
+    case ParamType::kPath:
+      p.text = text;
+      break;
   }
 }
 
 std::string param_text(const ParamEdit& p, const ParamSpec& info) {
   switch (info.type) {
-    case ParamType::kInt: return std::to_string(p.i);
-    case ParamType::kFloat: return format_number(p.f);
-    case ParamType::kBool: return p.b ? "true" : "false";
+    case ParamType::kInt:
+      return std::to_string(p.i);
+    case ParamType::kFloat:
+      return format_number(p.f);
+    case ParamType::kBool:
+      return p.b ? "true" : "false";
     case ParamType::kChoice:
-      return p.choice >= 0 && p.choice < static_cast<int>(info.choices.size()) ? info.choices[static_cast<std::size_t>(p.choice)]
-                                                                               : std::string();
-    case ParamType::kPath: return p.text;
+      return p.choice >= 0 && p.choice < static_cast<int>(info.choices.size())
+                 ? info.choices[static_cast<std::size_t>(p.choice)]
+                 : std::string();
+    case ParamType::kPath:
+      return p.text;
   }
   return {};
 }
@@ -66,8 +79,10 @@ StageEdit default_stage(const PolicyDescription& policy) {
     ParamEdit p;
     p.key = info.key;
     p.type = info.type;
-    if (info.type == ParamType::kPath) p.text = info.default_value;
-    else if (!(info.type == ParamType::kChoice && info.choices.empty())) set_param_text(p, policy.name, info, info.default_value);
+    if (info.type == ParamType::kPath)
+      p.text = info.default_value;
+    else if (!(info.type == ParamType::kChoice && info.choices.empty()))
+      set_param_text(p, policy.name, info, info.default_value);
     s.params.push_back(std::move(p));
   }
   return s;
@@ -96,7 +111,8 @@ PipelineEdit from_spec(std::string_view spec, const PolicyCatalog& catalog) {
     resolve_params(pol.name, pol.params, st.params);  // unknown keys and bad values, with core's messages
     StageEdit s = default_stage(pol);
     for (auto& p : s.params)
-      if (auto it = st.params.find(p.key); it != st.params.end()) set_param_text(p, pol.name, *find_param(pol, p.key), it->second);
+      if (auto it = st.params.find(p.key); it != st.params.end())
+        set_param_text(p, pol.name, *find_param(pol, p.key), it->second);
     edit.stages.push_back(std::move(s));
   }
   return edit;
@@ -190,7 +206,8 @@ bool draw_pipeline_editor(PipelineEdit& edit, const PolicyCatalog& catalog) {
         const char* key = p.key.c_str();
         switch (info->type) {
           case ParamType::kInt: {
-            const ImS64 lo = static_cast<ImS64>(std::max(info->min, -9.0e18)), hi = static_cast<ImS64>(std::min(info->max, 9.0e18));
+            const ImS64 lo = static_cast<ImS64>(std::max(info->min, -9.0e18)),
+                        hi = static_cast<ImS64>(std::min(info->max, 9.0e18));
             ImS64 v = p.i;
             const ImS64 step = 1, fast = std::max<ImS64>(1, (hi - lo) / 64);
             if (ImGui::InputScalar(key, ImGuiDataType_S64, &v, &step, &fast)) {

@@ -64,9 +64,14 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
     const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
     const std::string key = req.model_path + "|" + req.device + "|" + req.dtype + "|" + req.tokenizer_path;
     if (slot.key != key || !slot.model) {
-      emit({RunUpdate::Kind::kStatus, "loading " + req.model_path + " on " + req.device + " (" + req.dtype + ")", {}, -1, 0});
+      emit({RunUpdate::Kind::kStatus,
+            "loading " + req.model_path + " on " + req.device + " (" + req.dtype + ")",
+            {},
+            -1,
+            0});
       slot = {};
-      slot.model = std::make_unique<Model>(load_model(req.model_path, run::load_options(req.device, req.dtype, req.tokenizer_path)));
+      slot.model = std::make_unique<Model>(
+          load_model(req.model_path, run::load_options(req.device, req.dtype, req.tokenizer_path)));
       slot.engine = std::make_unique<Engine>(*slot.model);
       slot.key = key;
     }
@@ -76,9 +81,12 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
     if (cancel) throw RunCancelled();
 
     auto store = sessions::SessionStore::open(req.db_path);
-    emit({RunUpdate::Kind::kStatus, "prefill of " + std::to_string(g.prompt_ids.size()) + " tokens" +
-                                        (pipeline ? " under " + pipeline->canonical() : std::string(" (full cache)")),
-          {}, -1, 0});
+    emit({RunUpdate::Kind::kStatus,
+          "prefill of " + std::to_string(g.prompt_ids.size()) + " tokens" +
+              (pipeline ? " under " + pipeline->canonical() : std::string(" (full cache)")),
+          {},
+          -1,
+          0});
     std::vector<int32_t> shown = g.prompt_ids;
     bool started = false;
     auto on_token = [&](int32_t id) {
@@ -91,13 +99,14 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
       emit({RunUpdate::Kind::kToken, decode_continuation(*model.tokenizer, shown, {id}), req.db_path, run_id, n});
       shown.push_back(id);
     };
-    run::generate_into_store(store, *slot.engine, pipeline.get(), registry, g, req.prompt, req.name, std::nullopt, run_id,
-                             on_token);
+    run::generate_into_store(store, *slot.engine, pipeline.get(), registry, g, req.prompt, req.name, std::nullopt,
+                             run_id, on_token);
     done.kind = RunUpdate::Kind::kFinished;
     done.text = "recorded run #" + std::to_string(run_id) + " in " + req.db_path;
   } catch (const RunCancelled& e) {
     done.kind = RunUpdate::Kind::kCancelled;
-    done.text = run_id >= 0 ? "cancelled; run #" + std::to_string(run_id) + " recorded as failed (cancelled)" : "cancelled";
+    done.text =
+        run_id >= 0 ? "cancelled; run #" + std::to_string(run_id) + " recorded as failed (cancelled)" : "cancelled";
   } catch (const std::exception& e) {
     done.kind = RunUpdate::Kind::kFailed;
     done.text = e.what();
@@ -109,8 +118,8 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
 
 }  // namespace
 
-RunUpdate execute_run(const PolicyRegistry& registry, const RunRequest& req, const std::function<void(const RunUpdate&)>& emit,
-                      const std::atomic<bool>& cancel) {
+RunUpdate execute_run(const PolicyRegistry& registry, const RunRequest& req,
+                      const std::function<void(const RunUpdate&)>& emit, const std::atomic<bool>& cancel) {
   ModelSlot slot;
   return run_with(slot, registry, req, emit, cancel);
 }
@@ -144,7 +153,8 @@ bool RunWorker::start(const RunRequest& req) {
   impl_->busy = true;
   impl_->thread = std::thread([this, req]() {
     Impl& m = *impl_;
-    const RunUpdate done = run_with(m.slot, m.registry, req, [&m](const RunUpdate& u) { m.push(u); }, m.cancel);
+    const RunUpdate done = run_with(
+        m.slot, m.registry, req, [&m](const RunUpdate& u) { m.push(u); }, m.cancel);
     m.push(done);
     m.busy = false;
   });

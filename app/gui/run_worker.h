@@ -24,29 +24,30 @@ struct RunRequest {
   std::string model_path;
   std::string tokenizer_path;  ///< optional override
   std::string prompt;
-  std::string bos = "auto";          ///< auto | always | never
-  std::string pipeline_spec;         ///< empty: full cache, no compression
-  std::string budget_unit = "fraction";  ///< a budget unit name (kvscope/core/budget.h): compression_ratio | stored | fetched | fraction
+  std::string bos = "auto";   ///< auto | always | never
+  std::string pipeline_spec;  ///< empty: full cache, no compression
+  std::string budget_unit =
+      "fraction";  ///< a budget unit name (kvscope/core/budget.h): compression_ratio | stored | fetched | fraction
   double budget_value = 0.25;
-  std::string device = "cpu";        ///< cpu | cuda | cuda:i
-  std::string dtype = "fp32";        ///< fp32 | bf16 | fp16
+  std::string device = "cpu";  ///< cpu | cuda | cuda:i
+  std::string dtype = "fp32";  ///< fp32 | bf16 | fp16
   std::int64_t max_new_tokens = 32;
-  bool reference_full = true;        ///< also decode with the full cache: per-step KL / top-1
-  std::string capture = "full";      ///< off | summary | full
+  bool reference_full = true;    ///< also decode with the full cache: per-step KL / top-1
+  std::string capture = "full";  ///< off | summary | full
   std::int64_t capture_window = 32;
   bool greedy = true;
   double temperature = 1.0, top_p = 1.0;
   std::uint64_t seed = 0;
-  std::string db_path;               ///< session database (created if missing)
-  std::string name;                  ///< session name
+  std::string db_path;  ///< session database (created if missing)
+  std::string name;     ///< session name
 };
 
 /// One message from the worker.
 struct RunUpdate {
   enum class Kind { kStatus, kStarted, kToken, kFinished, kFailed, kCancelled };
   Kind kind = Kind::kStatus;
-  std::string text;        ///< status line, token text, or error message
-  std::string db;          ///< kStarted / kFinished / kFailed / kCancelled: the database
+  std::string text;          ///< status line, token text, or error message
+  std::string db;            ///< kStarted / kFinished / kFailed / kCancelled: the database
   std::int64_t run_id = -1;  ///< set once the run exists in the database
   std::int64_t tokens = 0;   ///< tokens generated so far
 };
@@ -54,8 +55,8 @@ struct RunUpdate {
 /// Runs `req` synchronously on this thread: progress goes to `emit`, `cancel` is checked between
 /// decode steps. Returns the final update (kFinished, kFailed or kCancelled). Models are loaded per
 /// call (RunWorker keeps them between runs).
-RunUpdate execute_run(const PolicyRegistry& registry, const RunRequest& req, const std::function<void(const RunUpdate&)>& emit,
-                      const std::atomic<bool>& cancel);
+RunUpdate execute_run(const PolicyRegistry& registry, const RunRequest& req,
+                      const std::function<void(const RunUpdate&)>& emit, const std::atomic<bool>& cancel);
 
 class RunWorker {
  public:

@@ -16,15 +16,15 @@ namespace {
 using sessions::Blob;
 
 struct Layer {
-  std::vector<float> att, cos;   // [H, T]
-  std::vector<float> pca;        // [H, T, 2]
+  std::vector<float> att, cos;        // [H, T]
+  std::vector<float> pca;             // [H, T, 2]
   std::vector<float> ch_mean, ch_cv;  // [H, D]
-  std::vector<float> summary;    // [H, 7]
+  std::vector<float> summary;         // [H, 7]
 };
 
 std::mt19937_64 rng_for(std::uint64_t seed, std::int64_t a, std::int64_t b) {
-  std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32), static_cast<std::uint32_t>(a),
-                    static_cast<std::uint32_t>(b)};
+  std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                    static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b)};
   return std::mt19937_64(seq);
 }
 
@@ -53,7 +53,8 @@ Layer make_layer(const SyntheticSpec& sp, std::int64_t l, const std::vector<floa
     double body = 0;
     for (std::int64_t i = 0; i < T; ++i) {
       const double g = std::pow(importance[static_cast<std::size_t>(i)], focus) * std::exp(0.35 * N(rng));
-      const double r = recency * std::exp(-static_cast<double>(T - 1 - i) / tau) * importance[static_cast<std::size_t>(T - 1)];
+      const double r =
+          recency * std::exp(-static_cast<double>(T - 1 - i) / tau) * importance[static_cast<std::size_t>(T - 1)];
       a[i] = static_cast<float>(g + r);
       body += a[i];
       const double outlier = std::log(importance[static_cast<std::size_t>(i)]) > 1.2 ? 0.22 : 0.0;
@@ -71,13 +72,15 @@ Layer make_layer(const SyntheticSpec& sp, std::int64_t l, const std::vector<floa
     float* pc = L.pca.data() + h * T * 2;
     for (std::int64_t i = 0; i < T; ++i) {
       pc[2 * i] = static_cast<float>(4.0 * (c[i] - 0.5) + 0.6 * N(rng));
-      pc[2 * i + 1] = static_cast<float>(1.2 * std::sin(6.28 * static_cast<double>(i) / static_cast<double>(T)) + 0.7 * N(rng));
+      pc[2 * i + 1] =
+          static_cast<float>(1.2 * std::sin(6.28 * static_cast<double>(i) / static_cast<double>(T)) + 0.7 * N(rng));
     }
     // Channel saliency: log-normal with a few outlier channels (SPARK Fig. 2).
     double cv_sum = 0;
     for (std::int64_t j = 0; j < D; ++j) {
       const bool outlier = (j % 16 == 3) || (j % 29 == 11);
-      L.ch_mean[static_cast<std::size_t>(h * D + j)] = static_cast<float>(std::exp(0.5 * N(rng)) * (outlier ? 5.0 : 1.0) * 0.1);
+      L.ch_mean[static_cast<std::size_t>(h * D + j)] =
+          static_cast<float>(std::exp(0.5 * N(rng)) * (outlier ? 5.0 : 1.0) * 0.1);
       const float cv = static_cast<float>(0.35 + 0.4 * std::exp(0.6 * N(rng)) + (outlier ? 1.2 : 0.0));
       L.ch_cv[static_cast<std::size_t>(h * D + j)] = cv;
       cv_sum += cv;
@@ -92,7 +95,8 @@ Layer make_layer(const SyntheticSpec& sp, std::int64_t l, const std::vector<floa
     std::copy(a, a + T, sorted.begin());
     std::sort(sorted.begin(), sorted.end(), std::greater<>());
     auto mass_at = [&](double frac) {
-      const auto k = std::min<std::int64_t>(T, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(frac * static_cast<double>(T)))));
+      const auto k = std::min<std::int64_t>(
+          T, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(frac * static_cast<double>(T)))));
       return std::accumulate(sorted.begin(), sorted.begin() + k, 0.0);
     };
     double cum = 0;
@@ -137,7 +141,9 @@ std::vector<std::vector<std::int64_t>> adakv_select(const Layer& L, std::int64_t
   std::priority_queue<Item> pq;
   for (std::int64_t h = 0; h < H; ++h)
     if (next[static_cast<std::size_t>(h)] < static_cast<std::size_t>(T))
-      pq.push({L.att[static_cast<std::size_t>(h * T + order[static_cast<std::size_t>(h)][next[static_cast<std::size_t>(h)]])], h});
+      pq.push({L.att[static_cast<std::size_t>(h * T +
+                                              order[static_cast<std::size_t>(h)][next[static_cast<std::size_t>(h)]])],
+               h});
   while (left > 0 && !pq.empty()) {
     const auto [sc, h] = pq.top();
     pq.pop();
@@ -145,7 +151,8 @@ std::vector<std::vector<std::int64_t>> adakv_select(const Layer& L, std::int64_t
     kept[static_cast<std::size_t>(h)].push_back(order[static_cast<std::size_t>(h)][n]);
     ++n;
     --left;
-    if (n < static_cast<std::size_t>(T)) pq.push({L.att[static_cast<std::size_t>(h * T + order[static_cast<std::size_t>(h)][n])], h});
+    if (n < static_cast<std::size_t>(T))
+      pq.push({L.att[static_cast<std::size_t>(h * T + order[static_cast<std::size_t>(h)][n])], h});
   }
   for (auto& k : kept) std::sort(k.begin(), k.end());
   return kept;
@@ -160,7 +167,8 @@ std::vector<std::int64_t> streaming_select(std::int64_t T, std::int64_t avg) {
 }
 
 sessions::RunInfo info_for(const SyntheticSpec& sp, const std::vector<std::int32_t>& ids, const std::string& prompt,
-                           const std::string& name, const std::string& spec, std::vector<sessions::PipelineStage> stages) {
+                           const std::string& name, const std::string& spec,
+                           std::vector<sessions::PipelineStage> stages) {
   sessions::RunInfo info;
   info.name = name;
   info.model = {sp.model_path, "synthetic", "llama", sp.n_layer, sp.n_head, sp.n_head_kv, sp.head_dim, "fp32", "cpu"};
@@ -201,7 +209,8 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
     bool spike = U(rng) < 0.02;
     if (tokenizer) {
       const std::string t = tokenizer->token_text(ids[static_cast<std::size_t>(i)]);
-      spike = spike || t.find('\n') != std::string::npos || t.find(':') != std::string::npos || t.find("def") != std::string::npos;
+      spike = spike || t.find('\n') != std::string::npos || t.find(':') != std::string::npos ||
+              t.find("def") != std::string::npos;
     }
     importance[static_cast<std::size_t>(i)] = static_cast<float>(spike ? g * 12.0 : g);
   }
@@ -209,19 +218,30 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
   auto store = sessions::SessionStore::open(path);
   SyntheticRuns runs;
   // Failed attempt first, then StreamingLLM, then SnapKV + Ada-KV (the newest).
-  runs.failed = store.begin_run(info_for(spec, ids, prompt, "cancelled attempt", "snapkv:gqa=mean,kernel=5,pool=avg,window=32",
-                                         {{"scoring", "snapkv", {{"gqa", ParamType::kChoice, "mean"}, {"kernel", ParamType::kInt, "5"},
-                                                                 {"pool", ParamType::kChoice, "avg"}, {"window", ParamType::kInt, "32"}}}}));
+  runs.failed =
+      store.begin_run(info_for(spec, ids, prompt, "cancelled attempt", "snapkv:gqa=mean,kernel=5,pool=avg,window=32",
+                               {{"scoring",
+                                 "snapkv",
+                                 {{"gqa", ParamType::kChoice, "mean"},
+                                  {"kernel", ParamType::kInt, "5"},
+                                  {"pool", ParamType::kChoice, "avg"},
+                                  {"window", ParamType::kInt, "32"}}}}));
   store.fail_run(runs.failed, "cancelled by the user");
-  runs.streaming = store.begin_run(info_for(spec, ids, prompt, "streaming baseline", "streamingllm:sink=4+uniform",
-                                            {{"scoring", "streamingllm", {{"sink", ParamType::kInt, "4"}}}, {"budget", "uniform", {}}}));
-  runs.snapkv = store.begin_run(info_for(
-      spec, ids, prompt, "snapkv + adakv", "snapkv:gqa=mean,kernel=5,pool=avg,window=32+adakv:alpha=0.2",
-      {{"scoring", "snapkv", {{"gqa", ParamType::kChoice, "mean"}, {"kernel", ParamType::kInt, "5"}, {"pool", ParamType::kChoice, "avg"},
-                              {"window", ParamType::kInt, "32"}}},
-       {"budget", "adakv", {{"alpha", ParamType::kFloat, "0.2"}}}}));
+  runs.streaming = store.begin_run(
+      info_for(spec, ids, prompt, "streaming baseline", "streamingllm:sink=4+uniform",
+               {{"scoring", "streamingllm", {{"sink", ParamType::kInt, "4"}}}, {"budget", "uniform", {}}}));
+  runs.snapkv = store.begin_run(info_for(spec, ids, prompt, "snapkv + adakv",
+                                         "snapkv:gqa=mean,kernel=5,pool=avg,window=32+adakv:alpha=0.2",
+                                         {{"scoring",
+                                           "snapkv",
+                                           {{"gqa", ParamType::kChoice, "mean"},
+                                            {"kernel", ParamType::kInt, "5"},
+                                            {"pool", ParamType::kChoice, "avg"},
+                                            {"window", ParamType::kInt, "32"}}},
+                                          {"budget", "adakv", {{"alpha", ParamType::kFloat, "0.2"}}}}));
 
-  const std::int64_t avg = std::clamp<std::int64_t>(static_cast<std::int64_t>(sp.keep_fraction * static_cast<double>(T)), 1, T);
+  const std::int64_t avg =
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(sp.keep_fraction * static_cast<double>(T)), 1, T);
   double kept_a = 0, kept_b = 0;
   for (std::int64_t l = 0; l < sp.n_layer; ++l) {
     const Layer L = make_layer(spec, l, importance);
@@ -229,8 +249,10 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
     const auto kb = streaming_select(T, avg);
     for (std::int64_t h = 0; h < H; ++h) {
       const auto& a = ka[static_cast<std::size_t>(h)];
-      store.add_blob(runs.snapkv, Blob::of<std::int64_t>("kept_positions", l, h, {static_cast<std::int64_t>(a.size())}, a));
-      store.add_blob(runs.streaming, Blob::of<std::int64_t>("kept_positions", l, h, {static_cast<std::int64_t>(kb.size())}, kb));
+      store.add_blob(runs.snapkv,
+                     Blob::of<std::int64_t>("kept_positions", l, h, {static_cast<std::int64_t>(a.size())}, a));
+      store.add_blob(runs.streaming,
+                     Blob::of<std::int64_t>("kept_positions", l, h, {static_cast<std::int64_t>(kb.size())}, kb));
       kept_a += static_cast<double>(a.size());
       kept_b += static_cast<double>(kb.size());
     }

@@ -36,6 +36,7 @@ struct SyntheticRuns {
 /// Creates (or appends to) the database at `path` with three runs on one prompt: a failed one, a
 /// StreamingLLM-like and a SnapKV + Ada-KV-like run (written last, so it is the newest), with notes and a
 /// bookmark on the latter. `tokenizer` (optional) encodes spec.prompt_text. Throws on store errors.
-SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSpec& spec, const Tokenizer* tokenizer = nullptr);
+SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSpec& spec,
+                                      const Tokenizer* tokenizer = nullptr);
 
 }  // namespace kvscope::gui

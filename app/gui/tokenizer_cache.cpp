@@ -43,7 +43,8 @@ const Tokenizer* TokenizerCache::get(const std::string& model_path, std::string*
   return it->second->tok.get();
 }
 
-figures::TokenText TokenizerCache::token_text(const std::string& model_path, const std::string& db_path, std::string* why) {
+figures::TokenText TokenizerCache::token_text(const std::string& model_path, const std::string& db_path,
+                                              std::string* why) {
   const Tokenizer* tok = get(model_path, why);
   if (!tok && !model_path.empty() && std::filesystem::path(model_path).is_relative()) {
     std::string why2;

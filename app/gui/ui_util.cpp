@@ -18,7 +18,8 @@ int resize_callback(ImGuiInputTextCallbackData* data) {
 }  // namespace
 
 bool input_text(const char* label, std::string& s, ImGuiInputTextFlags flags) {
-  return ImGui::InputText(label, s.data(), s.capacity() + 1, flags | ImGuiInputTextFlags_CallbackResize, resize_callback, &s);
+  return ImGui::InputText(label, s.data(), s.capacity() + 1, flags | ImGuiInputTextFlags_CallbackResize,
+                          resize_callback, &s);
 }
 
 bool input_text_hint(const char* label, const char* hint, std::string& s, ImGuiInputTextFlags flags) {

@@ -16,10 +16,10 @@ struct Ui;
 class FigureView;
 
 struct ViewEntry {
-  std::string_view name;                    ///< `--view NAME`, the saved view state, export file names
-  const char* title;                        ///< tab title and View menu item
-  void (*draw)(AppState&, Ui&);             ///< draws the view into the current window (the tab's child)
-  FigureView* (*figure)(AppState&);         ///< the figure the view draws (the export dialog writes it), or null
+  std::string_view name;             ///< `--view NAME`, the saved view state, export file names
+  const char* title;                 ///< tab title and View menu item
+  void (*draw)(AppState&, Ui&);      ///< draws the view into the current window (the tab's child)
+  FigureView* (*figure)(AppState&);  ///< the figure the view draws (the export dialog writes it), or null
   constexpr View view() const { return View(name); }
 };
 

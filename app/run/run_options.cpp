@@ -43,8 +43,10 @@ std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const Ru
 
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options) {
   GenerateRequest req;
-  if (model.tokenizer) req.prompt_ids = prompt_ids(model, options.prompt_text, options.bos);
-  else req.prompt_ids.assign(1, model.config.bos_token_id >= 0 ? model.config.bos_token_id : 0);
+  if (model.tokenizer)
+    req.prompt_ids = prompt_ids(model, options.prompt_text, options.bos);
+  else
+    req.prompt_ids.assign(1, model.config.bos_token_id >= 0 ? model.config.bos_token_id : 0);
   if (!options.follow_up_turns.empty() && !model.tokenizer)
     throw InputError(model.source, "the model has no tokenizer: cannot encode the follow-up turns");
   for (const auto& t : options.follow_up_turns) req.follow_up_turns.push_back(model.tokenizer->encode(t));

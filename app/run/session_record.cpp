@@ -39,8 +39,8 @@ sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const P
   sessions::RunInfo info;
   info.name = name;
   const ModelConfig& c = model.config;
-  info.model = {model.source.string(), config_hash(model), c.model_type, c.n_layer, c.n_head, c.n_head_kv,
-                c.head_dim, dtype_name(model.dtype), model.device.str()};
+  info.model = {model.source.string(),   config_hash(model), c.model_type, c.n_layer, c.n_head, c.n_head_kv, c.head_dim,
+                dtype_name(model.dtype), model.device.str()};
   if (pipeline) {
     info.pipeline.spec = pipeline->canonical();
     for (const auto& p : pipeline->stages()) {
@@ -72,7 +72,8 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
     steps.push_back({int64_t(i), "kl", res.fidelity.kl[i]});
     steps.push_back({int64_t(i), "top1", double(res.fidelity.top1[i])});
   }
-  for (size_t i = 0; i < res.bytes_read.size(); ++i) steps.push_back({int64_t(i + 1), "bytes_read", double(res.bytes_read[i])});
+  for (size_t i = 0; i < res.bytes_read.size(); ++i)
+    steps.push_back({int64_t(i + 1), "bytes_read", double(res.bytes_read[i])});
   for (size_t i = 0; i < res.selection_recall.size(); ++i)
     steps.push_back({int64_t(i + 1), "selection_recall", res.selection_recall[i]});
   if (!steps.empty()) store.add_step_metrics(run, steps);
@@ -81,7 +82,8 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
   for (size_t l = 0; l < res.kept.size(); ++l)
     for (size_t h = 0; h < res.kept[l].size(); ++h) {
       const auto& k = res.kept[l][h];
-      store.add_blob(run, sessions::Blob::of<int64_t>("kept_positions", int64_t(l), int64_t(h), {int64_t(k.size())}, k));
+      store.add_blob(run,
+                     sessions::Blob::of<int64_t>("kept_positions", int64_t(l), int64_t(h), {int64_t(k.size())}, k));
     }
   for (size_t l = 0; l < res.captures.size(); ++l) {
     const LayerCapture& c = res.captures[l];
@@ -94,10 +96,13 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
   }
   if (res.topk_unique.defined()) {
     at::Tensor t = res.topk_unique.contiguous();
-    store.add_blob(run, sessions::Blob::of<int64_t>("topk_unique", -1, -1, t.sizes().vec(),
-                                                    std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel())));
+    store.add_blob(run, sessions::Blob::of<int64_t>(
+                            "topk_unique", -1, -1, t.sizes().vec(),
+                            std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel())));
   }
-  auto mean = [](const auto& v) { return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); };
+  auto mean = [](const auto& v) {
+    return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  };
   int64_t kept = 0, heads = 0;
   for (const auto& layer : res.kept)
     for (const auto& h : layer) kept += int64_t(h.size()), ++heads;

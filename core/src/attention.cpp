@@ -13,9 +13,9 @@ at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   const int64_t Hkv = k.size(0), N = k.size(1), G = H / Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  at::Tensor kt = k.transpose(1, 2);                                 // [Hkv, D, N]
-  at::Tensor qg = q.view({T, Hkv, G, D}).permute({1, 2, 0, 3});       // [Hkv, G, T, D]
-  const int64_t max_scores = int64_t{64} << 20;                       // fp32 elements per block
+  at::Tensor kt = k.transpose(1, 2);                             // [Hkv, D, N]
+  at::Tensor qg = q.view({T, Hkv, G, D}).permute({1, 2, 0, 3});  // [Hkv, G, T, D]
+  const int64_t max_scores = int64_t{64} << 20;                  // fp32 elements per block
   const int64_t block = std::max<int64_t>(1, std::min<int64_t>(T, max_scores / std::max<int64_t>(1, H * N)));
   std::vector<at::Tensor> outs;
   for (int64_t t0 = 0; t0 < T; t0 += block) {

@@ -42,24 +42,26 @@ LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel 
   // Key geometry: cosine to the mean of the normalised keys (KeyDiff's anchor).
   at::Tensor k = in.keys.to(at::kFloat);
   at::Tensor kn = k / k.norm(2, {-1}, true).clamp_min(1e-12);
-  at::Tensor cos = (kn * (kn.mean(1, true) / kn.mean(1, true).norm(2, {-1}, true).clamp_min(1e-12))).sum(-1);  // [Hkv, n]
+  at::Tensor cos =
+      (kn * (kn.mean(1, true) / kn.mean(1, true).norm(2, {-1}, true).clamp_min(1e-12))).sum(-1);  // [Hkv, n]
   // Channel saliency w_tj = |q̄_j|·|k_tj| with q̄ the window-mean query, group mean of |q̄| (SPARK §4.2).
   const int64_t T = in.queries.size(0), H = in.queries.size(1), D = k.size(2), w = std::min(window, T);
-  at::Tensor qbar = in.queries.narrow(0, T - w, w).to(at::kFloat).mean(0).abs().view({Hkv, H / Hkv, D}).mean(1);  // [Hkv, D]
-  at::Tensor sal = qbar.unsqueeze(1) * k.abs();                                                                     // [Hkv, n, D]
+  at::Tensor qbar =
+      in.queries.narrow(0, T - w, w).to(at::kFloat).mean(0).abs().view({Hkv, H / Hkv, D}).mean(1);  // [Hkv, D]
+  at::Tensor sal = qbar.unsqueeze(1) * k.abs();                                                     // [Hkv, n, D]
   at::Tensor ch_mean = sal.mean(1), ch_cv = sal.std(1, /*unbiased=*/false) / ch_mean.clamp_min(1e-12);
-  out.summary = at::stack({entropy, mass_at(0.01), mass_at(0.05), tokens95, sink, cos.mean(-1), ch_cv.mean(-1)}, 1)
-                    .to(at::kCPU);
+  out.summary =
+      at::stack({entropy, mass_at(0.01), mass_at(0.05), tokens95, sink, cos.mean(-1), ch_cv.mean(-1)}, 1).to(at::kCPU);
   if (level == CaptureLevel::kFull) {
     out.attention = a.to(at::kCPU);
     out.cos_to_mean = cos.to(at::kCPU);
     out.channel_mean = ch_mean.to(at::kCPU);
     out.channel_cv = ch_cv.to(at::kCPU);
     // 2-D PCA per KV head: top-2 eigenvectors of the key covariance.
-    at::Tensor centred = k - k.mean(1, true);                                         // [Hkv, n, D]
+    at::Tensor centred = k - k.mean(1, true);                                                  // [Hkv, n, D]
     at::Tensor cov = at::bmm(centred.transpose(1, 2), centred) / std::max<int64_t>(n - 1, 1);  // [Hkv, D, D]
-    at::Tensor vecs = std::get<1>(at::linalg_eigh(cov.to(at::kDouble))).to(at::kFloat);       // ascending eigenvalues
-    out.keys_pca = at::bmm(centred, vecs.narrow(2, D - 2, 2).flip({2})).to(at::kCPU);         // [Hkv, n, 2]
+    at::Tensor vecs = std::get<1>(at::linalg_eigh(cov.to(at::kDouble))).to(at::kFloat);        // ascending eigenvalues
+    out.keys_pca = at::bmm(centred, vecs.narrow(2, D - 2, 2).flip({2})).to(at::kCPU);          // [Hkv, n, 2]
   }
   (void)Hkv;
   return out;
@@ -81,7 +83,8 @@ void TopkUnion::add(int64_t layer, const at::Tensor& q, const KvCache& cache) {
     const int64_t max_pos = picked.max().item<int64_t>() + 1;
     at::Tensor& seen = seen_[layer];
     if (!seen.defined() || seen.size(1) < max_pos) {
-      at::Tensor grown = at::zeros({n_head_, std::max<int64_t>(max_pos, 2 * (seen.defined() ? seen.size(1) : 0))}, at::kBool);
+      at::Tensor grown =
+          at::zeros({n_head_, std::max<int64_t>(max_pos, 2 * (seen.defined() ? seen.size(1) : 0))}, at::kBool);
       if (seen.defined()) grown.narrow(1, 0, seen.size(1)).copy_(seen);
       seen = grown;
     }

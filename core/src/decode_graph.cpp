@@ -46,7 +46,7 @@ struct DecodeGraph::Impl {
   KvCache& cache;
   DecodeAttentionPolicy* policy;
   DeviceDecodeState state;
-  at::Tensor logits;      // fp32 [vocab], the graph's output
+  at::Tensor logits;  // fp32 [vocab], the graph's output
   at::cuda::CUDAGraph graph;
 
   Impl(const Engine& e, KvCache& c, DecodeAttentionPolicy* p) : engine(e), cache(c), policy(p) {}
@@ -69,7 +69,8 @@ struct DecodeGraph::Impl {
 
 DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention) {
   const Model& m = engine.model();
-  if (!supported(engine, cache, 1)) throw std::runtime_error("DecodeGraph: this model/cache cannot run as a CUDA graph");
+  if (!supported(engine, cache, 1))
+    throw std::runtime_error("DecodeGraph: this model/cache cannot run as a CUDA graph");
   impl_ = std::make_unique<Impl>(engine, cache, decode_attention);
   Impl& s = *impl_;
   const c10::cuda::CUDAGuard guard(m.device);
@@ -115,7 +116,8 @@ at::Tensor DecodeGraph::step(int32_t token) {
   Impl& s = *impl_;
   const ModelConfig& c = s.engine.model().config;
   if (token < 0 || token >= c.vocab_size)
-    throw InputError("token id " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    throw InputError("token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+                     std::to_string(c.vocab_size) + ")");
   const c10::cuda::CUDAGuard guard(s.engine.model().device);
   s.state.token.fill_(static_cast<int64_t>(token));  // a fill kernel: no host buffer to race with
   s.graph.replay();

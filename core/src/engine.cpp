@@ -22,7 +22,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 Engine::Engine(const Model& model) : model_(model) { inv_freq_ = rope_inv_freq(model.config).to(model.device); }
 
-KvCache Engine::new_cache(int64_t capacity) const { return KvCache(model_.config, capacity, model_.device, model_.dtype); }
+KvCache Engine::new_cache(int64_t capacity) const {
+  return KvCache(model_.config, capacity, model_.device, model_.dtype);
+}
 
 Engine::DecodeRows Engine::layer_forward(int64_t l, const DecodeRows& in, const at::Tensor& positions,
                                          const RopeTable& rope, KvCache& cache, bool self_only,
@@ -54,9 +56,9 @@ Engine::DecodeRows Engine::layer_forward(int64_t l, const DecodeRows& in, const 
     const int64_t G = H / Hkv;
     std::vector<at::Tensor> per_head;
     for (int64_t g = 0; g < Hkv; ++g)
-      per_head.push_back(gqa_attention(q.narrow(1, g * G, G), cache.head_keys(l, g).unsqueeze(0),
-                                       cache.head_values(l, g).unsqueeze(0))
-                             .view({T, G, D}));
+      per_head.push_back(
+          gqa_attention(q.narrow(1, g * G, G), cache.head_keys(l, g).unsqueeze(0), cache.head_values(l, g).unsqueeze(0))
+              .view({T, G, D}));
     attn = at::cat(per_head, 1).view({T, H * D});
   }
   if (observer) observer(LayerEvent{c, l, q, cache});
@@ -83,8 +85,13 @@ Engine::DecodeRows Engine::decode_layer_cuda(int64_t l, const DecodeRows& in, co
     max_len = std::max(max_len, n + 1);
     total_len += n + 1;
   }
-  const DecodeLayerMeta m{dev.narrow(0, 0, Hkv), dev.narrow(0, Hkv, Hkv), dev.narrow(0, 2 * Hkv, Hkv),
-                          dev.narrow(0, 3 * Hkv, 1), max_len, total_len, /*commit=*/true};
+  const DecodeLayerMeta m{dev.narrow(0, 0, Hkv),
+                          dev.narrow(0, Hkv, Hkv),
+                          dev.narrow(0, 2 * Hkv, Hkv),
+                          dev.narrow(0, 3 * Hkv, 1),
+                          max_len,
+                          total_len,
+                          /*commit=*/true};
   return fused_decode_layer(l, in, rope, cache, m, decode_attention, observer, next_norm);
 }
 
@@ -97,23 +104,25 @@ Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, c
   // residual. The RMSNorms have no launch of their own: the o and down projections leave the next
   // norm pending (g ⊙ x and partial sums of x²) and the QKV and gate/up projections apply it
   // (ops::NormedRows); only a layer entered with nothing pending (the first, or one after a layer
-  // that took the unfused path) runs its attention norm as a launch. A decode-attention policy (HSA, Quest, SparQ, ...) replaces
-  // the attention step only. Without m.commit or an observer it reads no host state but m's bounds
-  // (graph capture; a policy then runs attend_device).
+  // that took the unfused path) runs its attention norm as a launch. A decode-attention policy (HSA, Quest, SparQ, ...)
+  // replaces the attention step only. Without m.commit or an observer it reads no host state but m's bounds (graph
+  // capture; a policy then runs attend_device).
   const ModelConfig& c = model_.config;
   const at::Tensor& x = in.x;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, B = x.size(0);
   const LayerKv& L = cache.layer(l);
   if (B > 1 && (m.commit || observer || cache.n_head_kv() != B * Hkv))
-    throw std::invalid_argument("fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, the graph path and no observer");
+    throw std::invalid_argument(
+        "fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, the graph path and no observer");
   const ops::NormedRows h = in.gx.defined() ? ops::NormedRows(in.gx, in.sumsq, c.rms_norm_eps)
-                                             : ops::NormedRows(ops::rms_norm(x, w.attn_norm, c.rms_norm_eps));
+                                            : ops::NormedRows(ops::rms_norm(x, w.attn_norm, c.rms_norm_eps));
   // One launch for the fused QKV projection with RoPE and the cache append in its epilogue; its
   // output comes in q, k, v blocks, so a batch's heads are [B * heads, D] (sequence b's heads at
   // b * heads ..). Advances m.length on the device.
-  const auto [q, k, v] = ops::qkv_rope_append(h, w.w_qkv, w.b_qkv, H, Hkv, rope.cos.view({D / 2}), rope.sin.view({D / 2}),
-                                              c.rope_layout, L.k, L.v, L.pos, m.offset, m.length, m.tickets, m.position);
+  const auto [q, k, v] =
+      ops::qkv_rope_append(h, w.w_qkv, w.b_qkv, H, Hkv, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout,
+                           L.k, L.v, L.pos, m.offset, m.length, m.tickets, m.position);
   if (m.commit) cache.commit_append(l, 1);
   at::Tensor attn;
   if (!decode_attention)
@@ -135,7 +144,8 @@ const at::Tensor& Engine::norm_after(int64_t l) const {
   return l + 1 < model_.config.n_layer ? model_.weights.layers[l + 1].attn_norm : model_.weights.final_norm;
 }
 
-at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention) const {
+at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s,
+                                      DecodeAttentionPolicy* decode_attention) const {
   const ModelConfig& c = model_.config;
   if (static_cast<int64_t>(s.meta.size()) != c.n_layer || s.max_len.size() != s.meta.size() ||
       s.total_len.size() != s.meta.size())
@@ -143,26 +153,28 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s, Deco
   DecodeRows x{at::embedding(model_.weights.embed, s.token), {}, {}};  // [B, hidden]
   const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const DecodeLayerMeta m{s.meta[l][0], s.meta[l][1], s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
+    const DecodeLayerMeta m{s.meta[l][0],    s.meta[l][1], s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
                             /*commit=*/false};
     x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {}, norm_after(l));
   }
   s.position.add_(1);
-  const ops::NormedRows normed(x.gx, x.sumsq, c.rms_norm_eps);  // the final norm, pending
+  const ops::NormedRows normed(x.gx, x.sumsq, c.rms_norm_eps);                  // the final norm, pending
   return ops::linear_row(normed, model_.weights.lm_head, {}, true).squeeze(0);  // [vocab] or [B, vocab]
 }
 
-at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits,
-                           const LayerObserver& observer, DecodeAttentionPolicy* decode_attention) const {
+at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits, const LayerObserver& observer,
+                           DecodeAttentionPolicy* decode_attention) const {
   const ModelConfig& c = model_.config;
   if (ids.empty()) throw InputError("forward: empty token block (nothing to run)");
   for (int32_t id : ids)
     if (id < 0 || id >= c.vocab_size)
-      throw InputError("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+      throw InputError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                       std::to_string(c.vocab_size) + ")");
   const int64_t T = static_cast<int64_t>(ids.size());
   const auto dev = model_.device;
   at::Tensor tok = at::from_blob(const_cast<int32_t*>(ids.data()), {T}, at::kInt).to(dev, at::kLong);
-  at::Tensor positions = at::arange(cache.next_position(), cache.next_position() + T, at::TensorOptions().device(dev).dtype(at::kLong));
+  at::Tensor positions =
+      at::arange(cache.next_position(), cache.next_position() + T, at::TensorOptions().device(dev).dtype(at::kLong));
   bool self_only = true;
   for (int64_t l = 0; l < cache.n_layer(); ++l)
     for (int64_t n : cache.layer(l).length) self_only = self_only && n == 0;
@@ -172,7 +184,8 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
     rows = layer_forward(l, rows, positions, rope, cache, self_only, observer, decode_attention, norm_after(l));
   cache.advance_position(T);
   if (rows.gx.defined()) {  // a fused decode step: the final norm is pending, as in decode_step_device
-    const at::Tensor logits = ops::linear_row(ops::NormedRows(rows.gx, rows.sumsq, c.rms_norm_eps), model_.weights.lm_head, {}, true);
+    const at::Tensor logits =
+        ops::linear_row(ops::NormedRows(rows.gx, rows.sumsq, c.rms_norm_eps), model_.weights.lm_head, {}, true);
     return all_logits ? logits : logits.squeeze(0);
   }
   at::Tensor x = rows.x;
@@ -193,8 +206,10 @@ at::Tensor Engine::prefill(KvCache& cache, std::span<const int32_t> ids, int64_t
     const int64_t n = std::min(chunk, T - t0);
     const bool last = t0 + n == T;
     at::Tensor lg = forward(cache, ids.subspan(t0, n), all_logits, observer);
-    if (all_logits) logits.push_back(lg);
-    else if (last) return lg;
+    if (all_logits)
+      logits.push_back(lg);
+    else if (last)
+      return lg;
   }
   return at::cat(logits, 0);
 }

@@ -30,7 +30,8 @@ std::vector<std::vector<std::vector<int64_t>>> kept_positions(const KvCache& cac
 
 bool is_out_of_memory(const char* what) {
   const std::string_view m(what);
-  for (std::string_view needle : {"out of memory", "not enough memory", "can't allocate memory", "Cannot allocate memory"})
+  for (std::string_view needle :
+       {"out of memory", "not enough memory", "can't allocate memory", "Cannot allocate memory"})
     if (m.find(needle) != std::string_view::npos) return true;  // CUDA caching allocator; CPU allocators
   return false;
 }
@@ -44,7 +45,7 @@ std::string first_line(const char* what) {
 /// std::bad_alloc) becomes a ResourceError that says where it happened and what to try.
 template <class F>
 auto out_of_memory_guard(const GenerateRequest& req, std::string_view phase, int64_t step, const std::string& where,
-                          F&& f) {
+                         F&& f) {
   std::string cause;
   try {
     if (req.fault_hook && !phase.empty()) req.fault_hook(phase, step);
@@ -57,7 +58,8 @@ auto out_of_memory_guard(const GenerateRequest& req, std::string_view phase, int
   }
   throw ResourceError("out of memory " + where +
                       ": try a smaller budget (--budget / --compression-ratio), chunked prefill (--prefill-chunk 256), "
-                      "fewer --max-new-tokens or a shorter prompt (" + cause + ")");
+                      "fewer --max-new-tokens or a shorter prompt (" +
+                      cause + ")");
 }
 
 /// KL(p_full || p_comp) and top-1 agreement of two fp32 logit vectors.
@@ -68,25 +70,30 @@ void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp) {
 }
 }  // namespace
 
-GenerateResult generate(const Engine& engine, const GenerateRequest& req, const std::function<void(int32_t)>& on_token) {
+GenerateResult generate(const Engine& engine, const GenerateRequest& req,
+                        const std::function<void(int32_t)>& on_token) {
   if (req.prompt_ids.empty()) throw InputError("the prompt is empty (give text or use --bos always)");
   GenerateResult res;
   Sampler sampler(req.sampling);
   const int64_t n_new = std::max<int64_t>(req.max_new_tokens, 1);
   int64_t capacity = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
   for (const auto& t : req.follow_up_turns) capacity += static_cast<int64_t>(t.size()) + 1 + n_new;
-  const std::string where_cache = "while allocating the KV cache for " + std::to_string(capacity) + " tokens on " +
-                                  engine.model().device.str();
+  const std::string where_cache =
+      "while allocating the KV cache for " + std::to_string(capacity) + " tokens on " + engine.model().device.str();
   KvCache cache = out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); });
   std::optional<KvCache> full;
-  if (req.reference_full) full.emplace(out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); }));
-  auto is_stop = [&](int32_t id) { return std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end(); };
+  if (req.reference_full)
+    full.emplace(out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); }));
+  auto is_stop = [&](int32_t id) {
+    return std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end();
+  };
   DecodeAttentionPolicy* decode_attention = req.pipeline ? req.pipeline->decode_attention() : nullptr;
 
   // Bytes each decode step's attention reads: the policy's own count per layer, else every live entry.
   int64_t step_bytes = 0;
   std::optional<TopkUnion> topk;
-  if (req.capture == CaptureLevel::kFull) topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256);
+  if (req.capture == CaptureLevel::kFull)
+    topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256);
   // Recall of sparse selections (HSA, Quest, SparQ, RocketKV-MT) against the exact top-k of the same size:
   // per step, the mean over layers and KV heads of |selected ∩ exact top-|selected|| / |selected|.
   // Policies that do not select rows return no selection (DecodeAttentionPolicy::last_selection).
@@ -102,8 +109,9 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
         const at::Tensor sel = rows[h][0].to(at::kCPU);  // the group's (or first head's) rows
         const int64_t k = sel.numel(), n = ev.cache.layer(ev.layer).length[h];
         if (k == 0 || k >= n) continue;
-        at::Tensor logits = at::matmul(ev.q[0].narrow(0, h * G, G).to(at::kFloat),
-                                       ev.cache.head_keys(ev.layer, h).to(at::kFloat).t()).sum(0);
+        at::Tensor logits =
+            at::matmul(ev.q[0].narrow(0, h * G, G).to(at::kFloat), ev.cache.head_keys(ev.layer, h).to(at::kFloat).t())
+                .sum(0);
         at::Tensor exact = std::get<1>(logits.topk(k)).to(at::kCPU);
         step_recall += at::isin(sel, exact).sum().item<double>() / double(k);
         ++recall_terms;
@@ -127,7 +135,8 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     if (turn == 0 && req.capture != CaptureLevel::kOff) res.captures.resize(engine.model().config.n_layer);
     if (req.pipeline) {
       const int64_t n_history = cache.next_position() + static_cast<int64_t>(block.size());
-      const int64_t n_kept = req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
+      const int64_t n_kept =
+          req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
       const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
       compress = [&, n_kept, reserve](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, reserve); };
     }
@@ -140,12 +149,13 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
         if (then) then(ev);
       };
     // Block-wise prefill with a hard cap when the scorer asks for it (KeyDiff), else as requested.
-    const int64_t chunk = req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
+    const int64_t chunk =
+        req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
     auto t0 = std::chrono::steady_clock::now();
     const std::string device = engine.model().device.str();
-    at::Tensor logits = out_of_memory_guard(req, "prefill", int64_t(turn),
-                                            "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
-                                            [&] { return engine.prefill(cache, block, chunk, false, compress); });
+    at::Tensor logits = out_of_memory_guard(
+        req, "prefill", int64_t(turn), "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
+        [&] { return engine.prefill(cache, block, chunk, false, compress); });
     const at::Tensor block_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
     if (turn == 0) {
       res.last_logits = block_logits;
@@ -157,10 +167,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
     }
     if (req.max_new_tokens <= 0) return res;
     if (full)
-      full_logits = out_of_memory_guard(req, "prefill", int64_t(turn),
-                                        "during the full-cache reference prefill of " + std::to_string(block.size()) +
-                                            " tokens on " + device,
-                                        [&] { return engine.prefill(*full, block, req.prefill_chunk); });
+      full_logits = out_of_memory_guard(
+          req, "prefill", int64_t(turn),
+          "during the full-cache reference prefill of " + std::to_string(block.size()) + " tokens on " + device,
+          [&] { return engine.prefill(*full, block, req.prefill_chunk); });
 
     std::vector<int32_t>& out = res.turn_output_ids.emplace_back();
     // Without per-layer telemetry, each step replays one CUDA graph of the whole decode step
@@ -184,14 +194,16 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       const int32_t tok[1] = {next};
       step_bytes = 0;
       const int64_t step = res.decode_steps;
-      logits = out_of_memory_guard(req, "decode", step, "at decode step " + std::to_string(step) + " on " + device, [&] {
-        if (graph) {
-          at::Tensor lg = graph->step(next);
-          if (decode_attention) step_bytes = decode_attention->after_graph_step(cache);
-          return lg;
-        }
-        return engine.forward(cache, tok, false, decode_attention || topk ? count_bytes : LayerObserver{}, decode_attention);
-      });
+      logits =
+          out_of_memory_guard(req, "decode", step, "at decode step " + std::to_string(step) + " on " + device, [&] {
+            if (graph) {
+              at::Tensor lg = graph->step(next);
+              if (decode_attention) step_bytes = decode_attention->after_graph_step(cache);
+              return lg;
+            }
+            return engine.forward(cache, tok, false, decode_attention || topk ? count_bytes : LayerObserver{},
+                                  decode_attention);
+          });
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
       if (recall_terms > 0) res.selection_recall.push_back(step_recall / double(recall_terms));
       step_recall = 0;
@@ -200,8 +212,9 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
       next = sampler.next(logits);  // reads the result back: the step is complete
       if (full) {
         const auto r0 = std::chrono::steady_clock::now();
-        full_logits = out_of_memory_guard(req, "decode", step, "at decode step " + std::to_string(step) + " of the full-cache reference on " + device,
-                                          [&] { return engine.forward(*full, tok); });
+        full_logits = out_of_memory_guard(
+            req, "decode", step, "at decode step " + std::to_string(step) + " of the full-cache reference on " + device,
+            [&] { return engine.forward(*full, tok); });
         reference_ms += ms_since(r0);
         step_reference(logits);
       }
@@ -223,7 +236,8 @@ std::vector<int32_t> prompt_ids(const Model& model, const std::string& text, Bos
   std::vector<int32_t> ids;
   const bool add = bos == BosMode::kAlways || (bos == BosMode::kAuto && model.add_bos);
   if (add) {
-    if (model.config.bos_token_id < 0) throw InputError(model.source, "--bos always: the model defines no bos_token_id");
+    if (model.config.bos_token_id < 0)
+      throw InputError(model.source, "--bos always: the model defines no bos_token_id");
     ids.push_back(model.config.bos_token_id);
   }
   const auto body = model.tokenizer->encode(text);

@@ -38,7 +38,9 @@ HeadPattern head_pattern_from_json(const nlohmann::json& j, const std::filesyste
       for (auto [key, field] : {std::pair{"sink", &plan.sink}, std::pair{"window", &plan.window}}) {
         if (!e.is_object() || !e.contains(key)) continue;
         const auto v = json_integer(e[key], INT64_MIN, INT64_MAX);
-        if (!v) throw InputError(path, "layer " + std::to_string(l) + " head " + std::to_string(h) + ": '" + key + "' must be an integer");
+        if (!v)
+          throw InputError(
+              path, "layer " + std::to_string(l) + " head " + std::to_string(h) + ": '" + key + "' must be an integer");
         *field = *v;
       }
       if (plan.streaming && (plan.sink < 0 || plan.window < 1))
@@ -65,7 +67,8 @@ HeadPattern load_head_pattern(const std::filesystem::path& path) {
 HeadPattern load_head_pattern(const std::filesystem::path& path, const ModelConfig& c) {
   HeadPattern p = load_head_pattern(path);
   if (static_cast<int64_t>(p.layers.size()) != c.n_layer)
-    throw InputError(path, "has " + std::to_string(p.layers.size()) + " layers, the model " + std::to_string(c.n_layer));
+    throw InputError(path,
+                     "has " + std::to_string(p.layers.size()) + " layers, the model " + std::to_string(c.n_layer));
   for (size_t l = 0; l < p.layers.size(); ++l)
     if (static_cast<int64_t>(p.layers[l].size()) != c.n_head_kv)
       throw InputError(path, "layer " + std::to_string(l) + " has " + std::to_string(p.layers[l].size()) +
@@ -74,8 +77,11 @@ HeadPattern load_head_pattern(const std::filesystem::path& path, const ModelConf
 }
 
 void save_head_pattern(const std::filesystem::path& path, const HeadPattern& p) {
-  nlohmann::json j = {{"format", "kvscope.head_pattern.v1"}, {"method", p.method}, {"budget", p.budget},
-                      {"n_layer", p.layers.size()}, {"n_head_kv", p.layers.empty() ? 0 : p.layers[0].size()}};
+  nlohmann::json j = {{"format", "kvscope.head_pattern.v1"},
+                      {"method", p.method},
+                      {"budget", p.budget},
+                      {"n_layer", p.layers.size()},
+                      {"n_head_kv", p.layers.empty() ? 0 : p.layers[0].size()}};
   j["layers"] = nlohmann::json::array();
   for (const auto& layer : p.layers) {
     nlohmann::json heads = nlohmann::json::array();

@@ -111,7 +111,8 @@ void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t res
   retain(l, kept, std::vector<int64_t>(n_head_kv_, std::max<int64_t>(reserve, 1)));
 }
 
-void KvCache::assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos, int64_t reserve) {
+void KvCache::assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
+                           int64_t reserve) {
   LayerKv& L = layers_[l];
   const int64_t n = k.size(1), cap = n + std::max<int64_t>(reserve, 1);
   L.k = at::empty({n_head_kv_ * cap, head_dim_}, L.k.options());
@@ -134,8 +135,9 @@ void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
   LayerKv& L = layers_[l];
   if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)
     throw std::invalid_argument("KvCache::set_window: layer " + std::to_string(l) + " head " + std::to_string(h) +
-                                " holds " + std::to_string(L.length[h]) + " entries in " + std::to_string(L.capacity[h]) +
-                                " slots, ring of " + std::to_string(sink) + " + " + std::to_string(window));
+                                " holds " + std::to_string(L.length[h]) + " entries in " +
+                                std::to_string(L.capacity[h]) + " slots, ring of " + std::to_string(sink) + " + " +
+                                std::to_string(window));
   L.ring_sink[h] = sink;
   L.ring_window[h] = window;
   L.ring_next[h] = sink;

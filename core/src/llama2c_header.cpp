@@ -51,7 +51,8 @@ ModelConfig parse_llama2c_header(std::span<const uint8_t> bytes, const std::file
   const unsigned __int128 need = sizeof(h) + llama2c_payload_floats(c) * sizeof(float);
   if (bytes.size() < need) {
     const bool huge = need > std::numeric_limits<uint64_t>::max();
-    throw InputError(bin, "truncated llama2.c checkpoint: " + std::to_string(bytes.size()) + " bytes, the header implies " +
+    throw InputError(bin, "truncated llama2.c checkpoint: " + std::to_string(bytes.size()) +
+                              " bytes, the header implies " +
                               (huge ? std::string("more than 2^64") : std::to_string(static_cast<uint64_t>(need))));
   }
   return c;

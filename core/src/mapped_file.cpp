@@ -14,7 +14,8 @@ namespace kvscope {
 
 MappedFile::MappedFile(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError(path, errno == ENOENT ? "no such file" : std::string("cannot open: ") + std::strerror(errno));
+  if (fd < 0)
+    throw InputError(path, errno == ENOENT ? "no such file" : std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

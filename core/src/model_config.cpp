@@ -5,9 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvscope/core/errors.h"
 #include "json_file.h"
 #include "json_integers.h"
+#include "kvscope/core/errors.h"
 
 namespace kvscope {
 namespace {
@@ -73,7 +73,8 @@ __int128 parameter_count_wide(const ModelConfig& c) {
                     (c.qkv_bias ? i128(c.head_dim) * (i128(c.n_head) + 2 * i128(c.n_head_kv)) : 0);
   const i128 mlp = 3 * i128(c.hidden_size) * c.intermediate_size;
   const i128 per_layer = attn + mlp + 2 * i128(c.hidden_size);
-  return i128(c.vocab_size) * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + i128(c.n_layer) * per_layer + c.hidden_size;
+  return i128(c.vocab_size) * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) + i128(c.n_layer) * per_layer +
+         c.hidden_size;
 }
 
 }  // namespace
@@ -109,7 +110,8 @@ void ModelConfig::validate(const std::filesystem::path& source) const {
   if (n_head % n_head_kv != 0)
     throw InputError(source, "num_attention_heads (" + std::to_string(n_head) +
                                  ") is not a multiple of num_key_value_heads (" + std::to_string(n_head_kv) + ")");
-  if (head_dim % 2 != 0) throw InputError(source, "head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
+  if (head_dim % 2 != 0)
+    throw InputError(source, "head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
   if (rope_theta <= 0) throw InputError(source, "rope_theta must be > 0");
 }
 
@@ -137,8 +139,9 @@ ModelConfig parse_hf_config_fields(const json& j, const std::filesystem::path& s
   c.n_head_kv = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_number_integer()
                     ? j["num_key_value_heads"].get<int64_t>()
                     : c.n_head;
-  c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
-                                                                           : (c.n_head > 0 ? c.hidden_size / c.n_head : 0);
+  c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer()
+                   ? j["head_dim"].get<int64_t>()
+                   : (c.n_head > 0 ? c.hidden_size / c.n_head : 0);
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
   c.max_position_embeddings = int_or(j, "max_position_embeddings", 4096, source);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);

@@ -1,10 +1,10 @@
 // Hugging Face Llama / Mistral / Qwen2 checkpoints (config.json + safetensors + tokenizer).
 #include <ATen/ATen.h>
 
+#include "json_file.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/safetensors.h"
-#include "json_file.h"
 
 namespace kvscope {
 namespace {

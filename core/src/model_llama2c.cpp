@@ -1,7 +1,6 @@
 // llama2.c "legacy v0" checkpoints (karpathy/llama2.c run.c format).
 #include <ATen/ATen.h>
 
-
 #include "kvscope/core/errors.h"
 #include "kvscope/core/model.h"
 #include "mapped_file.h"
@@ -24,7 +23,8 @@ Model load_llama2c_model(const std::filesystem::path& bin, const LoadOptions& o)
   auto take = [&](std::vector<int64_t> shape) {
     int64_t n = 1;
     for (auto d : shape) n *= d;
-    at::Tensor t = at::from_blob(const_cast<float*>(p), shape, [file](void*) {}, at::kFloat);
+    at::Tensor t = at::from_blob(
+        const_cast<float*>(p), shape, [file](void*) {}, at::kFloat);
     p += n;
     return t;
   };
@@ -52,10 +52,13 @@ Model load_llama2c_model(const std::filesystem::path& bin, const LoadOptions& o)
   if (tok.empty()) {
     const fs::path dir = bin.parent_path().empty() ? fs::path(".") : bin.parent_path();
     const fs::path exact = dir / ("tok" + std::to_string(V) + ".bin");
-    if (fs::exists(exact)) tok = exact;
-    else if (fs::exists(dir / "tokenizer.bin")) tok = dir / "tokenizer.bin";
-    else throw InputError(bin, "no tokenizer found beside it (looked for " + exact.filename().string() +
-                                   " and tokenizer.bin; pass --tokenizer)");
+    if (fs::exists(exact))
+      tok = exact;
+    else if (fs::exists(dir / "tokenizer.bin"))
+      tok = dir / "tokenizer.bin";
+    else
+      throw InputError(bin, "no tokenizer found beside it (looked for " + exact.filename().string() +
+                                " and tokenizer.bin; pass --tokenizer)");
   }
   m.tokenizer = tok.extension() == ".bin" ? load_llama2c_tokenizer(tok, static_cast<int32_t>(V)) : load_tokenizer(tok);
   // run.c stops generation at the next BOS; EOS ends a story as well.

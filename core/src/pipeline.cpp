@@ -13,13 +13,18 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
   for (const ResolvedStage& s : resolved) {
     auto policy = registry.make(s);
     // resolve_pipeline allows at most one stage of each kind below.
-    if (auto* hp = dynamic_cast<const HeadPatternPolicy*>(policy.get())) heads_ = hp;
-    else if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get())) scorer_ = sc;
-    else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get())) budget_ = b;
-    else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get())) decode_ = d;
+    if (auto* hp = dynamic_cast<const HeadPatternPolicy*>(policy.get()))
+      heads_ = hp;
+    else if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get()))
+      scorer_ = sc;
+    else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get()))
+      budget_ = b;
+    else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get()))
+      decode_ = d;
     stages_.push_back(std::move(policy));
   }
-  if (scorer_ && !budget_) throw InputError("pipeline '" + std::string(spec) + "': no budget allocation policy is registered");
+  if (scorer_ && !budget_)
+    throw InputError("pipeline '" + std::string(spec) + "': no budget allocation policy is registered");
 }
 
 std::string Pipeline::canonical() const {
@@ -69,8 +74,9 @@ void Pipeline::apply_head_pattern(const LayerEvent& ev, int64_t reserve) const {
 void Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
   KvCache& cache = ev.cache;
   if (!cache.layer(ev.layer).uniform())
-    throw InputError("pipeline: re-compressing a cache with head-wise lengths (a later turn after Ada-KV, pyramid "
-                     "or streaming heads) is not supported; use a uniform-budget method or rocketkv-mt");
+    throw InputError(
+        "pipeline: re-compressing a cache with head-wise lengths (a later turn after Ada-KV, pyramid "
+        "or streaming heads) is not supported; use a uniform-budget method or rocketkv-mt");
   const int64_t n_tok = cache.layer(ev.layer).length[0];
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
   if (heads_) apply_head_pattern(ev, reserve);

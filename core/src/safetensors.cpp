@@ -1,12 +1,11 @@
 #include "kvscope/core/safetensors.h"
 
-
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "text_file.h"
 #include "kvscope/core/errors.h"
 #include "mapped_file.h"
+#include "text_file.h"
 
 namespace kvscope {
 namespace {
@@ -48,7 +47,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   auto keep = map_;
   void* ptr = const_cast<uint8_t*>(data_ + e.begin);
   // The mapping is PROT_READ: views must never be written; callers convert/copy before use.
-  return at::from_blob(ptr, e.shape, [keep](void*) {}, at::TensorOptions().dtype(st));
+  return at::from_blob(
+      ptr, e.shape, [keep](void*) {}, at::TensorOptions().dtype(st));
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir) : dir_(dir) {
@@ -60,7 +60,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir) :
       auto [it, fresh] = shard_of_file.emplace(f, shards_.size());
       if (fresh) shards_.push_back(std::make_unique<SafetensorsFile>(dir / f));
       if (!shards_[it->second]->contains(name))
-        throw InputError(dir / f, "tensor '" + name + "' listed in " + index.filename().string() + " is not in this shard");
+        throw InputError(dir / f,
+                         "tensor '" + name + "' listed in " + index.filename().string() + " is not in this shard");
       where_[name] = it->second;
     }
   } else if (std::filesystem::exists(single)) {
@@ -82,8 +83,8 @@ at::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const {
 at::Tensor SafetensorsCheckpoint::tensor(const std::string& name, const std::vector<int64_t>& expected) const {
   at::Tensor t = tensor(name);
   if (t.sizes().vec() != expected)
-    throw InputError(shards_[where_.at(name)]->path(),
-                     "tensor '" + name + "' has shape " + shape_str(t.sizes().vec()) + ", config.json implies " + shape_str(expected));
+    throw InputError(shards_[where_.at(name)]->path(), "tensor '" + name + "' has shape " + shape_str(t.sizes().vec()) +
+                                                           ", config.json implies " + shape_str(expected));
   return t;
 }
 

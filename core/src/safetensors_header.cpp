@@ -53,13 +53,16 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const
       entry.dtype = e.at("dtype").get<std::string>();
       for (const auto& d : e.at("shape")) {
         const auto v = json_integer(d, 0, INT64_MAX);
-        if (!v) throw InputError(path, "tensor '" + name + "': shape entry " + d.dump() + " is not a non-negative integer");
+        if (!v)
+          throw InputError(path, "tensor '" + name + "': shape entry " + d.dump() + " is not a non-negative integer");
         entry.shape.push_back(*v);
       }
       const auto& off = e.at("data_offsets");
-      if (!off.is_array() || off.size() != 2) throw InputError(path, "tensor '" + name + "': data_offsets must have 2 entries");
+      if (!off.is_array() || off.size() != 2)
+        throw InputError(path, "tensor '" + name + "': data_offsets must have 2 entries");
       const auto begin = json_integer(off[0], 0, INT64_MAX), end = json_integer(off[1], 0, INT64_MAX);
-      if (!begin || !end) throw InputError(path, "tensor '" + name + "': data_offsets " + off.dump() + " are not byte offsets");
+      if (!begin || !end)
+        throw InputError(path, "tensor '" + name + "': data_offsets " + off.dump() + " are not byte offsets");
       entry.begin = static_cast<uint64_t>(*begin);
       entry.end = static_cast<uint64_t>(*end);
     } catch (const nlohmann::json::exception& ex) {
@@ -73,7 +76,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const
       // A product past 2^64 would wrap and could match a small byte range (and the tensor view
       // would then read far outside the file).
       if (__builtin_mul_overflow(bytes_needed, static_cast<uint64_t>(d), &bytes_needed))
-        throw InputError(path, "tensor '" + name + "': shape " + shape_str(entry.shape) + " x " + entry.dtype + " is too large");
+        throw InputError(
+            path, "tensor '" + name + "': shape " + shape_str(entry.shape) + " x " + entry.dtype + " is too large");
     }
     if (entry.end < entry.begin || entry.end - entry.begin != bytes_needed)
       throw InputError(path, "tensor '" + name + "': byte range " + std::to_string(entry.end - entry.begin) +
@@ -86,7 +90,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const
   return out;
 }
 
-std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text, const std::filesystem::path& index) {
+std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text,
+                                                           const std::filesystem::path& index) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json_text);

@@ -3,8 +3,8 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <span>
 #include <queue>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -75,8 +75,9 @@ Vocabulary read_tok_bin(std::istream& in, const fs::path& file, int32_t vocab_si
   if (vocab.pieces.empty()) throw InputError(file, "has no tokens");
   // encode() falls back to ids 3..258 for bytes that are no piece (run.c's byte tokens).
   if (vocab.pieces.size() < kMinVocabulary)
-    throw InputError(file, "has " + std::to_string(vocab.pieces.size()) + " tokens; a llama2.c tokenizer needs at least " +
-                               std::to_string(kMinVocabulary) + " (3 special + 256 byte tokens)");
+    throw InputError(file, "has " + std::to_string(vocab.pieces.size()) +
+                               " tokens; a llama2.c tokenizer needs at least " + std::to_string(kMinVocabulary) +
+                               " (3 special + 256 byte tokens)");
   return vocab;
 }
 

@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kWordBoundary = "\xE2\x96\x81";  // U+2581 '▁'
+constexpr std::string_view kWordBoundary = "\xE2\x96\x81";      // U+2581 '▁'
 constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";  // SentencePiece's default " ⁇ "
 
 std::string replace_word_boundaries(std::string_view piece) {
@@ -76,7 +76,9 @@ SpmApi open_plugin(const fs::path& model_file) {
     SpmApi api;
     api.lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (!api.lib) throw InputError(model_file, std::string("cannot load the SentencePiece plugin: ") + ::dlerror());
-    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(api.lib, name)); };
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(api.lib, name));
+    };
     sym(api.load, "kvscope_spm_load");
     sym(api.free, "kvscope_spm_free");
     sym(api.encode, "kvscope_spm_encode");
@@ -87,7 +89,8 @@ SpmApi open_plugin(const fs::path& model_file) {
       throw InputError(model_file, "the SentencePiece plugin " + c.string() + " lacks kvscope_spm_* functions");
     return api;
   }
-  throw InputError(model_file, "the SentencePiece plugin libkvscope_sentencepiece.so was not found (looked in" + tried + ")");
+  throw InputError(model_file,
+                   "the SentencePiece plugin libkvscope_sentencepiece.so was not found (looked in" + tried + ")");
 }
 
 constexpr int32_t kControl = 1, kByte = 2, kUnknown = 4;

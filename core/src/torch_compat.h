@@ -19,7 +19,10 @@ inline std::optional<at::Tensor> fused_causal_attention(const at::Tensor& q, con
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale,
                                           /*enable_gqa=*/true);
 #else
-  (void)q; (void)k; (void)v; (void)scale;
+  (void)q;
+  (void)k;
+  (void)v;
+  (void)scale;
   return std::nullopt;
 #endif
 }

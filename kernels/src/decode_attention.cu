@@ -32,8 +32,8 @@
 //   launchers                        configure_split_kernel, launch_typed / launch_gt / launch_d,
 //                                    occupancy_d / occupancy_of, head_chunk_for, aligned16
 //   public API                       plan_decode_attention, decode_attention
-#include "kvscope/kernels/decode.h"
 #include "device_props.cuh"
+#include "kvscope/kernels/decode.h"
 #include "pdl.cuh"
 
 #include <cuda_bf16.h>
@@ -41,9 +41,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace kvscope::kernels {
 namespace {
@@ -51,13 +51,19 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLazy = 8.f;  // lazy-rescale threshold of the online softmax (log2 units)
-constexpr int kMinChunk = 128;    // tokens per split at least (block prologue/epilogue amortised)
+constexpr float kLazy = 8.f;    // lazy-rescale threshold of the online softmax (log2 units)
+constexpr int kMinChunk = 128;  // tokens per split at least (block prologue/epilogue amortised)
 constexpr int kMaxDevices = 64;
 
 // ---- 8 elements of T: one 16-byte load (two for fp32), converted to fp32 -------------------------
-template <typename T> struct Raw8 { uint4 a; };
-template <> struct Raw8<float> { uint4 a, b; };
+template <typename T>
+struct Raw8 {
+  uint4 a;
+};
+template <>
+struct Raw8<float> {
+  uint4 a, b;
+};
 
 template <typename T>
 __device__ __forceinline__ Raw8<T> load8(const T* p) {
@@ -86,10 +92,14 @@ __device__ __forceinline__ void unpack2(uint32_t w, float& x, float& y, __half*)
 template <typename T>
 __device__ __forceinline__ void to_float8(const Raw8<T>& r, float (&f)[8]) {
   if constexpr (sizeof(T) == 4) {
-    f[0] = __uint_as_float(r.a.x); f[1] = __uint_as_float(r.a.y);
-    f[2] = __uint_as_float(r.a.z); f[3] = __uint_as_float(r.a.w);
-    f[4] = __uint_as_float(r.b.x); f[5] = __uint_as_float(r.b.y);
-    f[6] = __uint_as_float(r.b.z); f[7] = __uint_as_float(r.b.w);
+    f[0] = __uint_as_float(r.a.x);
+    f[1] = __uint_as_float(r.a.y);
+    f[2] = __uint_as_float(r.a.z);
+    f[3] = __uint_as_float(r.a.w);
+    f[4] = __uint_as_float(r.b.x);
+    f[5] = __uint_as_float(r.b.y);
+    f[6] = __uint_as_float(r.b.z);
+    f[7] = __uint_as_float(r.b.w);
   } else {
     unpack2(r.a.x, f[0], f[1], static_cast<T*>(nullptr));
     unpack2(r.a.y, f[2], f[3], static_cast<T*>(nullptr));
@@ -98,10 +108,20 @@ __device__ __forceinline__ void to_float8(const Raw8<T>& r, float (&f)[8]) {
   }
 }
 
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 struct Params {
   const void* q;
@@ -114,15 +134,16 @@ struct Params {
   int64_t index_stride;
   float scale_log2;  // scale * log2(e)
   void* o;
-  float* part_o;     // [n_head, n_split, D]
-  float2* part_ml;   // [n_head, n_split]: (max in log2 units, sum)
+  float* part_o;    // [n_head, n_split, D]
+  float2* part_ml;  // [n_head, n_split]: (max in log2 units, sum)
   int group, n_hchunk, n_split, n_head_kv;
   int64_t chunk;
 };
 
 // Merges running (max, sum, acc) states a <- a (+) b, log2 domain.
 template <int GT>
-__device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[8], float mo, float lo, const float (&acco)[8]) {
+__device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[8], float mo, float lo,
+                                            const float (&acco)[8]) {
   const float mx = fmaxf(m, mo);
   const float mu = mx == -INFINITY ? 0.f : mx;
   const float a = exp2f(m - mu), b = exp2f(mo - mu);
@@ -135,8 +156,8 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[8],
 // Pass-1 shape of one instance: lanes per token row, rows per warp load, loads in flight.
 template <typename T, int D, int GT>
 struct Shape {
-  static constexpr int LPT = D / 8;      // lanes per token row (8 elements each)
-  static constexpr int TPW = 32 / LPT;   // token rows per warp step
+  static constexpr int LPT = D / 8;                 // lanes per token row (8 elements each)
+  static constexpr int TPW = 32 / LPT;              // token rows per warp step
   static constexpr int W = sizeof(T) == 4 ? 2 : 1;  // 16-byte words per lane per row
   // Rows per lane per pipeline stage: fewer for many heads (q and acc take 16 GT floats a lane).
   static constexpr int U0 = (GT >= 8 ? 2 : 4) / W;
@@ -184,7 +205,7 @@ __device__ __forceinline__ void find_work_item(const Params& p, ScanScratch& sc,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int item = static_cast<int>(blockIdx.x);
   if (threadIdx.x == 0) sc.hk = -1;  // ordered before any winner's write by the first barrier
-  int first_of_round = 0;             // items of the heads before this round
+  int first_of_round = 0;            // items of the heads before this round
   for (int r0 = 0; r0 < p.n_head_kv; r0 += kThreads) {
     const int h = r0 + static_cast<int>(threadIdx.x);
     int64_t lh = 0, oh = 0;
@@ -244,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   if (hk < 0 || split >= p.n_split) return;  // past the work (or a length above the planned max)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slot = lane / LPT, sub = lane % LPT;
-  const int h0 = hk * p.group + hc * GT;                            // first query head of the block
+  const int h0 = hk * p.group + hc * GT;                           // first query head of the block
   const int nh = p.group - hc * GT < GT ? p.group - hc * GT : GT;  // valid heads in the chunk
 
   // q is loaded now and converted after the first K/V loads are issued: the latencies overlap.
@@ -252,8 +273,10 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   Raw8<T> qr[GT];
 #pragma unroll
   for (int g = 0; g < GT; ++g) {
-    if (g < nh) qr[g] = load8(qp + (h0 + g) * p.q_stride + sub * 8);
-    else zero8(qr[g]);
+    if (g < nh)
+      qr[g] = load8(qp + (h0 + g) * p.q_stride + sub * 8);
+    else
+      zero8(qr[g]);
   }
   const int64_t t_begin = split * p.chunk;
   // Empty split of a shorter head: the combine pass skips it. With a single split the block still
@@ -413,8 +436,8 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   }
   // Merge the warps through shared memory (reusing the pipeline ring: everything has landed).
   __syncthreads();
-  float (*s_acc)[GT][D] = reinterpret_cast<float (*)[GT][D]>(s_pipe);
-  float2 (*s_ml)[GT] = reinterpret_cast<float2 (*)[GT]>(reinterpret_cast<float*>(s_pipe) + kWarps * GT * D);
+  float(*s_acc)[GT][D] = reinterpret_cast<float(*)[GT][D]>(s_pipe);
+  float2(*s_ml)[GT] = reinterpret_cast<float2(*)[GT]>(reinterpret_cast<float*>(s_pipe) + kWarps * GT * D);
   static_assert(kWarps * GT * D * sizeof(float) + kWarps * GT * sizeof(float2) <= Sh::kSmemBytes, "merge buffer");
   if (slot == 0) {
 #pragma unroll
@@ -535,11 +558,16 @@ cudaError_t launch_typed(const Params& p, int n_head, int n_items, cudaStream_t 
 template <typename T, int D>
 cudaError_t launch_gt(const Params& p, int gt, int n_head, int n_items, cudaStream_t stream) {
   switch (gt) {
-    case 1: return launch_typed<T, D, 1>(p, n_head, n_items, stream);
-    case 2: return launch_typed<T, D, 2>(p, n_head, n_items, stream);
-    case 4: return launch_typed<T, D, 4>(p, n_head, n_items, stream);
-    case 8: return launch_typed<T, D, 8>(p, n_head, n_items, stream);
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return launch_typed<T, D, 1>(p, n_head, n_items, stream);
+    case 2:
+      return launch_typed<T, D, 2>(p, n_head, n_items, stream);
+    case 4:
+      return launch_typed<T, D, 4>(p, n_head, n_items, stream);
+    case 8:
+      return launch_typed<T, D, 8>(p, n_head, n_items, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -556,11 +584,16 @@ int occupancy_d(int d, int gt) {
   auto pick = [&](auto dc) -> int {
     constexpr int DD = decltype(dc)::value;
     switch (gt) {
-      case 1: return configure_split_kernel<T, DD, 1, false>();
-      case 2: return configure_split_kernel<T, DD, 2, false>();
-      case 4: return configure_split_kernel<T, DD, 4, false>();
-      case 8: return configure_split_kernel<T, DD, 8, false>();
-      default: return 0;
+      case 1:
+        return configure_split_kernel<T, DD, 1, false>();
+      case 2:
+        return configure_split_kernel<T, DD, 2, false>();
+      case 4:
+        return configure_split_kernel<T, DD, 4, false>();
+      case 8:
+        return configure_split_kernel<T, DD, 8, false>();
+      default:
+        return 0;
     }
   };
   if (d == 64) return pick(std::integral_constant<int, 64>{});
@@ -570,9 +603,12 @@ int occupancy_d(int d, int gt) {
 
 int occupancy_of(DType dtype, int d, int gt) {
   switch (dtype) {
-    case DType::kFloat32: return occupancy_d<float>(d, gt);
-    case DType::kBFloat16: return occupancy_d<__nv_bfloat16>(d, gt);
-    case DType::kFloat16: return occupancy_d<__half>(d, gt);
+    case DType::kFloat32:
+      return occupancy_d<float>(d, gt);
+    case DType::kBFloat16:
+      return occupancy_d<__nv_bfloat16>(d, gt);
+    case DType::kFloat16:
+      return occupancy_d<__half>(d, gt);
   }
   return 0;
 }
@@ -624,13 +660,15 @@ DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv
 
 cudaError_t decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionPlan& plan, void* workspace,
                              cudaStream_t stream) {
-  if (a.n_head <= 0 || a.n_head_kv <= 0 || a.group <= 0 || a.n_head != a.n_head_kv * a.group) return cudaErrorInvalidValue;
+  if (a.n_head <= 0 || a.n_head_kv <= 0 || a.group <= 0 || a.n_head != a.n_head_kv * a.group)
+    return cudaErrorInvalidValue;
   if (a.head_dim != 64 && a.head_dim != 128) return cudaErrorInvalidValue;
   if (plan.n_split < 1 || plan.chunk < 1 || plan.n_items < 1 || plan.head_chunk != head_chunk_for(a.group))
     return cudaErrorInvalidValue;
   if (!a.q || !a.k || !a.v || !a.o || !a.offset || !a.length) return cudaErrorInvalidValue;
   const size_t es = dtype_size(a.dtype);
-  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || (a.q_stride * es) % 16 != 0) return cudaErrorInvalidValue;
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || (a.q_stride * es) % 16 != 0)
+    return cudaErrorInvalidValue;
   if (plan.n_split > 1 && (!workspace || !aligned16(workspace))) return cudaErrorInvalidValue;
   if (plan.n_split > 12288) return cudaErrorInvalidValue;  // combine keeps one float per split in shared memory
   if (a.index && a.index_stride <= 0) return cudaErrorInvalidValue;
@@ -658,9 +696,12 @@ cudaError_t decode_attention(const DecodeAttentionArgs& a, const DecodeAttention
   }
   if (static_cast<int64_t>(a.n_head_kv) * p.n_hchunk > 65535) return cudaErrorInvalidValue;
   switch (a.dtype) {
-    case DType::kFloat32: return launch_d<float>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
-    case DType::kBFloat16: return launch_d<__nv_bfloat16>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
-    case DType::kFloat16: return launch_d<__half>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
+    case DType::kFloat32:
+      return launch_d<float>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
+    case DType::kBFloat16:
+      return launch_d<__nv_bfloat16>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
+    case DType::kFloat16:
+      return launch_d<__half>(p, a.head_dim, plan.head_chunk, a.n_head, plan.n_items, stream);
   }
   return cudaErrorInvalidValue;
 }

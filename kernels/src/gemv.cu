@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   pdl_trigger();
   const int64_t inter = a.n / 2, col = static_cast<int64_t>(blockIdx.x) * kOut + warp % kOut;
-  const int64_t row = !kSwiGlu ? col : warp < kOut ? col : inter + col;  // the warp's row of W
+  const int64_t row = !kSwiGlu ? col : warp < kOut ? col : inter + col;   // the warp's row of W
   const int64_t rank = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // rows of W before it in block order
   if constexpr (!kSwiGlu && !kNormOut) {
     if (row >= a.n) return;
@@ -215,7 +215,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       const float v = live ? dtype::round_to<T>(acc) : 0.f;
       if (lane == 0 && live) {
         static_cast<T*>(a.y)[row] = dtype::from_f<T>(v);
-        static_cast<T*>(a.next_norm_gx)[row] = dtype::from_f<T>(dtype::to_f<T>(static_cast<const T*>(a.next_norm_g)[row]) * v);
+        static_cast<T*>(a.next_norm_gx)[row] =
+            dtype::from_f<T>(dtype::to_f<T>(static_cast<const T*>(a.next_norm_g)[row]) * v);
       }
       if (lane == 0) s_dot[warp] = v * v;
       __syncthreads();
@@ -228,8 +229,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       return;
     }
     if (lane != 0) return;
-    if constexpr (kF32Out) static_cast<float*>(a.y)[row] = acc;
-    else static_cast<T*>(a.y)[row] = dtype::from_f<T>(acc);
+    if constexpr (kF32Out)
+      static_cast<float*>(a.y)[row] = acc;
+    else
+      static_cast<T*>(a.y)[row] = dtype::from_f<T>(acc);
   }
 }
 
@@ -300,7 +303,8 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
       return launch_pdl(gemv_kernel<T, false, true>, blocks, kWarps * 32, 0, stream, a);
     case GemvEpilogue::kRopeAppend:  // one warp per pair: n / 2 / kWarps blocks (n / 2 % 8 == 0)
       return launch_pdl(gemv_rope_kernel<T>, static_cast<unsigned>(a.n / 2 / kWarps), kWarps * 32, 0, stream, a);
-    case GemvEpilogue::kPlain: break;
+    case GemvEpilogue::kPlain:
+      break;
   }
   if (a.next_norm_g) return launch_pdl(gemv_kernel<T, false, false, true>, blocks, kWarps * 32, 0, stream, a);
   return a.y_fp32 ? launch_pdl(gemv_kernel<T, true, false>, blocks, kWarps * 32, 0, stream, a)
@@ -312,8 +316,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 /// The epilogue's own conditions (gemv.h: GemvEpilogue).
 bool epilogue_supported(const GemvArgs& a) {
   switch (a.epilogue) {
-    case GemvEpilogue::kPlain: return true;
-    case GemvEpilogue::kSwiGlu: return a.n % 2 == 0 && a.y_split[0] == 0 && a.y_split[1] == 0 && !a.y_fp32;
+    case GemvEpilogue::kPlain:
+      return true;
+    case GemvEpilogue::kSwiGlu:
+      return a.n % 2 == 0 && a.y_split[0] == 0 && a.y_split[1] == 0 && !a.y_fp32;
     case GemvEpilogue::kRopeAppend: {
       const GemvRopeAppend& r = a.rope;
       const int64_t D = r.head_dim;
@@ -329,8 +335,8 @@ bool epilogue_supported(const GemvArgs& a) {
 
 /// The folded RMSNorms' conditions (GemvArgs::norm_sumsq, next_norm_g).
 bool norms_supported(const GemvArgs& a) {
-  const bool in = !a.norm_sumsq || (a.norm_parts > 0 && (a.m == 1 || a.norm_parts <= kGemvMaxNormParts) &&
-                                    a.norm_eps >= 0.f);
+  const bool in =
+      !a.norm_sumsq || (a.norm_parts > 0 && (a.m == 1 || a.norm_parts <= kGemvMaxNormParts) && a.norm_eps >= 0.f);
   const bool out = !a.next_norm_g || (a.epilogue == GemvEpilogue::kPlain && !a.y_fp32 && a.y_split[0] == 0 &&
                                       a.y_split[1] == 0 && a.next_norm_gx && a.next_norm_sumsq);
   return in && out;
@@ -338,24 +344,28 @@ bool norms_supported(const GemvArgs& a) {
 
 }  // namespace
 
-int64_t gemv_norm_parts(int64_t m, int64_t n) { return m == 1 ? (n + kWarps - 1) / kWarps : (n + detail::kTileRows - 1) / detail::kTileRows; }
+int64_t gemv_norm_parts(int64_t m, int64_t n) {
+  return m == 1 ? (n + kWarps - 1) / kWarps : (n + detail::kTileRows - 1) / detail::kTileRows;
+}
 
 bool gemv_supported(const GemvArgs& a) {
   const int64_t item = static_cast<int64_t>(dtype_size(a.dtype));
   return a.m >= 1 && a.m <= 8 && (a.m == 1 || a.dtype != DType::kFloat32) && a.b_stride >= 0 && a.n > 0 &&
          0 <= a.y_split[0] && a.y_split[0] <= a.y_split[1] && a.y_split[1] <= a.n && epilogue_supported(a) &&
-         norms_supported(a) &&
-         a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y && aligned16(a.w) && aligned16(a.x) &&
-         (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
+         norms_supported(a) && a.k > 0 && a.k <= 32768 && (a.k * item) % 16 == 0 && a.w && a.x && a.y &&
+         aligned16(a.w) && aligned16(a.x) && (a.n + kWarps - 1) / kWarps <= 0x7fffffff;
 }
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (!gemv_supported(a)) return cudaErrorInvalidValue;
   if (a.m > 1) return detail::gemv_rows(a, stream);
   switch (a.dtype) {
-    case DType::kFloat32: return launch<float>(a, stream);
-    case DType::kBFloat16: return launch<__nv_bfloat16>(a, stream);
-    case DType::kFloat16: return launch<__half>(a, stream);
+    case DType::kFloat32:
+      return launch<float>(a, stream);
+    case DType::kBFloat16:
+      return launch<__nv_bfloat16>(a, stream);
+    case DType::kFloat16:
+      return launch<__half>(a, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -28,8 +28,8 @@
 // loop; the epilogue scales each row's sums once.
 #include <type_traits>
 
-#include "dtype.cuh"
 #include "device_props.cuh"
+#include "dtype.cuh"
 #include "gemv_rows.cuh"
 #include "mma.cuh"
 #include "pdl.cuh"
@@ -41,9 +41,9 @@ namespace {
 // than one wave of 8-warp blocks but fit in one of 4-warp blocks (see launch). Either way 16 warps
 // per SM with the registers capped at 120.
 constexpr int kThreadsPerSm = 512;
-constexpr int kRows = kTileRows;     // rows of W per block (the mma's M)
-constexpr int kCols = 8;             // rows of x (the mma's N)
-constexpr int kSlots = 4;            // 16-byte vectors per lane and row in a chunk
+constexpr int kRows = kTileRows;        // rows of W per block (the mma's M)
+constexpr int kCols = 8;                // rows of x (the mma's N)
+constexpr int kSlots = 4;               // 16-byte vectors per lane and row in a chunk
 constexpr int kChunkVecs = kSlots * 4;  // vectors of a row per chunk (4 lanes per row)
 
 /// 16 bytes of W: evict-first (each weight is read once per step), and on an L2 miss L2 fetches
@@ -53,7 +53,9 @@ constexpr int kChunkVecs = kSlots * 4;  // vectors of a row per chunk (4 lanes p
 /// 30.9 -> 29.0 us; 256-byte fetches gain less: 60.9 / 29.3 us).
 __device__ __forceinline__ uint4 ld_w(const uint4* p) {
   uint4 r;
-  asm volatile("ld.global.cs.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  asm volatile("ld.global.cs.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
   return r;
 }
 
@@ -88,7 +90,7 @@ __device__ __forceinline__ int64_t tile_row(int64_t tile, int i, int64_t n) {
 template <typename T, bool kF32Out, int kWarps, bool kSwiGlu>
 __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) gemv_rows_kernel(const GemvArgs a) {
   __shared__ float part[kWarps][kRows][kCols];
-  __shared__ float s_scale[kCols];  // norm_sumsq: rsqrt(Σ / k + eps) of each row of x
+  __shared__ float s_scale[kCols];                 // norm_sumsq: rsqrt(Σ / k + eps) of each row of x
   extern __shared__ __align__(16) float s_norm[];  // norm_sumsq: [m][norm_parts], staged by cp.async
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   pdl_trigger();
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
       c.wb[u] = rb && v < nvec ? ld_w(wb + v) : zero;
     }
   };
-  auto load_x = [&](uint4 (&x)[kSlots], int64_t chunk) {
+  auto load_x = [&](uint4(&x)[kSlots], int64_t chunk) {
 #pragma unroll
     for (int u = 0; u < kSlots; ++u) {
       const int64_t v = chunk * kChunkVecs + u * 4 + t;
@@ -217,7 +219,8 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
       }
       float sq = v * v;
 #pragma unroll
-      for (int off = kRows / 2; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);  // a half-warp: one col
+      for (int off = kRows / 2; off > 0; off >>= 1)
+        sq += __shfl_xor_sync(0xffffffffu, sq, off);  // a half-warp: one col
       if (r == 0 && col < a.m) a.next_norm_sumsq[col * gridDim.x + tile] = sq;
       return;
     }
@@ -226,8 +229,10 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
   const int64_t s0 = a.y_split[0], s1 = a.y_split[1];
   const int64_t first = row >= s1 ? s1 : row >= s0 ? s0 : 0, end = row >= s1 ? a.n : row >= s0 ? s1 : s0;
   const int64_t at = a.m * first + col * (end - first) + (row - first);
-  if constexpr (kF32Out) static_cast<float*>(a.y)[at] = s;
-  else static_cast<T*>(a.y)[at] = dtype::from_f<T>(s);
+  if constexpr (kF32Out)
+    static_cast<float*>(a.y)[at] = s;
+  else
+    static_cast<T*>(a.y)[at] = dtype::from_f<T>(s);
 }
 
 template <typename T, int kWarps>
@@ -255,9 +260,12 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
 
 cudaError_t gemv_rows(const GemvArgs& a, cudaStream_t stream) {
   switch (a.dtype) {
-    case DType::kBFloat16: return launch<__nv_bfloat16>(a, stream);
-    case DType::kFloat16: return launch<__half>(a, stream);
-    case DType::kFloat32: break;
+    case DType::kBFloat16:
+      return launch<__nv_bfloat16>(a, stream);
+    case DType::kFloat16:
+      return launch<__half>(a, stream);
+    case DType::kFloat32:
+      break;
   }
   return cudaErrorInvalidValue;
 }

@@ -19,18 +19,31 @@ using dtype::round_to;
 using dtype::to_f;
 
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kWarps = 8;              // warps per block (256 threads) in every kernel here
+constexpr int kWarps = 8;  // warps per block (256 threads) in every kernel here
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxDim = 256;
-constexpr int kRowsPerWarp = 4;        // KeyDiff: rows loaded back to back per warp iteration
-constexpr int kMaxPartials = 256;      // KeyDiff pass 1: at most this many blocks per head
+constexpr int kRowsPerWarp = 4;    // KeyDiff: rows loaded back to back per warp iteration
+constexpr int kMaxPartials = 256;  // KeyDiff pass 1: at most this many blocks per head
 constexpr int kMinRowsPerBlock = 128;
 
-template <int B> struct Vec;
-template <> struct Vec<2> { using type = unsigned short; };
-template <> struct Vec<4> { using type = unsigned int; };
-template <> struct Vec<8> { using type = uint2; };
-template <> struct Vec<16> { using type = uint4; };
+template <int B>
+struct Vec;
+template <>
+struct Vec<2> {
+  using type = unsigned short;
+};
+template <>
+struct Vec<4> {
+  using type = unsigned int;
+};
+template <>
+struct Vec<8> {
+  using type = uint2;
+};
+template <>
+struct Vec<16> {
+  using type = uint4;
+};
 
 /// PER elements of T at p (aligned to min(16, PER * sizeof(T)) bytes) as fp32.
 template <typename T, int PER>
@@ -131,9 +144,9 @@ KeyDiffPlan plan_keydiff(int64_t n) {
 /// Pass 1: block (b, h) sums rows [b*rpb, min((b+1)*rpb, n)) of head h, each scaled by
 /// 1 / max(||k||, 1e-12) when kNormalize, into partial[h][b][0..D).
 template <typename T, int PER, bool kNormalize>
-__global__ void __launch_bounds__(kThreads) keydiff_sum_kernel(const T* __restrict__ keys, int64_t hs, int64_t rs,
-                                                               int64_t n, int D, int64_t rpb, bool vec,
-                                                               float* __restrict__ partial) {
+__global__ void __launch_bounds__(kThreads)
+    keydiff_sum_kernel(const T* __restrict__ keys, int64_t hs, int64_t rs, int64_t n, int D, int64_t rpb, bool vec,
+                       float* __restrict__ partial) {
   __shared__ float s_part[kWarps][kMaxDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c0 = lane * PER;
   const int h = blockIdx.y, b = blockIdx.x;
@@ -174,9 +187,9 @@ __global__ void __launch_bounds__(kThreads) keydiff_sum_kernel(const T* __restri
 
 /// Pass 2: one block per head: anchor[h] = Σ_b partial[h][b] / n (fixed order), anorm[h] =
 /// max(||anchor[h]||, 1e-8).
-__global__ void __launch_bounds__(kThreads) keydiff_anchor_kernel(const float* __restrict__ partial, int n_blocks,
-                                                                  int64_t n, int D, float* __restrict__ anchor,
-                                                                  float* __restrict__ anorm) {
+__global__ void __launch_bounds__(kThreads)
+    keydiff_anchor_kernel(const float* __restrict__ partial, int n_blocks, int64_t n, int D, float* __restrict__ anchor,
+                          float* __restrict__ anorm) {
   __shared__ float s_warp[kWarps];
   const int h = blockIdx.x, c = threadIdx.x;
   float mu = 0.f;
@@ -200,11 +213,10 @@ __global__ void __launch_bounds__(kThreads) keydiff_anchor_kernel(const float* _
 
 /// Pass 3: warp `warp` of block (x, h) scores rows x*32 + warp + 8u, u < 4, of head h.
 template <typename T, int PER>
-__global__ void __launch_bounds__(kThreads) keydiff_score_kernel(const T* __restrict__ keys, int64_t hs, int64_t rs,
-                                                                 int64_t n, int D, bool vec,
-                                                                 const float* __restrict__ anchor,
-                                                                 const float* __restrict__ anorm,
-                                                                 float* __restrict__ scores) {
+__global__ void __launch_bounds__(kThreads)
+    keydiff_score_kernel(const T* __restrict__ keys, int64_t hs, int64_t rs, int64_t n, int D, bool vec,
+                         const float* __restrict__ anchor, const float* __restrict__ anorm,
+                         float* __restrict__ scores) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c0 = lane * PER;
   const int h = blockIdx.y;
   const T* head = keys + static_cast<int64_t>(h) * hs;
@@ -262,8 +274,8 @@ cudaError_t launch_keydiff(const KeyDiffArgs& a, const KeyDiffPlan& p, float* pa
   const int64_t rows_per_block = kWarps * kRowsPerWarp;
   const dim3 g3(static_cast<unsigned>((a.n_tok + rows_per_block - 1) / rows_per_block),
                 static_cast<unsigned>(a.n_head_kv));
-  keydiff_score_kernel<T, PER><<<g3, kThreads, 0, stream>>>(keys, a.head_stride, a.row_stride, a.n_tok, a.head_dim,
-                                                            vec, anchor, anorm, a.scores);
+  keydiff_score_kernel<T, PER><<<g3, kThreads, 0, stream>>>(keys, a.head_stride, a.row_stride, a.n_tok, a.head_dim, vec,
+                                                            anchor, anorm, a.scores);
   return cudaGetLastError();
 }
 
@@ -271,10 +283,14 @@ template <typename T>
 cudaError_t dispatch_keydiff(const KeyDiffArgs& a, const KeyDiffPlan& p, float* partial, float* anchor, float* anorm,
                              cudaStream_t stream) {
   switch (per_lane(a.head_dim)) {
-    case 1: return launch_keydiff<T, 1>(a, p, partial, anchor, anorm, stream);
-    case 2: return launch_keydiff<T, 2>(a, p, partial, anchor, anorm, stream);
-    case 4: return launch_keydiff<T, 4>(a, p, partial, anchor, anorm, stream);
-    default: return launch_keydiff<T, 8>(a, p, partial, anchor, anorm, stream);
+    case 1:
+      return launch_keydiff<T, 1>(a, p, partial, anchor, anorm, stream);
+    case 2:
+      return launch_keydiff<T, 2>(a, p, partial, anchor, anorm, stream);
+    case 4:
+      return launch_keydiff<T, 4>(a, p, partial, anchor, anorm, stream);
+    default:
+      return launch_keydiff<T, 8>(a, p, partial, anchor, anorm, stream);
   }
 }
 
@@ -303,10 +319,10 @@ __device__ __forceinline__ float zero_plus(float z, float r) {
 }
 
 template <typename T, int PER>
-__global__ void __launch_bounds__(kThreads) spark_fixed_kernel(const T* __restrict__ k, int64_t ks, int64_t n, int D,
-                                                               int kept, bool refill, bool vec_in, bool vec_out,
-                                                               const float* __restrict__ a, bool* __restrict__ mask,
-                                                               T* __restrict__ out, float* __restrict__ pruned_sum) {
+__global__ void __launch_bounds__(kThreads)
+    spark_fixed_kernel(const T* __restrict__ k, int64_t ks, int64_t n, int D, int kept, bool refill, bool vec_in,
+                       bool vec_out, const float* __restrict__ a, bool* __restrict__ mask, T* __restrict__ out,
+                       float* __restrict__ pruned_sum) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c0 = lane * PER;
   float av[PER], inv_a[PER];
 #pragma unroll
@@ -400,9 +416,12 @@ __global__ void __launch_bounds__(kThreads) spark_fixed_kernel(const T* __restri
           unsigned long long m = 0;
 #pragma unroll
           for (int i = 0; i < PER; ++i) m |= static_cast<unsigned long long>((keep >> i) & 1u) << (8 * i);
-          if constexpr (PER == 2) *reinterpret_cast<unsigned short*>(mrow + c0) = static_cast<unsigned short>(m);
-          else if constexpr (PER == 4) *reinterpret_cast<unsigned int*>(mrow + c0) = static_cast<unsigned int>(m);
-          else *reinterpret_cast<unsigned long long*>(mrow + c0) = m;
+          if constexpr (PER == 2)
+            *reinterpret_cast<unsigned short*>(mrow + c0) = static_cast<unsigned short>(m);
+          else if constexpr (PER == 4)
+            *reinterpret_cast<unsigned int*>(mrow + c0) = static_cast<unsigned int>(m);
+          else
+            *reinterpret_cast<unsigned long long*>(mrow + c0) = m;
         }
       }
     } else {
@@ -434,10 +453,14 @@ cudaError_t launch_spark(const SparkPruneArgs& a, int kept, cudaStream_t stream)
 template <typename T>
 cudaError_t dispatch_spark(const SparkPruneArgs& a, int kept, cudaStream_t stream) {
   switch (per_lane(a.head_dim)) {
-    case 1: return launch_spark<T, 1>(a, kept, stream);
-    case 2: return launch_spark<T, 2>(a, kept, stream);
-    case 4: return launch_spark<T, 4>(a, kept, stream);
-    default: return launch_spark<T, 8>(a, kept, stream);
+    case 1:
+      return launch_spark<T, 1>(a, kept, stream);
+    case 2:
+      return launch_spark<T, 2>(a, kept, stream);
+    case 4:
+      return launch_spark<T, 4>(a, kept, stream);
+    default:
+      return launch_spark<T, 8>(a, kept, stream);
   }
 }
 
@@ -460,9 +483,12 @@ cudaError_t keydiff_scores(const KeyDiffArgs& a, void* workspace, cudaStream_t s
   float* anchor = partial + static_cast<size_t>(a.n_head_kv) * p.n_blocks * a.head_dim;
   float* anorm = anchor + static_cast<size_t>(a.n_head_kv) * a.head_dim;
   switch (a.dtype) {
-    case DType::kFloat32: return dispatch_keydiff<float>(a, p, partial, anchor, anorm, stream);
-    case DType::kBFloat16: return dispatch_keydiff<__nv_bfloat16>(a, p, partial, anchor, anorm, stream);
-    case DType::kFloat16: return dispatch_keydiff<__half>(a, p, partial, anchor, anorm, stream);
+    case DType::kFloat32:
+      return dispatch_keydiff<float>(a, p, partial, anchor, anorm, stream);
+    case DType::kBFloat16:
+      return dispatch_keydiff<__nv_bfloat16>(a, p, partial, anchor, anorm, stream);
+    case DType::kFloat16:
+      return dispatch_keydiff<__half>(a, p, partial, anchor, anorm, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -473,9 +499,12 @@ cudaError_t spark_prune_fixed(const SparkPruneArgs& a, cudaStream_t stream) {
   if (!a.k || !a.a || !a.mask || !a.masked_k || !a.pruned_sum || a.k_stride < 0) return cudaErrorInvalidValue;
   const int kept = a.kept < 0 ? 0 : a.kept > a.head_dim ? a.head_dim : a.kept;
   switch (a.dtype) {
-    case DType::kFloat32: return dispatch_spark<float>(a, kept, stream);
-    case DType::kBFloat16: return dispatch_spark<__nv_bfloat16>(a, kept, stream);
-    case DType::kFloat16: return dispatch_spark<__half>(a, kept, stream);
+    case DType::kFloat32:
+      return dispatch_spark<float>(a, kept, stream);
+    case DType::kBFloat16:
+      return dispatch_spark<__nv_bfloat16>(a, kept, stream);
+    case DType::kFloat16:
+      return dispatch_spark<__half>(a, kept, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -164,7 +164,8 @@ struct PageScorer {
   /// HSA: channel bits taking Kmax; vector bits that need the Kmin / Kmax row at all.
   unsigned use_max = 0, need_lo = 0, need_hi = 0;
 
-  __device__ PageScorer(const float* qs, const unsigned char* chan, int G, int D_, bool aligned_) : D(D_), aligned(aligned_) {
+  __device__ PageScorer(const float* qs, const unsigned char* chan, int G, int D_, bool aligned_)
+      : D(D_), aligned(aligned_) {
     const int nvec = (D + kN - 1) / kN, lane = threadIdx.x & 31;
     while (L < nvec && L < 32) L <<= 1;
     slots = 32 / L;
@@ -183,8 +184,10 @@ struct PageScorer {
 #pragma unroll
           for (int g = 0; g < kG; ++g) cf[e][g] = (f & 1) && g < G ? qs[g * D + c] : 0.f;
           if (f & 1) {
-            if (f & 2) use_max |= 1u << e, need_hi |= 1u << j;
-            else need_lo |= 1u << j;
+            if (f & 2)
+              use_max |= 1u << e, need_hi |= 1u << j;
+            else
+              need_lo |= 1u << j;
           }
         } else {
           float hi = 0.f, lo = 0.f;
@@ -207,7 +210,7 @@ struct PageScorer {
   /// slot gets the slot's sums). Called by whole warps.
   template <int U>
   __device__ __forceinline__ void score(const T* kmin, const T* kmax, const int64_t (&P)[U], const bool (&live)[U],
-                                       float (&acc)[U][kOut]) const {
+                                        float (&acc)[U][kOut]) const {
     Pack<T> lo[U][kVpl], hi[U][kVpl];
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -303,7 +306,8 @@ __device__ void build_mma_coefs(const float* qs, const unsigned char* chan, int 
         lo[e] = n == 0 ? l0 : n == 1 ? l - l0 : 0.f;
       }
     }
-    c.frag[j][s][ln] = make_uint4(pack2<T>(hi[0], hi[1]), pack2<T>(hi[2], hi[3]), pack2<T>(lo[0], lo[1]), pack2<T>(lo[2], lo[3]));
+    c.frag[j][s][ln] =
+        make_uint4(pack2<T>(hi[0], hi[1]), pack2<T>(hi[2], hi[3]), pack2<T>(lo[0], lo[1]), pack2<T>(lo[2], lo[3]));
   }
 }
 
@@ -320,8 +324,9 @@ __device__ __forceinline__ uint4 row_vec(const T* rows, const T* up, int64_t P, 
 /// c += the tile's scores (pages tile + g, tile + g + 8 of the lane; see MmaCoefs) for pages below
 /// end; the page `up_page` is read from up_lo / up_hi instead. Called by whole warps.
 template <typename T>
-__device__ __forceinline__ void mma_score_tile(const T* kmin, const T* kmax, const T* up_lo, const T* up_hi, int64_t up_page,
-                                               int64_t tile, int64_t end, int D, const MmaCoefs& cf, float (&c)[4]) {
+__device__ __forceinline__ void mma_score_tile(const T* kmin, const T* kmax, const T* up_lo, const T* up_hi,
+                                               int64_t up_page, int64_t tile, int64_t end, int D, const MmaCoefs& cf,
+                                               float (&c)[4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, nb = D / kMmaBase;
   const int64_t Pa = tile + g, Pb = tile + g + 8;
   const bool ona = Pa < end, onb = Pb < end, upa = Pa == up_page, upb = Pb == up_page;
@@ -360,8 +365,8 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
 /// then warp g folds the warps' partials of member g; out[g] = total. part: shared scratch,
 /// [kMaxGroup][32]. Called by the whole block; ends with a barrier.
 template <int kG, typename Op>
-__device__ __forceinline__ void block_reduce_members(float (&v)[kG], int G, float (*part)[32], float* out, float identity,
-                                                     Op op) {
+__device__ __forceinline__ void block_reduce_members(float (&v)[kG], int G, float (*part)[32], float* out,
+                                                     float identity, Op op) {
   static_assert(kWarps <= 32 && kG <= kWarps, "one warp per member");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -384,7 +389,7 @@ __device__ __forceinline__ void block_reduce_members(float (&v)[kG], int G, floa
 
 /// Pages per scoring slot in flight (HSA with 8+ members holds more coefficients per lane).
 template <int kG, bool kHsa>
-constexpr int kPagesInFlight = kHsa && kG >= 8 ? 2 : 4;
+constexpr int kPagesInFlight = kHsa&& kG >= 8 ? 2 : 4;
 
 /// Striped pages per thread whose keys stay in registers (2048 pages per block); later pages are
 /// re-read from the scores in every radix pass.
@@ -417,7 +422,8 @@ __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(len) : "l"(length));
   const PageRange c = block_chunk(min64((max64(len, 0) + page - 1) / page, max_pages), rank, nc);
   const int64_t b0 = c.b * row_bytes, b1 = min64(c.e * row_bytes, b0 + most);
-  for (int64_t b = b0 + static_cast<int64_t>(threadIdx.x) * kLine; b < b1; b += static_cast<int64_t>(kThreads) * kLine) {
+  for (int64_t b = b0 + static_cast<int64_t>(threadIdx.x) * kLine; b < b1;
+       b += static_cast<int64_t>(kThreads) * kLine) {
     prefetch_l2(reinterpret_cast<const char*>(kmin) + b);
     prefetch_l2(reinterpret_cast<const char*>(kmax) + b);
   }
@@ -427,8 +433,8 @@ __device__ __forceinline__ void prefetch_chunk(const T* kmin, const T* kmax, int
 /// decides), else PageScorer. prefetch_most: bytes of each summary array a block asks L2 for before
 /// its wait (kPrefetchL2Share).
 template <typename T, int kG, bool kHsa, bool kMma>
-__global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSelectArgs a, float* ws, bool staged,
-                                                                   int64_t prefetch_most) {
+__global__ void __launch_bounds__(kThreads, 1)
+    page_select_kernel(const PageSelectArgs a, float* ws, bool staged, int64_t prefetch_most) {
   using Scan = cub::BlockScan<unsigned long long, kThreads>;
   using Scorer = PageScorer<T, kG, kHsa>;
   static_assert(!kMma || (!std::is_same_v<T, float> && kG <= 8), "tensor-core scoring: 16-bit rows, G <= 8");
@@ -581,9 +587,10 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
       }
     }
   } else {
-    const bool aligned = D % Scorer::kN == 0 && (reinterpret_cast<uintptr_t>(a.kmin) | reinterpret_cast<uintptr_t>(a.kmax)) % 16 == 0;
+    const bool aligned =
+        D % Scorer::kN == 0 && (reinterpret_cast<uintptr_t>(a.kmin) | reinterpret_cast<uintptr_t>(a.kmax)) % 16 == 0;
     const Scorer scorer(qs, chan, G, D, aligned);
-    auto store = [&](int64_t P, const float (&acc)[Scorer::kOut]) {
+    auto store = [&](int64_t P, const float(&acc)[Scorer::kOut]) {
 #pragma unroll
       for (int o = 0; o < Scorer::kOut; ++o) {
         const float v = kHsa ? acc[o] * inv_tau[o] : acc[o];
@@ -766,8 +773,10 @@ __global__ void __launch_bounds__(kThreads, 1) page_select_kernel(const PageSele
   unsigned long long run_w = 0;
   for (int64_t Pl = p0; Pl < p1; ++Pl) {
     const unsigned key = __float_as_uint(keys[Pl]) & mask;
-    if (key > thr) run_w += static_cast<unsigned long long>(entries(cbeg + Pl)) << 32;
-    else if (key == thr) run_w += kHsa ? entries(cbeg + Pl) : 1u;
+    if (key > thr)
+      run_w += static_cast<unsigned long long>(entries(cbeg + Pl)) << 32;
+    else if (key == thr)
+      run_w += kHsa ? entries(cbeg + Pl) : 1u;
   }
   unsigned long long before = 0, total = 0;
   Scan(scan_tmp).ExclusiveSum(run_w, before, total);
@@ -821,12 +830,14 @@ cudaError_t launch_kernel(const PageSelectArgs& a, float* ws, cudaStream_t strea
   const bool staged = stage <= kStageBytes;
   const size_t smem = staged ? stage : 0;
   if (smem > 0) {  // opt in (static + dynamic may pass 48 KB; not a stream operation: fine under graph capture)
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
   const int64_t blocks = static_cast<int64_t>(a.n_head_kv) * nc;
   const int64_t most = detail::l2_bytes() / kPrefetchL2Share / (2 * blocks);  // bytes per block and array
-  return launch_pdl_cluster(kernel, dim3(static_cast<unsigned>(blocks)), kThreads, nc, smem, stream, a, ws, staged, most);
+  return launch_pdl_cluster(kernel, dim3(static_cast<unsigned>(blocks)), kThreads, nc, smem, stream, a, ws, staged,
+                            most);
 }
 
 /// Tensor-core scoring where its conditions hold (page_select_kernel's kMma).
@@ -843,31 +854,36 @@ template <typename T>
 cudaError_t launch_typed(const PageSelectArgs& a, float* ws, cudaStream_t stream) {
   if (a.mode == PageScore::kQuest) return launch_select<T, 1, false>(a, ws, stream);
   const int G = a.group;
-  return G <= 1 ? launch_select<T, 1, true>(a, ws, stream) : G <= 2 ? launch_select<T, 2, true>(a, ws, stream)
-       : G <= 4 ? launch_select<T, 4, true>(a, ws, stream) : G <= 8 ? launch_select<T, 8, true>(a, ws, stream)
-       : launch_select<T, 16, true>(a, ws, stream);
+  return G <= 1   ? launch_select<T, 1, true>(a, ws, stream)
+         : G <= 2 ? launch_select<T, 2, true>(a, ws, stream)
+         : G <= 4 ? launch_select<T, 4, true>(a, ws, stream)
+         : G <= 8 ? launch_select<T, 8, true>(a, ws, stream)
+                  : launch_select<T, 16, true>(a, ws, stream);
 }
 
 }  // namespace
 
-
 size_t page_select_workspace_bytes(const PageSelectArgs& a) {
-  return static_cast<size_t>(a.n_head_kv) * static_cast<size_t>(a.group) * static_cast<size_t>(a.max_pages) * sizeof(float);
+  return static_cast<size_t>(a.n_head_kv) * static_cast<size_t>(a.group) * static_cast<size_t>(a.max_pages) *
+         sizeof(float);
 }
 
 cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t stream) {
   if (a.n_head_kv <= 0 || a.group < 1 || a.group > kMaxGroup || a.head_dim <= 0 || a.head_dim > kMaxDim ||
-      a.page <= 0 || a.keep <= 0 || a.max_pages <= 0 || a.max_pages > a.page_capacity || !a.q || !a.kmin ||
-      !a.kmax || !a.length || !a.index || !a.count || !workspace ||
+      a.page <= 0 || a.keep <= 0 || a.max_pages <= 0 || a.max_pages > a.page_capacity || !a.q || !a.kmin || !a.kmax ||
+      !a.length || !a.index || !a.count || !workspace ||
       (a.mode == PageScore::kHsa && (a.k1 < 1 || a.k1 > a.head_dim || a.index_stride < a.keep)) ||
       (a.mode == PageScore::kQuest && a.index_stride < a.keep * a.page) || (a.k && !a.offset) ||
       static_cast<int64_t>(a.n_head_kv) * kCluster > 0x7fffffff)
     return cudaErrorInvalidValue;
   float* ws = static_cast<float*>(workspace);
   switch (a.dtype) {
-    case DType::kFloat32: return launch_typed<float>(a, ws, stream);
-    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(a, ws, stream);
-    case DType::kFloat16: return launch_typed<__half>(a, ws, stream);
+    case DType::kFloat32:
+      return launch_typed<float>(a, ws, stream);
+    case DType::kBFloat16:
+      return launch_typed<__nv_bfloat16>(a, ws, stream);
+    case DType::kFloat16:
+      return launch_typed<__half>(a, ws, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -36,9 +36,7 @@ __device__ __forceinline__ void pdl_wait() {
 
 /// Asks L2 for the 128-byte line holding p (no register written; the weight and summary prefetches
 /// issued before pdl_wait()).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /// Launches `kernel` on `stream` as a programmatic dependent of the stream's previous kernel, in
 /// thread-block clusters of `cluster` blocks along x when cluster > 1 (grid.x a multiple of it;

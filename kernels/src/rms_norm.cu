@@ -4,8 +4,8 @@
 // passes over the row: sum of squares (block reduction), then normalise; the second read hits
 // L1/L2 (a row is at most a few tens of KB).
 #include "dtype.cuh"
-#include "pdl.cuh"
 #include "kvscope/kernels/norm.h"
+#include "pdl.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -100,11 +100,11 @@ __global__ void rms_norm_kernel(const T* x, int64_t xs, const T* __restrict__ w,
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 template <typename T>
-cudaError_t launch(const void* x, int64_t xs, const void* w, void* y, int64_t ys, int64_t rows, int64_t hidden, float eps,
-                   cudaStream_t stream) {
+cudaError_t launch(const void* x, int64_t xs, const void* w, void* y, int64_t ys, int64_t rows, int64_t hidden,
+                   float eps, cudaStream_t stream) {
   const size_t es = sizeof(T);
-  const bool vec = hidden % 8 == 0 && aligned16(x) && aligned16(w) && aligned16(y) && (xs * es) % 16 == 0 &&
-                   (ys * es) % 16 == 0;
+  const bool vec =
+      hidden % 8 == 0 && aligned16(x) && aligned16(w) && aligned16(y) && (xs * es) % 16 == 0 && (ys * es) % 16 == 0;
   const int64_t nvec = vec ? hidden / 8 : hidden;
   int threads = static_cast<int>(nvec < 1024 ? (nvec + 31) / 32 * 32 : 1024);
   if (threads < 32) threads = 32;
@@ -121,12 +121,16 @@ cudaError_t launch(const void* x, int64_t xs, const void* w, void* y, int64_t ys
 
 cudaError_t rms_norm(DType dtype, const void* x, int64_t x_stride, const void* w, void* y, int64_t y_stride,
                      int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
-  if (rows < 0 || rows > 0x7fffffff || hidden <= 0 || hidden > (1 << 24) || !x || !w || !y) return cudaErrorInvalidValue;
+  if (rows < 0 || rows > 0x7fffffff || hidden <= 0 || hidden > (1 << 24) || !x || !w || !y)
+    return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return launch<float>(x, x_stride, w, y, y_stride, rows, hidden, eps, stream);
-    case DType::kBFloat16: return launch<__nv_bfloat16>(x, x_stride, w, y, y_stride, rows, hidden, eps, stream);
-    case DType::kFloat16: return launch<__half>(x, x_stride, w, y, y_stride, rows, hidden, eps, stream);
+    case DType::kFloat32:
+      return launch<float>(x, x_stride, w, y, y_stride, rows, hidden, eps, stream);
+    case DType::kBFloat16:
+      return launch<__nv_bfloat16>(x, x_stride, w, y, y_stride, rows, hidden, eps, stream);
+    case DType::kFloat16:
+      return launch<__half>(x, x_stride, w, y, y_stride, rows, hidden, eps, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -75,15 +75,19 @@ cudaError_t launch(const RopeAppendArgs& a, cudaStream_t stream) {
 
 cudaError_t rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
   if (a.n_head < 0 || a.n_head_kv < 0 || a.head_dim <= 0 || a.head_dim % 2 != 0) return cudaErrorInvalidValue;
-  if ((a.n_head > 0 && !a.q) || (a.n_head_kv > 0 && (!a.k || !a.v || !a.k_cache || !a.v_cache || !a.offset || !a.length)))
+  if ((a.n_head > 0 && !a.q) ||
+      (a.n_head_kv > 0 && (!a.k || !a.v || !a.k_cache || !a.v_cache || !a.offset || !a.length)))
     return cudaErrorInvalidValue;
   if (!a.cos || !a.sin) return cudaErrorInvalidValue;
   if (a.mode != RopeMode::kRotateHalf && a.mode != RopeMode::kAdjacentPairs) return cudaErrorInvalidValue;
   if (a.n_head + a.n_head_kv == 0) return cudaSuccess;
   switch (a.dtype) {
-    case DType::kFloat32: return launch<float>(a, stream);
-    case DType::kBFloat16: return launch<__nv_bfloat16>(a, stream);
-    case DType::kFloat16: return launch<__half>(a, stream);
+    case DType::kFloat32:
+      return launch<float>(a, stream);
+    case DType::kBFloat16:
+      return launch<__nv_bfloat16>(a, stream);
+    case DType::kFloat16:
+      return launch<__half>(a, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,8 +1,8 @@
 // SwiGLU activation out = silu(gate) * up (see mlp.h). Grid (column blocks, <= 65535 row lanes); each thread
 // handles V = 8 consecutive columns of every gridDim.y-th row with 16-byte accesses (two for fp32), V = 1 fallback.
 #include "dtype.cuh"
-#include "pdl.cuh"
 #include "kvscope/kernels/mlp.h"
+#include "pdl.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -53,12 +53,14 @@ __global__ void __launch_bounds__(kThreads) silu_mul_kernel(const T* __restrict_
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 template <typename T>
-cudaError_t launch(const void* gu, int64_t gs, void* out, int64_t os, int64_t rows, int64_t inter, cudaStream_t stream) {
+cudaError_t launch(const void* gu, int64_t gs, void* out, int64_t os, int64_t rows, int64_t inter,
+                   cudaStream_t stream) {
   const size_t es = sizeof(T);
   const bool vec = inter % 8 == 0 && aligned16(gu) && aligned16(out) && (gs * es) % 16 == 0 && (os * es) % 16 == 0 &&
                    (inter * es) % 16 == 0;
   const int64_t per_row = vec ? inter / 8 : inter;
-  const dim3 grid(static_cast<unsigned>((per_row + kThreads - 1) / kThreads), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  const dim3 grid(static_cast<unsigned>((per_row + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(rows < 65535 ? rows : 65535));
   const T* g = static_cast<const T*>(gu);
   T* o = static_cast<T*>(out);
   return vec ? launch_pdl(silu_mul_kernel<T, 8>, grid, kThreads, 0, stream, g, gs, o, os, rows, inter)
@@ -72,9 +74,12 @@ cudaError_t silu_mul(DType dtype, const void* gate_up, int64_t gu_stride, void* 
   if (rows < 0 || inter <= 0 || !gate_up || !out) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32: return launch<float>(gate_up, gu_stride, out, out_stride, rows, inter, stream);
-    case DType::kBFloat16: return launch<__nv_bfloat16>(gate_up, gu_stride, out, out_stride, rows, inter, stream);
-    case DType::kFloat16: return launch<__half>(gate_up, gu_stride, out, out_stride, rows, inter, stream);
+    case DType::kFloat32:
+      return launch<float>(gate_up, gu_stride, out, out_stride, rows, inter, stream);
+    case DType::kBFloat16:
+      return launch<__nv_bfloat16>(gate_up, gu_stride, out, out_stride, rows, inter, stream);
+    case DType::kFloat16:
+      return launch<__half>(gate_up, gu_stride, out, out_stride, rows, inter, stream);
   }
   return cudaErrorInvalidValue;
 }

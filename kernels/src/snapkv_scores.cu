@@ -98,8 +98,8 @@ __device__ void logit_tile(const T* Qrows, const T* Ks, int D, float* S) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) vote_stats_kernel(const WindowVoteArgs a, int rows_pad, int n_chunks,
-                                                              float* pm, float* pz) {
+__global__ void __launch_bounds__(kThreads)
+    vote_stats_kernel(const WindowVoteArgs a, int rows_pad, int n_chunks, float* pm, float* pz) {
   extern __shared__ uint4 smem[];
   const int D = a.head_dim, h = blockIdx.x, chunk = blockIdx.y, R = a.group * a.window;
   T* Qs = reinterpret_cast<T*>(smem);
@@ -153,8 +153,8 @@ __global__ void vote_merge_kernel(int R, int n_chunks, const float* pm, const fl
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) vote_sum_kernel(const WindowVoteArgs a, int rows_pad, const float* stat_m,
-                                                            const float* stat_inv) {
+__global__ void __launch_bounds__(kThreads)
+    vote_sum_kernel(const WindowVoteArgs a, int rows_pad, const float* stat_m, const float* stat_inv) {
   extern __shared__ uint4 smem[];
   const int D = a.head_dim, h = blockIdx.x, G = a.group, w = a.window, R = G * w;
   T* Qs = reinterpret_cast<T*>(smem);
@@ -220,9 +220,12 @@ __global__ void pool_groups_kernel(const PoolGroupsArgs a) {
       v = a.max_pool ? fmaxf(v, row[t]) : v + row[t];
     }
     if (!a.max_pool) v /= static_cast<float>(a.kernel);
-    if (g == 0) out = v;
-    else if (a.reduce == GroupReduce::kMax) out = fmaxf(out, v);
-    else out += v;
+    if (g == 0)
+      out = v;
+    else if (a.reduce == GroupReduce::kMax)
+      out = fmaxf(out, v);
+    else
+      out += v;
   }
   if (a.reduce == GroupReduce::kMean) out /= static_cast<float>(a.group);
   a.out[h * a.out_stride + j] = out;
@@ -238,7 +241,8 @@ cudaError_t launch_vote(const WindowVoteArgs& a, int rows_pad, float* ws, cudaSt
   float* stat_m = pz + static_cast<size_t>(a.n_head_kv) * n_chunks * R;
   float* stat_inv = stat_m + static_cast<size_t>(a.n_head_kv) * R;
   const size_t s1 = tiles_smem(rows_pad, a.head_dim), s3 = s1 + sum_extra_smem(rows_pad, a.group);
-  cudaError_t err = cudaFuncSetAttribute(vote_stats_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(s1));
+  cudaError_t err =
+      cudaFuncSetAttribute(vote_stats_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(s1));
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(vote_sum_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(s3));
   if (err != cudaSuccess) return err;
@@ -274,9 +278,12 @@ cudaError_t window_vote(const WindowVoteArgs& a, void* workspace, cudaStream_t s
     return cudaErrorInvalidValue;
   float* ws = static_cast<float*>(workspace);
   switch (a.dtype) {
-    case DType::kBFloat16: return launch_vote<__nv_bfloat16>(a, rows_padded(a), ws, stream);
-    case DType::kFloat16: return launch_vote<__half>(a, rows_padded(a), ws, stream);
-    default: return cudaErrorInvalidValue;
+    case DType::kBFloat16:
+      return launch_vote<__nv_bfloat16>(a, rows_padded(a), ws, stream);
+    case DType::kFloat16:
+      return launch_vote<__half>(a, rows_padded(a), ws, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

@@ -18,7 +18,8 @@ std::vector<uint8_t> zstd_compress(const uint8_t* bytes, size_t n, int level) {
   return out;
 }
 
-std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& frame, size_t expected, std::string& error) {
+std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& frame, size_t expected,
+                                                    std::string& error) {
   const unsigned long long size = ZSTD_getFrameContentSize(frame.data(), frame.size());
   if (size == ZSTD_CONTENTSIZE_ERROR) {
     error = "not a zstd frame";

@@ -13,7 +13,8 @@ namespace kvscope::sessions::detail {
 std::vector<uint8_t> zstd_compress(const uint8_t* bytes, size_t n, int level = 3);
 /// Decompresses one zstd frame whose content size must be `expected` bytes; nullopt + `error`
 /// when the frame is corrupt or of another size.
-std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& frame, size_t expected, std::string& error);
+std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& frame, size_t expected,
+                                                    std::string& error);
 
 /// "[2,3,4]" (no spaces; "[]" for a scalar).
 std::string format_shape(const std::vector<int64_t>& shape);

@@ -38,15 +38,18 @@ void copy_rows(Db& src, Db& dst, const std::string& table, bool has_id, int64_t 
   for (const std::string& c : columns(dst, table))
     if (!(has_id && c == "id")) cols.push_back(c);
   // Rows with their own id keep their relative order (notes oldest first, ...).
-  Stmt sel(src, "SELECT " + join(cols, ", ") + " FROM \"" + table + "\" WHERE run_id = ?1" + (has_id ? " ORDER BY id" : ""));
+  Stmt sel(src,
+           "SELECT " + join(cols, ", ") + " FROM \"" + table + "\" WHERE run_id = ?1" + (has_id ? " ORDER BY id" : ""));
   sel.bind(1, from);
   Stmt ins(dst, "INSERT INTO \"" + table + "\" (" + join(cols, ", ") + ") VALUES (" + join(cols, ", ", "?") + ")");
   while (sel.step()) {
     ins.reset();
     for (size_t c = 0; c < cols.size(); ++c) {
       const int i = static_cast<int>(c);
-      if (cols[c] == "run_id") ins.bind(i + 1, to);
-      else ins.bind_value(i + 1, sel.col_value(i));
+      if (cols[c] == "run_id")
+        ins.bind(i + 1, to);
+      else
+        ins.bind_value(i + 1, sel.col_value(i));
     }
     ins.run();
   }
@@ -64,8 +67,10 @@ int64_t copy_run(Db& src, Db& dst, int64_t from, const std::string& status) {
   Stmt ins(dst, "INSERT INTO runs (" + join(cols, ", ") + ") VALUES (" + join(cols, ", ", "?") + ")");
   for (size_t c = 0; c < cols.size(); ++c) {
     const int i = static_cast<int>(c);
-    if (cols[c] == "status") ins.bind(i + 1, "running");
-    else ins.bind_value(i + 1, sel.col_value(i));
+    if (cols[c] == "status")
+      ins.bind(i + 1, "running");
+    else
+      ins.bind_value(i + 1, sel.col_value(i));
   }
   ins.run();
   const int64_t to = sqlite3_last_insert_rowid(dst.handle());

@@ -209,11 +209,11 @@ void check_header(const std::string& path, const Header& h) {
   if (empty) return;
   if (h.application_id != kApplicationId)
     throw SessionError(path, "not a kvscope session database (application_id " + hex32(h.application_id) +
-                                      ", expected " + hex32(kApplicationId) + " 'KVSC'); left unchanged");
+                                 ", expected " + hex32(kApplicationId) + " 'KVSC'); left unchanged");
   if (h.user_version > kSchemaVersion)
     throw SessionError(path, "session schema version " + std::to_string(h.user_version) +
-                                      " is newer than this kvscope supports (" + std::to_string(kSchemaVersion) +
-                                      "); use a newer kvscope. Left unchanged");
+                                 " is newer than this kvscope supports (" + std::to_string(kSchemaVersion) +
+                                 "); use a newer kvscope. Left unchanged");
   if (h.user_version < 0)
     throw SessionError(path, "bad session schema version " + std::to_string(h.user_version) + "; left unchanged");
 }
@@ -226,7 +226,8 @@ void migrate(Db& db) {
           check_header(db, h);  // re-checked inside the lock: another process may have written
           if (h.user_version >= target) return;
           if (h.user_version != target - 1)
-            throw SessionError(db.path(), "schema version " + std::to_string(h.user_version) + " changed during migration");
+            throw SessionError(db.path(),
+                               "schema version " + std::to_string(h.user_version) + " changed during migration");
           kSteps[target - 1](db);
           db.exec("PRAGMA user_version = " + std::to_string(target));
         },

@@ -35,8 +35,13 @@ struct ChildTable {
   bool has_id;
 };
 inline constexpr ChildTable kChildTables[] = {
-    {"pipeline_stages", false}, {"pipeline_params", false}, {"step_metrics", false}, {"summary_metrics", false},
-    {"blobs", true},            {"notes", true},            {"bookmarks", true},
+    {"pipeline_stages", false},
+    {"pipeline_params", false},
+    {"step_metrics", false},
+    {"summary_metrics", false},
+    {"blobs", true},
+    {"notes", true},
+    {"bookmarks", true},
 };
 
 }  // namespace kvscope::sessions::detail

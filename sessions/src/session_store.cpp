@@ -44,10 +44,12 @@ std::string run_ctx(const char* op, int64_t run) { return std::string(op) + "(ru
 
 /// Numeric value of a typed parameter (int / float / bool), nullopt for choice / path.
 /// Throws SessionError when the text does not parse as its type.
-std::optional<double> param_number(const std::string& file, const PipelineStage& stage, size_t index, const StageParam& p) {
+std::optional<double> param_number(const std::string& file, const PipelineStage& stage, size_t index,
+                                   const StageParam& p) {
   auto bad = [&]() -> SessionError {
-    return SessionError(file, "pipeline stage " + std::to_string(index) + " (" + stage.policy + "): parameter '" + p.key +
-                                  "' = '" + p.value + "' is not a valid " + std::string(param_type_name(p.type)));
+    return SessionError(file, "pipeline stage " + std::to_string(index) + " (" + stage.policy + "): parameter '" +
+                                  p.key + "' = '" + p.value + "' is not a valid " +
+                                  std::string(param_type_name(p.type)));
   };
   const char* b = p.value.data();
   const char* e = b + p.value.size();
@@ -69,7 +71,8 @@ std::optional<double> param_number(const std::string& file, const PipelineStage&
       if (p.value == "false" || p.value == "0" || p.value == "no" || p.value == "off") return 0.0;
       throw bad();
     case ParamType::kChoice:
-    case ParamType::kPath: return std::nullopt;
+    case ParamType::kPath:
+      return std::nullopt;
   }
   return std::nullopt;
 }
@@ -123,7 +126,8 @@ void require_running(Db& db, int64_t run) {
   if (!s.step()) throw SessionError(db.path(), "no run " + std::to_string(run));
   const std::string status = s.col_text(0);
   s.reset();
-  if (status != "running") throw SessionError(db.path(), "run " + std::to_string(run) + " is " + status + " and immutable");
+  if (status != "running")
+    throw SessionError(db.path(), "run " + std::to_string(run) + " is " + status + " and immutable");
 }
 
 void require_run(Db& db, int64_t run) {
@@ -138,8 +142,8 @@ Blob blob_from(const Db& db, const Stmt& s, int64_t run) {
   // columns: id, name, layer, head, dtype, shape, raw_size, data
   const int64_t id = s.col_int(0);
   auto fail = [&](const std::string& why) {
-    return SessionError(db.path(), "run " + std::to_string(run) + " blob " + std::to_string(id) + " ('" + s.col_text(1) +
-                                       "'): " + why);
+    return SessionError(
+        db.path(), "run " + std::to_string(run) + " blob " + std::to_string(id) + " ('" + s.col_text(1) + "'): " + why);
   };
   Blob b;
   b.name = s.col_text(1);
@@ -153,7 +157,8 @@ Blob blob_from(const Db& db, const Stmt& s, int64_t run) {
   b.shape = *shape;
   const size_t expected = static_cast<size_t>(b.numel()) * dtype_size(b.dtype);
   if (!s.is_null(6) && s.col_int(6) != static_cast<int64_t>(expected))
-    throw fail("raw_size " + std::to_string(s.col_int(6)) + " does not match shape and dtype (" + std::to_string(expected) + ")");
+    throw fail("raw_size " + std::to_string(s.col_int(6)) + " does not match shape and dtype (" +
+               std::to_string(expected) + ")");
   std::string error;
   auto data = detail::zstd_decompress(s.col_blob(7), expected, error);
   if (!data) throw fail(error);
@@ -208,7 +213,9 @@ SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
     if (FILE* f = std::fopen(path.c_str(), "rb")) {
       const size_t n = std::fread(raw, 1, sizeof raw, f);
       std::fclose(f);
-      auto be32 = [&](size_t at) { return (uint32_t(raw[at]) << 24) | (uint32_t(raw[at + 1]) << 16) | (uint32_t(raw[at + 2]) << 8) | raw[at + 3]; };
+      auto be32 = [&](size_t at) {
+        return (uint32_t(raw[at]) << 24) | (uint32_t(raw[at + 1]) << 16) | (uint32_t(raw[at + 2]) << 8) | raw[at + 3];
+      };
       if (n == sizeof raw && std::memcmp(raw, "SQLite format 3", 16) == 0) {
         detail::Header h;
         h.user_version = static_cast<int32_t>(be32(60));
@@ -236,7 +243,8 @@ SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
         impl->db = std::move(probe);
       } else {
         // Older schema: migrate a private in-memory copy, leaving the file as it is.
-        auto mem = std::make_unique<Db>(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_MEMORY, path);
+        auto mem =
+            std::make_unique<Db>(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_MEMORY, path);
         sqlite3_backup* b = sqlite3_backup_init(mem->handle(), "main", probe->handle(), "main");
         if (!b) mem->fail(sqlite3_errcode(mem->handle()), "copying the database to migrate it in memory");
         int rc;
@@ -295,12 +303,17 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
         Stmt& s = db.cached(
             "INSERT INTO runs (name, status, created_at, model_path, model_config_hash, model_type, n_layer, n_head, "
             "n_head_kv, head_dim, dtype, device, pipeline_spec, budget_unit, budget_value, prompt_text, prompt_tokens, "
-            "n_prompt_tokens, kvscope_version, torch_version, device_name, hostname, sweep_key, writer_pid, writer_host, "
-            "writer_start, heartbeat_at) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+            "n_prompt_tokens, kvscope_version, torch_version, device_name, hostname, sweep_key, writer_pid, "
+            "writer_host, "
+            "writer_start, heartbeat_at) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+            "?14, "
             "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2)");
         s.bind(1, info.name).bind(2, now).bind(3, info.model.path).bind(4, info.model.config_hash);
         s.bind(5, info.model.model_type).bind(6, info.model.n_layer).bind(7, info.model.n_head);
-        s.bind(8, info.model.n_head_kv).bind(9, info.model.head_dim).bind(10, info.model.dtype).bind(11, info.model.device);
+        s.bind(8, info.model.n_head_kv)
+            .bind(9, info.model.head_dim)
+            .bind(10, info.model.dtype)
+            .bind(11, info.model.device);
         s.bind(12, info.pipeline.spec).bind(13, budget_unit_name(info.budget.unit)).bind(14, info.budget.value);
         s.bind(15, info.prompt.text).bind_blob(16, prompt_tokens.data(), prompt_tokens.size());
         s.bind(17, static_cast<int64_t>(info.prompt.tokens.size())).bind(18, info.env.kvscope_version);
@@ -313,7 +326,11 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
         for (size_t i = 0; i < info.pipeline.stages.size(); ++i) {
           const PipelineStage& st = info.pipeline.stages[i];
           db.cached("INSERT INTO pipeline_stages (run_id, stage_index, stage, policy) VALUES (?1, ?2, ?3, ?4)")
-              .bind(1, id).bind(2, static_cast<int64_t>(i)).bind(3, st.stage).bind(4, st.policy).run();
+              .bind(1, id)
+              .bind(2, static_cast<int64_t>(i))
+              .bind(3, st.stage)
+              .bind(4, st.policy)
+              .run();
           for (size_t j = 0; j < st.params.size(); ++j) {
             const StageParam& p = st.params[j];
             Stmt& q = db.cached(
@@ -330,7 +347,8 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
   return id;
 }
 
-void SessionStore::add_step_metrics(int64_t run, int64_t step, const std::vector<std::pair<std::string, double>>& metrics) {
+void SessionStore::add_step_metrics(int64_t run, int64_t step,
+                                    const std::vector<std::pair<std::string, double>>& metrics) {
   Impl& m = *impl_;
   const std::string ctx = run_ctx("add_step_metrics", run) + " step " + std::to_string(step);
   if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
@@ -340,7 +358,11 @@ void SessionStore::add_step_metrics(int64_t run, int64_t step, const std::vector
         require_running(db, run);
         for (const auto& [name, value] : metrics)
           db.cached("INSERT INTO step_metrics (run_id, name, step, value) VALUES (?1, ?2, ?3, ?4)")
-              .bind(1, run).bind(2, name).bind(3, step).bind(4, value).run();
+              .bind(1, run)
+              .bind(2, name)
+              .bind(3, step)
+              .bind(4, value)
+              .run();
         m.heartbeat(run);
       },
       ctx);
@@ -380,8 +402,8 @@ void SessionStore::add_blob(int64_t run, const Blob& blob) {
   const size_t expected = static_cast<size_t>(blob.numel()) * dtype_size(blob.dtype);
   if (blob.data.size() != expected)
     throw SessionError(m.path, ctx + ": " + std::to_string(blob.data.size()) + " bytes do not fit shape " +
-                                   detail::format_shape(blob.shape) + " of " + std::string(to_string(blob.dtype)) + " (" +
-                                   std::to_string(expected) + " bytes)");
+                                   detail::format_shape(blob.shape) + " of " + std::string(to_string(blob.dtype)) +
+                                   " (" + std::to_string(expected) + " bytes)");
   // Compress outside the write lock: transactions stay short.
   const std::vector<uint8_t> frame = detail::zstd_compress(blob.data.data(), blob.data.size());
   m.db->write_tx(
@@ -391,9 +413,15 @@ void SessionStore::add_blob(int64_t run, const Blob& blob) {
         db.cached(
               "INSERT INTO blobs (run_id, name, layer, head, dtype, shape, codec, data, raw_size) "
               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'zstd', ?7, ?8)")
-            .bind(1, run).bind(2, blob.name).bind(3, blob.layer).bind(4, blob.head).bind(5, to_string(blob.dtype))
-            .bind(6, detail::format_shape(blob.shape)).bind_blob(7, frame.data(), frame.size())
-            .bind(8, static_cast<int64_t>(expected)).run();
+            .bind(1, run)
+            .bind(2, blob.name)
+            .bind(3, blob.layer)
+            .bind(4, blob.head)
+            .bind(5, to_string(blob.dtype))
+            .bind(6, detail::format_shape(blob.shape))
+            .bind_blob(7, frame.data(), frame.size())
+            .bind(8, static_cast<int64_t>(expected))
+            .run();
         m.heartbeat(run);
       },
       ctx);
@@ -410,7 +438,10 @@ void SessionStore::set_summary(int64_t run, const std::string& name, double valu
         db.cached(
               "INSERT INTO summary_metrics (run_id, name, value) VALUES (?1, ?2, ?3) "
               "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value")
-            .bind(1, run).bind(2, name).bind(3, value).run();
+            .bind(1, run)
+            .bind(2, name)
+            .bind(3, value)
+            .run();
         m.heartbeat(run);
       },
       ctx);
@@ -437,8 +468,12 @@ void SessionStore::finish_run(int64_t run, const RunOutputs& outputs) {
         db.cached(
               "UPDATE runs SET status = 'complete', finished_at = ?1, heartbeat_at = ?1, output_text = ?2, "
               "output_tokens = ?3, n_output_tokens = ?4 WHERE id = ?5")
-            .bind(1, now).bind(2, outputs.text).bind_blob(3, tokens.data(), tokens.size())
-            .bind(4, static_cast<int64_t>(outputs.tokens.size())).bind(5, run).run();
+            .bind(1, now)
+            .bind(2, outputs.text)
+            .bind_blob(3, tokens.data(), tokens.size())
+            .bind(4, static_cast<int64_t>(outputs.tokens.size()))
+            .bind(5, run)
+            .run();
       },
       ctx);
   m.last_heartbeat.erase(run);
@@ -454,7 +489,10 @@ void SessionStore::fail_run(int64_t run, const std::string& message) {
         require_running(db, run);
         const std::string now = detail::now_iso8601();
         db.cached("UPDATE runs SET status = 'failed', error = ?1, finished_at = ?2, heartbeat_at = ?2 WHERE id = ?3")
-            .bind(1, message).bind(2, now).bind(3, run).run();
+            .bind(1, message)
+            .bind(2, now)
+            .bind(3, run)
+            .run();
       },
       ctx);
   m.last_heartbeat.erase(run);
@@ -514,8 +552,8 @@ RunRecord SessionStore::load_run(int64_t run) const {
         r.writer_host = s.col_text(12);
         RunInfo& i = r.info;
         i.name = r.row.name;
-        i.model = {r.row.model_path, s.col_text(15), s.col_text(16), s.col_int(17), s.col_int(18), s.col_int(19),
-                   s.col_int(20), s.col_text(21), s.col_text(22)};
+        i.model = {r.row.model_path, s.col_text(15), s.col_text(16), s.col_int(17), s.col_int(18),
+                   s.col_int(19),    s.col_int(20),  s.col_text(21), s.col_text(22)};
         i.pipeline.spec = r.row.pipeline_spec;
         i.budget = r.row.budget;
         i.prompt.text = s.col_text(23);
@@ -526,17 +564,20 @@ RunRecord SessionStore::load_run(int64_t run) const {
         i.sweep_key = r.row.sweep_key;
         s.reset();
 
-        Stmt& st = db.cached("SELECT stage_index, stage, policy FROM pipeline_stages WHERE run_id = ?1 ORDER BY stage_index");
+        Stmt& st =
+            db.cached("SELECT stage_index, stage, policy FROM pipeline_stages WHERE run_id = ?1 ORDER BY stage_index");
         st.bind(1, run);
         while (st.step()) i.pipeline.stages.push_back({st.col_text(1), st.col_text(2), {}});
         Stmt& pp = db.cached(
-            "SELECT stage_index, key, type, value FROM pipeline_params WHERE run_id = ?1 ORDER BY stage_index, param_index");
+            "SELECT stage_index, key, type, value FROM pipeline_params WHERE run_id = ?1 ORDER BY stage_index, "
+            "param_index");
         pp.bind(1, run);
         while (pp.step()) {
           const int64_t si = pp.col_int(0);
           const auto type = parse_param_type(pp.col_text(2));
           if (si < 0 || si >= static_cast<int64_t>(i.pipeline.stages.size()) || !type)
-            throw SessionError(db.path(), "run " + std::to_string(run) + ": bad pipeline parameter row '" + pp.col_text(1) + "'");
+            throw SessionError(db.path(),
+                               "run " + std::to_string(run) + ": bad pipeline parameter row '" + pp.col_text(1) + "'");
           i.pipeline.stages[static_cast<size_t>(si)].params.push_back({pp.col_text(1), *type, pp.col_text(3)});
         }
 
@@ -647,7 +688,10 @@ int64_t SessionStore::add_note(int64_t run, const std::string& text) {
         require_run(*m.db, run);
         const std::string now = detail::now_iso8601();
         m.db->cached("INSERT INTO notes (run_id, text, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)")
-            .bind(1, run).bind(2, text).bind(3, now).run();
+            .bind(1, run)
+            .bind(2, text)
+            .bind(3, now)
+            .run();
         id = sqlite3_last_insert_rowid(m.db->handle());
       },
       run_ctx("add_note", run));
@@ -661,7 +705,10 @@ void SessionStore::update_note(int64_t note_id, const std::string& text) {
   m.db->write_tx(
       [&] {
         m.db->cached("UPDATE notes SET text = ?1, updated_at = ?2 WHERE id = ?3")
-            .bind(1, text).bind(2, detail::now_iso8601()).bind(3, note_id).run();
+            .bind(1, text)
+            .bind(2, detail::now_iso8601())
+            .bind(3, note_id)
+            .run();
         if (sqlite3_changes(m.db->handle()) == 0) throw SessionError(m.path, "no note " + std::to_string(note_id));
       },
       ctx);
@@ -702,10 +749,16 @@ int64_t SessionStore::add_bookmark(const Bookmark& bm) {
       [&] {
         require_run(*m.db, bm.run_id);
         m.db->cached(
-              "INSERT INTO bookmarks (run_id, label, step, layer, head, token, created_at) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
-            .bind(1, bm.run_id).bind(2, bm.label).bind(3, bm.step).bind(4, bm.layer).bind(5, bm.head)
-            .bind(6, bm.token).bind(7, detail::now_iso8601()).run();
+                "INSERT INTO bookmarks (run_id, label, step, layer, head, token, created_at) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+            .bind(1, bm.run_id)
+            .bind(2, bm.label)
+            .bind(3, bm.step)
+            .bind(4, bm.layer)
+            .bind(5, bm.head)
+            .bind(6, bm.token)
+            .bind(7, detail::now_iso8601())
+            .run();
         id = sqlite3_last_insert_rowid(m.db->handle());
       },
       run_ctx("add_bookmark", bm.run_id));
@@ -719,7 +772,8 @@ void SessionStore::delete_bookmark(int64_t bookmark_id) {
   m.db->write_tx(
       [&] {
         m.db->cached("DELETE FROM bookmarks WHERE id = ?1").bind(1, bookmark_id).run();
-        if (sqlite3_changes(m.db->handle()) == 0) throw SessionError(m.path, "no bookmark " + std::to_string(bookmark_id));
+        if (sqlite3_changes(m.db->handle()) == 0)
+          throw SessionError(m.path, "no bookmark " + std::to_string(bookmark_id));
       },
       ctx);
 }
@@ -748,9 +802,12 @@ void SessionStore::set_view_state(const std::string& key, const std::string& val
   m.db->write_tx(
       [&] {
         m.db->cached(
-              "INSERT INTO view_state (key, value, updated_at) VALUES (?1, ?2, ?3) "
-              "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
-            .bind(1, key).bind(2, value).bind(3, detail::now_iso8601()).run();
+                "INSERT INTO view_state (key, value, updated_at) VALUES (?1, ?2, ?3) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at")
+            .bind(1, key)
+            .bind(2, value)
+            .bind(3, detail::now_iso8601())
+            .run();
       },
       "set_view_state('" + key + "')");
 }

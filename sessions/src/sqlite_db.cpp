@@ -46,7 +46,9 @@ Stmt& Stmt::bind(int i, std::string_view v) {
     db_.fail(rc, "bind");
   return *this;
 }
-Stmt& Stmt::bind(int i, const std::optional<std::string>& v) { return v ? bind(i, std::string_view(*v)) : bind_null(i); }
+Stmt& Stmt::bind(int i, const std::optional<std::string>& v) {
+  return v ? bind(i, std::string_view(*v)) : bind_null(i);
+}
 Stmt& Stmt::bind_blob(int i, const void* data, size_t bytes) {
   // A zero-length blob must still be a blob (not NULL): SQLite wants a non-null pointer.
   static const char empty = 0;
@@ -128,7 +130,8 @@ void Db::fail(int rc, std::string_view context) const {
   if (msg == "not an error" || msg.empty()) msg = sqlite3_errstr(rc);
   if ((rc & 0xff) == SQLITE_NOTADB) msg = "not a SQLite database (" + msg + ")";
   // A full disk (or a file size limit) shows up as SQLITE_FULL or as a failed write / truncate.
-  if ((rc & 0xff) == SQLITE_FULL || rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_TRUNCATE || rc == SQLITE_IOERR_SHMSIZE)
+  if ((rc & 0xff) == SQLITE_FULL || rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_TRUNCATE ||
+      rc == SQLITE_IOERR_SHMSIZE)
     msg = "the disk is full or the file reached a size limit (" + msg +
           "); this write was rolled back, everything saved before it is intact";
   throw SessionError(path_, context.empty() ? msg : std::string(context) + ": " + msg);
@@ -160,7 +163,9 @@ Stmt& Db::cached(const std::string& sql) {
 
 void Db::write_tx(const std::function<void()>& fn, std::string_view context) {
   const auto deadline = std::chrono::steady_clock::now() + retry_for;
-  auto locked = [&] { return SessionError(path_, std::string(context) + ": database stayed locked by another writer"); };
+  auto locked = [&] {
+    return SessionError(path_, std::string(context) + ": database stayed locked by another writer");
+  };
   for (int attempt = 0;; ++attempt) {
     try {
       exec("BEGIN IMMEDIATE");

@@ -20,17 +20,20 @@ std::string_view name_of(E e, const std::pair<E, std::string_view> (&table)[N]) 
 
 constexpr std::pair<RunStatus, std::string_view> kStatus[] = {
     {RunStatus::kRunning, "running"}, {RunStatus::kComplete, "complete"}, {RunStatus::kFailed, "failed"}};
-constexpr std::pair<DType, std::string_view> kDTypes[] = {{DType::kF32, "f32"}, {DType::kF16, "f16"},
+constexpr std::pair<DType, std::string_view> kDTypes[] = {{DType::kF32, "f32"},   {DType::kF16, "f16"},
                                                           {DType::kBF16, "bf16"}, {DType::kI32, "i32"},
-                                                          {DType::kI64, "i64"}, {DType::kU8, "u8"}};
+                                                          {DType::kI64, "i64"},   {DType::kU8, "u8"}};
 
 /// IEEE half -> float, exact (subnormals, inf, nan included).
 float half_to_float(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
-  else if (exp == 31) v = mant ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 float bf16_to_float(uint16_t b) {
@@ -48,12 +51,18 @@ std::optional<DType> parse_dtype(std::string_view text) { return lookup(text, kD
 
 size_t dtype_size(DType d) {
   switch (d) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
   }
   return 1;
 }
@@ -70,7 +79,9 @@ std::vector<float> Blob::to_f32() const {
   const uint8_t* p = data.data();
   for (size_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::kF32: std::memcpy(&out[i], p + 4 * i, 4); break;
+      case DType::kF32:
+        std::memcpy(&out[i], p + 4 * i, 4);
+        break;
       case DType::kF16: {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
@@ -95,7 +106,9 @@ std::vector<float> Blob::to_f32() const {
         out[i] = static_cast<float>(v);
         break;
       }
-      case DType::kU8: out[i] = static_cast<float>(p[i]); break;
+      case DType::kU8:
+        out[i] = static_cast<float>(p[i]);
+        break;
     }
   }
   return out;

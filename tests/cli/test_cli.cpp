@@ -1,12 +1,12 @@
 // The kvscope-cli contract, exercised through the real binary on the embedded models.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <algorithm>
 #include <array>
-#include <set>
 #include <cstdio>
 #include <filesystem>
-#include <sys/wait.h>
+#include <set>
 
 #include "../core/test_support.h"
 #include "cli_support.h"
@@ -50,12 +50,14 @@ TEST(CliGenerate, Stories260KPrintsThePublishedStory) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::string readme = test::read_text(test::stories_dir() / "README.md");
   const auto begin = readme.find("```\n") + 4;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["text"].get<std::string>(), readme.substr(begin, readme.find("\n```", begin) - begin));
+  EXPECT_EQ(nlohmann::json::parse(r.out)["text"].get<std::string>(),
+            readme.substr(begin, readme.find("\n```", begin) - begin));
 }
 
 TEST(CliGenerate, SeededSamplingIsReproducible) {
-  const std::string args = "generate --model " + q(test::stories_dir()) +
-                           " --prompt 'Once upon a time' --max-new-tokens 20 --temperature 0.9 --top-p 0.9 --seed 5 --json";
+  const std::string args =
+      "generate --model " + q(test::stories_dir()) +
+      " --prompt 'Once upon a time' --max-new-tokens 20 --temperature 0.9 --top-p 0.9 --seed 5 --json";
   const Result a = cli(args), b = cli(args);
   ASSERT_EQ(a.exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(a.out)["output_ids"], nlohmann::json::parse(b.out)["output_ids"]);
@@ -78,8 +80,8 @@ TEST(CliGenerate, BadInputsExitNonZeroNamingTheFile) {
 }
 
 TEST(CliGenerate, RandomInitBuildsTheConfiguredShape) {
-  const Result r = cli("generate --random-init " + q(test::pycode_dir() / "config.json") +
-                       " --max-new-tokens 4 --greedy --json");
+  const Result r =
+      cli("generate --random-init " + q(test::pycode_dir() / "config.json") + " --max-new-tokens 4 --greedy --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"].size(), 4u);
 }
@@ -113,8 +115,9 @@ std::string textwrap_run(const std::string& pipeline, const std::string& budget)
 
 TEST(CliRun, AdaKvKeptSetsAndCacheBytesMatchKvpress) {
   const auto g = test::read_json(test::pycode_dir() / "golden/textwrap_head.json");
-  const Result r = cli(textwrap_run("snapkv:window=64,kernel=5,pool=avg,gqa=mean+adakv:alpha=0.2", "--compression-ratio 0.75") +
-                       " --max-new-tokens 32");
+  const Result r =
+      cli(textwrap_run("snapkv:window=64,kernel=5,pool=avg,gqa=mean+adakv:alpha=0.2", "--compression-ratio 0.75") +
+          " --max-new-tokens 32");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   const auto& ref = g["kvpress"]["adakv_snapkv_w64_k5_a0.2@0.75"];
@@ -143,7 +146,8 @@ TEST(CliRun, ZeroCompressionIsLosslessAgainstTheFullReference) {
 }
 
 TEST(CliRun, CompressionShowsUpInFidelity) {
-  const Result r = cli(textwrap_run("streamingllm:sink=4", "--budget 32 --budget-unit stored --reference full --max-new-tokens 8"));
+  const Result r =
+      cli(textwrap_run("streamingllm:sink=4", "--budget 32 --budget-unit stored --reference full --max-new-tokens 8"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["budgets"][0][0], 32);

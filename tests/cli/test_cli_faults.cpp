@@ -38,7 +38,8 @@ class CliFaults : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     test::remove_tree(dir_);
     fs::create_directories(dir_);
-    std::ofstream(dir_ / "story.txt") << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+    std::ofstream(dir_ / "story.txt")
+        << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
     db_ = dir_ / "runs.db";
   }
   void TearDown() override { test::remove_tree(dir_); }
@@ -46,8 +47,8 @@ class CliFaults : public ::testing::Test {
   void write_grid(const std::string& pipelines, const std::string& budgets, int max_new_tokens = 6) {
     std::ofstream(dir_ / "grid.toml") << "models = [\"" << (test::stories_dir() / "stories260K.bin").string()
                                       << "\"]\nprompts = [\"story.txt\"]\npipelines = [" << pipelines
-                                      << "]\nmax_new_tokens = " << max_new_tokens << "\n[budget]\nunit = \"ratio\"\nvalues = ["
-                                      << budgets << "]\n";
+                                      << "]\nmax_new_tokens = " << max_new_tokens
+                                      << "\n[budget]\nunit = \"ratio\"\nvalues = [" << budgets << "]\n";
   }
   std::string run_args() const {
     return "run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
@@ -115,16 +116,18 @@ TEST_F(CliFaults, SweepGoesOnAfterOutOfMemoryAndResumeCompletesTheFailedRuns) {
 
 TEST_F(CliFaults, SweepKilledWithSigkillResumesWithoutLosingOrDuplicatingRuns) {
   // 24 runs of up to 256 tokens: long enough to be killed part-way on a fast machine.
-  write_grid("\"snapkv:window=8\", \"streamingllm:sink=4\", \"keydiff\", \"tova\"", "0.1, 0.25, 0.4, 0.5, 0.6, 0.75", 256);
+  write_grid("\"snapkv:window=8\", \"streamingllm:sink=4\", \"keydiff\", \"tova\"", "0.1, 0.25, 0.4, 0.5, 0.6, 0.75",
+             256);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const std::string cmd = std::string(KVSCOPE_CLI) + " sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_) +
-                            " >/dev/null 2>&1";
+    const std::string cmd =
+        std::string(KVSCOPE_CLI) + " sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_) + " >/dev/null 2>&1";
     ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   // Kill -9 once a few runs are complete (the sweep is then between or inside runs).
-  for (int i = 0; i < 1200 && count_status("complete") < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 1200 && count_status("complete") < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -155,12 +158,13 @@ TEST_F(CliFaults, NewerOrForeignDatabasesAreRefusedByEveryCommandAndLeftByteIden
     return bytes;
   };
   write_grid("\"tova\"", "0.5");
-  for (const auto& [bytes, problem] : {std::pair{patched(60, 99), std::string("session schema version 99 is newer")},
-                                       std::pair{patched(68, 0x12345678), std::string("not a kvscope session database")}}) {
+  for (const auto& [bytes, problem] :
+       {std::pair{patched(60, 99), std::string("session schema version 99 is newer")},
+        std::pair{patched(68, 0x12345678), std::string("not a kvscope session database")}}) {
     std::ofstream(db_, std::ios::binary | std::ios::trunc) << bytes;
-    for (const std::string& cmd : {run_args(), "sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_),
-                                   "inspect " + quote(db_), "compare " + quote(db_) + " 1 1",
-                                   "merge --out " + quote(dir_ / "merged.db") + " " + quote(db_)}) {
+    for (const std::string& cmd :
+         {run_args(), "sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_), "inspect " + quote(db_),
+          "compare " + quote(db_) + " 1 1", "merge --out " + quote(dir_ / "merged.db") + " " + quote(db_)}) {
       const auto r = run_cli(cmd, true);
       EXPECT_NE(r.exit_code, 0) << cmd << ": " << r.out;
       EXPECT_NE(r.out.find(db_.string() + ": " + problem), std::string::npos) << cmd << ": " << r.out;
@@ -176,13 +180,15 @@ TEST_F(CliFaults, GridsThatReachUndefinedBehaviourInTomlPlusPlusAreRefusedClearl
   // U+FCBF in a value and on U+FEFB escaped by a backslash in a multi-line string, and a false
   // assumption (TOML_ASSERT_ASSUME) on a table header '[' followed by a newline and on "[}]".
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"mo-els\xc3\x9e" "demax_new_t-goldl=5,p=[\"p\"]\npipelines=[\"tova\"]\n",
+      {"mo-els\xc3\x9e"
+       "demax_new_t-goldl=5,p=[\"p\"]\npipelines=[\"tova\"]\n",
        "not valid TOML: a character outside comments that kvscope's TOML library (toml++ 3.3) cannot read (line 1)"},
       {"models=-[\"c>>\xef\xb2\xbf>>\"]\n", "cannot read (line 1)"},
       // U+FEFB right after a backslash in a multi-line string (toml++ asks whether it is whitespace).
       {"dmoneilustmodels=[\"\"\"m\\\\\\\\\\\xef\xbb\xbb\\\\\\\\\\\\", "cannot read (line 1)"},
       {"models = [\"a\"]\nprompts = [\"\"\"\nx\\\xc3\xa9\"\"\"]\n", "cannot read (line 3)"},
-      {"models = [\"m\"]\n[\ndbguet]\nunit = \"ratio\"\n", "not valid TOML: a table header without a name after '[' (line 2)"},
+      {"models = [\"m\"]\n[\ndbguet]\nunit = \"ratio\"\n",
+       "not valid TOML: a table header without a name after '[' (line 2)"},
       {"models = [\"m\"]\npipelines = [}]\n", "not valid TOML: refused by an internal check of toml++"},
   };
   for (const auto& [text, problem] : cases) {
@@ -194,9 +200,10 @@ TEST_F(CliFaults, GridsThatReachUndefinedBehaviourInTomlPlusPlusAreRefusedClearl
   }
   EXPECT_FALSE(fs::exists(db_));
   // Non-ASCII text in comments, and escapes in strings, are fine.
-  std::ofstream(dir_ / "ok.toml") << "# Grille d'essai: mod\xc3\xa8les\nmodels = [\"" << (test::stories_dir() / "stories260K.bin").string()
-                                  << "\"]\nprompts = [\"story.txt\"]\npipelines = [\"tova\"]  # \xc3\xa9lan\nmax_new_tokens = 2\n"
-                                     "[budget]\nunit = \"ratio\"\nvalues = [0.5]\nname = \"\\u00FC\"\n";
+  std::ofstream(dir_ / "ok.toml")
+      << "# Grille d'essai: mod\xc3\xa8les\nmodels = [\"" << (test::stories_dir() / "stories260K.bin").string()
+      << "\"]\nprompts = [\"story.txt\"]\npipelines = [\"tova\"]  # \xc3\xa9lan\nmax_new_tokens = 2\n"
+         "[budget]\nunit = \"ratio\"\nvalues = [0.5]\nname = \"\\u00FC\"\n";
   const auto ok = run_cli("sweep " + quote(dir_ / "ok.toml") + " --db " + quote(db_), true);
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
 }

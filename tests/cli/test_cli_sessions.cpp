@@ -25,11 +25,13 @@ class CliSessions : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     test::remove_tree(dir_);
     fs::create_directories(dir_);
-    std::ofstream(dir_ / "story.txt") << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
-    std::ofstream(dir_ / "grid.toml") << "models = [\"" << (test::stories_dir() / "stories260K.bin").string()
-                                      << "\"]\nprompts = [\"story.txt\"]\n"
-                                         "pipelines = [\"snapkv:window=8\", \"streamingllm:sink=4\", \"keydiff\", \"snapkv:window=8+adakv\"]\n"
-                                         "max_new_tokens = 6\ncapture = \"full\"\n[budget]\nunit = \"ratio\"\nvalues = [0.25, 0.5, 0.75]\n";
+    std::ofstream(dir_ / "story.txt")
+        << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+    std::ofstream(dir_ / "grid.toml")
+        << "models = [\"" << (test::stories_dir() / "stories260K.bin").string()
+        << "\"]\nprompts = [\"story.txt\"]\n"
+           "pipelines = [\"snapkv:window=8\", \"streamingllm:sink=4\", \"keydiff\", \"snapkv:window=8+adakv\"]\n"
+           "max_new_tokens = 6\ncapture = \"full\"\n[budget]\nunit = \"ratio\"\nvalues = [0.25, 0.5, 0.75]\n";
     db_ = dir_ / "runs.db";
   }
   void TearDown() override { test::remove_tree(dir_); }
@@ -38,9 +40,10 @@ class CliSessions : public ::testing::Test {
 };
 
 TEST_F(CliSessions, RunRecordsASessionAndPrintsItsId) {
-  const auto r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
-                         " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --reference full --db " +
-                         quote(db_) + " --name first --json");
+  const auto r =
+      run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
+              " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --reference full --db " +
+              quote(db_) + " --name first --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["session_id"], 1);
   const auto list = run_cli("inspect " + quote(db_));
@@ -61,7 +64,8 @@ TEST_F(CliSessions, SweepResumesAndCompareAndExportWork) {
   EXPECT_NE(r.out.find("mean Jaccard"), std::string::npos);
   EXPECT_NE(r.out.find("mean_kl"), std::string::npos);
 
-  for (const std::string fig : {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid"})
+  for (const std::string fig :
+       {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid"})
     for (const std::string ext : {"png", "svg", "pdf", "csv"}) {
       const fs::path out = dir_ / (fig + "." + ext);
       r = run_cli("export " + quote(db_) + " 8 --figure " + fig + " --layer 1 --head 2 --out " + quote(out), true);
@@ -82,16 +86,25 @@ TEST_F(CliSessions, HeadPatternRunExportsItsPatternAndBudgets) {
   // stories260K: 5 layers x 4 KV heads; KV head 0 dense, the others 4 sinks + a 16-token window.
   nlohmann::json layers = nlohmann::json::array();
   for (int l = 0; l < 5; ++l)
-    layers.push_back({{"heads", {{{"streaming", false}}, {{"streaming", true}, {"sink", 4}, {"window", 16}},
-                                 {{"streaming", true}, {"sink", 4}, {"window", 16}}, {{"streaming", true}, {"sink", 4}, {"window", 16}}}}});
+    layers.push_back({{"heads",
+                       {{{"streaming", false}},
+                        {{"streaming", true}, {"sink", 4}, {"window", 16}},
+                        {{"streaming", true}, {"sink", 4}, {"window", 16}},
+                        {{"streaming", true}, {"sink", 4}, {"window", 16}}}}});
   const fs::path pattern = dir_ / "pattern.json";
-  std::ofstream(pattern) << nlohmann::json{{"format", "kvscope.head_pattern.v1"}, {"method", "manual"}, {"budget", 0.5},
-                                           {"n_layer", 5}, {"n_head_kv", 4}, {"layers", layers}}.dump();
+  std::ofstream(pattern) << nlohmann::json{
+      {"format", "kvscope.head_pattern.v1"},
+      {"method", "manual"},
+      {"budget", 0.5},
+      {"n_layer", 5},
+      {"n_head_kv", 4},
+      {"layers", layers}}.dump();
   // A head pattern keeps what the pattern says: it takes no budget, and one given anyway is refused
   // as unused (nothing recorded); a pipeline that evicts to a budget refuses to run without one.
   const std::string base = "run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt");
-  auto r = run_cli(base + " --pipeline heads:pattern=" + quote(pattern) + " --budget 1 --budget-unit fraction --db " + quote(db_),
-                   true);
+  auto r = run_cli(
+      base + " --pipeline heads:pattern=" + quote(pattern) + " --budget 1 --budget-unit fraction --db " + quote(db_),
+      true);
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("uses no budget"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("unused"), std::string::npos) << r.out;
@@ -102,7 +115,8 @@ TEST_F(CliSessions, HeadPatternRunExportsItsPatternAndBudgets) {
   r = run_cli(base + " --pipeline heads:pattern=" + quote(pattern) + " --max-new-tokens 4 --db " + quote(db_), true);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
-              " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --db " + quote(db_), true);
+                  " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --db " + quote(db_),
+              true);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const std::string ext : {"png", "csv"}) {
     const fs::path out = dir_ / ("head-pattern." + ext);
@@ -136,8 +150,9 @@ TEST_F(CliSessions, HeadPatternRunExportsItsPatternAndBudgets) {
 
 TEST_F(CliSessions, ShardsMergeIntoTheWholeSweep) {
   for (int i = 0; i < 2; ++i)
-    ASSERT_EQ(run_cli("sweep " + quote(dir_ / "grid.toml") + " --db " + quote(dir_ / ("s" + std::to_string(i) + ".db")) +
-                      " --shard " + std::to_string(i) + "/2").exit_code,
+    ASSERT_EQ(run_cli("sweep " + quote(dir_ / "grid.toml") + " --db " +
+                      quote(dir_ / ("s" + std::to_string(i) + ".db")) + " --shard " + std::to_string(i) + "/2")
+                  .exit_code,
               0);
   EXPECT_EQ(count_lines(run_cli("inspect " + quote(dir_ / "s0.db")).out), 6);
   auto r = run_cli("merge --out " + quote(db_) + " " + quote(dir_ / "s0.db") + " " + quote(dir_ / "s1.db"));
@@ -146,7 +161,8 @@ TEST_F(CliSessions, ShardsMergeIntoTheWholeSweep) {
   // Resuming the whole sweep on the merged database has nothing left to do.
   r = run_cli("sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_), true);
   EXPECT_NE(r.out.find("0 runs recorded, 12 already done"), std::string::npos) << r.out;
-  r = run_cli("sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_) + " --shard 0/4 --emit-slurm " + quote(dir_ / "job.sh"));
+  r = run_cli("sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_) + " --shard 0/4 --emit-slurm " +
+              quote(dir_ / "job.sh"));
   ASSERT_EQ(r.exit_code, 0);
   const std::string job = test::read_text(dir_ / "job.sh");
   EXPECT_NE(job.find("#SBATCH --array=0-3"), std::string::npos) << job;
@@ -157,9 +173,10 @@ TEST_F(CliSessions, KilledRunLeavesTheDatabaseReadableAndTheRunIncomplete) {
   ASSERT_EQ(run_cli("sweep " + quote(dir_ / "grid.toml") + " --db " + quote(db_) + " --shard 0/12").exit_code, 0);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const std::string cmd = std::string(KVSCOPE_CLI) + " run --model " + quote(test::pycode_dir()) +
-                            " --prompt 'def main():' --pipeline keydiff --compression-ratio 0.5 --max-new-tokens 4000 --db " +
-                            quote(db_) + " >/dev/null 2>&1";
+    const std::string cmd =
+        std::string(KVSCOPE_CLI) + " run --model " + quote(test::pycode_dir()) +
+        " --prompt 'def main():' --pipeline keydiff --compression-ratio 0.5 --max-new-tokens 4000 --db " + quote(db_) +
+        " >/dev/null 2>&1";
     ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }

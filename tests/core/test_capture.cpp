@@ -29,7 +29,8 @@ TEST(Capture, SummaryMatchesBruteForce) {
     std::vector<double> a(n, 0.0);
     for (int64_t g = 0; g < G; ++g)
       for (int64_t i = n - w; i < n; ++i) {
-        at::Tensor logits = (k[h].narrow(0, 0, i + 1).to(at::kDouble).matmul(q[i][h * G + g].to(at::kDouble))) / std::sqrt(8.0);
+        at::Tensor logits =
+            (k[h].narrow(0, 0, i + 1).to(at::kDouble).matmul(q[i][h * G + g].to(at::kDouble))) / std::sqrt(8.0);
         at::Tensor p = at::softmax(logits, 0);
         for (int64_t j = 0; j <= i; ++j) a[j] += p[j].item<double>() / (w * G);
       }
@@ -61,7 +62,8 @@ TEST(Capture, GenerateRecordsEveryLayerBeforeCompression) {
   register_builtin_policies(registry);
   const Pipeline p(registry, "snapkv:window=8");
   GenerateRequest req;
-  req.prompt_ids = prompt_ids(model, "Once upon a time, there was a little girl named Lily who loved the park.", BosMode::kAlways);
+  req.prompt_ids =
+      prompt_ids(model, "Once upon a time, there was a little girl named Lily who loved the park.", BosMode::kAlways);
   req.max_new_tokens = 2;
   req.pipeline = &p;
   req.budget = {BudgetSpec::Unit::kCompressionRatio, 0.5};

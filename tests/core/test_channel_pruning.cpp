@@ -132,8 +132,10 @@ std::vector<double> group_qbar_abs(const at::Tensor& queries, int64_t h, int64_t
         m += query == "rms" ? x * x : x;
       }
       m = query == "rms" ? std::sqrt(m / double(w)) : std::abs(m / double(w));
-      if (gqa == "max") a[j] = std::max(a[j], m);
-      else a[j] += gqa == "mean" ? m / double(G) : m;
+      if (gqa == "max")
+        a[j] = std::max(a[j], m);
+      else
+        a[j] += gqa == "mean" ? m / double(G) : m;
     }
   return a;
 }
@@ -234,8 +236,8 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
       EXPECT_LT((got.to(at::kDouble) - hand).abs().max().item<double>(), 1e-4);
       hand_out.push_back(at::matmul(at::softmax(hand, -1), vals.to(at::kDouble)));
       // Pruned key storage: kept fp32 values + uint8 indices + μ (fp32) + count (int16, mode=p) + sign bits.
-      const int64_t key_bytes = kept_total * 4 + kept_total + (recovery == "degenerate" ? n * 4 : 0) +
-                                (mode == "p" ? n * 2 : 0) + sign_bytes;
+      const int64_t key_bytes =
+          kept_total * 4 + kept_total + (recovery == "degenerate" ? n * 4 : 0) + (mode == "p" ? n * 2 : 0) + sign_bytes;
       expect_side += key_bytes;
       expect_read += key_bytes + 1 * D * 4 + len * D * 4;  // + the dense decode-time key + all values
     }
@@ -341,8 +343,8 @@ class ChannelPruningModel : public ::testing::Test {
   static void SetUpTestSuite() {
     model_ = new Model(load_model(test::pycode_dir(), LoadOptions{}));  // fp32, CPU
     ids_ = new std::vector<int32_t>;
-    *ids_ = prompt_ids(*model_, test::read_text(test::pycode_dir() / "golden/prompts/textwrap_head.py"),
-                       BosMode::kAlways);
+    *ids_ =
+        prompt_ids(*model_, test::read_text(test::pycode_dir() / "golden/prompts/textwrap_head.py"), BosMode::kAlways);
   }
   static void TearDownTestSuite() {
     delete runs_;

@@ -13,9 +13,9 @@
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy.h"
-#include "kvscope/core/model.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -82,7 +82,8 @@ void compare_paths(at::ScalarType dtype, bool ragged, double logit_tol) {
     EXPECT_EQ(eager.layer(l).length, graphed.layer(l).length) << "layer " << l;
     for (int64_t h = 0; h < eager.n_head_kv(); ++h) {
       EXPECT_TRUE(at::equal(eager.head_positions(l, h).cpu(), graphed.head_positions(l, h).cpu())) << l << "/" << h;
-      EXPECT_TRUE(at::allclose(eager.head_keys(l, h).to(at::kFloat), graphed.head_keys(l, h).to(at::kFloat), 1e-2, 1e-2))
+      EXPECT_TRUE(
+          at::allclose(eager.head_keys(l, h).to(at::kFloat), graphed.head_keys(l, h).to(at::kFloat), 1e-2, 1e-2))
           << l << "/" << h;
     }
   }

@@ -72,7 +72,8 @@ class CudaKernels : public ::testing::Test {
     LinearCase c;
     c.x = at::randn({m, k}, opts(at::kFloat)).to(dt);
     c.w = (at::randn({n, k}, opts(at::kFloat)) / std::sqrt(double(k))).to(dt);
-    if (bias) c.b = at::randn(bias == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{m, n}, opts(at::kFloat)).to(dt);
+    if (bias)
+      c.b = at::randn(bias == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{m, n}, opts(at::kFloat)).to(dt);
     products(c, c.x.to(at::kFloat), c.x, bias);
     return c;
   }
@@ -181,7 +182,8 @@ TEST_F(CudaKernels, DecodeAttentionFindsEveryWorkItemAcrossManyHeads) {
     if (c.length[h / G] > 0) live.push_back(h);
   const at::Tensor rows = at::tensor(live, at::kLong).to(at::kCUDA);
   const at::Tensor ref = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G).index_select(0, rows);
-  const at::Tensor base = ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, at::kBFloat16).index_select(0, rows);
+  const at::Tensor base =
+      ops::ref::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, at::kBFloat16).index_select(0, rows);
   for (int n_split : {0, 1, 3}) {
     at::Tensor out = at::full({n_head_kv * G, D}, kNaN, opts(at::kBFloat16));
     ops::decode_attention(q, c.k, c.v, c.offset, c.length, G, 0.0, n_split, out);
@@ -269,8 +271,9 @@ TEST_F(CudaKernels, RmsNormMatchesReference) {
 /// After one decode append into c (every head h's row offset[h] + length[h], c's lengths being those
 /// before the append): those rows hold exactly k[h], v[h] and `position`; every other row of the
 /// caches is as before (k_before, v_before, NaN padding included) and every other position -1.
-void expect_appended(const RaggedCache& c, const at::Tensor& k_before, const at::Tensor& v_before, const at::Tensor& pos,
-                     const at::Tensor& k, const at::Tensor& v, int64_t position, const std::string& what) {
+void expect_appended(const RaggedCache& c, const at::Tensor& k_before, const at::Tensor& v_before,
+                     const at::Tensor& pos, const at::Tensor& k, const at::Tensor& v, int64_t position,
+                     const std::string& what) {
   at::Tensor written = at::zeros({c.k.size(0)}, at::TensorOptions().device(c.k.device()).dtype(at::kBool));
   for (size_t h = 0; h < c.offset.size(); ++h) {
     const int64_t row = c.offset[h] + c.length[h], i = static_cast<int64_t>(h);
@@ -328,51 +331,56 @@ TEST_F(CudaKernels, QkvRopeAppendMatchesTheProjectionThenRope) {
   // lengths advance by one, the tickets come back zero, and nothing else in the caches moves.
   // m = 1 takes the fused GEMV (every dtype), batches the two-launch path.
   std::mt19937 rng(11);
-  struct Shape { int64_t m, n_head_kv, G, D, hidden; };
+  struct Shape {
+    int64_t m, n_head_kv, G, D, hidden;
+  };
   const Shape shapes[] = {{1, 3, 4, 128, 256}, {1, 2, 3, 64, 4096}, {3, 2, 1, 64, 256},
-                          {8, 1, 8, 128, 512},  {5, 3, 8, 128, 256}, {9, 1, 2, 64, 256}};
+                          {8, 1, 8, 128, 512}, {5, 3, 8, 128, 256}, {9, 1, 2, 64, 256}};
   for (at::ScalarType dt : kDtypes)
     for (const Shape& sh : shapes)
       for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kAdjacentPairs})
         for (int bias : {0, 1})
-        for (bool pending : {false, true}) {  // the attention norm left pending (ops::NormedRows)
-          const int64_t m = sh.m, Hkv = sh.n_head_kv, H = Hkv * sh.G, D = sh.D, n = (H + 2 * Hkv) * D, position = 4097;
-          const std::string what = name(dt) + " m=" + std::to_string(m) + " Hkv=" + std::to_string(Hkv) + " G=" +
-                                   std::to_string(sh.G) + " D=" + std::to_string(D) + " hidden=" + std::to_string(sh.hidden) +
-                                   (layout == RopeLayout::kRotateHalf ? " rotate-half" : " pairs") + (bias ? " bias" : "") +
-                                   (pending ? " pending norm" : "");
-          at::manual_seed(rng());
-          const LinearCase c = pending ? pending_case(dt, m, n, sh.hidden, bias, sh.hidden / 8)
-                                       : linear_case(dt, m, n, sh.hidden, bias);
-          RaggedCache cache = make_cache(m * Hkv, 40, D, dt, rng);
-          at::Tensor pos = at::full({cache.k.size(0)}, -1, opts(at::kLong));
-          const at::Tensor k_before = cache.k.clone(), v_before = cache.v.clone();
-          const at::Tensor offset = at::tensor(cache.offset, at::kLong).to(at::kCUDA);
-          const at::Tensor length = at::tensor(cache.length, at::kLong).to(at::kCUDA);
-          const at::Tensor tickets = at::zeros({Hkv}, opts(at::kLong));
-          const at::Tensor position_dev = at::full({1}, position, opts(at::kLong));
-          at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, D, 2, opts(at::kFloat)) / D);
-          at::Tensor angles = inv_freq * static_cast<double>(position);
-          const at::Tensor cos = angles.cos().to(dt), sin = angles.sin().to(dt);
-          const auto [q, k, v] = ops::qkv_rope_append(c.rows(), c.w, bias ? c.b : at::Tensor(), H, Hkv, cos, sin, layout,
-                                                      cache.k, cache.v, pos, offset, length, tickets, position_dev);
-          // References: heads of sequence b at b * H .. (q) and b * Hkv .. (k, v).
-          auto heads = [&](const at::Tensor& y, int64_t from, int64_t count) {
-            return y.narrow(1, from * D, count * D).reshape({m * count, D});
-          };
-          const at::Tensor ref_q = ops::ref::rope(heads(c.ref, 0, H), cos, sin, layout);
-          const at::Tensor ref_k = ops::ref::rope(heads(c.ref, H, Hkv), cos, sin, layout);
-          const at::Tensor base_q = ops::ref::rope(heads(c.base, 0, H), cos, sin, layout, dt);
-          const at::Tensor base_k = ops::ref::rope(heads(c.base, H, Hkv), cos, sin, layout, dt);
-          expect_close(q, ref_q, base_q, dt, what + " q");
-          expect_close(k, ref_k, base_k, dt, what + " k");
-          expect_close(v, heads(c.ref, H + Hkv, Hkv), heads(c.base, H + Hkv, Hkv), dt, what + " v");
-          expect_appended(cache, k_before, v_before, pos, k, v, position, what);
-          const at::Tensor length_after = length.cpu();
-          for (int64_t i = 0; i < m * Hkv; ++i)
-            EXPECT_EQ(length_after[i].item<int64_t>(), cache.length[i] + 1) << what << " length head " << i;
-          EXPECT_TRUE(tickets.eq(0).all().item<bool>()) << what << ": tickets left non-zero";
-        }
+          for (bool pending : {false, true}) {  // the attention norm left pending (ops::NormedRows)
+            const int64_t m = sh.m, Hkv = sh.n_head_kv, H = Hkv * sh.G, D = sh.D, n = (H + 2 * Hkv) * D,
+                          position = 4097;
+            const std::string what = name(dt) + " m=" + std::to_string(m) + " Hkv=" + std::to_string(Hkv) +
+                                     " G=" + std::to_string(sh.G) + " D=" + std::to_string(D) +
+                                     " hidden=" + std::to_string(sh.hidden) +
+                                     (layout == RopeLayout::kRotateHalf ? " rotate-half" : " pairs") +
+                                     (bias ? " bias" : "") + (pending ? " pending norm" : "");
+            at::manual_seed(rng());
+            const LinearCase c = pending ? pending_case(dt, m, n, sh.hidden, bias, sh.hidden / 8)
+                                         : linear_case(dt, m, n, sh.hidden, bias);
+            RaggedCache cache = make_cache(m * Hkv, 40, D, dt, rng);
+            at::Tensor pos = at::full({cache.k.size(0)}, -1, opts(at::kLong));
+            const at::Tensor k_before = cache.k.clone(), v_before = cache.v.clone();
+            const at::Tensor offset = at::tensor(cache.offset, at::kLong).to(at::kCUDA);
+            const at::Tensor length = at::tensor(cache.length, at::kLong).to(at::kCUDA);
+            const at::Tensor tickets = at::zeros({Hkv}, opts(at::kLong));
+            const at::Tensor position_dev = at::full({1}, position, opts(at::kLong));
+            at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, D, 2, opts(at::kFloat)) / D);
+            at::Tensor angles = inv_freq * static_cast<double>(position);
+            const at::Tensor cos = angles.cos().to(dt), sin = angles.sin().to(dt);
+            const auto [q, k, v] =
+                ops::qkv_rope_append(c.rows(), c.w, bias ? c.b : at::Tensor(), H, Hkv, cos, sin, layout, cache.k,
+                                     cache.v, pos, offset, length, tickets, position_dev);
+            // References: heads of sequence b at b * H .. (q) and b * Hkv .. (k, v).
+            auto heads = [&](const at::Tensor& y, int64_t from, int64_t count) {
+              return y.narrow(1, from * D, count * D).reshape({m * count, D});
+            };
+            const at::Tensor ref_q = ops::ref::rope(heads(c.ref, 0, H), cos, sin, layout);
+            const at::Tensor ref_k = ops::ref::rope(heads(c.ref, H, Hkv), cos, sin, layout);
+            const at::Tensor base_q = ops::ref::rope(heads(c.base, 0, H), cos, sin, layout, dt);
+            const at::Tensor base_k = ops::ref::rope(heads(c.base, H, Hkv), cos, sin, layout, dt);
+            expect_close(q, ref_q, base_q, dt, what + " q");
+            expect_close(k, ref_k, base_k, dt, what + " k");
+            expect_close(v, heads(c.ref, H + Hkv, Hkv), heads(c.base, H + Hkv, Hkv), dt, what + " v");
+            expect_appended(cache, k_before, v_before, pos, k, v, position, what);
+            const at::Tensor length_after = length.cpu();
+            for (int64_t i = 0; i < m * Hkv; ++i)
+              EXPECT_EQ(length_after[i].item<int64_t>(), cache.length[i] + 1) << what << " length head " << i;
+            EXPECT_TRUE(tickets.eq(0).all().item<bool>()) << what << ": tickets left non-zero";
+          }
   // Bad operands are refused by name.
   const LinearCase c = linear_case(at::kBFloat16, 1, 6 * 64, 128, 0);
   RaggedCache cache = make_cache(1, 8, 64, at::kBFloat16, rng);
@@ -381,12 +389,14 @@ TEST_F(CudaKernels, QkvRopeAppendMatchesTheProjectionThenRope) {
   EXPECT_THROW(ops::qkv_rope_append(c.x, c.w, {}, 5, 1, cs, cs, RopeLayout::kRotateHalf, cache.k, cache.v, {},
                                     meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets, meta.narrow(0, 0, 1)),
                std::invalid_argument);  // 7 heads of rows for 6 of W
-  EXPECT_THROW(ops::qkv_rope_append(c.x, c.w, {}, 4, 1, cs, cs, RopeLayout::kRotateHalf, cache.k, cache.v, {},
-                                    meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets.to(at::kInt), meta.narrow(0, 0, 1)),
-               std::invalid_argument);  // int32 tickets
-  EXPECT_THROW(ops::qkv_rope_append(c.x, c.w, {}, 4, 1, cs.narrow(0, 0, 16), cs, RopeLayout::kRotateHalf, cache.k,
-                                    cache.v, {}, meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets, meta.narrow(0, 0, 1)),
-               std::invalid_argument);  // cos of 16 for head_dim 64
+  EXPECT_THROW(
+      ops::qkv_rope_append(c.x, c.w, {}, 4, 1, cs, cs, RopeLayout::kRotateHalf, cache.k, cache.v, {},
+                           meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets.to(at::kInt), meta.narrow(0, 0, 1)),
+      std::invalid_argument);  // int32 tickets
+  EXPECT_THROW(
+      ops::qkv_rope_append(c.x, c.w, {}, 4, 1, cs.narrow(0, 0, 16), cs, RopeLayout::kRotateHalf, cache.k, cache.v, {},
+                           meta.narrow(0, 0, 1), meta.narrow(0, 1, 1), tickets, meta.narrow(0, 0, 1)),
+      std::invalid_argument);  // cos of 16 for head_dim 64
 }
 
 TEST_F(CudaKernels, SiluMulMatchesReference) {
@@ -413,7 +423,9 @@ TEST_F(CudaKernels, LinearRowMatchesReference) {
   // 14336: one and several 128-value chunks per warp; k = 64: half a chunk), cuBLAS for fp32;
   // m = 9: cuBLAS.
   // k = 100 (bf16/fp16: 200 bytes, not a multiple of 16) takes the at::linear fallback.
-  struct Shape { int64_t n, k; };
+  struct Shape {
+    int64_t n, k;
+  };
   const Shape shapes[] = {{1, 64}, {37, 128}, {1000, 4096}, {4096, 14336}, {32768, 256}, {5, 100}};
   for (at::ScalarType dt : kDtypes)
     for (const Shape& s : shapes)
@@ -427,7 +439,10 @@ TEST_F(CudaKernels, LinearRowMatchesReference) {
             // An fp32 output skips the final rounding, so compare it with the fp32-output baseline.
             expect_close(got, c.ref, fp32_out ? c.base.to(at::kFloat) : c.base, fp32_out ? at::kFloat : dt,
                          "linear_row " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) +
-                             " k=" + std::to_string(s.k) + (bias == 1 ? " bias" : bias == 2 ? " residual" : "") +
+                             " k=" + std::to_string(s.k) +
+                             (bias == 1   ? " bias"
+                              : bias == 2 ? " residual"
+                                          : "") +
                              (fp32_out ? " fp32-out" : ""));
           }
 }
@@ -438,14 +453,16 @@ TEST_F(CudaKernels, ProjectionsApplyAPendingRmsNorm) {
   // HF-order norm in the dtype, then at::linear, is the baseline. m = 1: CUDA-core GEMV (parts
   // k / 8: float4 loads; 7: scalar loads); 2, 3, 8: tensor cores, the partial sums staged by
   // cp.async (fp32 batches: cuBLAS on the normalised rows); 9: the LibTorch fallback.
-  struct Shape { int64_t n, k; };
+  struct Shape {
+    int64_t n, k;
+  };
   const Shape shapes[] = {{37, 128}, {1000, 4096}, {4096, 14336}};
   for (at::ScalarType dt : kDtypes)
     for (const Shape& s : shapes)
       for (int64_t m : {1, 2, 3, 8, 9})
         for (int64_t parts : {s.k / 8, int64_t{7}}) {
-          const std::string what = name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) + " k=" +
-                                   std::to_string(s.k) + " parts=" + std::to_string(parts);
+          const std::string what = name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) +
+                                   " k=" + std::to_string(s.k) + " parts=" + std::to_string(parts);
           for (int bias : {0, 1})
             for (bool fp32_out : {false, true}) {
               const LinearCase c = pending_case(dt, m, s.n, s.k, bias, parts);
@@ -454,8 +471,8 @@ TEST_F(CudaKernels, ProjectionsApplyAPendingRmsNorm) {
                            "linear_row " + what + (bias ? " bias" : "") + (fp32_out ? " fp32-out" : ""));
             }
           const LinearCase c = pending_case(dt, m, 2 * s.n, s.k, 0, parts);  // gate / up: n rows each
-          expect_close(ops::linear_row_swiglu(c.rows(), c.w), ops::ref::silu_mul(c.ref), ops::ref::silu_mul(c.base, dt), dt,
-                       "linear_row_swiglu " + what);
+          expect_close(ops::linear_row_swiglu(c.rows(), c.w), ops::ref::silu_mul(c.ref), ops::ref::silu_mul(c.base, dt),
+                       dt, "linear_row_swiglu " + what);
         }
   // A pending norm's sums must be fp32 [m, parts].
   LinearCase c = pending_case(at::kBFloat16, 2, 37, 128, 0, 16);
@@ -472,12 +489,15 @@ TEST_F(CudaKernels, LinearRowNormOutLeavesTheNextRmsNormPending) {
   // fixture's seed matters here: with n = 37 the consumer (k = 37) takes LibTorch's path, and over
   // 600 outputs of 37 terms one rounding flip of a gate near a bf16 boundary can put its max error
   // past twice LibTorch's (seen once in 60 unseeded runs, 3.4x).
-  struct Shape { int64_t n, k; };
+  struct Shape {
+    int64_t n, k;
+  };
   const Shape shapes[] = {{37, 128}, {4096, 14336}, {1000, 256}};
   for (at::ScalarType dt : kDtypes)
     for (const Shape& s : shapes)
       for (int64_t m : {1, 2, 8, 9}) {
-        const std::string what = name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+        const std::string what =
+            name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
         const LinearCase c = linear_case(dt, m, s.n, s.k, m == 1 ? 1 : 2);
         const at::Tensor g = (at::randn({s.n}, opts(at::kFloat)) * 0.5 + 1).to(dt);
         const auto [y, next] = ops::linear_row_norm_out(c.x, c.w, c.b, g, kNormEps);
@@ -488,7 +508,8 @@ TEST_F(CudaKernels, LinearRowNormOutLeavesTheNextRmsNormPending) {
         EXPECT_LE((sum - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>()) << what << ": Σ y²";
         const int64_t inter = 300;
         const at::Tensor w_gu = (at::randn({2 * inter, s.n}, opts(at::kFloat)) / std::sqrt(double(s.n))).to(dt);
-        const at::Tensor ref = ops::ref::silu_mul(at::matmul(ops::ref::rms_norm(y, g, kNormEps), w_gu.to(at::kFloat).t()));
+        const at::Tensor ref =
+            ops::ref::silu_mul(at::matmul(ops::ref::rms_norm(y, g, kNormEps), w_gu.to(at::kFloat).t()));
         const at::Tensor base = ops::ref::silu_mul(at::linear(ops::ref::rms_norm(y, g, kNormEps, dt).to(dt), w_gu), dt);
         expect_close(ops::linear_row_swiglu(next, w_gu), ref, base, dt, "swiglu of the pending norm " + what);
       }
@@ -502,7 +523,9 @@ TEST_F(CudaKernels, LinearRowSplitCutsTheOutputColumnsIntoBlocks) {
   // [s1, n) come back as three contiguous [m, width] blocks (q, k, v). Each block must equal its
   // columns of the unsplit reference; empty segments are allowed. m = 1 and 8: the GEMV kernels
   // (8 rows of fp32: cuBLAS), m = 9: cuBLAS for every dtype.
-  struct Split { int64_t n, k, s0, s1; };
+  struct Split {
+    int64_t n, k, s0, s1;
+  };
   const Split splits[] = {{6144, 4096, 4096, 5120}, {37, 128, 12, 18}, {37, 64, 0, 37}, {48, 64, 16, 16}};
   for (at::ScalarType dt : kDtypes)
     for (const Split& s : splits)
@@ -511,8 +534,8 @@ TEST_F(CudaKernels, LinearRowSplitCutsTheOutputColumnsIntoBlocks) {
         const auto got = ops::linear_row_split(c.x, c.w, c.b, s.s0, s.s1);
         const int64_t first[] = {0, s.s0, s.s1}, end[] = {s.s0, s.s1, s.n};
         for (int i = 0; i < 3; ++i) {
-          const std::string what = "linear_row_split " + name(dt) + " m=" + std::to_string(m) + " n=" +
-                                   std::to_string(s.n) + " segment " + std::to_string(i);
+          const std::string what = "linear_row_split " + name(dt) + " m=" + std::to_string(m) +
+                                   " n=" + std::to_string(s.n) + " segment " + std::to_string(i);
           ASSERT_EQ(got[i].sizes(), at::IntArrayRef({m, end[i] - first[i]})) << what;
           ASSERT_TRUE(got[i].is_contiguous()) << what;
           if (end[i] == first[i]) continue;
@@ -530,7 +553,9 @@ TEST_F(CudaKernels, LinearRowSwigluMatchesSiluOfTheGateTimesTheUp) {
   // reference of the same formula; LibTorch in the dtype (at::linear, then silu·mul) is the
   // baseline. m = 1: CUDA-core GEMV; 2, 8 (bf16 / fp16): tensor cores (inter 3000: 375 tiles,
   // 4-warp blocks on a 132-SM GPU); fp32 batches and m = 9: at::linear + the silu_mul kernel.
-  struct Shape { int64_t inter, k; };
+  struct Shape {
+    int64_t inter, k;
+  };
   const Shape shapes[] = {{37, 128}, {3000, 4096}, {4500, 256}};
   for (at::ScalarType dt : kDtypes)
     for (const Shape& s : shapes)
@@ -559,7 +584,9 @@ TEST_F(CudaKernels, GemvKernelFusesTheSwigluActivation) {
           const LinearCase c = linear_case(dt, m, 2 * inter, 4096, bias);
           at::Tensor y = at::full({m, inter}, kNaN, opts(dt));
           kk::GemvArgs a;
-          a.dtype = dt == at::kHalf ? kk::DType::kFloat16 : dt == at::kFloat ? kk::DType::kFloat32 : kk::DType::kBFloat16;
+          a.dtype = dt == at::kHalf    ? kk::DType::kFloat16
+                    : dt == at::kFloat ? kk::DType::kFloat32
+                                       : kk::DType::kBFloat16;
           a.m = m;
           a.n = 2 * inter;
           a.k = 4096;
@@ -652,13 +679,16 @@ TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
             a.y_split[1] = s1;
             ASSERT_TRUE(kk::gemv_supported(a));
             ASSERT_EQ(kk::gemv(a, nullptr), cudaSuccess);  // LibTorch's default stream: the legacy stream
-            const at::Tensor got = at::cat({y.narrow(0, 0, m * s0).view({m, s0}),
-                                            y.narrow(0, m * s0, m * (s1 - s0)).view({m, s1 - s0}),
-                                            y.narrow(0, m * s1, m * (n - s1)).view({m, n - s1})},
-                                           1);
+            const at::Tensor got =
+                at::cat({y.narrow(0, 0, m * s0).view({m, s0}), y.narrow(0, m * s0, m * (s1 - s0)).view({m, s1 - s0}),
+                         y.narrow(0, m * s1, m * (n - s1)).view({m, n - s1})},
+                        1);
             expect_close(got, c.ref, c.base, dt,
-                         "gemv " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                             (bias == 1 ? " bias, split output" : bias == 2 ? " per-row bias" : ""));
+                         "gemv " + name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                             " k=" + std::to_string(k) +
+                             (bias == 1   ? " bias, split output"
+                              : bias == 2 ? " per-row bias"
+                                          : ""));
           }
   kk::GemvArgs a;
   a.n = 16;

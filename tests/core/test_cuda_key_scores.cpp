@@ -54,7 +54,8 @@ void expect_close(const at::Tensor& got, const at::Tensor& ref, const at::Tensor
   // zero key gives 0/0); such entries are left out of the baseline's error.
   const at::Tensor b32 = baseline.to(at::kFloat);
   const double err = max_abs_diff(got, ref);
-  const double base = (b32 - ref.to(at::kFloat)).abs().masked_fill(at::isfinite(b32).logical_not(), 0.0f).max().item<double>();
+  const double base =
+      (b32 - ref.to(at::kFloat)).abs().masked_fill(at::isfinite(b32).logical_not(), 0.0f).max().item<double>();
   const double floor = ulp(dtype) * std::max(ref.abs().max().item<double>(), 1e-6);
   EXPECT_LE(err, 2 * base + floor) << what << ": kernel error " << err << ", LibTorch " << name(dtype) << " error "
                                    << base << ", floor " << floor;
@@ -68,7 +69,9 @@ at::Tensor masked_keys(const policies::ChannelPruningBase& p, int64_t layer, int
   const int64_t D = cache.head_dim();
   const at::Tensor eye = at::eye(D, at::TensorOptions().dtype(at::kFloat));
   const at::Tensor s = p.head_logits(layer, kv_head, eye, cache);  // [D, n]
-  return s.sub(p.recovery_bias(layer, kv_head).unsqueeze(0).mul(1.0 / std::sqrt(double(D)))).mul(std::sqrt(double(D))).t();
+  return s.sub(p.recovery_bias(layer, kv_head).unsqueeze(0).mul(1.0 / std::sqrt(double(D))))
+      .mul(std::sqrt(double(D)))
+      .t();
 }
 
 /// Keys as KvCache::keys(layer) hands them to a scoring policy: [Hkv, n, D] inside a buffer of
@@ -103,7 +106,8 @@ TEST(KeyScoreRefs, KeyDiffReferenceIsThePolicyScoreOnCpu) {
       EXPECT_LE(ref.abs().max().item<double>(), 1.0 + 1e-6);
       const at::Tensor a = anchor == "normalized" ? keys / keys.norm(2, {-1}, true).clamp_min(1e-12) : keys;
       const at::Tensor mu = a.mean(1, true);
-      const at::Tensor hand = -(keys * mu).sum(-1) / (keys.norm(2, {-1}).clamp_min(1e-8) * mu.norm(2, {-1}).clamp_min(1e-8));
+      const at::Tensor hand =
+          -(keys * mu).sum(-1) / (keys.norm(2, {-1}).clamp_min(1e-8) * mu.norm(2, {-1}).clamp_min(1e-8));
       EXPECT_LT((hand - ref).abs().max().item<double>(), 1e-5);
     }
 }
@@ -124,11 +128,9 @@ void check_spark_reference(at::ScalarType dt, const std::string& recovery, const
   const at::Tensor queries = at::randn({n_tok, cfg.n_head, D}).to(dt);
 
   const double ratio = 0.7;
-  auto pol = registry().make("spark", {{"ratio", "0.7"},
-                                       {"window", std::to_string(W)},
-                                       {"recovery", recovery},
-                                       {"sign", sign},
-                                       {"mode", "fixed"}});
+  auto pol = registry().make(
+      "spark",
+      {{"ratio", "0.7"}, {"window", std::to_string(W)}, {"recovery", recovery}, {"sign", sign}, {"mode", "fixed"}});
   auto* p = dynamic_cast<policies::ChannelPruningBase*>(pol.get());
   ASSERT_NE(p, nullptr);
   p->configure(RunBudget{}, cfg);
@@ -144,15 +146,20 @@ void check_spark_reference(at::ScalarType dt, const std::string& recovery, const
     const ops::SparkPruned r = ops::ref::spark_prune_fixed(kh, a[h], T, refill, dt);
     EXPECT_TRUE(at::equal(r.mask, p->channel_mask(0, h)));
     const at::Tensor bias = p->recovery_bias(0, h);
-    if (recovery == "degenerate" && !refill) EXPECT_TRUE(at::equal(r.pruned_sum, bias));
-    else EXPECT_EQ(bias.abs().max().item<double>(), 0.0);
+    if (recovery == "degenerate" && !refill)
+      EXPECT_TRUE(at::equal(r.pruned_sum, bias));
+    else
+      EXPECT_EQ(bias.abs().max().item<double>(), 0.0);
     const at::Tensor mk = masked_keys(*p, 0, h, cache);
-    if (bias.abs().max().item<double>() == 0.0) EXPECT_TRUE(at::equal(r.masked_k, mk));
-    else EXPECT_LT(max_abs_diff(r.masked_k, mk), 1e-5);
+    if (bias.abs().max().item<double>() == 0.0)
+      EXPECT_TRUE(at::equal(r.masked_k, mk));
+    else
+      EXPECT_LT(max_abs_diff(r.masked_k, mk), 1e-5);
     // The fp32 reference differs from the dtype one only by the refill's rounding.
     const ops::SparkPruned r32 = ops::ref::spark_prune_fixed(kh, a[h], T, refill);
     EXPECT_TRUE(at::equal(r32.mask, r.mask));
-    EXPECT_LE(max_abs_diff(r32.masked_k, r.masked_k), ulp(dt) * std::max(r32.masked_k.abs().max().item<double>(), 1e-6));
+    EXPECT_LE(max_abs_diff(r32.masked_k, r.masked_k),
+              ulp(dt) * std::max(r32.masked_k.abs().max().item<double>(), 1e-6));
   }
 }
 
@@ -168,7 +175,8 @@ TEST(KeyScoreRefs, ReferencesRejectBadArguments) {
   EXPECT_THROW(ops::ref::keydiff_scores(at::randn({4, 8}), true), std::invalid_argument);
   EXPECT_THROW(ops::ref::spark_prune_fixed(at::randn({4, 8}), at::rand({7}), 2, false), std::invalid_argument);
   EXPECT_THROW(ops::ref::spark_prune_fixed(at::randn({4, 8}), at::rand({8}), 9, false), std::invalid_argument);
-  EXPECT_THROW(ops::ref::spark_prune_fixed(at::randn({4, 8}), at::rand({8}), 2, false, at::kHalf), std::invalid_argument);
+  EXPECT_THROW(ops::ref::spark_prune_fixed(at::randn({4, 8}), at::rand({8}), 2, false, at::kHalf),
+               std::invalid_argument);
 }
 
 TEST(KeyScoreRefs, AdaptersThrowWithoutTheKernels) {
@@ -296,7 +304,8 @@ TEST_F(CudaKeyScores, SparkFixedTiesTakeLowerChannelsFirst) {
     check_spark(ops::spark_prune_fixed(kd, ad, d / 3, true), kd, ad, d / 3, true, at::kFloat,
                 "spark D=" + std::to_string(d));
   }
-  const ops::SparkPruned empty = ops::spark_prune_fixed(at::randn({0, 64}, opts(at::kHalf)), at::rand({64}, opts(at::kFloat)), 10, true);
+  const ops::SparkPruned empty =
+      ops::spark_prune_fixed(at::randn({0, 64}, opts(at::kHalf)), at::rand({64}, opts(at::kFloat)), 10, true);
   EXPECT_EQ(empty.mask.sizes(), (at::IntArrayRef{0, 64}));
 }
 
@@ -316,19 +325,19 @@ TEST_F(CudaKeyScores, PoliciesUseTheKernelsOnCuda) {
 
 TEST_F(CudaKeyScores, RejectsBadArguments) {
   const at::Tensor k = at::randn({3, 10, 64}, opts(at::kBFloat16));
-  EXPECT_THROW(ops::keydiff_scores(k.select(0, 0), true), std::invalid_argument);                       // 2-D
+  EXPECT_THROW(ops::keydiff_scores(k.select(0, 0), true), std::invalid_argument);                             // 2-D
   EXPECT_THROW(ops::keydiff_scores(at::randn({1, 10, 300}, opts(at::kFloat)), true), std::invalid_argument);  // D > 256
-  EXPECT_THROW(ops::keydiff_scores(k.to(at::kDouble), true), std::invalid_argument);                    // dtype
-  EXPECT_THROW(ops::keydiff_scores(k.cpu(), true), std::invalid_argument);                              // device
+  EXPECT_THROW(ops::keydiff_scores(k.to(at::kDouble), true), std::invalid_argument);                          // dtype
+  EXPECT_THROW(ops::keydiff_scores(k.cpu(), true), std::invalid_argument);                                    // device
   const at::Tensor k2 = at::randn({10, 64}, opts(at::kHalf));
   const at::Tensor a = at::rand({64}, opts(at::kFloat));
-  EXPECT_THROW(ops::spark_prune_fixed(k2, a.narrow(0, 0, 63), 8, false), std::invalid_argument);        // a size
-  EXPECT_THROW(ops::spark_prune_fixed(k2, a.cpu(), 8, false), std::invalid_argument);                   // a device
-  EXPECT_THROW(ops::spark_prune_fixed(k2, a.to(at::kHalf), 8, false), std::invalid_argument);           // a dtype
-  EXPECT_THROW(ops::spark_prune_fixed(k2, a, 65, false), std::invalid_argument);                        // kept > D
+  EXPECT_THROW(ops::spark_prune_fixed(k2, a.narrow(0, 0, 63), 8, false), std::invalid_argument);  // a size
+  EXPECT_THROW(ops::spark_prune_fixed(k2, a.cpu(), 8, false), std::invalid_argument);             // a device
+  EXPECT_THROW(ops::spark_prune_fixed(k2, a.to(at::kHalf), 8, false), std::invalid_argument);     // a dtype
+  EXPECT_THROW(ops::spark_prune_fixed(k2, a, 65, false), std::invalid_argument);                  // kept > D
   EXPECT_THROW(ops::spark_prune_fixed(k2, a, -1, false), std::invalid_argument);
-  EXPECT_THROW(ops::spark_prune_fixed(k2.unsqueeze(0), a, 8, false), std::invalid_argument);            // 3-D
-  EXPECT_THROW(ops::spark_prune_fixed(k2.to(at::kDouble), a, 8, false), std::invalid_argument);         // dtype
+  EXPECT_THROW(ops::spark_prune_fixed(k2.unsqueeze(0), a, 8, false), std::invalid_argument);     // 3-D
+  EXPECT_THROW(ops::spark_prune_fixed(k2.to(at::kDouble), a, 8, false), std::invalid_argument);  // dtype
 }
 
 }  // namespace

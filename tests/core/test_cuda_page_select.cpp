@@ -96,8 +96,8 @@ void check_selection(bool hsa, at::ScalarType dt, int64_t D, int64_t G, int64_t 
     const int64_t n = L.length[h], c = cnt[h].item<int64_t>();
     const std::string what = std::string(hsa ? "hsa" : "quest") + " dtype " + c10::toString(dt) +
                              " D=" + std::to_string(D) + " G=" + std::to_string(G) + " n=" + std::to_string(n) +
-                             " page=" + std::to_string(page) + " keep=" + std::to_string(keep) +
-                             " head " + std::to_string(h) + " of " + std::to_string(Hkv);
+                             " page=" + std::to_string(page) + " keep=" + std::to_string(keep) + " head " +
+                             std::to_string(h) + " of " + std::to_string(Hkv);
     const at::Tensor got = index[h].narrow(0, 0, c).cpu().to(at::kLong);
     ASSERT_TRUE(at::equal(got, std::get<0>(at::sort(got)))) << what << ": rows not ascending";
     const at::Tensor want = ops::ref::page_select_rows(hsa, q.narrow(0, h * G, G), lo[h], hi[h], n, page, k1, keep);
@@ -183,10 +183,13 @@ TEST_F(CudaPageSelect, LastPageUpkeepRecomputesTheSummariesAndSelectsAsIfFresh) 
             const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
             const auto mode = hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest;
             const int64_t max_pages = max_pages_of(L, page);
-            auto [index, count] = ops::page_select(mode, q, lo, hi, heads[1], max_pages, G, page, k1, keep, L.k, heads[0]);
-            auto [index2, count2] = ops::page_select(mode, q, fresh_lo, fresh_hi, heads[1], max_pages, G, page, k1, keep);
-            const std::string what = std::string(hsa ? "hsa " : "quest ") + c10::toString(dt) + " D=" + std::to_string(D) +
-                                     " n=" + std::to_string(n_tok) + " page=" + std::to_string(page);
+            auto [index, count] =
+                ops::page_select(mode, q, lo, hi, heads[1], max_pages, G, page, k1, keep, L.k, heads[0]);
+            auto [index2, count2] =
+                ops::page_select(mode, q, fresh_lo, fresh_hi, heads[1], max_pages, G, page, k1, keep);
+            const std::string what = std::string(hsa ? "hsa " : "quest ") + c10::toString(dt) +
+                                     " D=" + std::to_string(D) + " n=" + std::to_string(n_tok) +
+                                     " page=" + std::to_string(page);
             for (int64_t h = 0; h < 3; ++h) {
               auto [rlo, rhi] = ops::ref::page_minmax(head_keys(L, h), page);
               const int64_t P = rlo.size(0);
@@ -196,7 +199,8 @@ TEST_F(CudaPageSelect, LastPageUpkeepRecomputesTheSummariesAndSelectsAsIfFresh) 
             ASSERT_TRUE(at::equal(count.cpu(), count2.cpu())) << what;
             for (int64_t h = 0; h < 3; ++h) {
               const int64_t c = count.cpu()[h].item<int64_t>();
-              EXPECT_TRUE(at::equal(index[h].narrow(0, 0, c).cpu(), index2[h].narrow(0, 0, c).cpu())) << what << " head " << h;
+              EXPECT_TRUE(at::equal(index[h].narrow(0, 0, c).cpu(), index2[h].narrow(0, 0, c).cpu()))
+                  << what << " head " << h;
             }
           }
 }
@@ -204,9 +208,9 @@ TEST_F(CudaPageSelect, LastPageUpkeepRecomputesTheSummariesAndSelectsAsIfFresh) 
 TEST_F(CudaPageSelect, PartialLastPageAndDenseHeads) {
   // HSA keeps the first entries of a tie page only up to k2; a head shorter than k2 is dense.
   std::mt19937 rng(4);
-  check_selection(true, at::kFloat, 128, 4, 37, 5, 32, 13, rng);   // 13 = 2 pages + 3 entries
-  check_selection(true, at::kFloat, 128, 4, 10, 4, 32, 64, rng);   // every head dense
-  check_selection(false, at::kFloat, 64, 2, 37, 16, 0, 2, rng);    // Quest: partial last page
+  check_selection(true, at::kFloat, 128, 4, 37, 5, 32, 13, rng);  // 13 = 2 pages + 3 entries
+  check_selection(true, at::kFloat, 128, 4, 10, 4, 32, 64, rng);  // every head dense
+  check_selection(false, at::kFloat, 64, 2, 37, 16, 0, 2, rng);   // Quest: partial last page
 }
 
 TEST_F(CudaPageSelect, SelectionFeedsTheGatherKernel) {

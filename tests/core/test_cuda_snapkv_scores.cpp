@@ -82,14 +82,15 @@ TEST_F(CudaSnapKvScores, PoolingAndGroupReductionMatchLibTorch) {
   const at::Tensor vote = vote_libtorch(qw, k, at::kFloat);  // [Hkv, G, n - w]
   for (int64_t kernel : {1, 5, 7})
     for (policies::Pool pool : {policies::Pool::kAvg, policies::Pool::kMax})
-      for (policies::GqaReduce gqa : {policies::GqaReduce::kMean, policies::GqaReduce::kSum, policies::GqaReduce::kMax}) {
+      for (policies::GqaReduce gqa :
+           {policies::GqaReduce::kMean, policies::GqaReduce::kSum, policies::GqaReduce::kMax}) {
         const ops::GroupReduce how = gqa == policies::GqaReduce::kMean  ? ops::GroupReduce::kMean
                                      : gqa == policies::GqaReduce::kSum ? ops::GroupReduce::kSum
                                                                         : ops::GroupReduce::kMax;
         const at::Tensor got = ops::snapkv_window_scores(qw, k, kernel, pool == policies::Pool::kMax, how);
         ASSERT_TRUE(got.defined());
-        const at::Tensor want =
-            policies::reduce_groups(policies::pool_scores(vote.reshape({Hkv * G, n - w}), kernel, pool).view({Hkv, G, n - w}), gqa);
+        const at::Tensor want = policies::reduce_groups(
+            policies::pool_scores(vote.reshape({Hkv * G, n - w}), kernel, pool).view({Hkv, G, n - w}), gqa);
         const std::string what = "kernel " + std::to_string(kernel) + (pool == policies::Pool::kMax ? " max" : " avg") +
                                  " gqa " + std::to_string(static_cast<int>(gqa));
         EXPECT_LE(max_abs_diff(got, want), 1e-5 * want.abs().max().item<double>() + 1e-7) << what;
@@ -119,11 +120,11 @@ TEST_F(CudaSnapKvScores, RefusesWhatTheKernelsCannotTake) {
   const auto o = at::TensorOptions().device(at::kCUDA);
   const at::Tensor qw = at::randn({8, 4, 64}, o).to(at::kBFloat16), k = at::randn({2, 100, 64}, o).to(at::kBFloat16);
   EXPECT_THROW(ops::window_vote(qw.to(at::kFloat), k.to(at::kFloat)), std::invalid_argument);  // fp32
-  EXPECT_THROW(ops::window_vote(qw, k.narrow(1, 0, 8)), std::invalid_argument);                   // w >= n
-  EXPECT_THROW(ops::window_vote(qw.narrow(1, 0, 3), k), std::invalid_argument);                   // 3 % 2 heads
-  EXPECT_THROW(ops::window_vote(qw, k.to(at::kHalf)), std::invalid_argument);                     // mixed dtypes
+  EXPECT_THROW(ops::window_vote(qw, k.narrow(1, 0, 8)), std::invalid_argument);                // w >= n
+  EXPECT_THROW(ops::window_vote(qw.narrow(1, 0, 3), k), std::invalid_argument);                // 3 % 2 heads
+  EXPECT_THROW(ops::window_vote(qw, k.to(at::kHalf)), std::invalid_argument);                  // mixed dtypes
   EXPECT_FALSE(ops::snapkv_window_scores(qw.cpu(), k.cpu(), 5, false, ops::GroupReduce::kMean).defined());
-  EXPECT_FALSE(ops::snapkv_window_scores(qw, k, 4, false, ops::GroupReduce::kMean).defined());     // even kernel
+  EXPECT_FALSE(ops::snapkv_window_scores(qw, k, 4, false, ops::GroupReduce::kMean).defined());  // even kernel
 }
 
 }  // namespace

@@ -180,9 +180,7 @@ struct TestCache {
     cache.advance_position(1);
   }
   at::Tensor query() { return randn({cfg.n_head, cfg.head_dim}); }
-  LayerPrefill layer_prefill() const {
-    return LayerPrefill{cfg, 1, at::Tensor(), at::Tensor(), at::Tensor()};
-  }
+  LayerPrefill layer_prefill() const { return LayerPrefill{cfg, 1, at::Tensor(), at::Tensor(), at::Tensor()}; }
 };
 
 /// fp64 attention of query head hq over the rows `rows` of its KV head (all rows if empty).
@@ -233,8 +231,8 @@ struct DenseCase {
 
 TEST(DecodeSelection, FullBudgetEqualsDenseAttention) {
   const std::vector<DenseCase> cases = {
-      {"hsa", {{"k2", "100000"}}},                      // t = 8 gives p, k1 > 1, but k2 covers all
-      {"hsa", {{"stage1", "false"}}},                   // t = 1e6 -> k2 = 5e5
+      {"hsa", {{"k2", "100000"}}},     // t = 8 gives p, k1 > 1, but k2 covers all
+      {"hsa", {{"stage1", "false"}}},  // t = 1e6 -> k2 = 5e5
       {"quest", {{"k", "100000"}, {"page", "4"}}},
       {"quest", {}},
       {"sparq", {{"k", "100000"}, {"mean", "true"}}},
@@ -271,8 +269,10 @@ TEST(DecodeSelection, FullBudgetEqualsDenseAttention) {
 
 TEST(DecodeSelection, Bf16CacheKeepsTheQueryDtype) {
   // Side stores in the cache dtype, scores and softmax in fp32, output in q's dtype.
-  const std::vector<DenseCase> cases = {{"hsa", {{"k2", "9"}}}, {"quest", {{"k", "9"}, {"page", "4"}}},
-                                        {"sparq", {{"k", "9"}, {"mean", "true"}}}, {"exacttopk", {{"k", "9"}}}};
+  const std::vector<DenseCase> cases = {{"hsa", {{"k2", "9"}}},
+                                        {"quest", {{"k", "9"}, {"page", "4"}}},
+                                        {"sparq", {{"k", "9"}, {"mean", "true"}}},
+                                        {"exacttopk", {{"k", "9"}}}};
   for (const auto& pc : cases)
     for (bool ragged : {false, true}) {
       SCOPED_TRACE(pc.name + (ragged ? " ragged" : ""));
@@ -481,8 +481,8 @@ TEST(DecodeSelection, RocketKvMtSelectionNamesFullCacheRows) {
         EXPECT_LT(static_cast<int64_t>(rows.size()), n / 2) << "a fraction of the history";
         if (step == 2) EXPECT_EQ(rows.back(), n - 1) << "the step's own entry";
         for (int64_t g = 0; g < G; ++g)
-          EXPECT_TRUE(at::allclose(y[h * G + g].to(at::kDouble), reference_head(tc.cache, q, h * G + g, G, rows),
-                                   1e-5, 1e-5))
+          EXPECT_TRUE(
+              at::allclose(y[h * G + g].to(at::kDouble), reference_head(tc.cache, q, h * G + g, G, rows), 1e-5, 1e-5))
               << "kv head " << h << ", query head " << h * G + g;
       }
     }
@@ -563,7 +563,8 @@ TEST(DecodeSelection, SparqMatchesBruteForce) {
 
 TEST(DecodeSelection, RegistryAndBudgets) {
   const PolicyRegistry r = registry();
-  for (const char* n : {"hsa", "quest", "sparq", "exacttopk"}) EXPECT_EQ(r.catalog().at(n).stage, Stage::kDecodeSelection) << n;
+  for (const char* n : {"hsa", "quest", "sparq", "exacttopk"})
+    EXPECT_EQ(r.catalog().at(n).stage, Stage::kDecodeSelection) << n;
   // HSA: fetched t with S = n_prompt + n_gen -> P from rocketkv_split; stage1=false keeps the prompt.
   ModelConfig cfg = small_config(2, 3);
   cfg.head_dim = 64;

@@ -46,10 +46,13 @@ struct Tiny {
 Tiny make_tiny(const std::string& model_type, bool tied, nlohmann::json rope_scaling) {
   Tiny t;
   const int64_t V = 97, Hd = 48, I = 80, L = 2, H = 6, Hkv = 2, D = 16;
-  t.config = {{"model_type", model_type}, {"vocab_size", V}, {"hidden_size", Hd}, {"intermediate_size", I},
-              {"num_hidden_layers", L}, {"num_attention_heads", H}, {"num_key_value_heads", Hkv}, {"head_dim", D},
-              {"rms_norm_eps", 1e-6}, {"rope_theta", 500.0}, {"tie_word_embeddings", tied}, {"bos_token_id", 1},
-              {"eos_token_id", 2}, {"max_position_embeddings", 256}};
+  t.config = {{"model_type", model_type},    {"vocab_size", V},
+              {"hidden_size", Hd},           {"intermediate_size", I},
+              {"num_hidden_layers", L},      {"num_attention_heads", H},
+              {"num_key_value_heads", Hkv},  {"head_dim", D},
+              {"rms_norm_eps", 1e-6},        {"rope_theta", 500.0},
+              {"tie_word_embeddings", tied}, {"bos_token_id", 1},
+              {"eos_token_id", 2},           {"max_position_embeddings", 256}};
   if (!rope_scaling.is_null()) t.config["rope_scaling"] = rope_scaling;
   at::manual_seed(7);
   auto r = [](std::vector<int64_t> s, double scale = 0.2) { return at::randn(s) * scale; };
@@ -109,7 +112,8 @@ at::Tensor reference_logits(const Tiny& t, const std::vector<int64_t>& ids, cons
     at::Tensor o = at::matmul(at::softmax(s, -1), v).transpose(0, 1).reshape({T, H * D});
     x = x + at::matmul(o, W(p + "self_attn.o_proj.weight").t());
     h = norm(x, W(p + "post_attention_layernorm.weight"));
-    at::Tensor a = at::silu(at::matmul(h, W(p + "mlp.gate_proj.weight").t())) * at::matmul(h, W(p + "mlp.up_proj.weight").t());
+    at::Tensor a =
+        at::silu(at::matmul(h, W(p + "mlp.gate_proj.weight").t())) * at::matmul(h, W(p + "mlp.up_proj.weight").t());
     x = x + at::matmul(a, W(p + "mlp.down_proj.weight").t());
   }
   const std::string head = t.w.count("lm_head.weight") ? "lm_head.weight" : "model.embed_tokens.weight";
@@ -155,14 +159,18 @@ TEST_P(EngineVsReference, AllLogitsWholeAndChunkedAndDecode) {
   test::remove_tree(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, EngineVsReference,
-    ::testing::Values(Case{"llama", true, nullptr}, Case{"qwen2", false, nullptr}, Case{"mistral", false, nullptr},
-                      Case{"llama", false, {{"rope_type", "linear"}, {"factor", 4.0}}},
-                      Case{"llama", true,
-                           {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}),
-    [](const auto& info) { return info.param.model_type + std::to_string(info.index); });
+INSTANTIATE_TEST_SUITE_P(Shapes, EngineVsReference,
+                         ::testing::Values(Case{"llama", true, nullptr}, Case{"qwen2", false, nullptr},
+                                           Case{"mistral", false, nullptr},
+                                           Case{"llama", false, {{"rope_type", "linear"}, {"factor", 4.0}}},
+                                           Case{"llama",
+                                                true,
+                                                {{"rope_type", "llama3"},
+                                                 {"factor", 8.0},
+                                                 {"low_freq_factor", 1.0},
+                                                 {"high_freq_factor", 4.0},
+                                                 {"original_max_position_embeddings", 64}}}),
+                         [](const auto& info) { return info.param.model_type + std::to_string(info.index); });
 
 TEST(Rope, AdjacentPairsEqualRotateHalfOnPermutedChannels) {
   // Meta/llama2.c layout rotates (2i, 2i+1); HF rotates (i, i + D/2). Permuting channels maps one onto the other.
@@ -191,7 +199,8 @@ TEST(Rope, Llama3ScalingMatchesTheFormula) {
   for (int64_t i : {0, 20, 40, 63}) {
     const double f = std::pow(500000.0, -2.0 * i / 128), wl = 2 * M_PI / f;
     double want = f;
-    if (wl > 8192) want = f / 8;
+    if (wl > 8192)
+      want = f / 8;
     else if (wl >= 2048) {
       const double s = (8192 / wl - 1) / 3;
       want = (1 - s) * f / 8 + s * f;

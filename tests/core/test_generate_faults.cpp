@@ -19,7 +19,9 @@ namespace {
 
 class GenerateFaults : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { model_ = new Model(load_model(test::stories_dir() / "stories260K.bin", LoadOptions{})); }
+  static void SetUpTestSuite() {
+    model_ = new Model(load_model(test::stories_dir() / "stories260K.bin", LoadOptions{}));
+  }
   static void TearDownTestSuite() {
     delete model_;
     model_ = nullptr;
@@ -52,15 +54,17 @@ class GenerateFaults : public ::testing::Test {
 };
 Model* GenerateFaults::model_ = nullptr;
 
-const c10::Error kCudaOom(c10::SourceLocation{"kvscope", __FILE__, static_cast<uint32_t>(__LINE__)}, "CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)");
+const c10::Error kCudaOom(c10::SourceLocation{"kvscope", __FILE__, static_cast<uint32_t>(__LINE__)},
+                          "CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)");
 
 TEST_F(GenerateFaults, OutOfMemoryAtPrefillSuggestsChunkedPrefillAndASmallerBudget) {
   const Engine engine(*model_);
   GenerateRequest req = request();
   req.fault_hook = fail_at("prefill", 0, kCudaOom);
   const std::string what = message_of(engine, req);
-  EXPECT_NE(what.find("out of memory during the prefill of " + std::to_string(req.prompt_ids.size()) + " tokens on cpu"),
-            std::string::npos)
+  EXPECT_NE(
+      what.find("out of memory during the prefill of " + std::to_string(req.prompt_ids.size()) + " tokens on cpu"),
+      std::string::npos)
       << what;
   EXPECT_NE(what.find("--prefill-chunk"), std::string::npos) << what;
   EXPECT_NE(what.find("smaller budget"), std::string::npos) << what;
@@ -89,7 +93,9 @@ TEST_F(GenerateFaults, HostAllocationFailuresAreOutOfMemoryToo) {
   GenerateRequest req = request();
   req.fault_hook = fail_at("decode", 0, std::bad_alloc());
   EXPECT_NE(message_of(engine, req).find("out of memory at decode step 0"), std::string::npos);
-  req.fault_hook = fail_at("prefill", 0, c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "DefaultCPUAllocator: not enough memory: you tried to allocate 8 GB"));
+  req.fault_hook = fail_at("prefill", 0,
+                           c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                      "DefaultCPUAllocator: not enough memory: you tried to allocate 8 GB"));
   EXPECT_NE(message_of(engine, req).find("DefaultCPUAllocator: not enough memory"), std::string::npos);
 }
 
@@ -106,7 +112,9 @@ TEST_F(GenerateFaults, ARealAllocationFailureOfTheCacheIsReportedTheSameWay) {
 TEST_F(GenerateFaults, OtherTorchErrorsAreNotDisguisedAsOutOfMemory) {
   const Engine engine(*model_);
   GenerateRequest req = request();
-  req.fault_hook = fail_at("decode", 1, c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "index 9999 is out of bounds for dimension 0 with size 512"));
+  req.fault_hook = fail_at("decode", 1,
+                           c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                      "index 9999 is out of bounds for dimension 0 with size 512"));
   EXPECT_THROW(generate(engine, req), c10::Error);
 }
 

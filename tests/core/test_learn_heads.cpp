@@ -49,8 +49,8 @@ LearnOptions small_options(LearnMethod method, double budget) {
   o.batch = 4;
   o.seq_len = 128;
   o.sink = 4;
-  o.window = 16;   // duo
-  o.block = 8;     // hs-sft: candidates 8, 16, 24, 32
+  o.window = 16;  // duo
+  o.block = 8;    // hs-sft: candidates 8, 16, 24, 32
   o.n_candidates = 4;
   o.init_steps = 6;
   o.lr = 0.05;
@@ -100,7 +100,8 @@ std::vector<std::vector<size_t>> kept_by_heads_policy(const fs::path& pattern_fi
 TEST(TrainingForward, DenseForwardMatchesTheEngine) {
   const Model& m = stories();
   const learn::TrainingForward fwd(m);
-  std::vector<int32_t> ids = m.tokenizer->encode("Once upon a time, there was a little girl named Lily. She loved to play.");
+  std::vector<int32_t> ids =
+      m.tokenizer->encode("Once upon a time, there was a little girl named Lily. She loved to play.");
   ids.insert(ids.begin(), 1);
   const Engine engine(m);
   KvCache cache = engine.new_cache(static_cast<int64_t>(ids.size()));
@@ -212,8 +213,8 @@ TEST(LearnDefaults, SizesScaleWithTheReferenceLengthBelow8K) {
     const learn::StreamingSizes s = default_streaming_sizes(n, context);
     return std::vector<int64_t>{s.sink, s.window, s.block};
   };
-  EXPECT_EQ(sizes(512, 512), (std::vector<int64_t>{8, 16, 8}));        // stories260K
-  EXPECT_EQ(sizes(1024, 4096), (std::vector<int64_t>{16, 32, 16}));    // pycode-16m at the default --seq-len
+  EXPECT_EQ(sizes(512, 512), (std::vector<int64_t>{8, 16, 8}));      // stories260K
+  EXPECT_EQ(sizes(1024, 4096), (std::vector<int64_t>{16, 32, 16}));  // pycode-16m at the default --seq-len
   EXPECT_EQ(sizes(128, 512), (std::vector<int64_t>{2, 4, 2}));
   EXPECT_EQ(sizes(16, 512), (std::vector<int64_t>{1, 1, 1})) << "at least 1";
   // The papers' values (HS-SFT Table 6, DuoAttention) for 8K+ models, whatever the reference length,
@@ -287,17 +288,19 @@ TEST(LearnDefaults, ExplicitSizesThatCannotMeetTheBudgetStillFail) {
   LearnOptions hs;
   hs.budget = 0.25;
   hs.sink = 128;  // the papers' sinks on a 512-token context
-  expect_input_error([&] { learn::validate(hs, c); },
-                     "--budget 0.25 is below what the dense heads and the 128 sink tokens of the streaming heads keep on a "
-                     "512-token reference context");
+  expect_input_error(
+      [&] { learn::validate(hs, c); },
+      "--budget 0.25 is below what the dense heads and the 128 sink tokens of the streaming heads keep on a "
+      "512-token reference context");
   expect_input_error([&] { learn::learn_head_pattern(stories(), stories_glob(), hs); }, "the 128 sink tokens");
   LearnOptions duo;
   duo.method = LearnMethod::kDuo;
   duo.budget = 0.25;
   duo.sink = 64;
   duo.window = 256;
-  expect_input_error([&] { learn::validate(duo, c); },
-                     "--budget 0.25 is below what streaming heads alone keep: sink 64 + window 256 of a 512-token reference context");
+  expect_input_error(
+      [&] { learn::validate(duo, c); },
+      "--budget 0.25 is below what streaming heads alone keep: sink 64 + window 256 of a 512-token reference context");
   LearnOptions window_only = duo;  // the default sink (8) with an explicit window too large for the budget
   window_only.sink = -1;
   window_only.window = 200;
@@ -308,7 +311,8 @@ TEST(LearnDefaults, ExplicitSizesThatCannotMeetTheBudgetStillFail) {
   LearnOptions paper;
   paper.method = LearnMethod::kDuo;
   paper.budget = 0.25;
-  expect_input_error([&] { learn::validate(paper, long_context); }, "sink 128 + window 256 of a 1024-token reference context");
+  expect_input_error([&] { learn::validate(paper, long_context); },
+                     "sink 128 + window 256 of a 1024-token reference context");
   paper.reference_length = 8192;
   EXPECT_NO_THROW(learn::validate(paper, long_context));
 }
@@ -361,8 +365,9 @@ TEST(LearnHeads, HsSftReducesTheLossAndWritesAPatternWithinBudget) {
   const auto kept = kept_by_heads_policy(f, o.seq_len);
   for (size_t l = 0; l < p.layers.size(); ++l)
     for (size_t h = 0; h < p.layers[l].size(); ++h)
-      EXPECT_EQ(static_cast<int64_t>(kept[l][h]),
-                p.layers[l][h].streaming ? std::min(o.seq_len, p.layers[l][h].sink + p.layers[l][h].window) : o.seq_len);
+      EXPECT_EQ(static_cast<int64_t>(kept[l][h]), p.layers[l][h].streaming
+                                                      ? std::min(o.seq_len, p.layers[l][h].sink + p.layers[l][h].window)
+                                                      : o.seq_len);
   std::remove(f.c_str());
   std::remove(learn::loss_curve_path(f).c_str());
 }
@@ -398,7 +403,8 @@ TEST(LearnHeads, DuoReducesTheLossAndThresholdsGatesToTheBudget) {
 TEST(LearnHeads, BadInputIsNamed) {
   const LearnOptions o = small_options(LearnMethod::kDuo, 0.5);
   const std::string missing = (test::source_dir() / "tests/data/no-such-dir/*.txt").string();
-  expect_input_error([&] { learn::learn_head_pattern(stories(), missing, o); }, "--data '" + missing + "': no files match");
+  expect_input_error([&] { learn::learn_head_pattern(stories(), missing, o); },
+                     "--data '" + missing + "': no files match");
   for (double b : {0.0, -0.2, 1.5}) {
     LearnOptions bad = o;
     bad.budget = b;
@@ -406,16 +412,19 @@ TEST(LearnHeads, BadInputIsNamed) {
   }
   LearnOptions tight = o;
   tight.budget = 0.1;  // streaming alone keeps 20 / 128
-  expect_input_error([&] { learn::learn_head_pattern(stories(), stories_glob(), tight); }, "below what streaming heads alone keep");
+  expect_input_error([&] { learn::learn_head_pattern(stories(), stories_glob(), tight); },
+                     "below what streaming heads alone keep");
   LearnOptions short_seq = o;
   short_seq.seq_len = 20;
   expect_input_error([&] { learn::learn_head_pattern(stories(), stories_glob(), short_seq); }, "--seq-len 20");
   LearnOptions too_long = o;
   too_long.seq_len = 4096;
-  expect_input_error([&] { learn::learn_head_pattern(stories(), stories_glob(), too_long); }, "beyond the model's context");
+  expect_input_error([&] { learn::learn_head_pattern(stories(), stories_glob(), too_long); },
+                     "beyond the model's context");
   const fs::path tiny = temp_file("tiny.txt");
   std::ofstream(tiny) << "Once upon a time, there was a cat.";
-  expect_input_error([&] { learn::learn_head_pattern(stories(), tiny.string(), o); }, "fewer than one sequence of --seq-len 128");
+  expect_input_error([&] { learn::learn_head_pattern(stories(), tiny.string(), o); },
+                     "fewer than one sequence of --seq-len 128");
   std::remove(tiny.c_str());
   expect_input_error([] { learn::parse_learn_method("snapkv"); }, "expected hs-sft or duo");
 }

@@ -20,13 +20,16 @@ const fs::path kSource = KVSCOPE_SOURCE_DIR;
 std::string learn_args(const std::string& method, const std::string& budget, const fs::path& out,
                        const std::string& data = (kSource / "tests/data/learn-heads/*.txt").string()) {
   return "learn-heads --model " + quote(kSource / "assets/models/stories260K") + " --data " + quote(data) +
-         " --method " + method + " --budget " + budget + " --steps 4 --seq-len 128 --batch 2 --sink 4 --window 16"
-         " --block 8 --candidates 4 --init-steps 2 --log-every 1 --out " + quote(out);
+         " --method " + method + " --budget " + budget +
+         " --steps 4 --seq-len 128 --batch 2 --sink 4 --window 16"
+         " --block 8 --candidates 4 --init-steps 2 --log-every 1 --out " +
+         quote(out);
 }
 
 TEST(LearnHeadsCli, WritesAPatternThatTheHeadsPipelineRuns) {
   for (const std::string method : {"duo", "hs-sft"}) {
-    const fs::path out = fs::temp_directory_path() / ("kvscope_cli_learn_" + std::to_string(::getpid()) + "_" + method + ".json");
+    const fs::path out =
+        fs::temp_directory_path() / ("kvscope_cli_learn_" + std::to_string(::getpid()) + "_" + method + ".json");
     const CliResult r = run_cli(learn_args(method, "0.5", out), /*merge=*/true);
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find("step     4"), std::string::npos) << "progress is printed: " << r.out;
@@ -36,10 +39,11 @@ TEST(LearnHeadsCli, WritesAPatternThatTheHeadsPipelineRuns) {
     EXPECT_EQ(j["method"], method);
     EXPECT_LE(j["budget_achieved"].get<double>(), 0.5);
     EXPECT_TRUE(fs::exists(out.parent_path() / (out.stem().string() + ".loss.csv")));
-    const CliResult run = run_cli("run --model " + quote(kSource / "assets/models/stories260K") +
-                                  " --prompt 'Once upon a time there was a little dog named Max. He liked to run in the park "
-                                  "with his friends every day, and he was very happy.' --max-new-tokens 4 --pipeline " +
-                                  quote("heads:pattern=" + out.string()) + " --json");
+    const CliResult run =
+        run_cli("run --model " + quote(kSource / "assets/models/stories260K") +
+                " --prompt 'Once upon a time there was a little dog named Max. He liked to run in the park "
+                "with his friends every day, and he was very happy.' --max-new-tokens 4 --pipeline " +
+                quote("heads:pattern=" + out.string()) + " --json");
     ASSERT_EQ(run.exit_code, 0) << run.out;
     EXPECT_EQ(nlohmann::json::parse(run.out)["budgets"].size(), 5u);
     fs::remove(out);
@@ -51,7 +55,8 @@ TEST(LearnHeadsCli, WritesAPatternThatTheHeadsPipelineRuns) {
 // such as 0.25 ("below what the dense heads and the 128 sink tokens ... keep"); the defaults now
 // scale with the reference length. Explicit sizes that cannot meet the budget still fail.
 TEST(LearnHeadsCli, DefaultSizesMeetTheBudgetOnStories) {
-  const fs::path out = fs::temp_directory_path() / ("kvscope_cli_learn_defaults_" + std::to_string(::getpid()) + ".json");
+  const fs::path out =
+      fs::temp_directory_path() / ("kvscope_cli_learn_defaults_" + std::to_string(::getpid()) + ".json");
   const std::string base = "learn-heads --model " + quote(kSource / "assets/models/stories260K") + " --data " +
                            quote(kSource / "tests/data/learn-heads/*.txt") + " --batch 1 --out " + quote(out);
   struct Case {
@@ -74,13 +79,15 @@ TEST(LearnHeadsCli, DefaultSizesMeetTheBudgetOnStories) {
   }
   CliResult r = run_cli(base + " --method hs-sft --budget 0.25 --steps 2 --sink 128", true);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.out.find("--budget 0.25 is below what the dense heads and the 128 sink tokens of the streaming heads keep "
-                       "on a 512-token reference context"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("--budget 0.25 is below what the dense heads and the 128 sink tokens of the streaming heads keep "
+                 "on a 512-token reference context"),
+      std::string::npos)
       << r.out;
   r = run_cli(base + " --method duo --budget 0.1 --steps 1 --window 256", true);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.out.find("--budget 0.1 is below what streaming heads alone keep: sink 8 + window 256"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--budget 0.1 is below what streaming heads alone keep: sink 8 + window 256"), std::string::npos)
+      << r.out;
   r = run_cli(base + " --method duo --budget 0.1 --steps 1 --sink=-1", true);
   EXPECT_EQ(r.exit_code, 2) << "a negative size given is an error, not the default";
   EXPECT_NE(r.out.find("--sink must be >= 0, got -1"), std::string::npos) << r.out;

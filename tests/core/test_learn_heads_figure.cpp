@@ -50,7 +50,8 @@ TEST(HeadPatternFigure, ReadsTheLearnedLossCurveFromTheFile) {
   save_head_pattern(f, two_by_two());
   nlohmann::json j = nlohmann::json::parse(std::ifstream(f));
   j["reference_length"] = 256;
-  j["learned"] = {{"loss_curve", {{1, 0.9, 0.1, 0.8, "duo"}, {2, 3.0, 2.9, 0.1, "hs-sft"}, {3, 2.5, 2.4, 0.1, "hs-sft"}}}};
+  j["learned"] = {
+      {"loss_curve", {{1, 0.9, 0.1, 0.8, "duo"}, {2, 3.0, 2.9, 0.1, "hs-sft"}, {3, 2.5, 2.4, 0.1, "hs-sft"}}}};
   std::ofstream(f) << j.dump();
   const viz::Figure fig = figures::head_pattern_figure(f);
   viz::validate(fig);

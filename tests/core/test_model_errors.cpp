@@ -66,7 +66,8 @@ TEST_F(DamagedCheckpoint, ShapeMismatchWithConfig) {
   auto cfg = test::read_json(dir_ / "config.json");
   cfg["intermediate_size"] = 1000;
   write("config.json", cfg.dump());
-  expect_error(dir_ / "model.safetensors", "mlp.gate_proj.weight' has shape [1024, 384], config.json implies [1000, 384]");
+  expect_error(dir_ / "model.safetensors",
+               "mlp.gate_proj.weight' has shape [1024, 384], config.json implies [1000, 384]");
 }
 
 TEST_F(DamagedCheckpoint, UnknownModelType) {
@@ -102,7 +103,8 @@ TEST_F(DamagedCheckpoint, TruncatedLlama2c) {
     load_model(bin, LoadOptions{});
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(bin.string() + ": truncated llama2.c checkpoint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(bin.string() + ": truncated llama2.c checkpoint"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -110,7 +112,8 @@ TEST(Safetensors, ShardedIndexLoadsTheSameTensors) {
   // An index over the single file is a valid one-shard checkpoint.
   const fs::path dir = fs::temp_directory_path() / ("kvscope_shard_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  fs::copy_file(test::pycode_dir() / "model.safetensors", dir / "shard-1.safetensors", fs::copy_options::overwrite_existing);
+  fs::copy_file(test::pycode_dir() / "model.safetensors", dir / "shard-1.safetensors",
+                fs::copy_options::overwrite_existing);
   const SafetensorsFile single(test::pycode_dir() / "model.safetensors");
   nlohmann::json index;
   for (const auto& [name, e] : single.entries()) index["weight_map"][name] = "shard-1.safetensors";

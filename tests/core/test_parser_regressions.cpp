@@ -112,18 +112,25 @@ TEST_F(ParserRegressions, TokenizerIdFarBeyondAnyVocabulary) {
 // float-to-int cast out of range, undefined behaviour. The same cast sat in every integer field
 // read with get<> / value<>: safetensors shapes and offsets, config.json sizes, head patterns.
 TEST_F(ParserRegressions, FloatsWhereIntegersBelong) {
-  const auto tokenizer = write("tokenizer.json", R"({"model":{"type":"BPE","vocab":{"a":0,"b":1.98922e+24},"merges":[]}})");
-  expect_input_error([&] { load_hf_tokenizer(tokenizer); }, tokenizer, "vocab entry 'b' has id 1.98922e+24, not a 32-bit integer");
-  const auto added = write("added.json", R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[{"id":0.5,"content":"<x>"}]})");
+  const auto tokenizer =
+      write("tokenizer.json", R"({"model":{"type":"BPE","vocab":{"a":0,"b":1.98922e+24},"merges":[]}})");
+  expect_input_error([&] { load_hf_tokenizer(tokenizer); }, tokenizer,
+                     "vocab entry 'b' has id 1.98922e+24, not a 32-bit integer");
+  const auto added =
+      write("added.json",
+            R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[{"id":0.5,"content":"<x>"}]})");
   expect_input_error([&] { load_hf_tokenizer(added); }, added, "added token \"<x>\" has id 0.5, not a 32-bit integer");
-  const auto st = write_safetensors("model.safetensors", R"({"w":{"dtype":"F32","shape":[1e30],"data_offsets":[0,4]}})", 4);
+  const auto st =
+      write_safetensors("model.safetensors", R"({"w":{"dtype":"F32","shape":[1e30],"data_offsets":[0,4]}})", 4);
   expect_input_error([&] { SafetensorsFile{st}; }, st, "tensor 'w': shape entry 1e+30 is not a non-negative integer");
-  const auto off = write_safetensors("off.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,-4]}})", 4);
+  const auto off =
+      write_safetensors("off.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,-4]}})", 4);
   expect_input_error([&] { SafetensorsFile{off}; }, off, "tensor 'w': data_offsets [0,-4] are not byte offsets");
   auto j = test::read_json(test::pycode_dir() / "config.json");
   j["max_position_embeddings"] = 1e300;
   const auto config = write("config.json", j.dump());
-  expect_input_error([&] { parse_hf_config(config); }, config, "'max_position_embeddings' must be an integer (got 1e+300)");
+  expect_input_error([&] { parse_hf_config(config); }, config,
+                     "'max_position_embeddings' must be an integer (got 1e+300)");
 }
 
 // A head pattern with fields of the wrong type escaped as nlohmann::type_error (no file named),
@@ -131,7 +138,9 @@ TEST_F(ParserRegressions, FloatsWhereIntegersBelong) {
 TEST_F(ParserRegressions, HeadPatternFieldsOfTheWrongType) {
   const auto a = write("a.json", R"({"format":7,"layers":[]})");
   expect_input_error([&] { load_head_pattern(a); }, a, "malformed head pattern: [json.exception.type_error.302]");
-  const auto b = write("b.json", R"({"format":"kvscope.head_pattern.v1","layers":[{"heads":[{"streaming":true,"sink":1e300,"window":8}]}]})");
+  const auto b = write(
+      "b.json",
+      R"({"format":"kvscope.head_pattern.v1","layers":[{"heads":[{"streaming":true,"sink":1e300,"window":8}]}]})");
   expect_input_error([&] { load_head_pattern(b); }, b, "layer 0 head 0: 'sink' must be an integer");
 }
 
@@ -154,9 +163,11 @@ TEST_F(ParserRegressions, Llama2cHeaderWhoseSizeOverflows) {
   expect_input_error([&] { load_model(f, LoadOptions{}); }, f, "the shapes imply more than 2^60 parameters");
   const int32_t big[7] = {1 << 14, 1 << 16, 1 << 10, 1 << 7, 1 << 7, 1 << 20, 1 << 20};  // about 2^42 floats
   const auto h = write("big.bin", std::string(reinterpret_cast<const char*>(big), sizeof big) + std::string(64, '\0'));
-  expect_input_error([&] { load_model(h, LoadOptions{}); }, h, "truncated llama2.c checkpoint: 92 bytes, the header implies 17661576675356");
+  expect_input_error([&] { load_model(h, LoadOptions{}); }, h,
+                     "truncated llama2.c checkpoint: 92 bytes, the header implies 17661576675356");
   const int32_t negative_seq[7] = {8, 16, 1, 2, 1, 4, -100};
-  const auto g = write("neg.bin", std::string(reinterpret_cast<const char*>(negative_seq), sizeof negative_seq) + std::string(4096, '\0'));
+  const auto g = write("neg.bin", std::string(reinterpret_cast<const char*>(negative_seq), sizeof negative_seq) +
+                                      std::string(4096, '\0'));
   expect_input_error([&] { load_model(g, LoadOptions{}); }, g, "seq_len must be > 0 (got -100)");
 }
 
@@ -166,7 +177,9 @@ TEST_F(ParserRegressions, Llama2cTokenizerWithoutTheByteTokens) {
   for (int i = 0; i < 10; ++i) {
     const float score = 0;
     const int32_t len = 1;
-    bytes.append(reinterpret_cast<const char*>(&score), 4).append(reinterpret_cast<const char*>(&len), 4).push_back(char('a' + i));
+    bytes.append(reinterpret_cast<const char*>(&score), 4)
+        .append(reinterpret_cast<const char*>(&len), 4)
+        .push_back(char('a' + i));
   }
   const auto f = write("tok10.bin", bytes);
   expect_input_error([&] { load_tokenizer(f); }, f, "has 10 tokens; a llama2.c tokenizer needs at least 259");

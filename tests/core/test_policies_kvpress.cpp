@@ -47,8 +47,8 @@ class KvpressGolden : public ::testing::Test {
       KvCache cache = engine.new_cache(p.n_tok);
       const ModelConfig& cfg = model_->config;
       engine.prefill(cache, ids, /*chunk=*/0, /*all_logits=*/false, [&](const LayerEvent& e) {
-        p.layers.push_back(LayerPrefill{cfg, e.layer, e.q.clone(), e.cache.keys(e.layer).clone(),
-                                        e.cache.values(e.layer).clone()});
+        p.layers.push_back(
+            LayerPrefill{cfg, e.layer, e.q.clone(), e.cache.keys(e.layer).clone(), e.cache.values(e.layer).clone()});
       });
       prompts_->push_back(std::move(p));
     }
@@ -101,8 +101,8 @@ class KvpressGolden : public ::testing::Test {
             exact += ours == gold;
             ++cells;
             if (ours != gold)
-              std::printf("[kvpress]   %s %s layer %lld kv_head %zu: %zu kept only by us, %zu only by kvpress\n",
-                          key, p.name.c_str(), static_cast<long long>(lp.layer), h, ours.size() - inter.size(),
+              std::printf("[kvpress]   %s %s layer %lld kv_head %zu: %zu kept only by us, %zu only by kvpress\n", key,
+                          p.name.c_str(), static_cast<long long>(lp.layer), h, ours.size() - inter.size(),
                           gold.size() - inter.size());
           }
           EXPECT_EQ(ours_total, gold_total) << "layer " << lp.layer;  // adakv: ragged, same layer total

@@ -65,7 +65,8 @@ TEST(PolicyConformance, RegistryHasTheBuiltins) {
 std::string test_pattern_file() {
   HeadPattern p;
   p.layers.assign(4, {HeadPlan{}, HeadPlan{true, 2, 8}});
-  const auto f = std::filesystem::temp_directory_path() / ("kvscope_conformance_" + std::to_string(::getpid()) + ".json");
+  const auto f =
+      std::filesystem::temp_directory_path() / ("kvscope_conformance_" + std::to_string(::getpid()) + ".json");
   save_head_pattern(f, p);
   return f.string();
 }

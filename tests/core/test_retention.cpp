@@ -43,9 +43,11 @@ TEST(RingBuffer, KeepsSinksAndTheMostRecentWindow) {
 TEST(Retain, RepacksRaggedHeadsWithTheirPositionsAndRejectsOutOfRangeRows) {
   KvCache cache(test::small_config(1, 3, 1, 2), 10, c10::kCPU, at::kFloat);
   // Head h, entry p: key 100 h + p (both channels), value its negation, position 10 + p.
-  const at::Tensor k = (at::arange(3).view({3, 1, 1}) * 100 + at::arange(6).view({1, 6, 1})).expand({3, 6, 2}).to(at::kFloat);
+  const at::Tensor k =
+      (at::arange(3).view({3, 1, 1}) * 100 + at::arange(6).view({1, 6, 1})).expand({3, 6, 2}).to(at::kFloat);
   cache.append(0, k, -k, at::arange(10, 16, at::kLong));
-  const std::vector<at::Tensor> kept = {at::tensor({0, 2, 5}, at::kLong), at::empty({0}, at::kLong), at::arange(6, at::kLong)};
+  const std::vector<at::Tensor> kept = {at::tensor({0, 2, 5}, at::kLong), at::empty({0}, at::kLong),
+                                        at::arange(6, at::kLong)};
 
   // Out of range (head 1: 6 >= 6 live entries; head 2: negative): refused, the layer untouched.
   EXPECT_THROW(cache.retain(0, {kept[0], at::tensor({6}, at::kLong), kept[2]}, 1), std::invalid_argument);
@@ -124,7 +126,8 @@ TEST_F(RetentionOnPycode, DensePatternIsTheFullCache) {
 
 TEST_F(RetentionOnPycode, BadPatternFilesNameTheFile) {
   const fs::path f = fs::temp_directory_path() / ("kvscope_badpattern_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(f) << R"({"format": "kvscope.head_pattern.v1", "layers": [{"heads": [{"streaming": true, "window": 0}]}]})";
+  std::ofstream(f)
+      << R"({"format": "kvscope.head_pattern.v1", "layers": [{"heads": [{"streaming": true, "window": 0}]}]})";
   try {
     load_head_pattern(f);
     FAIL();

@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const kvscope::InputError&) {
     return 0;
   }
-  for (std::string_view sample : {std::string_view("Once upon a time, \xc3\xa9\xe4\xb8\x96 \xff\x80"), bytes.substr(0, 48)}) {
+  for (std::string_view sample :
+       {std::string_view("Once upon a time, \xc3\xa9\xe4\xb8\x96 \xff\x80"), bytes.substr(0, 48)}) {
     const std::vector<int32_t> ids = tok->encode(sample);
     for (int32_t id : ids)
       if (id < 0 || id >= tok->vocab_size()) std::abort();

@@ -21,9 +21,9 @@ using kvscope::ParamSpec;
 
 std::vector<ParamSpec> param_table() {
   using T = kvscope::ParamType;
-  return {{"window", T::kInt, 1, 1 << 20, "64", {}, "", ""},  {"recent", T::kInt, -1, 1 << 20, "0", {}, "", ""},
-          {"alpha", T::kFloat, 0, 1, "0.2", {}, "", ""},       {"pool", T::kChoice, 0, 0, "avg", {"avg", "max"}, "", ""},
-          {"stage1", T::kBool, 0, 0, "true", {}, "", ""},      {"pattern", T::kPath, 0, 0, "", {}, "", ""}};
+  return {{"window", T::kInt, 1, 1 << 20, "64", {}, "", ""}, {"recent", T::kInt, -1, 1 << 20, "0", {}, "", ""},
+          {"alpha", T::kFloat, 0, 1, "0.2", {}, "", ""},     {"pool", T::kChoice, 0, 0, "avg", {"avg", "max"}, "", ""},
+          {"stage1", T::kBool, 0, 0, "true", {}, "", ""},    {"pattern", T::kPath, 0, 0, "", {}, "", ""}};
 }
 
 }  // namespace
@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (p.type != kvscope::ParamType::kInt && p.type != kvscope::ParamType::kFloat) continue;
         const double v = kvscope::param_float(s.params, p.key);
         if (!std::isfinite(v) || v < p.min || v > p.max) std::abort();
-        if (p.type == kvscope::ParamType::kInt && static_cast<double>(kvscope::param_int(s.params, p.key)) != v) std::abort();
+        if (p.type == kvscope::ParamType::kInt && static_cast<double>(kvscope::param_int(s.params, p.key)) != v)
+          std::abort();
       }
     }
   } catch (const kvscope::InputError&) {

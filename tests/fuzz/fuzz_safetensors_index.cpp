@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                       "model.safetensors.index.json");
     for (const auto& [name, file] : map) {
       const auto inside = (std::filesystem::path("/ckpt") / file).lexically_normal();
-      if (file.empty() || std::filesystem::path(file).is_absolute() || inside.string().rfind("/ckpt/", 0) != 0) std::abort();
+      if (file.empty() || std::filesystem::path(file).is_absolute() || inside.string().rfind("/ckpt/", 0) != 0)
+        std::abort();
     }
   } catch (const kvscope::InputError&) {
   }

@@ -11,8 +11,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const auto g = kvscope::cli::parse_grid_text(std::string_view(reinterpret_cast<const char*>(data), size),
-                                                 "/grids/grid.toml");
+    const auto g =
+        kvscope::cli::parse_grid_text(std::string_view(reinterpret_cast<const char*>(data), size), "/grids/grid.toml");
     if (g.models.empty() || g.prompts.empty() || g.pipelines.empty() || g.budgets.empty() || g.max_new_tokens < 1)
       std::abort();
     for (double b : g.budgets)

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const kvscope::InputError&) {
     return 0;
   }
-  for (std::string_view sample : {std::string_view("def f(x):\n    return x  # héllo 世界 \xff\xfe"), text.substr(0, 64)}) {
+  for (std::string_view sample :
+       {std::string_view("def f(x):\n    return x  # héllo 世界 \xff\xfe"), text.substr(0, 64)}) {
     std::vector<int32_t> ids;
     try {
       ids = tok->encode(sample);

@@ -74,7 +74,8 @@ inline std::int64_t write_heads_run(const std::filesystem::path& db, std::int64_
   sessions::RunInfo info = store.load_run(like).info;
   info.name = "learned head pattern";
   info.sweep_key.reset();
-  info.pipeline = {"heads:pattern=" + pattern, {{"head_pattern", "heads", {{"pattern", sessions::ParamType::kPath, pattern}}}}};
+  info.pipeline = {"heads:pattern=" + pattern,
+                   {{"head_pattern", "heads", {{"pattern", sessions::ParamType::kPath, pattern}}}}};
   const std::int64_t run = store.begin_run(info);
   const auto n = static_cast<std::int64_t>(info.prompt.tokens.size());
   for (std::int64_t l = 0; l < info.model.n_layer; ++l)
@@ -83,7 +84,8 @@ inline std::int64_t write_heads_run(const std::filesystem::path& db, std::int64_
       std::vector<std::int64_t> kept;
       for (std::int64_t i = 0; i < n; ++i)
         if (!plan.streaming || i < plan.sink || i >= n - plan.window) kept.push_back(i);
-      store.add_blob(run, sessions::Blob::of<std::int64_t>("kept_positions", l, h, {static_cast<std::int64_t>(kept.size())}, kept));
+      store.add_blob(run, sessions::Blob::of<std::int64_t>("kept_positions", l, h,
+                                                           {static_cast<std::int64_t>(kept.size())}, kept));
     }
   store.finish_run(run, {{42}, " x"});
   return run;

@@ -12,8 +12,10 @@
 int main(int argc, char** argv) {
   using namespace kvscope::gui;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: %s OUT.db [--layers L] [--heads H] [--kv-heads K] [--head-dim D] [--tokens T] [--steps S] "
-                         "[--keep F] [--summary-only]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s OUT.db [--layers L] [--heads H] [--kv-heads K] [--head-dim D] [--tokens T] [--steps S] "
+                 "[--keep F] [--summary-only]\n",
+                 argv[0]);
     return 2;
   }
   SyntheticSpec spec;
@@ -26,14 +28,22 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--layers") spec.n_layer = std::stoll(next());
-    else if (a == "--heads") spec.n_head = std::stoll(next());
-    else if (a == "--kv-heads") spec.n_head_kv = std::stoll(next());
-    else if (a == "--head-dim") spec.head_dim = std::stoll(next());
-    else if (a == "--tokens") spec.n_tok = std::stoll(next());
-    else if (a == "--steps") spec.n_steps = std::stoll(next());
-    else if (a == "--keep") spec.keep_fraction = std::stod(next());
-    else if (a == "--summary-only") spec.full_capture = false;
+    if (a == "--layers")
+      spec.n_layer = std::stoll(next());
+    else if (a == "--heads")
+      spec.n_head = std::stoll(next());
+    else if (a == "--kv-heads")
+      spec.n_head_kv = std::stoll(next());
+    else if (a == "--head-dim")
+      spec.head_dim = std::stoll(next());
+    else if (a == "--tokens")
+      spec.n_tok = std::stoll(next());
+    else if (a == "--steps")
+      spec.n_steps = std::stoll(next());
+    else if (a == "--keep")
+      spec.keep_fraction = std::stod(next());
+    else if (a == "--summary-only")
+      spec.full_capture = false;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -42,7 +52,8 @@ int main(int argc, char** argv) {
   try {
     const auto runs = kvscope::gui::testing::write_test_session(argv[1], spec);
     std::printf("wrote %s: runs %lld (snapkv+adakv), %lld (streamingllm), %lld (failed)\n", argv[1],
-                static_cast<long long>(runs.snapkv), static_cast<long long>(runs.streaming), static_cast<long long>(runs.failed));
+                static_cast<long long>(runs.snapkv), static_cast<long long>(runs.streaming),
+                static_cast<long long>(runs.failed));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -55,7 +55,8 @@ TEST_F(FiguresExport, EveryNameBuildsTheViewFigureWithItsData) {
   const auto run = load_run_data(store, full_.snapkv, {});
   load_part(store, *run, Part::kKept, 1);
   const auto& kept = *run->kept_set(1, 2);
-  const auto tokens = build_figure(store, full_.snapkv, {"tokens", 1, 2, "", [](std::int32_t id) { return "t" + std::to_string(id); }});
+  const auto tokens =
+      build_figure(store, full_.snapkv, {"tokens", 1, 2, "", [](std::int32_t id) { return "t" + std::to_string(id); }});
   const auto& strip = std::get<viz::TokenStrip>(tokens.panels.at(0));
   ASSERT_EQ(strip.category.size(), 300u);
   EXPECT_EQ(std::count(strip.category.begin(), strip.category.end(), 1), static_cast<long>(kept.size()));
@@ -194,7 +195,8 @@ TEST_F(HeadPatternFigures, AMissingPatternFileIsNamedInAPanelTitle) {
   ASSERT_NO_THROW(viz::validate(f));
   ASSERT_EQ(f.panels.size(), 3u);
   const std::string& title = viz::panel_title(f.panels[2]);
-  EXPECT_NE(title.find("head pattern " + pattern_.string() + " cannot be read: no such file"), std::string::npos) << title;
+  EXPECT_NE(title.find("head pattern " + pattern_.string() + " cannot be read: no such file"), std::string::npos)
+      << title;
   // A file that is not a pattern is named the same way.
   std::ofstream(pattern_) << "{\"format\": \"something else\"}";
   const auto again = load_run_data(store, heads_, {});
@@ -211,7 +213,8 @@ TEST_F(HeadPatternFigures, AMissingPatternFileIsNamedInAPanelTitle) {
 }
 
 TEST_F(HeadPatternFigures, ARelativePatternPathIsFoundNextToTheDatabase) {
-  const std::int64_t rel = gui::testing::write_heads_run(db_, runs_.snapkv, "pattern.json", gui::testing::test_head_pattern(3, 4));
+  const std::int64_t rel =
+      gui::testing::write_heads_run(db_, runs_.snapkv, "pattern.json", gui::testing::test_head_pattern(3, 4));
   const auto store = sessions::SessionStore::open(db_.string(), sessions::OpenMode::kReadOnly);
   const auto run = load_run_data(store, rel, {});
   EXPECT_EQ(resolve_head_pattern_file(*run, "pattern.json"), pattern_.string());

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <variant>
 #include <cmath>
+#include <variant>
 
 #include "app_state.h"
 #include "figures.h"
@@ -68,7 +68,8 @@ class GuiPanels : public ::testing::Test {
     state_->select_view = true;
     for (int f = 0; f < frames; ++f) {
       ImVec2 m{-1e6f, -1e6f};
-      if (mouse && f > 2) m = {40.0f + static_cast<float>((f * 131) % 1320), 90.0f + static_cast<float>((f * 67) % 780)};
+      if (mouse && f > 2)
+        m = {40.0f + static_cast<float>((f * 131) % 1320), 90.0f + static_cast<float>((f * 67) % 780)};
       const bool click = mouse && f > 2 && f % 7 == 0;
       im_->frame([&] { draw_app(*state_, ui); }, m, click);
       if (click) im_->frame([&] { draw_app(*state_, ui); }, m, false);  // release
@@ -456,8 +457,9 @@ TEST(GuiTokens, TokenListStaysClippedOn32KTokens) {
 }
 
 TEST(GuiOptionsTest, ParsesTheCommandLine) {
-  const auto o = parse_gui_options({"--open", "a.db", "--open", "b.db", "--run", "3,5", "--view", "heads", "--screenshot", "x.png",
-                                    "--frames", "7", "--size", "1280x800", "--layer", "2", "--head", "1"});
+  const auto o =
+      parse_gui_options({"--open", "a.db", "--open", "b.db", "--run", "3,5", "--view", "heads", "--screenshot", "x.png",
+                         "--frames", "7", "--size", "1280x800", "--layer", "2", "--head", "1"});
   EXPECT_EQ(o.open, (std::vector<std::string>{"a.db", "b.db"}));
   EXPECT_EQ(o.runs, (std::vector<std::int64_t>{3, 5}));
   EXPECT_EQ(o.view, View::kHeads);

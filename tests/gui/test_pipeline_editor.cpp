@@ -33,9 +33,15 @@ class PipelineEditor : public ::testing::Test {
     for (const auto& p : st.params) {
       SCOPED_TRACE(p.key);
       switch (p.type) {
-        case ParamType::kInt: EXPECT_EQ(param_int(resolved, p.key), p.i); break;
-        case ParamType::kFloat: EXPECT_EQ(param_float(resolved, p.key), p.f); break;
-        case ParamType::kBool: EXPECT_EQ(param_bool(resolved, p.key), p.b); break;
+        case ParamType::kInt:
+          EXPECT_EQ(param_int(resolved, p.key), p.i);
+          break;
+        case ParamType::kFloat:
+          EXPECT_EQ(param_float(resolved, p.key), p.f);
+          break;
+        case ParamType::kBool:
+          EXPECT_EQ(param_bool(resolved, p.key), p.b);
+          break;
         case ParamType::kChoice: {
           const ParamSpec* info = nullptr;
           for (const auto& q : catalog_.find(st.policy)->params)
@@ -44,7 +50,9 @@ class PipelineEditor : public ::testing::Test {
           EXPECT_EQ(resolved.at(p.key), info->choices[static_cast<std::size_t>(p.choice)]);
           break;
         }
-        case ParamType::kPath: EXPECT_EQ(resolved.at(p.key), p.text); break;
+        case ParamType::kPath:
+          EXPECT_EQ(resolved.at(p.key), p.text);
+          break;
       }
     }
   }
@@ -78,20 +86,26 @@ TEST_F(PipelineEditor, EditedValuesRoundTripForEveryPolicy) {
         const ParamSpec& info = pol.params[k];
         switch (info.type) {
           case ParamType::kInt: {
-            const auto lo = static_cast<std::int64_t>(std::ceil(info.min)), hi = static_cast<std::int64_t>(std::floor(info.max));
+            const auto lo = static_cast<std::int64_t>(std::ceil(info.min)),
+                       hi = static_cast<std::int64_t>(std::floor(info.max));
             const long double span = static_cast<long double>(hi) - static_cast<long double>(lo);
             e.i = variant == 0 ? lo : variant == 1 ? hi : lo + static_cast<std::int64_t>(span / (variant == 2 ? 3 : 2));
             break;
           }
           case ParamType::kFloat:
-            e.f = variant == 0 ? info.min : variant == 1 ? info.max : variant == 2 ? info.min + (info.max - info.min) * 0.3
-                                                                                     : info.min + (info.max - info.min) / 7.0;
+            e.f = variant == 0   ? info.min
+                  : variant == 1 ? info.max
+                  : variant == 2 ? info.min + (info.max - info.min) * 0.3
+                                 : info.min + (info.max - info.min) / 7.0;
             break;
-          case ParamType::kBool: e.b = variant % 2 == 1; break;
+          case ParamType::kBool:
+            e.b = variant % 2 == 1;
+            break;
           case ParamType::kChoice:
             e.choice = info.choices.empty() ? 0 : static_cast<int>(variant % static_cast<int>(info.choices.size()));
             break;
-          case ParamType::kPath: break;  // files are checked when the policy opens them
+          case ParamType::kPath:
+            break;  // files are checked when the policy opens them
         }
       }
       expect_round_trip(st);
@@ -100,9 +114,9 @@ TEST_F(PipelineEditor, EditedValuesRoundTripForEveryPolicy) {
 }
 
 TEST_F(PipelineEditor, SpecTextRoundTripsToTheCanonicalPipeline) {
-  for (const std::string spec : {"snapkv", "snapkv:window=64,kernel=5,pool=avg,gqa=mean+adakv:alpha=0.2", "streamingllm:sink=4",
-                                 "keydiff:block=128", "tova", "knorm", "rocketkv", "snapkv+spark:ratio=0.5", "quest", "pyramidkv+adakv",
-                                 "ada-snapkv", "h2o+pyramid"}) {
+  for (const std::string spec : {"snapkv", "snapkv:window=64,kernel=5,pool=avg,gqa=mean+adakv:alpha=0.2",
+                                 "streamingllm:sink=4", "keydiff:block=128", "tova", "knorm", "rocketkv",
+                                 "snapkv+spark:ratio=0.5", "quest", "pyramidkv+adakv", "ada-snapkv", "h2o+pyramid"}) {
     SCOPED_TRACE(spec);
     PipelineEdit e;
     ASSERT_NO_THROW(e = from_spec(spec, catalog_));
@@ -140,13 +154,15 @@ TEST_F(PipelineEditor, EditorDrawsEveryPolicy) {
   PipelineEdit e;
   for (const auto& p : catalog_.policies()) e.stages.push_back(default_stage(p));
   for (int f = 0; f < 10; ++f)
-    im.frame([&] {
-      ImGui::SetNextWindowPos({0, 0});
-      ImGui::SetNextWindowSize({1200, 900});
-      ImGui::Begin("editor");
-      draw_pipeline_editor(e, catalog_);
-      ImGui::End();
-    }, {300.0f + f * 10, 200.0f + f * 30});
+    im.frame(
+        [&] {
+          ImGui::SetNextWindowPos({0, 0});
+          ImGui::SetNextWindowSize({1200, 900});
+          ImGui::Begin("editor");
+          draw_pipeline_editor(e, catalog_);
+          ImGui::End();
+        },
+        {300.0f + f * 10, 200.0f + f * 30});
   EXPECT_EQ(e.stages.size(), catalog_.policies().size());
   EXPECT_GT(im.vertices(), 1000);
 }

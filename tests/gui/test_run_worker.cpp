@@ -44,7 +44,8 @@ TEST(RunWorker, RecordsASessionTheViewsCanOpen) {
   register_builtin_policies(registry);
   std::atomic<bool> cancel{false};
   std::vector<RunUpdate> seen;
-  const RunUpdate done = execute_run(registry, small_request(db), [&](const RunUpdate& u) { seen.push_back(u); }, cancel);
+  const RunUpdate done = execute_run(
+      registry, small_request(db), [&](const RunUpdate& u) { seen.push_back(u); }, cancel);
   ASSERT_EQ(done.kind, RunUpdate::Kind::kFinished) << done.text;
   ASSERT_GE(done.run_id, 1);
   std::int64_t tokens = 0;
@@ -90,13 +91,14 @@ TEST(RunWorker, CancelStopsBetweenDecodeStepsAndRecordsAFailedRun) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (std::chrono::steady_clock::now() < deadline) {
     for (auto& u : worker.poll()) all.push_back(u);
-    const bool any_token = std::any_of(all.begin(), all.end(), [](const auto& u) { return u.kind == RunUpdate::Kind::kToken; });
+    const bool any_token =
+        std::any_of(all.begin(), all.end(), [](const auto& u) { return u.kind == RunUpdate::Kind::kToken; });
     if (any_token && !cancelled_sent) {
       worker.cancel();
       cancelled_sent = true;
     }
-    if (!all.empty() && (all.back().kind == RunUpdate::Kind::kCancelled || all.back().kind == RunUpdate::Kind::kFailed ||
-                         all.back().kind == RunUpdate::Kind::kFinished))
+    if (!all.empty() && (all.back().kind == RunUpdate::Kind::kCancelled ||
+                         all.back().kind == RunUpdate::Kind::kFailed || all.back().kind == RunUpdate::Kind::kFinished))
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -119,11 +121,13 @@ TEST(RunWorker, BadRequestsFailWithAMessage) {
   r.db_path = "/tmp/never-created.db";
   r.model_path = "/nonexistent/model";
   r.prompt = "x";
-  auto done = execute_run(registry, r, [](const RunUpdate&) {}, cancel);
+  auto done = execute_run(
+      registry, r, [](const RunUpdate&) {}, cancel);
   EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
   EXPECT_NE(done.text.find("/nonexistent/model"), std::string::npos);
   r.pipeline_spec = "nosuchpolicy";
-  done = execute_run(registry, r, [](const RunUpdate&) {}, cancel);
+  done = execute_run(
+      registry, r, [](const RunUpdate&) {}, cancel);
   EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
   EXPECT_NE(done.text.find("nosuchpolicy"), std::string::npos);
 }

@@ -26,9 +26,12 @@ using testing::remove_tree;
 
 TEST(ViewTable, NamesTitlesAndTabOrderAreThoseOfTheCommandLine) {
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"sessions", "Sessions"},   {"run", "Run"},           {"heads", "Heads"},       {"tokens", "Tokens"},
-      {"attention", "Attention"}, {"keys", "Key geometry"}, {"channels", "Channels"}, {"budgets", "Budgets"},
-      {"fidelity", "Fidelity"},   {"selection", "Selection"}, {"compare", "Compare"}};
+      {"sessions", "Sessions"},   {"run", "Run"},
+      {"heads", "Heads"},         {"tokens", "Tokens"},
+      {"attention", "Attention"}, {"keys", "Key geometry"},
+      {"channels", "Channels"},   {"budgets", "Budgets"},
+      {"fidelity", "Fidelity"},   {"selection", "Selection"},
+      {"compare", "Compare"}};
   ASSERT_EQ(view_table().size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(view_table()[i].name, expected[i].first);
@@ -38,7 +41,8 @@ TEST(ViewTable, NamesTitlesAndTabOrderAreThoseOfTheCommandLine) {
   ASSERT_EQ(all.size(), view_table().size());
   EXPECT_EQ(kAllViews.size(), view_table().size());
   for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], view_table()[i].view());
-  EXPECT_EQ(view_names(), "sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, selection, compare");
+  EXPECT_EQ(view_names(),
+            "sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, selection, compare");
 }
 
 TEST(ViewTable, EveryEntryRoundTripsThroughItsName) {
@@ -67,8 +71,8 @@ TEST(ViewTable, EveryEntryRoundTripsThroughItsName) {
   EXPECT_FALSE(view_has_figure(View::kRun));
   EXPECT_EQ(figure_of(s, View::kTokens), &s.tokens.overview);
   // The constants code names are views of the table; unknown names are not.
-  for (View c : {View::kSessions, View::kRun, View::kHeads, View::kTokens, View::kAttention, View::kKeys, View::kChannels,
-                 View::kBudgets, View::kFidelity, View::kCompare})
+  for (View c : {View::kSessions, View::kRun, View::kHeads, View::kTokens, View::kAttention, View::kKeys,
+                 View::kChannels, View::kBudgets, View::kFidelity, View::kCompare})
     EXPECT_NE(view_entry(c), nullptr) << view_name(c);
   EXPECT_EQ(View(), View::kSessions);
   EXPECT_FALSE(parse_view("nope"));
@@ -108,14 +112,17 @@ class FigureTable : public ::testing::Test {
     full_ = gui::testing::write_test_session(dir_ / "full.db", spec);
     const auto pattern = dir_ / "pattern.json";
     save_head_pattern(pattern, gui::testing::test_head_pattern(3, 4));
-    heads_run_ = gui::testing::write_heads_run(dir_ / "full.db", full_.snapkv, pattern.string(), gui::testing::test_head_pattern(3, 4));
+    heads_run_ = gui::testing::write_heads_run(dir_ / "full.db", full_.snapkv, pattern.string(),
+                                               gui::testing::test_head_pattern(3, 4));
     spec.full_capture = false;
     summary_ = gui::testing::write_test_session(dir_ / "summary.db", spec);
   }
   static void TearDownTestSuite() { remove_tree(dir_); }
 
   /// The run of full.db an entry is drawn for: the heads-stage run for head-pattern, else SnapKV.
-  static std::int64_t full_run(const FigureEntry& e) { return e.recording == Recording::kHeadsStage ? heads_run_ : full_.snapkv; }
+  static std::int64_t full_run(const FigureEntry& e) {
+    return e.recording == Recording::kHeadsStage ? heads_run_ : full_.snapkv;
+  }
 
   static inline std::filesystem::path dir_;
   static inline gui::SyntheticRuns full_, summary_;
@@ -136,14 +143,16 @@ TEST_F(FigureTable, NamesAreUniqueAndTheCliOffersTheNamesOfBefore) {
     if (e.cli) EXPECT_EQ(&cli_figure(e.name), &e);
     if (e.cli) EXPECT_NE(figure_help().find("  " + std::string(e.name) + " "), std::string::npos) << figure_help();
     if (e.cli && e.recording == Recording::kFullCapture)
-      EXPECT_NE(figure_help().find(" (needs --capture full)\n", figure_help().find(std::string(e.about))), std::string::npos)
+      EXPECT_NE(figure_help().find(" (needs --capture full)\n", figure_help().find(std::string(e.about))),
+                std::string::npos)
           << figure_help();
     if (e.cli && e.scope == FigureScope::kHead)
       EXPECT_NE(figure_help().find(std::string(e.about) + " [--layer, --head]"), std::string::npos) << figure_help();
     if (e.cli && e.metric) EXPECT_NE(metric_help().find(std::string(e.name) + ": " + e.metric), std::string::npos);
   }
   EXPECT_EQ(figure_names(), cli);
-  for (const char* before : {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid", "head-pattern"})
+  for (const char* before :
+       {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid", "head-pattern"})
     EXPECT_NE(std::find(cli.begin(), cli.end(), before), cli.end()) << before;
 }
 
@@ -232,8 +241,10 @@ TEST_F(FigureTable, AnUnknownNameThrowsListingTheKnownNames) {
 TEST_F(FigureTable, ExportAllWritesTheEntriesVariantsUnderTheNamesOfBefore) {
   const auto store = sessions::SessionStore::open((dir_ / "full.db").string(), sessions::OpenMode::kReadOnly);
   const auto a = load_run_data(store, full_.snapkv, {}), b = load_run_data(store, full_.streaming, {});
-  for (int p = 0; p < kPartCount; ++p) load_part(store, *a, static_cast<Part>(p), p == static_cast<int>(Part::kKeepCount) ? 0 : 1);
-  std::set<std::string> expected = {"heads", "tokens_kept", "tokens_keep_rate", "attention", "keys", "channels", "budgets", "fidelity", "selection"};
+  for (int p = 0; p < kPartCount; ++p)
+    load_part(store, *a, static_cast<Part>(p), p == static_cast<int>(Part::kKeepCount) ? 0 : 1);
+  std::set<std::string> expected = {"heads",    "tokens_kept", "tokens_keep_rate", "attention", "keys",
+                                    "channels", "budgets",     "fidelity",         "selection"};
   for (const char* m : heads_metric_names()) expected.insert(std::string("heads_") + m);
   const Selection sel{1, 2, -1};
   std::set<std::string> names;

@@ -223,10 +223,12 @@ std::string v1_triggers() {
   std::string sql;
   for (const std::string t : {"pipeline_stages", "pipeline_params", "step_metrics", "summary_metrics", "blobs"}) {
     const std::string fin = " IN ('complete', 'failed')";
-    const std::string o = "(SELECT status FROM runs WHERE id = OLD.run_id)", n = "(SELECT status FROM runs WHERE id = NEW.run_id)";
+    const std::string o = "(SELECT status FROM runs WHERE id = OLD.run_id)",
+                      n = "(SELECT status FROM runs WHERE id = NEW.run_id)";
     const std::string raise = "\nBEGIN SELECT RAISE(ABORT, 'run is finished and immutable'); END;\n";
     sql += "CREATE TRIGGER " + t + "_frozen_insert BEFORE INSERT ON " + t + " WHEN " + n + fin + raise;
-    sql += "CREATE TRIGGER " + t + "_frozen_update BEFORE UPDATE ON " + t + " WHEN " + o + fin + " OR " + n + fin + raise;
+    sql +=
+        "CREATE TRIGGER " + t + "_frozen_update BEFORE UPDATE ON " + t + " WHEN " + o + fin + " OR " + n + fin + raise;
     sql += "CREATE TRIGGER " + t + "_frozen_delete BEFORE DELETE ON " + t + " WHEN " + o + " = 'complete'" + raise;
   }
   return sql;
@@ -272,9 +274,11 @@ INSERT INTO step_metrics VALUES (1, 'kl', 0, 0.01), (1, 'kl', 1, 0.02), (1, 'top
 INSERT INTO summary_metrics VALUES (1, 'mean_kl', 0.015);
 INSERT INTO notes (run_id, text, created_at, updated_at) VALUES (1, 'keep this', '2024-05-02T00:00:00.000Z', '2024-05-02T00:00:00.000Z');
 )sql");
-  db.exec_with_blob(std::string("INSERT INTO blobs (run_id, name, layer, head, dtype, shape, data) VALUES (1, 'mass', 2, 3, 'f32', '") +
-                        (corrupt_blob_shape ? "[2,x]" : "[2, 3]") + "', ?1)",
-                    zstd(bytes_of(kOldBlobValues)));
+  db.exec_with_blob(
+      std::string(
+          "INSERT INTO blobs (run_id, name, layer, head, dtype, shape, data) VALUES (1, 'mass', 2, 3, 'f32', '") +
+          (corrupt_blob_shape ? "[2,x]" : "[2, 3]") + "', ?1)",
+      zstd(bytes_of(kOldBlobValues)));
   db.exec(R"sql(
 UPDATE runs SET status = 'complete', finished_at = '2024-05-01T10:05:00.000Z', output_text = ' there',
   output_tokens = X'07000000', n_output_tokens = 1 WHERE id = 1;
@@ -291,14 +295,16 @@ std::string schema_fingerprint(const std::string& path) {
   std::ostringstream out;
   for (const std::string& t : db.column("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")) {
     out << "table " << t << ":";
-    for (const std::string& c : db.column("SELECT name || ' ' || type || ' ' || \"notnull\" || ' ' || ifnull(dflt_value, '-') || "
-                                          "' ' || pk FROM pragma_table_xinfo('" + t + "')"))
+    for (const std::string& c :
+         db.column("SELECT name || ' ' || type || ' ' || \"notnull\" || ' ' || ifnull(dflt_value, '-') || "
+                   "' ' || pk FROM pragma_table_xinfo('" +
+                   t + "')"))
       out << " [" << c << "]";
     out << "\n";
   }
-  for (const std::string& s :
-       db.column("SELECT type || ' ' || name || ' ' || ifnull(sql, '') FROM sqlite_schema WHERE type IN ('index', 'trigger') "
-                 "ORDER BY type, name")) {
+  for (const std::string& s : db.column(
+           "SELECT type || ' ' || name || ' ' || ifnull(sql, '') FROM sqlite_schema WHERE type IN ('index', 'trigger') "
+           "ORDER BY type, name")) {
     std::string collapsed;
     bool space = false;
     for (char ch : s) {
@@ -338,8 +344,8 @@ TEST(Sessions, CreatesSchemaWithWalForeignKeysAndIds) {
   EXPECT_EQ(raw.one("PRAGMA user_version"), std::to_string(SessionStore::kSchemaVersion));
   EXPECT_EQ(raw.one("PRAGMA journal_mode"), "wal");
   const auto tables = raw.column("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name");
-  EXPECT_EQ(tables, (std::vector<std::string>{"blobs", "bookmarks", "notes", "pipeline_params", "pipeline_stages", "runs",
-                                              "step_metrics", "summary_metrics", "view_state"}));
+  EXPECT_EQ(tables, (std::vector<std::string>{"blobs", "bookmarks", "notes", "pipeline_params", "pipeline_stages",
+                                              "runs", "step_metrics", "summary_metrics", "view_state"}));
   EXPECT_EQ(raw.one("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'"), "17");
   // Reopening an up-to-date database changes nothing.
   const std::string before = schema_fingerprint(path);
@@ -513,7 +519,8 @@ TEST(Sessions, RoundTripsEveryField) {
     ASSERT_EQ(all.size(), 1u);
     EXPECT_EQ(all[0], x);
   }
-  const auto big_info = std::find_if(rec.blobs.begin(), rec.blobs.end(), [](const BlobInfo& i) { return i.name == "big"; });
+  const auto big_info =
+      std::find_if(rec.blobs.begin(), rec.blobs.end(), [](const BlobInfo& i) { return i.name == "big"; });
   EXPECT_EQ(big_info->raw_bytes, 4096 * 4);
   EXPECT_LT(big_info->stored_bytes, big_info->raw_bytes / 4);  // zstd did compress
   EXPECT_EQ(r.load_blob(id, "keys_f16", 2, 1)->to_f32(),
@@ -614,8 +621,8 @@ TEST(Sessions, FinishedRunsAreImmutable) {
   const std::string d = std::to_string(done);
   for (const std::string& sql :
        {"UPDATE runs SET name = 'x' WHERE id = " + d, "UPDATE runs SET status = 'running' WHERE id = " + d,
-        "UPDATE step_metrics SET value = 9 WHERE run_id = " + d,
-        "DELETE FROM step_metrics WHERE run_id = " + d, "INSERT INTO step_metrics VALUES (" + d + ", 'kl', 5, 1.0)",
+        "UPDATE step_metrics SET value = 9 WHERE run_id = " + d, "DELETE FROM step_metrics WHERE run_id = " + d,
+        "INSERT INTO step_metrics VALUES (" + d + ", 'kl', 5, 1.0)",
         "UPDATE summary_metrics SET value = 9 WHERE run_id = " + d, "UPDATE blobs SET layer = 4 WHERE run_id = " + d,
         "DELETE FROM blobs WHERE run_id = " + d, "UPDATE pipeline_params SET value = '1' WHERE run_id = " + d,
         "DELETE FROM pipeline_stages WHERE run_id = " + d,
@@ -926,7 +933,8 @@ TEST(Sessions, SweepKeyLookupFindsCompleteRunsOnly) {
   s.finish_run(b, {});
   EXPECT_EQ(s.find_by_sweep_key("snapkv/b128/p0"), b);
   // Only one complete run per key.
-  EXPECT_NE(error_of([&] { s.finish_run(c, {}); }).find("completed first by run " + std::to_string(b)), std::string::npos);
+  EXPECT_NE(error_of([&] { s.finish_run(c, {}); }).find("completed first by run " + std::to_string(b)),
+            std::string::npos);
   EXPECT_NE(error_of([&] { s.begin_run(sample_info("again", "snapkv/b128/p0")); }).find("already has complete run"),
             std::string::npos);
   s.fail_run(c, "duplicate");

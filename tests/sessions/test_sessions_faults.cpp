@@ -38,8 +38,9 @@ class ScratchDir {
     path_ = buf.data();
   }
   ~ScratchDir() {
-    ::nftw(path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-           FTW_DEPTH | FTW_PHYS);
+    ::nftw(
+        path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+        FTW_DEPTH | FTW_PHYS);
   }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
@@ -219,7 +220,8 @@ TEST(SessionFaults, SigkillDuringALargeWriteLosesOnlyThatRun) {
   EXPECT_EQ(runs[2].status, RunStatus::kRunning);
   EXPECT_FALSE(s.find_by_sweep_key("key-killed").has_value());
   // Every blob that was committed before the kill reads back whole.
-  for (const Blob& b : s.load_blobs(runs[2].id, "attn")) EXPECT_EQ(b.data, noise_blob("attn", b.layer, 256 * 1024).data);
+  for (const Blob& b : s.load_blobs(runs[2].id, "attn"))
+    EXPECT_EQ(b.data, noise_blob("attn", b.layer, 256 * 1024).data);
 }
 
 std::string read_all(const std::string& path) {
@@ -256,7 +258,8 @@ TEST(SessionFaults, RefusedWalDatabasesLeaveNoFilesBehind) {
         EXPECT_NE(std::string(e.what()).find(path + ": " + problem), std::string::npos) << e.what();
       }
       EXPECT_EQ(read_all(path), bytes);
-      for (const char* suffix : {"-wal", "-shm", "-journal"}) EXPECT_NE(::access((path + suffix).c_str(), F_OK), 0) << suffix;
+      for (const char* suffix : {"-wal", "-shm", "-journal"})
+        EXPECT_NE(::access((path + suffix).c_str(), F_OK), 0) << suffix;
     }
   }
 }

@@ -27,7 +27,10 @@ ParamSpec int_p(std::string key, double lo, double hi, std::string def) {
 
 PolicyCatalog test_catalog() {
   PolicyCatalog c;
-  c.add({"snapkv", Stage::kScoring, {int_p("window", 1, 4096, "32"), {"pool", ParamType::kChoice, 0, 0, "max", {"avg", "max"}, "h", "r"}}, "s"});
+  c.add({"snapkv",
+         Stage::kScoring,
+         {int_p("window", 1, 4096, "32"), {"pool", ParamType::kChoice, 0, 0, "max", {"avg", "max"}, "h", "r"}},
+         "s"});
   c.add({"knorm", Stage::kScoring, {}, "s"});
   c.add({"uniform", Stage::kBudget, {}, "s"});
   c.add({"adakv", Stage::kBudget, {{"alpha", ParamType::kFloat, 0, 1, "0.2", {}, "h", "r"}}, "s"});
@@ -61,10 +64,12 @@ TEST(PipelineSpec, WhitespaceAroundNamesKeysAndValuesIsIgnored) {
 TEST(PipelineSpec, MalformedSpecsNameTheOffendingPart) {
   EXPECT_NE(error_of([] { parse_pipeline_spec("snapkv+"); }).find("empty stage name"), std::string::npos);
   EXPECT_NE(error_of([] { parse_pipeline_spec(" + snapkv"); }).find("empty stage name"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_pipeline_spec("snapkv:window"); }).find("expected key=value in stage 'snapkv', got 'window'"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { parse_pipeline_spec("snapkv:window"); }).find("expected key=value in stage 'snapkv', got 'window'"),
+      std::string::npos);
   EXPECT_NE(error_of([] { parse_pipeline_spec("snapkv: =3"); }).find("expected key=value"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_pipeline_spec("snapkv:window=1, window =2"); }).find("'window' given twice"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_pipeline_spec("snapkv:window=1, window =2"); }).find("'window' given twice"),
+            std::string::npos);
   EXPECT_NE(error_of([] { expand_pipeline_presets("rocketkv:x=1"); }).find("takes no parameters"), std::string::npos);
 }
 
@@ -92,20 +97,25 @@ TEST(PolicyCatalog, StageRulesAreEnforcedWithClearMessages) {
   const PolicyCatalog c = test_catalog();
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "adakv+snapkv"); }).find("stage 'snapkv' comes after a later stage"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+knorm"); }).find("more than one scoring stage"), std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+uniform+adakv"); }).find("more than one budget stage"), std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+spark+hsa"); }).find("more than one decode-time attention stage"),
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+knorm"); }).find("more than one scoring stage"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+uniform+adakv"); }).find("more than one budget stage"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { resolve_pipeline(c, "snapkv+spark+hsa"); }).find("more than one decode-time attention stage"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "adakv"); }).find("has no head-pattern, scoring or decode-time stage"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_pipeline(c, "heads:pattern=p.json+snapkv"); }).find("not supported"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "heads:pattern=p.json+snapkv"); }).find("not supported"),
+            std::string::npos);
   const std::string unknown = error_of([&] { resolve_pipeline(c, "snapkvv"); });
   EXPECT_NE(unknown.find("unknown policy 'snapkvv' (known: adakv, heads, hsa, knorm, quest, snapkv, spark, uniform)"),
             std::string::npos)
       << unknown;
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv:window=0"); }).find("'window' = 0 is outside [1, 4096]"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv:pool=median"); }).find("is not one of avg|max"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv:pool=median"); }).find("is not one of avg|max"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "hsa:stage1=yes"); }).find("must be true or false"), std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "quest:page=2.5"); }).find("must be an integer"), std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "spark:ratio=nan"); }).find("outside"), std::string::npos);

@@ -82,7 +82,9 @@ class Png {
   Rgb rgb(int x, int y) const {
     const std::uint32_t v = argb(x, y);
     const std::uint32_t a = v >> 24;
-    auto un = [a](std::uint32_t c) { return static_cast<std::uint8_t>(a == 0 ? 0 : std::min(255u, (c * 255 + a / 2) / a)); };
+    auto un = [a](std::uint32_t c) {
+      return static_cast<std::uint8_t>(a == 0 ? 0 : std::min(255u, (c * 255 + a / 2) / a));
+    };
     return {un((v >> 16) & 0xff), un((v >> 8) & 0xff), un(v & 0xff)};
   }
   std::size_t distinct_colors() const {
@@ -96,9 +98,7 @@ class Png {
   cairo_surface_t* s_;
 };
 
-int color_distance(Rgb a, Rgb b) {
-  return std::max({std::abs(a.r - b.r), std::abs(a.g - b.g), std::abs(a.b - b.b)});
-}
+int color_distance(Rgb a, Rgb b) { return std::max({std::abs(a.r - b.r), std::abs(a.g - b.g), std::abs(a.b - b.b)}); }
 
 std::string hex(Rgb c) {
   char buf[16];
@@ -467,7 +467,9 @@ TEST_P(ExportEachKind, PngSvgPdfCsv) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, ExportEachKind, ::testing::Range<std::size_t>(0, 7),
-                         [](const ::testing::TestParamInfo<std::size_t>& info) { return all_cases()[info.param].name; });
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return all_cases()[info.param].name;
+                         });
 
 TEST(Export, HeatmapRegionShowsTheColormap) {
   TempDir dir;
@@ -709,7 +711,8 @@ TEST(Export, EmptyAndDegeneratePanels) {
   BarChart no_bars;
   TokenStrip no_tokens;
   f.panels = {empty_line, one_point, zero, constant, no_bars, no_tokens};
-  for (const char* ext : {".png", ".svg", ".pdf", ".csv"}) EXPECT_NO_THROW(export_figure(f, dir.path() / (std::string("e") + ext)));
+  for (const char* ext : {".png", ".svg", ".pdf", ".csv"})
+    EXPECT_NO_THROW(export_figure(f, dir.path() / (std::string("e") + ext)));
   Figure nothing;
   EXPECT_NO_THROW(export_figure(nothing, dir.path() / "nothing.png"));
 }

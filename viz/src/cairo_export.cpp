@@ -37,8 +37,7 @@ cairo_status_t append(void* closure, const unsigned char* data, unsigned int len
 }
 
 void check(cairo_status_t status, const std::filesystem::path& out, const char* what) {
-  if (status != CAIRO_STATUS_SUCCESS)
-    throw ExportError(out, std::string(what) + ": " + cairo_status_to_string(status));
+  if (status != CAIRO_STATUS_SUCCESS) throw ExportError(out, std::string(what) + ": " + cairo_status_to_string(status));
 }
 
 // Draws the figure on `surface` (scaled by `scale`), reporting Cairo errors against `out`.
@@ -64,11 +63,20 @@ std::string xml_escape(const std::string& s) {
   std::string o;
   for (char ch : s) {
     switch (ch) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += ch;
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += ch;
     }
   }
   return o;
@@ -125,7 +133,8 @@ std::string with_svg_metadata(std::string svg, const Figure& f) {
 
 std::string lower_extension(const std::filesystem::path& p) {
   std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext;
 }
 

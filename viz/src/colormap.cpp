@@ -44,15 +44,15 @@ const std::vector<Colormap>& all_maps() {
   static const std::vector<Colormap> maps = [] {
     std::vector<Colormap> m;
     // viridisLite::viridis(10).
-    m.emplace_back("viridis",
-                   even({0x440154, 0x482878, 0x3e4a89, 0x31688e, 0x26828e, 0x1f9e89, 0x35b779, 0x6dcd59, 0xb4de2c,
-                         0xfde725}),
-                   false);
+    m.emplace_back(
+        "viridis",
+        even({0x440154, 0x482878, 0x3e4a89, 0x31688e, 0x26828e, 0x1f9e89, 0x35b779, 0x6dcd59, 0xb4de2c, 0xfde725}),
+        false);
     // viridisLite::magma(10).
-    m.emplace_back("magma",
-                   even({0x000004, 0x180f3e, 0x451077, 0x721f81, 0x9f2f7f, 0xcd4071, 0xf1605d, 0xfd9567, 0xfec98d,
-                         0xfcfdbf}),
-                   false);
+    m.emplace_back(
+        "magma",
+        even({0x000004, 0x180f3e, 0x451077, 0x721f81, 0x9f2f7f, 0xcd4071, 0xf1605d, 0xfd9567, 0xfec98d, 0xfcfdbf}),
+        false);
     // Moreland 2009, table 1: every fourth of the 33 stops.
     m.emplace_back("coolwarm",
                    interpolate({{0.0, 0x3b4cc0},

@@ -78,79 +78,82 @@ void export_csv(const Figure& figure, const std::filesystem::path& out) {
   for (std::size_t pi = 0; pi < figure.panels.size(); ++pi) {
     const Panel& panel = figure.panels[pi];
     const std::string_view kind = kind_name(panel);
-    std::visit(
-        Overload{
-            [&](const Heatmap& h) {
-              const bool labelled = !h.row_labels.empty() || !h.col_labels.empty();
-              std::vector<std::string> xs(static_cast<std::size_t>(h.cols)), cs(xs.size()), cl(xs.size());
-              for (std::int64_t c = 0; c < h.cols; ++c) {
-                const auto k = static_cast<std::size_t>(c);
-                xs[k] = num(h.x_origin + static_cast<double>(c) * h.x_step);
-                cs[k] = std::to_string(c);
-                if (!h.col_labels.empty()) cl[k] = detail::valid_utf8(h.col_labels[k]);
-              }
-              for (int pass = 0; pass < 2; ++pass) {
-                if (pass == 1 && h.mask.empty()) break;
-                const std::string series = pass == 0 ? "value" : "mask";
-                for (std::int64_t r = 0; r < h.rows; ++r) {
-                  const std::string rs = std::to_string(r), ys = num(h.y_origin + static_cast<double>(r) * h.y_step);
-                  const std::string rl =
-                      h.row_labels.empty() ? "" : detail::valid_utf8(h.row_labels[static_cast<std::size_t>(r)]);
-                  for (std::int64_t c = 0; c < h.cols; ++c) {
-                    const auto i = static_cast<std::size_t>(r * h.cols + c);
-                    const auto k = static_cast<std::size_t>(c);
-                    if (pass == 1 && h.mask[i] == 0) continue;
-                    w.row(pi, kind, series, rs, cs[k], xs[k], ys, pass == 0 ? num(h.values[i]) : "1",
-                          labelled ? rl + "|" + cl[k] : none);
-                  }
-                }
-              }
-            },
-            [&](const LinePlot& p) {
-              for (std::size_t s = 0; s < p.series.size(); ++s) {
-                const auto& se = p.series[s];
-                const std::string name = detail::valid_utf8(se.name), ss = std::to_string(s);
-                for (std::size_t i = 0; i < se.x.size(); ++i)
-                  w.row(pi, kind, name, ss, std::to_string(i), num(se.x[i]), num(se.y[i]), none, none);
-              }
-            },
-            [&](const ScatterPlot& p) {
-              for (std::size_t g = 0; g < p.groups.size(); ++g) {
-                const auto& gr = p.groups[g];
-                const std::string name = detail::valid_utf8(gr.name), gs = std::to_string(g);
-                for (std::size_t i = 0; i < gr.x.size(); ++i)
-                  w.row(pi, kind, name, gs, std::to_string(i), num(gr.x[i]), num(gr.y[i]), none, none);
-              }
-              for (std::size_t i = 0; i < p.highlights.size(); ++i) {
-                const auto& h = p.highlights[i];
-                w.row(pi, kind, "highlight", "-1", std::to_string(i), num(h.x), num(h.y), none,
-                      detail::valid_utf8(h.label));
-              }
-            },
-            [&](const TokenStrip& t) {
-              const std::size_t n =
-                  !t.tokens.empty() ? t.tokens.size() : !t.category.empty() ? t.category.size() : t.values.size();
-              std::vector<std::string> names;
-              for (const auto& c : t.categories) names.push_back(detail::valid_utf8(c.name));
-              for (std::size_t i = 0; i < n; ++i) {
-                const int cat = t.category.empty() ? -1 : t.category[i];
-                const std::string series = cat >= 0 ? names[static_cast<std::size_t>(cat)] : none;
-                const std::string value = !t.values.empty() ? num(t.values[i]) : !t.category.empty() ? std::to_string(cat) : none;
-                w.row(pi, kind, series, "0", std::to_string(i),
-                      std::to_string(t.first_position + static_cast<std::int64_t>(i)), none, value,
-                      t.tokens.empty() ? none : detail::valid_utf8(t.tokens[i]));
-              }
-            },
-            [&](const BarChart& b) {
-              for (std::size_t s = 0; s < b.series.size(); ++s) {
-                const std::string name = detail::valid_utf8(b.series[s].name), ss = std::to_string(s);
-                for (std::size_t k = 0; k < b.categories.size(); ++k)
-                  w.row(pi, kind, name, ss, std::to_string(k), std::to_string(k), num(b.series[s].values[k]), none,
-                        detail::valid_utf8(b.categories[k]));
-              }
-            },
-        },
-        panel);
+    std::visit(Overload{
+                   [&](const Heatmap& h) {
+                     const bool labelled = !h.row_labels.empty() || !h.col_labels.empty();
+                     std::vector<std::string> xs(static_cast<std::size_t>(h.cols)), cs(xs.size()), cl(xs.size());
+                     for (std::int64_t c = 0; c < h.cols; ++c) {
+                       const auto k = static_cast<std::size_t>(c);
+                       xs[k] = num(h.x_origin + static_cast<double>(c) * h.x_step);
+                       cs[k] = std::to_string(c);
+                       if (!h.col_labels.empty()) cl[k] = detail::valid_utf8(h.col_labels[k]);
+                     }
+                     for (int pass = 0; pass < 2; ++pass) {
+                       if (pass == 1 && h.mask.empty()) break;
+                       const std::string series = pass == 0 ? "value" : "mask";
+                       for (std::int64_t r = 0; r < h.rows; ++r) {
+                         const std::string rs = std::to_string(r),
+                                           ys = num(h.y_origin + static_cast<double>(r) * h.y_step);
+                         const std::string rl =
+                             h.row_labels.empty() ? "" : detail::valid_utf8(h.row_labels[static_cast<std::size_t>(r)]);
+                         for (std::int64_t c = 0; c < h.cols; ++c) {
+                           const auto i = static_cast<std::size_t>(r * h.cols + c);
+                           const auto k = static_cast<std::size_t>(c);
+                           if (pass == 1 && h.mask[i] == 0) continue;
+                           w.row(pi, kind, series, rs, cs[k], xs[k], ys, pass == 0 ? num(h.values[i]) : "1",
+                                 labelled ? rl + "|" + cl[k] : none);
+                         }
+                       }
+                     }
+                   },
+                   [&](const LinePlot& p) {
+                     for (std::size_t s = 0; s < p.series.size(); ++s) {
+                       const auto& se = p.series[s];
+                       const std::string name = detail::valid_utf8(se.name), ss = std::to_string(s);
+                       for (std::size_t i = 0; i < se.x.size(); ++i)
+                         w.row(pi, kind, name, ss, std::to_string(i), num(se.x[i]), num(se.y[i]), none, none);
+                     }
+                   },
+                   [&](const ScatterPlot& p) {
+                     for (std::size_t g = 0; g < p.groups.size(); ++g) {
+                       const auto& gr = p.groups[g];
+                       const std::string name = detail::valid_utf8(gr.name), gs = std::to_string(g);
+                       for (std::size_t i = 0; i < gr.x.size(); ++i)
+                         w.row(pi, kind, name, gs, std::to_string(i), num(gr.x[i]), num(gr.y[i]), none, none);
+                     }
+                     for (std::size_t i = 0; i < p.highlights.size(); ++i) {
+                       const auto& h = p.highlights[i];
+                       w.row(pi, kind, "highlight", "-1", std::to_string(i), num(h.x), num(h.y), none,
+                             detail::valid_utf8(h.label));
+                     }
+                   },
+                   [&](const TokenStrip& t) {
+                     const std::size_t n = !t.tokens.empty()     ? t.tokens.size()
+                                           : !t.category.empty() ? t.category.size()
+                                                                 : t.values.size();
+                     std::vector<std::string> names;
+                     for (const auto& c : t.categories) names.push_back(detail::valid_utf8(c.name));
+                     for (std::size_t i = 0; i < n; ++i) {
+                       const int cat = t.category.empty() ? -1 : t.category[i];
+                       const std::string series = cat >= 0 ? names[static_cast<std::size_t>(cat)] : none;
+                       const std::string value = !t.values.empty()     ? num(t.values[i])
+                                                 : !t.category.empty() ? std::to_string(cat)
+                                                                       : none;
+                       w.row(pi, kind, series, "0", std::to_string(i),
+                             std::to_string(t.first_position + static_cast<std::int64_t>(i)), none, value,
+                             t.tokens.empty() ? none : detail::valid_utf8(t.tokens[i]));
+                     }
+                   },
+                   [&](const BarChart& b) {
+                     for (std::size_t s = 0; s < b.series.size(); ++s) {
+                       const std::string name = detail::valid_utf8(b.series[s].name), ss = std::to_string(s);
+                       for (std::size_t k = 0; k < b.categories.size(); ++k)
+                         w.row(pi, kind, name, ss, std::to_string(k), std::to_string(k), num(b.series[s].values[k]),
+                               none, detail::valid_utf8(b.categories[k]));
+                     }
+                   },
+               },
+               panel);
   }
   file.close();
   if (!file) throw ExportError(out, "write failed");

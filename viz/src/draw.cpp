@@ -36,7 +36,8 @@ struct ValueColors {
 
 void draw_marker(Canvas& cv, Marker m, Point p, double r, Color fill, const std::optional<Stroke>& outline = {}) {
   switch (m) {
-    case Marker::None: return;
+    case Marker::None:
+      return;
     case Marker::Circle:
       cv.fill_circle(p, r, fill);
       if (outline) cv.stroke_circle(p, r, *outline);
@@ -120,7 +121,8 @@ void draw_axes(Ctx& c, const PanelLayout& L, const Axis& x, const Axis& y) {
     double half = L.plot.w / 2;
     if (!L.mask_key.empty()) half = std::max(0.0, L.mask_key.x - 8 - (L.plot.x + L.plot.w / 2));
     c.m.text({L.plot.x + L.plot.w / 2, label_y + below + 4},
-             detail::elide(c.m, detail::clean_line(x.label), c.label, 2 * half), c.label, fg, HAlign::Center, VAlign::Top);
+             detail::elide(c.m, detail::clean_line(x.label), c.label, 2 * half), c.label, fg, HAlign::Center,
+             VAlign::Top);
   }
   if (!y.label.empty()) {
     const double left = L.plot.x - kTickLen - 3 - widest(c, L.y.ticks) - 6;
@@ -177,7 +179,9 @@ void draw_legend(Ctx& c, const LegendLayout& g) {
 void mark_rect(Canvas& cv, const Rect& r, MaskStyle style, const std::optional<Color>& color) {
   const Color dark{0, 0, 0, 190}, light{255, 255, 255, 235};
   switch (style) {
-    case MaskStyle::Shade: cv.fill_rect(r, Color{255, 255, 255, 150}); return;
+    case MaskStyle::Shade:
+      cv.fill_rect(r, Color{255, 255, 255, 150});
+      return;
     case MaskStyle::Outline: {
       const double w = 1.2;
       const Rect in{r.x + w / 2, r.y + w / 2, std::max(0.0, r.w - w), std::max(0.0, r.h - w)};
@@ -342,7 +346,8 @@ void draw_tokens(Ctx& c, const TokenStrip& t, const PanelLayout& L) {
   const Colormap& cm = colormap(t.colormap);
   const ValueColors vc{cm, L.value_range, c.th.missing};
   std::vector<Color> cat_colors;
-  for (std::size_t k = 0; k < t.categories.size(); ++k) cat_colors.push_back(t.categories[k].color.value_or(categorical(k)));
+  for (std::size_t k = 0; k < t.categories.size(); ++k)
+    cat_colors.push_back(t.categories[k].color.value_or(categorical(k)));
   const auto color_of_category = [&](int k) { return k >= 0 ? cat_colors[static_cast<std::size_t>(k)] : c.th.missing; };
   const auto token_color = [&](std::size_t i) -> Color {
     if (by_category) return color_of_category(t.category[i]);
@@ -426,7 +431,8 @@ void draw_tokens(Ctx& c, const TokenStrip& t, const PanelLayout& L) {
     std::string note = "token position";
     if (T.per_cell > 1)
       note += " (1 px = " + std::to_string(T.per_cell) + " tokens, " +
-              (t.aggregate == Aggregate::Max ? (by_category ? "highest category" : "max") : (by_category ? "majority" : "mean")) +
+              (t.aggregate == Aggregate::Max ? (by_category ? "highest category" : "max")
+                                             : (by_category ? "majority" : "mean")) +
               ")";
     if (T.rows > 1) note += "; rows start at the position on the left";
     c.m.text({strip.x, note_y}, detail::elide(c.m, note, c.tick, L.cell.right() - strip.x), c.tick, fg, HAlign::Left,
@@ -501,12 +507,11 @@ void draw_figure(const Figure& f, const FigureLayout& layout, Canvas& cv) {
   }
   for (std::size_t i = 0; i < f.panels.size() && i < layout.panels.size(); ++i) {
     const PanelLayout& L = layout.panels[i];
-    std::visit(Overload{[&](const Heatmap& p) { draw_heatmap(c, p, L); },
-                        [&](const LinePlot& p) { draw_line(c, p, L); },
-                        [&](const ScatterPlot& p) { draw_scatter(c, p, L); },
-                        [&](const TokenStrip& p) { draw_tokens(c, p, L); },
-                        [&](const BarChart& p) { draw_bar(c, p, L); }},
-               f.panels[i]);
+    std::visit(
+        Overload{[&](const Heatmap& p) { draw_heatmap(c, p, L); }, [&](const LinePlot& p) { draw_line(c, p, L); },
+                 [&](const ScatterPlot& p) { draw_scatter(c, p, L); },
+                 [&](const TokenStrip& p) { draw_tokens(c, p, L); }, [&](const BarChart& p) { draw_bar(c, p, L); }},
+        f.panels[i]);
     draw_panel_title(c, L, panel_title(f.panels[i]));
   }
   if (!layout.caption.empty()) {

@@ -31,8 +31,7 @@ void check_axis(const Axis& a, const char* which, const std::string& where) {
   if (a.range && !(std::isfinite(a.range->lo) && std::isfinite(a.range->hi) && a.range->lo < a.range->hi))
     throw std::invalid_argument(where + which + " axis range must be finite with lo < hi");
   if (a.log && a.range && a.range->lo <= 0)
-    throw std::invalid_argument(where + which + " axis is log but its range starts at " +
-                                std::to_string(a.range->lo));
+    throw std::invalid_argument(where + which + " axis is log but its range starts at " + std::to_string(a.range->lo));
 }
 
 void check_value_range(const std::optional<Range>& r, const std::string& where) {
@@ -71,11 +70,11 @@ void validate(const Figure& figure) {
                                               : static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
   const std::size_t rows = cols == 0 ? 0 : (n + cols - 1) / cols;
   if (!figure.row_weights.empty() && figure.row_weights.size() != rows)
-    throw std::invalid_argument("figure row_weights has " + sz(figure.row_weights.size()) + " entries for " +
-                                sz(rows) + " grid rows");
+    throw std::invalid_argument("figure row_weights has " + sz(figure.row_weights.size()) + " entries for " + sz(rows) +
+                                " grid rows");
   if (!figure.col_weights.empty() && figure.col_weights.size() != cols)
-    throw std::invalid_argument("figure col_weights has " + sz(figure.col_weights.size()) + " entries for " +
-                                sz(cols) + " grid columns");
+    throw std::invalid_argument("figure col_weights has " + sz(figure.col_weights.size()) + " entries for " + sz(cols) +
+                                " grid columns");
 
   for (std::size_t i = 0; i < n; ++i) {
     const Panel& panel = figure.panels[i];
@@ -87,11 +86,11 @@ void validate(const Figure& figure) {
               if (h.rows < 0 || h.cols < 0) throw std::invalid_argument(where + "negative rows or cols");
               const auto cells = static_cast<std::size_t>(h.rows) * static_cast<std::size_t>(h.cols);
               if (h.values.size() != cells)
-                throw std::invalid_argument(where + "values has " + sz(h.values.size()) + " entries, rows*cols = " +
-                                            sz(cells));
+                throw std::invalid_argument(where + "values has " + sz(h.values.size()) +
+                                            " entries, rows*cols = " + sz(cells));
               if (!h.mask.empty() && h.mask.size() != cells)
-                throw std::invalid_argument(where + "mask has " + sz(h.mask.size()) + " entries, rows*cols = " +
-                                            sz(cells));
+                throw std::invalid_argument(where + "mask has " + sz(h.mask.size()) +
+                                            " entries, rows*cols = " + sz(cells));
               if (!h.row_labels.empty() && h.row_labels.size() != static_cast<std::size_t>(h.rows))
                 throw std::invalid_argument(where + "row_labels has " + sz(h.row_labels.size()) + " entries for " +
                                             std::to_string(h.rows) + " rows");
@@ -128,14 +127,15 @@ void validate(const Figure& figure) {
               }
             },
             [&](const TokenStrip& t) {
-              std::size_t count = !t.tokens.empty() ? t.tokens.size() : !t.category.empty() ? t.category.size()
-                                                                                            : t.values.size();
+              std::size_t count = !t.tokens.empty()     ? t.tokens.size()
+                                  : !t.category.empty() ? t.category.size()
+                                                        : t.values.size();
               if (!t.category.empty() && t.category.size() != count)
                 throw std::invalid_argument(where + "category has " + sz(t.category.size()) + " entries for " +
                                             sz(count) + " tokens");
               if (!t.values.empty() && t.values.size() != count)
-                throw std::invalid_argument(where + "values has " + sz(t.values.size()) + " entries for " +
-                                            sz(count) + " tokens");
+                throw std::invalid_argument(where + "values has " + sz(t.values.size()) + " entries for " + sz(count) +
+                                            " tokens");
               for (std::size_t k = 0; k < t.category.size(); ++k)
                 if (t.category[k] < -1 || t.category[k] >= static_cast<int>(t.categories.size()))
                   throw std::invalid_argument(where + "token " + sz(k) + " has category " +

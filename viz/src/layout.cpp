@@ -141,8 +141,8 @@ double AxisMap::to_data(double px) const {
 std::vector<float> downsample(std::span<const float> values, std::int64_t rows, std::int64_t cols,
                               std::int64_t out_rows, std::int64_t out_cols, Aggregate how) {
   if (rows < 0 || cols < 0 || values.size() != static_cast<std::size_t>(rows * cols))
-    throw std::invalid_argument("downsample: " + std::to_string(values.size()) + " values for " +
-                                std::to_string(rows) + "x" + std::to_string(cols));
+    throw std::invalid_argument("downsample: " + std::to_string(values.size()) + " values for " + std::to_string(rows) +
+                                "x" + std::to_string(cols));
   if (out_rows < 1 || out_cols < 1 || out_rows > std::max<std::int64_t>(rows, 1) ||
       out_cols > std::max<std::int64_t>(cols, 1))
     throw std::invalid_argument("downsample: output " + std::to_string(out_rows) + "x" + std::to_string(out_cols) +
@@ -371,7 +371,8 @@ std::vector<Tick> log_ticks(Ctx& c, const AxisMap& map, bool horizontal) {
       std::vector<Tick> labelled = ticks;
       for (const auto& t : minor) {
         const double mant = t.value / std::pow(10.0, std::floor(std::log10(t.value) + 1e-9));
-        if (std::abs(mant - 2) < 1e-6 || std::abs(mant - 5) < 1e-6) labelled.push_back({t.value, t.px, format_tick(t.value, t.value)});
+        if (std::abs(mant - 2) < 1e-6 || std::abs(mant - 5) < 1e-6)
+          labelled.push_back({t.value, t.px, format_tick(t.value, t.value)});
       }
       std::sort(labelled.begin(), labelled.end(), [](const Tick& a, const Tick& b) { return a.value < b.value; });
       if (!crowded(c, labelled, horizontal)) {
@@ -396,8 +397,8 @@ std::vector<Tick> category_ticks(Ctx& c, const std::vector<std::pair<double, std
                                  bool horizontal, bool rotated, double max_label_w) {
   std::vector<Tick> out;
   if (cats.empty()) return out;
-  const double spacing = cats.size() >= 2 ? std::abs(map.to_px(cats[1].first) - map.to_px(cats[0].first))
-                                          : std::abs(map.p1 - map.p0);
+  const double spacing =
+      cats.size() >= 2 ? std::abs(map.to_px(cats[1].first) - map.to_px(cats[0].first)) : std::abs(map.p1 - map.p0);
   double need = c.tick_h * 1.1;
   if (horizontal && !rotated) {
     double w = 0;
@@ -426,10 +427,10 @@ struct AxesSpec {
   bool xlog = false, ylog = false;
   double x_min_step = 0, y_min_step = 0;
   std::vector<std::pair<double, std::string>> x_cats, y_cats;  // categorical axes
-  bool y_down = false;          // y lo at the top (heatmap rows from the top)
-  double right_reserve = 0;     // colour bar / outside legend
-  bool allow_rotated_x = false;  // bar categories
-  bool key_row = false;          // keep the x-label row even without an x label (heatmap mask key)
+  bool y_down = false;                                         // y lo at the top (heatmap rows from the top)
+  double right_reserve = 0;                                    // colour bar / outside legend
+  bool allow_rotated_x = false;                                // bar categories
+  bool key_row = false;  // keep the x-label row even without an x label (heatmap mask key)
 };
 
 // Places the plot rectangle inside `inner` leaving room for ticks and labels; fills L.plot/x/y.
@@ -504,15 +505,26 @@ void place_legend(LegendLayout& g, LegendPos pos, const Rect& plot, const std::v
   const Rect br{plot.right() - m - g.box.w, plot.bottom() - m - g.box.h, g.box.w, g.box.h};
   const Rect bl{plot.x + m, plot.bottom() - m - g.box.h, g.box.w, g.box.h};
   switch (pos) {
-    case LegendPos::TopRight: g.box = tr; return;
-    case LegendPos::TopLeft: g.box = tl; return;
-    case LegendPos::BottomRight: g.box = br; return;
-    case LegendPos::BottomLeft: g.box = bl; return;
+    case LegendPos::TopRight:
+      g.box = tr;
+      return;
+    case LegendPos::TopLeft:
+      g.box = tl;
+      return;
+    case LegendPos::BottomRight:
+      g.box = br;
+      return;
+    case LegendPos::BottomLeft:
+      g.box = bl;
+      return;
     case LegendPos::Outside:
       g.box = {plot.right() + 10, plot.y, g.box.w, g.box.h};
       return;
-    case LegendPos::None: g = {}; return;
-    case LegendPos::Auto: break;
+    case LegendPos::None:
+      g = {};
+      return;
+    case LegendPos::Auto:
+      break;
   }
   const Rect cands[] = {tr, tl, br, bl};
   std::size_t best = 0, best_count = std::numeric_limits<std::size_t>::max();
@@ -526,7 +538,8 @@ void place_legend(LegendLayout& g, LegendPos pos, const Rect& plot, const std::v
 
 // ---- categories and colour bars -----------------------------------------------------------------
 
-std::vector<std::pair<double, std::string>> cats_of(const std::vector<std::string>& labels, double origin, double step) {
+std::vector<std::pair<double, std::string>> cats_of(const std::vector<std::string>& labels, double origin,
+                                                    double step) {
   std::vector<std::pair<double, std::string>> out;
   for (std::size_t i = 0; i < labels.size(); ++i)
     out.emplace_back(origin + static_cast<double>(i) * step, detail::clean_line(labels[i]));
@@ -565,7 +578,8 @@ void place_colorbar(PanelLayout& L, const ColorbarPlan& p, Range vr, Rect bar) {
 
 // Up to `per_series` points of a series, evenly sampled, for legend placement.
 template <class XS, class YS>
-void sample_points(const XS& xs, const YS& ys, const PanelLayout& L, std::vector<Point>& out, std::size_t per_series = 400) {
+void sample_points(const XS& xs, const YS& ys, const PanelLayout& L, std::vector<Point>& out,
+                   std::size_t per_series = 400) {
   const std::size_t n = std::min(xs.size(), ys.size());
   const std::size_t stride = std::max<std::size_t>(1, n / per_series);
   for (std::size_t i = 0; i < n; i += stride) {
@@ -661,7 +675,8 @@ PanelLayout layout_line(Ctx& c, const LinePlot& p, Rect cell) {
     data.emplace_back(&s.x, &s.y);
   }
   // Tight x unless markers would be cut in half at the ends.
-  const bool markers = std::any_of(p.series.begin(), p.series.end(), [](const Series& s) { return s.marker != Marker::None; });
+  const bool markers =
+      std::any_of(p.series.begin(), p.series.end(), [](const Series& s) { return s.marker != Marker::None; });
   return layout_xy(c, p, cell, resolve(p.x, dx, markers ? 0.03 : 0.0), resolve(p.y, dy, 0.05), series_entries(p), data);
 }
 
@@ -749,8 +764,7 @@ PanelLayout layout_bar(Ctx& c, const BarChart& b, Rect cell) {
         const double base = L.y.map.to_px(b.y.log ? yr.lo : 0.0);
         // Sample the bar's area so a tall bar under a corner counts.
         for (double f = 0; f <= 1.0; f += 0.25)
-          for (double g = 0; g <= 1.0; g += 0.25)
-            pts.push_back({L.x.map.to_px(x0 + f * bw), py + g * (base - py)});
+          for (double g = 0; g <= 1.0; g += 0.25) pts.push_back({L.x.map.to_px(x0 + f * bw), py + g * (base - py)});
       }
   }
   place_legend(L.legend, b.legend, L.plot, pts);
@@ -934,11 +948,16 @@ FigureLayout layout_figure(const Figure& f, Canvas& m) {
     out.panels.push_back(std::visit(
         [&](const auto& p) -> PanelLayout {
           using T = std::decay_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, Heatmap>) return layout_heatmap(c, p, cell);
-          else if constexpr (std::is_same_v<T, LinePlot>) return layout_line(c, p, cell);
-          else if constexpr (std::is_same_v<T, ScatterPlot>) return layout_scatter(c, p, cell);
-          else if constexpr (std::is_same_v<T, TokenStrip>) return layout_tokens(c, p, cell);
-          else return layout_bar(c, p, cell);
+          if constexpr (std::is_same_v<T, Heatmap>)
+            return layout_heatmap(c, p, cell);
+          else if constexpr (std::is_same_v<T, LinePlot>)
+            return layout_line(c, p, cell);
+          else if constexpr (std::is_same_v<T, ScatterPlot>)
+            return layout_scatter(c, p, cell);
+          else if constexpr (std::is_same_v<T, TokenStrip>)
+            return layout_tokens(c, p, cell);
+          else
+            return layout_bar(c, p, cell);
         },
         f.panels[i]));
   }

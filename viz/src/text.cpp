@@ -13,18 +13,21 @@ std::size_t utf8_len(std::string_view s, std::size_t i) {
   std::size_t n = 0;
   std::uint32_t cp = 0;
   if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
-  else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
-  else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
-  else return 0;
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2, cp = c & 0x1f;
+  else if (c >= 0xe0 && c <= 0xef)
+    n = 3, cp = c & 0x0f;
+  else if (c >= 0xf0 && c <= 0xf4)
+    n = 4, cp = c & 0x07;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   for (std::size_t k = 1; k < n; ++k) {
     const auto d = static_cast<unsigned char>(s[i + k]);
     if ((d & 0xc0) != 0x80) return 0;
     cp = (cp << 6) | (d & 0x3f);
   }
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
   return n;
 }
 
@@ -84,8 +87,10 @@ std::string token_display(std::string_view token) {
       continue;
     }
     if (n == 1 && (c < 0x20 || c == 0x7f)) {
-      if (c == '\n') out += "\xe2\x86\xb5";       // U+21B5
-      else if (c == '\t') out += "\xe2\x86\x92";  // U+2192
+      if (c == '\n')
+        out += "\xe2\x86\xb5";  // U+21B5
+      else if (c == '\t')
+        out += "\xe2\x86\x92";  // U+2192
       else if (c != '\r') {
         char buf[8];
         std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -108,7 +113,9 @@ std::string elide(Canvas& m, const std::string& text, const Font& font, double m
   std::vector<std::size_t> cuts;
   for (std::size_t i = 0; i < text.size(); ++i)
     if ((static_cast<unsigned char>(text[i]) & 0xc0) != 0x80) cuts.push_back(i);
-  auto prefix_end = [&](std::size_t code_points) { return code_points < cuts.size() ? cuts[code_points] : text.size(); };
+  auto prefix_end = [&](std::size_t code_points) {
+    return code_points < cuts.size() ? cuts[code_points] : text.size();
+  };
   std::size_t lo = 0, hi = cuts.size();  // number of code points kept
   while (lo < hi) {
     const std::size_t mid = (lo + hi + 1) / 2;

@@ -19,7 +19,8 @@ void attention(AppState& s, Ui& ui) {
   const bool diff = st.opt.side == Side::kDiff;
   const auto b = s.b_run();
   ImGui::SameLine();
-  ImGui::TextDisabled("   layer %lld, KV head %lld%s", static_cast<long long>(s.sel.layer), static_cast<long long>(s.sel.head),
+  ImGui::TextDisabled("   layer %lld, KV head %lld%s", static_cast<long long>(s.sel.layer),
+                      static_cast<long long>(s.sel.head),
                       a.has_attention ? "" : "   (this run has no attention capture: run with capture full)");
   const ImVec2 size = figure_size();
   const bool ready = diff ? await_parts(s, {&s.a, &b}, {Part::kKept}, s.sel.layer, size) &&
@@ -28,16 +29,22 @@ void attention(AppState& s, Ui& ui) {
   if (!ready) return;
   const std::string key = run_key(&a) + (diff ? run_key(b.get()) : "") + "|" + std::to_string(st.opt.log_scale) + "|" +
                           std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
-  st.fig.draw(key, size, [&] {
-    return diff ? figures::attention_diff_figure(*s.a, *b, st.opt, s.sel, static_cast<int>(size.x))
-                : figures::attention_figure(a, st.opt, s.sel, static_cast<int>(size.x));
-  }, ui.fonts, ui.textures);
+  st.fig.draw(
+      key, size,
+      [&] {
+        return diff ? figures::attention_diff_figure(*s.a, *b, st.opt, s.sel, static_cast<int>(size.x))
+                    : figures::attention_figure(a, st.opt, s.sel, static_cast<int>(size.x));
+      },
+      ui.fonts, ui.textures);
   if (ImGui::IsItemHovered() && st.fig.valid()) {
     if (const auto hit = st.fig.hit(ImGui::GetMousePos())) {
       std::int64_t pos = -1, head = s.sel.head;
-      if (hit->row >= 0) pos = hit->col, head = hit->row;
-      else if (hit->token >= 0) pos = hit->token;
-      else pos = std::llround(hit->x);
+      if (hit->row >= 0)
+        pos = hit->col, head = hit->row;
+      else if (hit->token >= 0)
+        pos = hit->token;
+      else
+        pos = std::llround(hit->x);
       if (pos >= 0 && pos < a.n_tok) {
         ImGui::BeginTooltip();
         ImGui::Text("position %lld  \"%s\"", static_cast<long long>(pos),
@@ -45,10 +52,11 @@ void attention(AppState& s, Ui& ui) {
         const float* att = a.attention_row(s.sel.layer, head);
         if (diff) {
           ImGui::Text("L%lld H%lld: A %s, B %s", static_cast<long long>(s.sel.layer), static_cast<long long>(head),
-                      s.a->kept_at(s.sel.layer, head, pos) ? "kept" : "evicted", b->kept_at(s.sel.layer, head, pos) ? "kept" : "evicted");
+                      s.a->kept_at(s.sel.layer, head, pos) ? "kept" : "evicted",
+                      b->kept_at(s.sel.layer, head, pos) ? "kept" : "evicted");
         } else if (att) {
-          ImGui::Text("L%lld H%lld attention %.4g  (%s)", static_cast<long long>(s.sel.layer), static_cast<long long>(head),
-                      att[pos], a.kept_at(s.sel.layer, head, pos) ? "kept" : "evicted");
+          ImGui::Text("L%lld H%lld attention %.4g  (%s)", static_cast<long long>(s.sel.layer),
+                      static_cast<long long>(head), att[pos], a.kept_at(s.sel.layer, head, pos) ? "kept" : "evicted");
         }
         ImGui::TextDisabled(hit->row >= 0 ? "click: select this head and token" : "click: select this token");
         ImGui::EndTooltip();

@@ -21,10 +21,11 @@ void budgets(AppState& s, Ui& ui) {
       total += k, mx = std::max(mx, k), mn = mn < 0 ? k : std::min(mn, k);
     }
   const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
-  ImGui::Text("budget %s: %lld entries kept over %lld heads (mean %.1f per head, min %lld, max %lld; %.1f%% of the prompt)",
-              a.budget_text().c_str(), static_cast<long long>(total), static_cast<long long>(a.n_layer * a.n_head_kv),
-              total / heads, static_cast<long long>(std::max<std::int64_t>(mn, 0)), static_cast<long long>(mx),
-              a.n_tok ? 100.0 * total / heads / static_cast<double>(a.n_tok) : 0.0);
+  ImGui::Text(
+      "budget %s: %lld entries kept over %lld heads (mean %.1f per head, min %lld, max %lld; %.1f%% of the prompt)",
+      a.budget_text().c_str(), static_cast<long long>(total), static_cast<long long>(a.n_layer * a.n_head_kv),
+      total / heads, static_cast<long long>(std::max<std::int64_t>(mn, 0)), static_cast<long long>(mx),
+      a.n_tok ? 100.0 * total / heads / static_cast<double>(a.n_tok) : 0.0);
   side_selector(s, st.opt.side);
   const RunData* b = s.b();
   const RunData& shown = st.opt.side == Side::kB && b ? *b : a;
@@ -37,11 +38,13 @@ void budgets(AppState& s, Ui& ui) {
   const std::string key = run_key(&a) + run_key(b) + "|" + std::to_string(static_cast<int>(st.opt.side)) + "|" +
                           std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head) + "|" +
                           (st.opt.head_pattern ? "p" : "");
-  st.fig.draw(key, figure_size(), [&] { return figures::budgets_figure(a, b, st.opt); }, ui.fonts, ui.textures);
+  st.fig.draw(
+      key, figure_size(), [&] { return figures::budgets_figure(a, b, st.opt); }, ui.fonts, ui.textures);
   heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
-    std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + ": " + std::to_string(a.kept_count(l, h)) +
-                    " kept of " + std::to_string(a.n_tok);
-    if (b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv) t += "  (B: " + std::to_string(b->kept_count(l, h)) + ")";
+    std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + ": " +
+                    std::to_string(a.kept_count(l, h)) + " kept of " + std::to_string(a.n_tok);
+    if (b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv)
+      t += "  (B: " + std::to_string(b->kept_count(l, h)) + ")";
     return t;
   });
   outline_cell(st.fig, 0, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
@@ -54,7 +57,8 @@ void budgets(AppState& s, Ui& ui) {
       std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + " of the pattern: ";
       if (i >= map.values.size() || std::isnan(map.values[i])) return t + "not in the pattern";
       t += map.mask[i] ? "dense" : "streaming";
-      t += ", keeps " + std::to_string(static_cast<long long>(map.values[i])) + " of " + std::to_string(shown.n_tok) + " entries";
+      t += ", keeps " + std::to_string(static_cast<long long>(map.values[i])) + " of " + std::to_string(shown.n_tok) +
+           " entries";
       if (l < shown.n_layer && h < shown.n_head_kv) t += " (run: " + std::to_string(shown.kept_count(l, h)) + " kept)";
       return t;
     });

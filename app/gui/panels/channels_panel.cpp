@@ -25,14 +25,21 @@ void channels(AppState& s, Ui& ui) {
   const bool diff = st.opt.side == Side::kDiff;
   const auto b = s.b_run();
   ImGui::SameLine();
-  ImGui::TextDisabled("   w = |q\xcc\x84_j|\xc2\xb7|k_tj| (SPARK \xc2\xa7" "4.2); head_dim %lld", static_cast<long long>(a.head_dim));
+  ImGui::TextDisabled(
+      "   w = |q\xcc\x84_j|\xc2\xb7|k_tj| (SPARK \xc2\xa7"
+      "4.2); head_dim %lld",
+      static_cast<long long>(a.head_dim));
   const ImVec2 size = figure_size();
   if (!await_parts(s, {&shown, diff ? &b : nullptr}, {Part::kChannelMean, Part::kChannelCv}, s.sel.layer, size)) return;
   const std::string key = run_key(&a) + (diff ? run_key(b.get()) : "") + "|" + std::to_string(m) + "|" +
                           std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
-  st.fig.draw(key, size, [&] {
-    return diff ? figures::channels_diff_figure(*s.a, *b, st.opt, s.sel) : figures::channels_figure(a, st.opt, s.sel);
-  }, ui.fonts, ui.textures);
+  st.fig.draw(
+      key, size,
+      [&] {
+        return diff ? figures::channels_diff_figure(*s.a, *b, st.opt, s.sel)
+                    : figures::channels_figure(a, st.opt, s.sel);
+      },
+      ui.fonts, ui.textures);
   if (ImGui::IsItemHovered())
     if (const auto hit = st.fig.hit(ImGui::GetMousePos())) {
       const std::int64_t ch = hit->row >= 0 ? hit->col : std::llround(hit->x);

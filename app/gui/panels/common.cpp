@@ -36,7 +36,8 @@ void outline_cell(const FigureView& fig, int panel, std::int64_t row, std::int64
   const auto r = fig.cell_rect(panel, row, col);
   if (!r) return;
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImVec2 a{static_cast<float>(r->x), static_cast<float>(r->y)}, b{static_cast<float>(r->right()), static_cast<float>(r->bottom())};
+  const ImVec2 a{static_cast<float>(r->x), static_cast<float>(r->y)},
+      b{static_cast<float>(r->right()), static_cast<float>(r->bottom())};
   dl->AddRect({a.x - 1, a.y - 1}, {b.x + 1, b.y + 1}, IM_COL32(0, 0, 0, 220), 0, 0, 3.0f);
   dl->AddRect(a, b, color, 0, 0, 1.5f);
 }

@@ -27,12 +27,15 @@ void compare(AppState& s, Ui& ui) {
   const RunData& a = *s.a;
   if (s.others.empty()) {
     ImGui::TextDisabled("Add runs to compare from the Sessions view (\"compare\" button or right-click a run).");
-    ImGui::TextDisabled("Runs on the same prompt can be compared token by token; any runs can be compared by their metrics.");
+    ImGui::TextDisabled(
+        "Runs on the same prompt can be compared token by token; any runs can be compared by their metrics.");
     const int di = db_index(s, a.ref.db);
     if (ImGui::Button("Compare with the newest other run on the same prompt")) {
       const auto b = same_prompt_run(s, di);
-      if (b >= 0) open_run(s, di, b, true);
-      else s.status = "no other complete run on this prompt in " + a.ref.db;
+      if (b >= 0)
+        open_run(s, di, b, true);
+      else
+        s.status = "no other complete run on this prompt in " + a.ref.db;
     }
     return;
   }
@@ -46,8 +49,10 @@ void compare(AppState& s, Ui& ui) {
   const int cols = 2 + static_cast<int>(s.others.size()) * 2;
   const float table_h = std::min(ImGui::GetTextLineHeightWithSpacing() * (static_cast<float>(names.size()) + 2.6f),
                                  ImGui::GetContentRegionAvail().y * 0.35f);
-  if (ImGui::BeginTable("cmp", cols, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit,
-                        {0, table_h})) {
+  if (ImGui::BeginTable(
+          "cmp", cols,
+          ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit,
+          {0, table_h})) {
     ImGui::TableSetupScrollFreeze(1, 1);
     ImGui::TableSetupColumn("metric");
     ImGui::TableSetupColumn(("A #" + std::to_string(a.ref.run)).c_str());
@@ -69,8 +74,10 @@ void compare(AppState& s, Ui& ui) {
       item_tooltip(o->record.row.pipeline_spec + "\n" + o->budget_text());
       ImGui::TableNextColumn();
       const bool same = o->record.info.prompt.tokens == a.record.info.prompt.tokens;
-      if (same) ImGui::TextDisabled("same prompt");
-      else ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "other prompt");
+      if (same)
+        ImGui::TextDisabled("same prompt");
+      else
+        ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "other prompt");
     }
     for (const auto& n : names) {
       ImGui::TableNextRow();
@@ -94,7 +101,8 @@ void compare(AppState& s, Ui& ui) {
           const float k = 0.35f + 0.65f * static_cast<float>(std::min(1.0, std::abs(rel)));
           ImVec4 c{0.45f, 0.45f, 0.45f, 1};
           if (std::abs(d) >= 1e-15 && better != 0)
-            c = (d > 0) == (better > 0) ? ImVec4{0.05f, 0.45f * k + 0.1f, 0.15f, 1} : ImVec4{0.8f * k + 0.1f, 0.1f, 0.1f, 1};
+            c = (d > 0) == (better > 0) ? ImVec4{0.05f, 0.45f * k + 0.1f, 0.15f, 1}
+                                        : ImVec4{0.8f * k + 0.1f, 0.1f, 0.1f, 1};
           ImGui::TextColored(c, "%+.3g (%+.0f%%)", d, 100 * rel);
         } else {
           ImGui::TextDisabled("-");
@@ -108,7 +116,8 @@ void compare(AppState& s, Ui& ui) {
     const std::string cur = s.others[static_cast<std::size_t>(st.b_index)]->title();
     if (ImGui::BeginCombo("B for the figure", ellipsize(cur, 60).c_str())) {
       for (int i = 0; i < static_cast<int>(s.others.size()); ++i)
-        if (ImGui::Selectable(ellipsize(s.others[static_cast<std::size_t>(i)]->title(), 70).c_str(), i == st.b_index)) st.b_index = i;
+        if (ImGui::Selectable(ellipsize(s.others[static_cast<std::size_t>(i)]->title(), 70).c_str(), i == st.b_index))
+          st.b_index = i;
       ImGui::EndCombo();
     }
   }
@@ -116,20 +125,23 @@ void compare(AppState& s, Ui& ui) {
   const RunData& b = *b_run;
   // The per-head overlap map needs every layer's kept sets of both runs (the keep count decodes them).
   if (!await_parts(s, {&s.a, &b_run}, {Part::kKeepCount}, s.sel.layer, figure_size())) return;
-  const std::string key = run_key(&a) + run_key(&b) + "|" + std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
-  st.fig.draw(key, figure_size(), [&] { return figures::compare_figure(a, b, s.sel); }, ui.fonts, ui.textures);
+  const std::string key =
+      run_key(&a) + run_key(&b) + "|" + std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+  st.fig.draw(
+      key, figure_size(), [&] { return figures::compare_figure(a, b, s.sel); }, ui.fonts, ui.textures);
   heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
     std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h);
     const auto* ka = a.kept_set(l, h);
     const auto* kb = b.kept_set(l, h);
     if (ka && kb)
-      t += "\nJaccard " + format_num(figures::jaccard(*ka, *kb), "%.3f") + "   A kept " + std::to_string(ka->size()) + ", B kept " +
-           std::to_string(kb->size());
+      t += "\nJaccard " + format_num(figures::jaccard(*ka, *kb), "%.3f") + "   A kept " + std::to_string(ka->size()) +
+           ", B kept " + std::to_string(kb->size());
     return t;
   });
   outline_cell(st.fig, 0, s.sel.layer, s.sel.head, IM_COL32(255, 255, 255, 255));
   if (ImGui::IsItemHovered())
-    if (const auto hit = st.fig.hit(ImGui::GetMousePos()); hit && hit->panel == 2 && hit->token >= 0 && hit->token < a.n_tok) {
+    if (const auto hit = st.fig.hit(ImGui::GetMousePos());
+        hit && hit->panel == 2 && hit->token >= 0 && hit->token < a.n_tok) {
       ImGui::BeginTooltip();
       ImGui::Text("position %lld \"%s\": A %s, B %s", static_cast<long long>(hit->token),
                   ellipsize(display_token(a.token_text[static_cast<std::size_t>(hit->token)]), 30).c_str(),

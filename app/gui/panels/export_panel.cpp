@@ -55,12 +55,14 @@ void export_dialog(AppState& s, Ui&) {
   // The figures of the selected layer and the keep rate need their parts decoded (on the loader).
   bool decoded = s.a != nullptr;
   if (s.a)
-    for (Part p : {Part::kKept, Part::kAttention, Part::kCos, Part::kPca, Part::kChannelMean, Part::kChannelCv, Part::kKeepCount}) {
+    for (Part p : {Part::kKept, Part::kAttention, Part::kCos, Part::kPca, Part::kChannelMean, Part::kChannelCv,
+                   Part::kKeepCount}) {
       const std::int64_t l = p == Part::kKeepCount ? 0 : s.sel.layer;
       if (!s.a->ready(p, l)) s.loader.request(s.a, p, l), decoded = false;
     }
   ImGui::BeginDisabled(!decoded);
-  if (ImGui::Button(decoded || !s.a ? "Export all figures of this run" : "Export all figures of this run (decoding...)")) {
+  if (ImGui::Button(decoded || !s.a ? "Export all figures of this run"
+                                    : "Export all figures of this run (decoding...)")) {
     try {
       const fs::path dir = fs::path(ex.dir) / ("run" + run_id + "_figures");
       fs::create_directories(dir);

@@ -22,7 +22,8 @@ void fidelity(AppState& s, Ui& ui) {
                         format_num(r->summary_metric("mean_kl"), "%.4g").c_str(),
                         format_num(r->summary_metric("top1_agreement"), "%.3f").c_str());
   }
-  st.fig.draw(key, figure_size(), [&] { return figures::fidelity_figure(runs, st.opt); }, ui.fonts, ui.textures);
+  st.fig.draw(
+      key, figure_size(), [&] { return figures::fidelity_figure(runs, st.opt); }, ui.fonts, ui.textures);
   if (ImGui::IsItemHovered())
     if (const auto hit = st.fig.hit(ImGui::GetMousePos())) {
       const auto step = std::llround(hit->x);
@@ -35,8 +36,9 @@ void fidelity(AppState& s, Ui& ui) {
                      ? it->second[static_cast<std::size_t>(step)]
                      : NAN;
         };
-        ImGui::Text("#%lld  KL %s  top-1 %s  read %s", static_cast<long long>(r->ref.run), format_num(val("kl"), "%.4g").c_str(),
-                    format_num(val("top1"), "%.0f").c_str(), format_bytes(val("bytes_read")).c_str());
+        ImGui::Text("#%lld  KL %s  top-1 %s  read %s", static_cast<long long>(r->ref.run),
+                    format_num(val("kl"), "%.4g").c_str(), format_num(val("top1"), "%.0f").c_str(),
+                    format_bytes(val("bytes_read")).c_str());
       }
       ImGui::EndTooltip();
     }

@@ -12,16 +12,19 @@ void heads(AppState& s, Ui& ui) {
   HeadsState& st = s.heads;
   const auto& names = heads_metric_names();
   ImGui::SetNextItemWidth(260);
-  const std::string current = st.opt.metric < 0 ? "every metric (small maps)" : metric_label(names[static_cast<std::size_t>(st.opt.metric)]);
+  const std::string current =
+      st.opt.metric < 0 ? "every metric (small maps)" : metric_label(names[static_cast<std::size_t>(st.opt.metric)]);
   if (ImGui::BeginCombo("metric", current.c_str())) {
     if (ImGui::Selectable("every metric (small maps)", st.opt.metric < 0)) st.opt.metric = -1;
     for (int m = 0; m < static_cast<int>(names.size()); ++m)
-      if (ImGui::Selectable(metric_label(names[static_cast<std::size_t>(m)]).c_str(), m == st.opt.metric)) st.opt.metric = m;
+      if (ImGui::Selectable(metric_label(names[static_cast<std::size_t>(m)]).c_str(), m == st.opt.metric))
+        st.opt.metric = m;
     ImGui::EndCombo();
   }
   side_selector(s, st.opt.side);
   ImGui::SameLine();
-  ImGui::TextDisabled("   %lld layers x %lld KV heads", static_cast<long long>(s.a->n_layer), static_cast<long long>(s.a->n_head_kv));
+  ImGui::TextDisabled("   %lld layers x %lld KV heads", static_cast<long long>(s.a->n_layer),
+                      static_cast<long long>(s.a->n_head_kv));
   if (!s.a->has_summary && st.opt.metric < 7) {  // summary metrics (not kept / kept_frac)
     ImGui::SameLine();
     ImGui::TextColored({0.7f, 0.35f, 0.0f, 1}, "  (no head_summary captured: run with capture summary or full)");
@@ -30,7 +33,8 @@ void heads(AppState& s, Ui& ui) {
   const std::string key = run_key(s.a.get()) + run_key(b) + "|" + std::to_string(st.opt.metric) + "|" +
                           std::to_string(static_cast<int>(st.opt.side)) + "|" + std::to_string(s.sel.layer) + "," +
                           std::to_string(s.sel.head);
-  st.fig.draw(key, figure_size(), [&] { return figures::heads_figure(*s.a, b, st.opt, s.sel); }, ui.fonts, ui.textures);
+  st.fig.draw(
+      key, figure_size(), [&] { return figures::heads_figure(*s.a, b, st.opt, s.sel); }, ui.fonts, ui.textures);
   const RunData& a = *s.a;
   const int metric = st.opt.metric;
   heads_map_interaction(s, st.fig, -1, [&](std::int64_t l, std::int64_t h) {

@@ -26,30 +26,40 @@ void keys(AppState& s, Ui& ui) {
     std::int64_t nk = 0, ne = 0;
     for (std::int64_t i = 0; i < a.n_tok; ++i) {
       if (!std::isfinite(cos[i])) continue;
-      if (a.kept_at(s.sel.layer, s.sel.head, i)) sk += cos[i], ++nk;
-      else se += cos[i], ++ne;
+      if (a.kept_at(s.sel.layer, s.sel.head, i))
+        sk += cos[i], ++nk;
+      else
+        se += cos[i], ++ne;
     }
-    ImGui::Text("mean cosine to mean key (run %s): kept %s (%lld), evicted %s (%lld)", diff ? "A" : (&a == s.a.get() ? "A" : "B"),
-                format_num(nk ? sk / nk : NAN, "%.3f").c_str(), static_cast<long long>(nk),
-                format_num(ne ? se / ne : NAN, "%.3f").c_str(), static_cast<long long>(ne));
+    ImGui::Text("mean cosine to mean key (run %s): kept %s (%lld), evicted %s (%lld)",
+                diff ? "A" : (&a == s.a.get() ? "A" : "B"), format_num(nk ? sk / nk : NAN, "%.3f").c_str(),
+                static_cast<long long>(nk), format_num(ne ? se / ne : NAN, "%.3f").c_str(), static_cast<long long>(ne));
   } else {
     ImGui::NewLine();
   }
   const bool ready =
       diff ? await_parts(s, {&s.a, &b}, {Part::kKept}, s.sel.layer, size) &&
-                 await_parts(s, {s.a->has_cos ? &s.a : &b}, {Part::kCos, Part::kAttention, Part::kPca}, s.sel.layer, size)
+                 await_parts(s, {s.a->has_cos ? &s.a : &b}, {Part::kCos, Part::kAttention, Part::kPca}, s.sel.layer,
+                             size)
            : await_parts(s, {&shown}, {Part::kCos, Part::kAttention, Part::kPca, Part::kKept}, s.sel.layer, size);
   if (!ready) return;
   const std::string key = run_key(&a) + (diff ? run_key(b.get()) : "") + "|" + std::to_string(st.opt.bins) + "|" +
                           std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
-  st.fig.draw(key, size, [&] { return diff ? figures::keys_diff_figure(*s.a, *b, st.opt, s.sel) : figures::keys_figure(a, st.opt, s.sel); },
-              ui.fonts, ui.textures);
+  st.fig.draw(
+      key, size,
+      [&] {
+        return diff ? figures::keys_diff_figure(*s.a, *b, st.opt, s.sel) : figures::keys_figure(a, st.opt, s.sel);
+      },
+      ui.fonts, ui.textures);
   if (ImGui::IsItemHovered())
     if (const auto hit = st.fig.hit(ImGui::GetMousePos())) {
       ImGui::BeginTooltip();
-      if (hit->panel == 0) ImGui::Text("cosine %.3f", hit->x);
-      else if (hit->panel == 1) ImGui::Text("cosine %.3f, attention %.3g", hit->x, hit->y);
-      else ImGui::Text("PC 1 %.3f, PC 2 %.3f", hit->x, hit->y);
+      if (hit->panel == 0)
+        ImGui::Text("cosine %.3f", hit->x);
+      else if (hit->panel == 1)
+        ImGui::Text("cosine %.3f, attention %.3g", hit->x, hit->y);
+      else
+        ImGui::Text("PC 1 %.3f, PC 2 %.3f", hit->x, hit->y);
       ImGui::EndTooltip();
     }
 }

@@ -74,8 +74,9 @@ void run(AppState& s, Ui& ui) {
 
   ImGui::Spacing();
   ImGui::TextUnformatted("Pipeline");
-  help_marker("Stages in order (S0 head pattern, S1 scoring, S2 budget, S4 channel, S5 decode-time selection, S7 multi-turn).\n"
-              "Every parameter comes from the policy's ParamSpec: range, default, help and paper section on hover.");
+  help_marker(
+      "Stages in order (S0 head pattern, S1 scoring, S2 budget, S4 channel, S5 decode-time selection, S7 multi-turn).\n"
+      "Every parameter comes from the policy's ParamSpec: range, default, help and paper section on hover.");
   if (ui.catalog) {
     if (draw_pipeline_editor(st.pipeline, *ui.catalog)) {
       st.spec_text = to_spec(st.pipeline, *ui.catalog);
@@ -106,7 +107,9 @@ void run(AppState& s, Ui& ui) {
     unit_help += std::string(u.name) + ": " + std::string(u.help) + "\n";
   }
   combo("unit", f.budget_unit, units, 150);
-  help_marker(unit_help + "A pipeline that uses no budget (a head pattern) ignores it. docs/methods.md \xc2\xa7" "6.4.");
+  help_marker(unit_help +
+              "A pipeline that uses no budget (a head pattern) ignores it. docs/methods.md \xc2\xa7"
+              "6.4.");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(120);
   ImGui::InputDouble("value", &f.budget_value, 0, 0, "%g");
@@ -146,9 +149,11 @@ void run(AppState& s, Ui& ui) {
   } else {
     if (ImGui::Button("Cancel", {120, 0})) ui.worker->cancel();
     ImGui::SameLine();
-    ImGui::Text("running: %lld / %lld tokens", static_cast<long long>(st.tokens), static_cast<long long>(f.max_new_tokens));
+    ImGui::Text("running: %lld / %lld tokens", static_cast<long long>(st.tokens),
+                static_cast<long long>(f.max_new_tokens));
     ImGui::SameLine();
-    ImGui::ProgressBar(f.max_new_tokens > 0 ? static_cast<float>(st.tokens) / static_cast<float>(f.max_new_tokens) : 0.0f, {-1, 0});
+    ImGui::ProgressBar(
+        f.max_new_tokens > 0 ? static_cast<float>(st.tokens) / static_cast<float>(f.max_new_tokens) : 0.0f, {-1, 0});
   }
   ImGui::EndChild();
 

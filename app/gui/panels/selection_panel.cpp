@@ -16,10 +16,12 @@ void selection(AppState& s, Ui& ui) {
   ImGui::BeginChild("selection_details", {table_w, 0}, false);
   ImGui::Text("Layer %lld, KV head %lld", static_cast<long long>(sel.layer), static_cast<long long>(sel.head));
   if (a.n_head_kv > 0 && a.n_head > 0)
-    ImGui::TextDisabled("query heads %lld..%lld (GQA group of %lld)", static_cast<long long>(sel.head * (a.n_head / a.n_head_kv)),
+    ImGui::TextDisabled("query heads %lld..%lld (GQA group of %lld)",
+                        static_cast<long long>(sel.head * (a.n_head / a.n_head_kv)),
                         static_cast<long long>((sel.head + 1) * (a.n_head / a.n_head_kv) - 1),
                         static_cast<long long>(a.n_head / a.n_head_kv));
-  if (ImGui::BeginTable("metrics", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp)) {
+  if (ImGui::BeginTable("metrics", 3,
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp)) {
     ImGui::TableSetupColumn("metric");
     ImGui::TableSetupColumn("value");
     ImGui::TableSetupColumn("all heads: min / median / max");
@@ -52,8 +54,10 @@ void selection(AppState& s, Ui& ui) {
     for (std::int64_t p : k) sinks += p < 4, recent += p >= a.n_tok - 64;
     ImGui::Separator();
     ImGui::Text("kept %zu of %lld prompt tokens", k.size(), static_cast<long long>(a.n_tok));
-    ImGui::Text("first 4 (sinks): %lld kept; last 64 (window): %lld kept", static_cast<long long>(sinks), static_cast<long long>(recent));
-    if (!k.empty()) ImGui::Text("span %lld .. %lld", static_cast<long long>(k.front()), static_cast<long long>(k.back()));
+    ImGui::Text("first 4 (sinks): %lld kept; last 64 (window): %lld kept", static_cast<long long>(sinks),
+                static_cast<long long>(recent));
+    if (!k.empty())
+      ImGui::Text("span %lld .. %lld", static_cast<long long>(k.front()), static_cast<long long>(k.back()));
   }
   if (sel.token >= 0 && sel.token < a.n_tok) {
     ImGui::Separator();
@@ -81,8 +85,8 @@ void selection(AppState& s, Ui& ui) {
         s.sel.token = b.token;
       }
       ImGui::SameLine();
-      ImGui::Text("%s  (L%lld H%lld t%lld)", b.label.c_str(), static_cast<long long>(b.layer), static_cast<long long>(b.head),
-                  static_cast<long long>(b.token));
+      ImGui::Text("%s  (L%lld H%lld t%lld)", b.label.c_str(), static_cast<long long>(b.layer),
+                  static_cast<long long>(b.head), static_cast<long long>(b.token));
       ImGui::PopID();
     }
   }
@@ -92,8 +96,9 @@ void selection(AppState& s, Ui& ui) {
     for (const auto& b : a.other_blobs) {
       std::string shape;
       for (auto d : b.shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-      ImGui::BulletText("%s  L%lld H%lld  [%s]  %s", b.name.c_str(), static_cast<long long>(b.layer), static_cast<long long>(b.head),
-                        shape.c_str(), format_bytes(static_cast<double>(b.raw_bytes)).c_str());
+      ImGui::BulletText("%s  L%lld H%lld  [%s]  %s", b.name.c_str(), static_cast<long long>(b.layer),
+                        static_cast<long long>(b.head), shape.c_str(),
+                        format_bytes(static_cast<double>(b.raw_bytes)).c_str());
     }
   }
   ImGui::EndChild();
@@ -104,12 +109,14 @@ void selection(AppState& s, Ui& ui) {
     std::int64_t n = 0;
     for (double v : it->second)
       if (std::isfinite(v)) sum += v, ++n;
-    ImGui::TextDisabled("decode-time selection recall: mean %.3f over %lld steps", n ? sum / static_cast<double>(n) : NAN,
-                        static_cast<long long>(n));
+    ImGui::TextDisabled("decode-time selection recall: mean %.3f over %lld steps",
+                        n ? sum / static_cast<double>(n) : NAN, static_cast<long long>(n));
   }
   if (await_parts(s, {&s.a}, {Part::kKept}, sel.layer, figure_size())) {
-    const std::string key = run_key(&a) + "|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "," + std::to_string(sel.token);
-    s.selection.fig.draw(key, figure_size(), [&] { return figures::selection_figure(a, sel); }, ui.fonts, ui.textures);
+    const std::string key = run_key(&a) + "|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "," +
+                            std::to_string(sel.token);
+    s.selection.fig.draw(
+        key, figure_size(), [&] { return figures::selection_figure(a, sel); }, ui.fonts, ui.textures);
   }
   ImGui::EndGroup();
 }

@@ -12,8 +12,23 @@
 namespace kvscope::gui::panels {
 namespace {
 
-enum Col { kColId, kColName, kColStatus, kColModel, kColPrompt, kColPipeline, kColBudget, kColKl, kColTop1, kColPrefill,
-           kColTps, kColBytes, kColCreated, kColDb, kNumCols };
+enum Col {
+  kColId,
+  kColName,
+  kColStatus,
+  kColModel,
+  kColPrompt,
+  kColPipeline,
+  kColBudget,
+  kColKl,
+  kColTop1,
+  kColPrefill,
+  kColTps,
+  kColBytes,
+  kColCreated,
+  kColDb,
+  kNumCols
+};
 
 struct RowRef {
   int db;
@@ -48,11 +63,11 @@ std::string status_text(const sessions::RunRow& r) {
   return std::string(sessions::to_string(r.status));
 }
 
-
 bool contains_ci(const std::string& hay, const std::string& needle) {
   if (needle.empty()) return true;
-  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(),
-                        [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b)); });
+  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+  });
   return it != hay.end();
 }
 
@@ -160,7 +175,8 @@ void sessions(AppState& s, Ui&) {
   SessionsState& st = s.sessions;
   // Open.
   ImGui::SetNextItemWidth(420);
-  const bool enter = input_text_hint("##open", "path/to/sessions.db", st.open_path, ImGuiInputTextFlags_EnterReturnsTrue);
+  const bool enter =
+      input_text_hint("##open", "path/to/sessions.db", st.open_path, ImGuiInputTextFlags_EnterReturnsTrue);
   ImGui::SameLine();
   if ((ImGui::Button("Open database") || enter) && !st.open_path.empty()) {
     const int di = open_database(s, st.open_path);
@@ -174,8 +190,8 @@ void sessions(AppState& s, Ui&) {
   for (std::size_t i = 0; i < s.dbs.size(); ++i) {
     ImGui::SameLine();
     ImGui::PushID(static_cast<int>(i));
-    ImGui::TextDisabled(" | %s (%zu runs)%s", std::filesystem::path(s.dbs[i].path).filename().string().c_str(), s.dbs[i].rows.size(),
-                        s.dbs[i].writable ? "" : " read-only");
+    ImGui::TextDisabled(" | %s (%zu runs)%s", std::filesystem::path(s.dbs[i].path).filename().string().c_str(),
+                        s.dbs[i].rows.size(), s.dbs[i].writable ? "" : " read-only");
     item_tooltip(s.dbs[i].path);
     ImGui::PopID();
   }
@@ -195,8 +211,9 @@ void sessions(AppState& s, Ui&) {
       if (!st.filter.empty()) {
         auto it = s.dbs[di].extra.find(r.id);
         const std::string prompt = it == s.dbs[di].extra.end() ? "" : it->second.prompt;
-        if (!contains_ci(r.name, st.filter) && !contains_ci(r.model_path, st.filter) && !contains_ci(r.pipeline_spec, st.filter) &&
-            !contains_ci(prompt, st.filter) && !contains_ci(std::to_string(r.id), st.filter))
+        if (!contains_ci(r.name, st.filter) && !contains_ci(r.model_path, st.filter) &&
+            !contains_ci(r.pipeline_spec, st.filter) && !contains_ci(prompt, st.filter) &&
+            !contains_ci(std::to_string(r.id), st.filter))
           continue;
       }
       rows.push_back({static_cast<int>(di), ri});
@@ -210,9 +227,9 @@ void sessions(AppState& s, Ui&) {
     int db = -1;
     std::int64_t run = -1;
   } pending;
-  const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_Resizable |
-                                ImGuiTableFlags_ScrollY | ImGuiTableFlags_ScrollX | ImGuiTableFlags_Hideable |
-                                ImGuiTableFlags_SizingFixedFit;
+  const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders |
+                                ImGuiTableFlags_Resizable | ImGuiTableFlags_ScrollY | ImGuiTableFlags_ScrollX |
+                                ImGuiTableFlags_Hideable | ImGuiTableFlags_SizingFixedFit;
   const float notes_h = s.a ? 210.0f : 40.0f;
   if (ImGui::BeginTable("runs", kNumCols, flags, {0, std::max(120.0f, ImGui::GetContentRegionAvail().y - notes_h)})) {
     ImGui::TableSetupScrollFreeze(2, 1);
@@ -235,29 +252,45 @@ void sessions(AppState& s, Ui&) {
       st.sort_column = static_cast<int>(specs->Specs[0].ColumnUserID);
       st.sort_descending = specs->Specs[0].SortDirection == ImGuiSortDirection_Descending;
     }
-    auto row_of = [&](const RowRef& r) -> const sessions::RunRow& { return s.dbs[static_cast<std::size_t>(r.db)].rows[r.row]; };
+    auto row_of = [&](const RowRef& r) -> const sessions::RunRow& {
+      return s.dbs[static_cast<std::size_t>(r.db)].rows[r.row];
+    };
     auto key_num = [&](const RowRef& r) -> double {
       const auto& x = row_of(r);
       switch (st.sort_column) {
-        case kColKl: return metric(x, "mean_kl");
-        case kColTop1: return metric(x, "top1_agreement");
-        case kColPrefill: return metric(x, "prefill_ms");
-        case kColTps: return metric(x, "decode_tokens_per_s");
-        case kColBytes: return metric(x, "kv_bytes_live");
-        case kColBudget: return x.budget.value;
-        default: return static_cast<double>(x.id);
+        case kColKl:
+          return metric(x, "mean_kl");
+        case kColTop1:
+          return metric(x, "top1_agreement");
+        case kColPrefill:
+          return metric(x, "prefill_ms");
+        case kColTps:
+          return metric(x, "decode_tokens_per_s");
+        case kColBytes:
+          return metric(x, "kv_bytes_live");
+        case kColBudget:
+          return x.budget.value;
+        default:
+          return static_cast<double>(x.id);
       }
     };
     auto key_text = [&](const RowRef& r) -> std::string {
       const auto& x = row_of(r);
       switch (st.sort_column) {
-        case kColName: return x.name;
-        case kColStatus: return status_text(x);
-        case kColModel: return x.model_path;
-        case kColPipeline: return x.pipeline_spec;
-        case kColCreated: return x.created_at;
-        case kColDb: return s.dbs[static_cast<std::size_t>(r.db)].path;
-        default: return {};
+        case kColName:
+          return x.name;
+        case kColStatus:
+          return status_text(x);
+        case kColModel:
+          return x.model_path;
+        case kColPipeline:
+          return x.pipeline_spec;
+        case kColCreated:
+          return x.created_at;
+        case kColDb:
+          return s.dbs[static_cast<std::size_t>(r.db)].path;
+        default:
+          return {};
       }
     };
     const bool text_sort = st.sort_column == kColName || st.sort_column == kColStatus || st.sort_column == kColModel ||
@@ -288,12 +321,15 @@ void sessions(AppState& s, Ui&) {
         ImGui::PushID(k);
         ImGui::TableSetColumnIndex(kColId);
         const std::string label = std::string(is_a ? "A " : is_cmp ? "B " : "  ") + std::to_string(r.id);
-        if (ImGui::Selectable(label.c_str(), is_a || is_cmp, ImGuiSelectableFlags_SpanAllColumns | ImGuiSelectableFlags_AllowItemOverlap))
+        if (ImGui::Selectable(label.c_str(), is_a || is_cmp,
+                              ImGuiSelectableFlags_SpanAllColumns | ImGuiSelectableFlags_AllowItemOverlap))
           pending = {ImGui::GetIO().KeyCtrl ? Action::kCompare : Action::kOpenA, rr.db, r.id};
         if (ImGui::BeginPopupContextItem("row")) {
           if (ImGui::MenuItem("Open as A")) pending = {Action::kOpenA, rr.db, r.id};
-          if (ImGui::MenuItem("Add to compare", nullptr, false, !is_a && !is_cmp)) pending = {Action::kCompare, rr.db, r.id};
-          if (ImGui::MenuItem("Remove from compare", nullptr, false, is_cmp)) pending = {Action::kUncompare, rr.db, r.id};
+          if (ImGui::MenuItem("Add to compare", nullptr, false, !is_a && !is_cmp))
+            pending = {Action::kCompare, rr.db, r.id};
+          if (ImGui::MenuItem("Remove from compare", nullptr, false, is_cmp))
+            pending = {Action::kUncompare, rr.db, r.id};
           if (ImGui::MenuItem("Delete run", nullptr, false, d.writable && r.status != sessions::RunStatus::kComplete))
             pending = {Action::kDelete, rr.db, r.id};
           ImGui::EndPopup();
@@ -306,12 +342,15 @@ void sessions(AppState& s, Ui&) {
         }
         ImGui::TableSetColumnIndex(kColStatus);
         const std::string stt = status_text(r);
-        if (r.status == sessions::RunStatus::kComplete) ImGui::TextUnformatted(stt.c_str());
-        else ImGui::TextColored({0.8f, 0.35f, 0.0f, 1}, "%s", stt.c_str());
+        if (r.status == sessions::RunStatus::kComplete)
+          ImGui::TextUnformatted(stt.c_str());
+        else
+          ImGui::TextColored({0.8f, 0.35f, 0.0f, 1}, "%s", stt.c_str());
         if (!r.error.empty()) item_tooltip(r.error);
         ImGui::TableSetColumnIndex(kColModel);
         ImGui::TextUnformatted(std::filesystem::path(r.model_path).filename().string().c_str());
-        item_tooltip(r.model_path + "\n" + std::to_string(ex.n_layer) + " layers, " + std::to_string(ex.n_head_kv) + " KV heads");
+        item_tooltip(r.model_path + "\n" + std::to_string(ex.n_layer) + " layers, " + std::to_string(ex.n_head_kv) +
+                     " KV heads");
         ImGui::TableSetColumnIndex(kColPrompt);
         std::string p = ex.prompt;
         std::replace(p.begin(), p.end(), '\n', ' ');
@@ -345,9 +384,15 @@ void sessions(AppState& s, Ui&) {
     OpenDb& d = s.dbs[static_cast<std::size_t>(pending.db)];
     const RunRef ref{d.path, pending.run};
     switch (pending.action) {
-      case Action::kOpenA: open_run(s, pending.db, pending.run, false); break;
-      case Action::kCompare: open_run(s, pending.db, pending.run, true); break;
-      case Action::kUncompare: std::erase_if(s.others, [&](const auto& o) { return o->ref == ref; }); break;
+      case Action::kOpenA:
+        open_run(s, pending.db, pending.run, false);
+        break;
+      case Action::kCompare:
+        open_run(s, pending.db, pending.run, true);
+        break;
+      case Action::kUncompare:
+        std::erase_if(s.others, [&](const auto& o) { return o->ref == ref; });
+        break;
       case Action::kDelete:
         try {
           d.store->delete_run(pending.run);
@@ -358,7 +403,8 @@ void sessions(AppState& s, Ui&) {
           s.status = e.what();
         }
         break;
-      case Action::kNone: break;
+      case Action::kNone:
+        break;
     }
   }
   if (s.dbs.empty()) ImGui::TextDisabled("No database open. kvscope --open FILE.db, or type a path above.");

@@ -50,7 +50,8 @@ std::int64_t row_of(const TokensState& st, std::int64_t token) {
 void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
   const Selection& sel = s.sel;
   ImGui::BeginTooltip();
-  ImGui::Text("position %lld   id %d", static_cast<long long>(i), a.record.info.prompt.tokens[static_cast<std::size_t>(i)]);
+  ImGui::Text("position %lld   id %d", static_cast<long long>(i),
+              a.record.info.prompt.tokens[static_cast<std::size_t>(i)]);
   ImGui::TextUnformatted(("\"" + display_token(a.token_text[static_cast<std::size_t>(i)]) + "\"").c_str());
   ImGui::Separator();
   ImGui::Text("L%lld H%lld: %s", static_cast<long long>(sel.layer), static_cast<long long>(sel.head),
@@ -61,7 +62,8 @@ void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
   if (const float* att = a.attention_row(sel.layer, sel.head)) {
     std::int64_t rank = 1;
     for (std::int64_t j = 0; j < a.n_tok; ++j) rank += att[j] > att[i] ? 1 : 0;
-    ImGui::Text("window attention %.3g, rank %lld of %lld", att[i], static_cast<long long>(rank), static_cast<long long>(a.n_tok));
+    ImGui::Text("window attention %.3g, rank %lld of %lld", att[i], static_cast<long long>(rank),
+                static_cast<long long>(a.n_tok));
   }
   if (const float* cos = a.cos_row(sel.layer, sel.head)) ImGui::Text("cosine to mean key %.3f", cos[i]);
   if (a.has_kept && sel.layer >= 0 && sel.layer < a.n_layer) {
@@ -69,8 +71,9 @@ void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
     std::int64_t n = 0;
     for (std::int64_t h = 0; h < a.n_head_kv; ++h)
       if (a.kept_at(sel.layer, h, i)) heads += (heads.empty() ? "" : " ") + std::to_string(h), ++n;
-    ImGui::Text("layer %lld: kept by %lld of %lld KV heads%s%s", static_cast<long long>(sel.layer), static_cast<long long>(n),
-                static_cast<long long>(a.n_head_kv), n ? ": " : "", ellipsize(heads, 80).c_str());
+    ImGui::Text("layer %lld: kept by %lld of %lld KV heads%s%s", static_cast<long long>(sel.layer),
+                static_cast<long long>(n), static_cast<long long>(a.n_head_kv), n ? ": " : "",
+                ellipsize(heads, 80).c_str());
     const auto total = a.n_layer * a.n_head_kv;
     if (const auto* kc = a.keep_count()) {
       const auto k = (*kc)[static_cast<std::size_t>(i)];
@@ -102,7 +105,8 @@ void tokens(AppState& s, Ui& ui) {
   ImGui::SameLine();
   ImGui::SetNextItemWidth(110);
   ImS64 pos = st.goto_pos;
-  if (ImGui::InputScalar("##goto", ImGuiDataType_S64, &pos, nullptr, nullptr, "%lld", ImGuiInputTextFlags_EnterReturnsTrue)) {
+  if (ImGui::InputScalar("##goto", ImGuiDataType_S64, &pos, nullptr, nullptr, "%lld",
+                         ImGuiInputTextFlags_EnterReturnsTrue)) {
     st.goto_pos = std::clamp<ImS64>(pos, 0, std::max<std::int64_t>(0, a.n_tok - 1));
     st.scroll_to = st.goto_pos;
     s.sel.token = st.goto_pos;
@@ -129,9 +133,10 @@ void tokens(AppState& s, Ui& ui) {
   if (!ready) return;
   const std::string key = run_key(&a) + (diff ? run_key(b.get()) : "") + "|" + std::to_string(mode) + "|" +
                           std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
-  st.overview.draw(key, overview_size, [&] {
-    return diff ? figures::tokens_diff_figure(*s.a, *b, s.sel) : figures::tokens_figure(a, st.opt, s.sel);
-  }, ui.fonts, ui.textures);
+  st.overview.draw(
+      key, overview_size,
+      [&] { return diff ? figures::tokens_diff_figure(*s.a, *b, s.sel) : figures::tokens_figure(a, st.opt, s.sel); },
+      ui.fonts, ui.textures);
   if (ImGui::IsItemHovered()) {
     if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->token >= 0 && hit->token < a.n_tok) {
       token_tooltip(s, a, hit->token);
@@ -154,13 +159,19 @@ void tokens(AppState& s, Ui& ui) {
   const auto* keep_count = a.keep_count();
   auto color_of = [&](std::int64_t i) -> viz::Color {
     if (diff) {
-      const bool ka = s.a->kept_at(s.sel.layer, s.sel.head, i), kb = i < b->n_tok && b->kept_at(s.sel.layer, s.sel.head, i);
-      return ka && kb ? figures::kKeptColor : ka ? figures::kOnlyAColor : kb ? figures::kOnlyBColor : figures::kEvictedColor;
+      const bool ka = s.a->kept_at(s.sel.layer, s.sel.head, i),
+                 kb = i < b->n_tok && b->kept_at(s.sel.layer, s.sel.head, i);
+      return ka && kb ? figures::kKeptColor
+             : ka     ? figures::kOnlyAColor
+             : kb     ? figures::kOnlyBColor
+                      : figures::kEvictedColor;
     }
     switch (static_cast<TokenColoring>(mode)) {
-      case TokenColoring::kKeptSelectedHead: return a.kept_at(s.sel.layer, s.sel.head, i) ? figures::kKeptColor : figures::kEvictedColor;
+      case TokenColoring::kKeptSelectedHead:
+        return a.kept_at(s.sel.layer, s.sel.head, i) ? figures::kKeptColor : figures::kEvictedColor;
       case TokenColoring::kKeepRate:
-        return keep_count ? viz::map("viridis", (*keep_count)[static_cast<std::size_t>(i)] / heads) : figures::kEvictedColor;
+        return keep_count ? viz::map("viridis", (*keep_count)[static_cast<std::size_t>(i)] / heads)
+                          : figures::kEvictedColor;
       case TokenColoring::kAttention:
         if (!att) return figures::kEvictedColor;
         return viz::map("magma", (std::log10(std::max(att[i], 1e-9f)) - lo) / (hi - lo));
@@ -189,7 +200,8 @@ void tokens(AppState& s, Ui& ui) {
     for (int r = clipper.DisplayStart; r < clipper.DisplayEnd; ++r) {
       const ImVec2 p = ImGui::GetCursorScreenPos();
       const std::int64_t first = st.row_start[static_cast<std::size_t>(r)];
-      const std::int64_t end = r + 1 < static_cast<int>(st.row_start.size()) ? st.row_start[static_cast<std::size_t>(r) + 1] : a.n_tok;
+      const std::int64_t end =
+          r + 1 < static_cast<int>(st.row_start.size()) ? st.row_start[static_cast<std::size_t>(r) + 1] : a.n_tok;
       float x = p.x;
       for (std::int64_t i = first; i < end; ++i) {
         const float w = std::min(st.token_w[static_cast<std::size_t>(i)], width);
@@ -200,7 +212,8 @@ void tokens(AppState& s, Ui& ui) {
         const std::string& t = st.shown[static_cast<std::size_t>(i)];
         const ImVec4 clip{b0.x, b0.y, b1.x, b1.y};
         dl->AddText(nullptr, 0.0f, {b0.x + kPadX, b0.y + kPadY}, ink, t.c_str(), t.c_str() + t.size(), 0.0f, &clip);
-        if (i == s.sel.token) dl->AddRect({b0.x - 1, b0.y - 1}, {b1.x + 1, b1.y + 1}, IM_COL32(220, 30, 30, 255), 2.0f, 0, 2.0f);
+        if (i == s.sel.token)
+          dl->AddRect({b0.x - 1, b0.y - 1}, {b1.x + 1, b1.y + 1}, IM_COL32(220, 30, 30, 255), 2.0f, 0, 2.0f);
         if (list_hovered && mouse.x >= b0.x && mouse.x < b1.x && mouse.y >= b0.y && mouse.y < b1.y) hovered = i;
         x += w + kGapX;
       }

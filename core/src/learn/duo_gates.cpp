@@ -46,7 +46,8 @@ std::pair<double, double> eval_loss(const TrainingForward& fwd, const at::Tensor
 
 PhaseResult train_duo_gates(TrainContext& ctx, int64_t steps, int64_t sink, int64_t window, double lr, double lambda) {
   const ModelConfig& c = ctx.forward.model().config;
-  at::Tensor gates = at::ones({c.n_layer, c.n_head_kv}, at::TensorOptions().device(ctx.forward.model().device).dtype(at::kFloat));
+  at::Tensor gates =
+      at::ones({c.n_layer, c.n_head_kv}, at::TensorOptions().device(ctx.forward.model().device).dtype(at::kFloat));
   gates.set_requires_grad(true);
   Adam adam(gates, lr);
   const at::Tensor eval_ids = ctx.batches.evaluation();

@@ -25,7 +25,8 @@ void walk(const fs::path& dir, const std::vector<std::string>& parts, size_t i, 
     for (fs::directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
          it.increment(ec)) {
       const std::string name = it->path().filename().string();
-      if (!name.empty() && name[0] != '.' && it->is_directory(ec) && !it->is_symlink(ec)) walk(it->path(), parts, i, out);
+      if (!name.empty() && name[0] != '.' && it->is_directory(ec) && !it->is_symlink(ec))
+        walk(it->path(), parts, i, out);
     }
     return;
   }

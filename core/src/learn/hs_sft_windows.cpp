@@ -31,7 +31,7 @@ Objective hs_objective(const TrainingForward& fwd, const at::Tensor& ids, const 
                        const std::vector<at::Tensor>& dense_weight, const std::vector<int64_t>& candidates,
                        int64_t sink, const LearnOptions& o, double lambda) {
   const int64_t L = z.size(0), m = z.size(1);
-  at::Tensor hard = z.argmax(1);                                      // eq. 1 (first maximum)
+  at::Tensor hard = z.argmax(1);  // eq. 1 (first maximum)
   at::Tensor onehot = at::one_hot(hard, m).to(z.scalar_type());
   std::vector<AttentionMix> mixes;
   if (o.ste == SteMode::kSoftmax) {

@@ -20,7 +20,9 @@ std::string fmt(double v) {
   return s.str();
 }
 
-double dense_fraction_of(const LearnOptions& o) { return o.dense_fraction >= 0 ? o.dense_fraction : std::max(0.0, o.budget - 0.05); }
+double dense_fraction_of(const LearnOptions& o) {
+  return o.dense_fraction >= 0 ? o.dense_fraction : std::max(0.0, o.budget - 0.05);
+}
 
 int64_t reference_length_of(const LearnOptions& o) { return o.reference_length > 0 ? o.reference_length : o.seq_len; }
 
@@ -88,8 +90,11 @@ void validate(const LearnOptions& given, const ModelConfig& c) {
   // threshold / rescaling below throw naming the sizes).
   const std::vector<std::vector<double>> ones(c.n_layer, std::vector<double>(c.n_head_kv, 1.0));
   const int64_t n = reference_length_of(o);
-  if (o.method == LearnMethod::kDuo) threshold_gates(ones, o.budget, n, o.sink, o.window);
-  else rescale_windows(choose_dense_heads(ones, dense_fraction_of(o)), std::vector<int64_t>(c.n_layer, o.block), o.sink, o.budget, n);
+  if (o.method == LearnMethod::kDuo)
+    threshold_gates(ones, o.budget, n, o.sink, o.window);
+  else
+    rescale_windows(choose_dense_heads(ones, dense_fraction_of(o)), std::vector<int64_t>(c.n_layer, o.block), o.sink,
+                    o.budget, n);
 }
 
 LearnResult learn_head_pattern(const Model& model, const std::string& glob, const LearnOptions& given,
@@ -99,7 +104,9 @@ LearnResult learn_head_pattern(const Model& model, const std::string& glob, cons
   TrainingDataOptions d;
   d.seq_len = o.seq_len;
   d.seed = o.seed;
-  const int64_t all_steps = o.steps + (o.method == LearnMethod::kHsSft ? std::max<int64_t>(0, o.init_steps < 0 ? o.steps / 2 : o.init_steps) : 0);
+  const int64_t all_steps =
+      o.steps +
+      (o.method == LearnMethod::kHsSft ? std::max<int64_t>(0, o.init_steps < 0 ? o.steps / 2 : o.init_steps) : 0);
   d.max_tokens = o.max_tokens > 0 ? o.max_tokens : std::max<int64_t>(all_steps, 4) * o.batch * o.seq_len;
   return learn_head_pattern(model, load_training_data(glob, model, d), o, progress);
 }
@@ -139,8 +146,10 @@ LearnResult learn_head_pattern(const Model& model, const TrainingData& data, con
     const int64_t init_steps = o.init_steps < 0 ? o.steps / 2 : o.init_steps;
     // Algorithm 1 line 1: dense heads = top-alpha by DuoAttention gates, trained here against the
     // tightest candidate window (the heads that most need more than it rank highest).
-    if (alpha > 0 && init_steps > 0) r.gates = train_duo_gates(ctx, init_steps, o.sink, o.block, 0.02, 0.05).values;
-    else r.gates = ones;
+    if (alpha > 0 && init_steps > 0)
+      r.gates = train_duo_gates(ctx, init_steps, o.sink, o.block, 0.02, 0.05).values;
+    else
+      r.gates = ones;
     r.dense = choose_dense_heads(r.gates, alpha);
     PhaseResult w = train_hs_sft_windows(ctx, o.steps, r.dense, r.candidates, o.sink, o.lr > 0 ? o.lr : 0.01,
                                          o.lambda >= 0 ? o.lambda : 1e-2);

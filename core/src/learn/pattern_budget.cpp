@@ -44,8 +44,8 @@ HeadPattern threshold_gates(const std::vector<std::vector<double>>& gates, doubl
   for (const auto& layer : gates) p.layers.emplace_back(layer.size(), HeadPlan{true, sink, window});
   const double floor_fraction = kept_fraction(p, n);
   if (floor_fraction > budget)
-    throw InputError("--budget " + fmt(budget) + " is below what streaming heads alone keep: sink " + std::to_string(sink) +
-                     " + window " + std::to_string(window) + " of a " + std::to_string(n) +
+    throw InputError("--budget " + fmt(budget) + " is below what streaming heads alone keep: sink " +
+                     std::to_string(sink) + " + window " + std::to_string(window) + " of a " + std::to_string(n) +
                      "-token reference context is " + fmt(floor_fraction) +
                      " of the cache (lower --sink/--window or raise --reference-length)");
   for (const auto& [l, h] : by_gate(gates)) {
@@ -107,8 +107,9 @@ HeadPattern rescale_windows(const std::vector<std::vector<bool>>& dense, const s
   const double least = kept_fraction(lo_p, n);
   if (least > budget)
     throw InputError("--budget " + fmt(budget) + " is below what the dense heads and the " + std::to_string(sink) +
-                     " sink tokens of the streaming heads keep on a " + std::to_string(n) + "-token reference context (" +
-                     fmt(least) + "); lower --dense-fraction or --sink, or raise --reference-length");
+                     " sink tokens of the streaming heads keep on a " + std::to_string(n) +
+                     "-token reference context (" + fmt(least) +
+                     "); lower --dense-fraction or --sink, or raise --reference-length");
   const int64_t smallest = std::max<int64_t>(1, *std::min_element(learned.begin(), learned.end()));
   double lo = 0, hi = static_cast<double>(n) / static_cast<double>(smallest) + 1;  // at hi every head keeps all
   if (kept_fraction(pattern_at(hi), n) <= budget) return pattern_at(hi);

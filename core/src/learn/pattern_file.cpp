@@ -28,25 +28,35 @@ void save_learned_pattern(const std::filesystem::path& path, const LearnResult& 
   const int64_t sink = o.sink >= 0 ? o.sink : r.options.sink;
   const int64_t window = o.window >= 0 ? o.window : r.options.window;
   const int64_t block = o.block >= 0 ? o.block : r.options.block;
-  j["learned"] = {
-      {"method", learn_method_name(o.method)},
-      {"options",
-       {{"steps", o.steps}, {"batch", o.batch}, {"seq_len", seq_len}, {"seed", o.seed}, {"sink", sink},
-        {"window", window}, {"block", block}, {"n_candidates", o.n_candidates}, {"lr", o.lr}, {"lambda", o.lambda},
-        {"gamma", o.gamma}, {"tau", o.tau}, {"dense_fraction", o.dense_fraction}, {"init_steps", o.init_steps},
-        {"ste", o.ste == SteMode::kSoftmax ? "softmax" : "selected"}}},
-      {"data", {{"files", r.n_files}, {"tokens", r.n_tokens}, {"sequences", r.n_sequences}}},
-      {"initial_loss", r.initial_loss},
-      {"final_loss", r.final_loss},
-      {"initial_task_loss", r.initial_task_loss},
-      {"final_task_loss", r.final_task_loss},
-      {"gates", r.gates},
-      {"dense", r.dense},
-      {"candidates", r.candidates},
-      {"window_probs", r.window_probs},
-      {"learned_windows", r.learned_windows},
-      {"loss_curve_columns", {"step", "loss", "task_loss", "reg_loss", "phase"}},
-      {"loss_curve", curve}};
+  j["learned"] = {{"method", learn_method_name(o.method)},
+                  {"options",
+                   {{"steps", o.steps},
+                    {"batch", o.batch},
+                    {"seq_len", seq_len},
+                    {"seed", o.seed},
+                    {"sink", sink},
+                    {"window", window},
+                    {"block", block},
+                    {"n_candidates", o.n_candidates},
+                    {"lr", o.lr},
+                    {"lambda", o.lambda},
+                    {"gamma", o.gamma},
+                    {"tau", o.tau},
+                    {"dense_fraction", o.dense_fraction},
+                    {"init_steps", o.init_steps},
+                    {"ste", o.ste == SteMode::kSoftmax ? "softmax" : "selected"}}},
+                  {"data", {{"files", r.n_files}, {"tokens", r.n_tokens}, {"sequences", r.n_sequences}}},
+                  {"initial_loss", r.initial_loss},
+                  {"final_loss", r.final_loss},
+                  {"initial_task_loss", r.initial_task_loss},
+                  {"final_task_loss", r.final_task_loss},
+                  {"gates", r.gates},
+                  {"dense", r.dense},
+                  {"candidates", r.candidates},
+                  {"window_probs", r.window_probs},
+                  {"learned_windows", r.learned_windows},
+                  {"loss_curve_columns", {"step", "loss", "task_loss", "reg_loss", "phase"}},
+                  {"loss_curve", curve}};
   {
     std::ofstream out(path);
     if (!out) throw InputError(path, "cannot be written");
@@ -57,7 +67,8 @@ void save_learned_pattern(const std::filesystem::path& path, const LearnResult& 
   std::ofstream csv(csv_path);
   if (!csv) throw InputError(csv_path, "cannot be written");
   csv << "step,phase,loss,task_loss,reg_loss\n" << std::setprecision(9);
-  for (const auto& p : r.curve) csv << p.step << "," << p.phase << "," << p.loss << "," << p.task_loss << "," << p.reg_loss << "\n";
+  for (const auto& p : r.curve)
+    csv << p.step << "," << p.phase << "," << p.loss << "," << p.task_loss << "," << p.reg_loss << "\n";
   if (!csv) throw InputError(csv_path, "write failed");
 }
 

@@ -13,7 +13,8 @@
 namespace kvscope::learn {
 
 TrainingData load_training_data(const std::string& glob, const Model& model, const TrainingDataOptions& o) {
-  if (!model.tokenizer) throw InputError("learn-heads: the model has no tokenizer (a --random-init model cannot read text)");
+  if (!model.tokenizer)
+    throw InputError("learn-heads: the model has no tokenizer (a --random-init model cannot read text)");
   if (o.seq_len < 2) throw InputError("learn-heads: --seq-len must be >= 2, got " + std::to_string(o.seq_len));
   std::vector<std::filesystem::path> files = expand_glob(glob);
   if (files.empty()) throw InputError("--data '" + glob + "': no files match");

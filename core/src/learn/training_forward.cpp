@@ -29,8 +29,8 @@ at::Tensor TrainingForward::attention(const at::Tensor& q, const at::Tensor& k, 
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2), G = H / Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor qg = q.reshape({B, T, Hkv, G, D}).permute({0, 2, 3, 1, 4});  // [B, Hkv, G, T, D]
-  at::Tensor kt = k.permute({0, 2, 3, 1}).unsqueeze(2);                    // [B, Hkv, 1, D, T]
-  at::Tensor vv = v.permute({0, 2, 1, 3}).unsqueeze(2);                    // [B, Hkv, 1, T, D]
+  at::Tensor kt = k.permute({0, 2, 3, 1}).unsqueeze(2);                   // [B, Hkv, 1, D, T]
+  at::Tensor vv = v.permute({0, 2, 1, 3}).unsqueeze(2);                   // [B, Hkv, 1, T, D]
   at::Tensor s = at::matmul(qg, kt).to(at::kFloat).mul_(scale);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   auto masked_softmax = [&](int64_t sink, int64_t window) {
@@ -68,7 +68,7 @@ at::Tensor TrainingForward::hidden_states(const at::Tensor& ids, const std::vect
   const int64_t B = ids.size(0), T = ids.size(1), H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim,
                 I = c.intermediate_size;
   at::Tensor positions = at::arange(T, at::TensorOptions().device(model_.device).dtype(at::kLong));
-  const RopeTable rope = rope_table(positions, inv_freq_, model_.dtype);  // [T, 1, D/2]: broadcasts over B
+  const RopeTable rope = rope_table(positions, inv_freq_, model_.dtype);      // [T, 1, D/2]: broadcasts over B
   at::Tensor x = at::embedding(model_.weights.embed, ids.to(model_.device));  // [B, T, hidden]
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& w = model_.weights.layers[l];

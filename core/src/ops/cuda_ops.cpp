@@ -15,12 +15,12 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "ops/cuda_util.h"
 #include "kvscope/kernels/decode.h"
 #include "kvscope/kernels/gemv.h"
 #include "kvscope/kernels/mlp.h"
 #include "kvscope/kernels/norm.h"
 #include "kvscope/kernels/rope.h"
+#include "ops/cuda_util.h"
 #endif
 
 namespace kvscope::ops {
@@ -35,7 +35,8 @@ using namespace detail;
 at::Tensor as_heads(const at::Tensor& q, const char* op) {
   at::Tensor q2 = q.dim() == 3 && q.size(0) == 1 ? q.select(0, 0) : q;
   if (q2.dim() != 2) bad(std::string(op) + ": q must be [n_head, D] or [1, n_head, D]");
-  const bool aligned = reinterpret_cast<uintptr_t>(q2.data_ptr()) % 16 == 0 && (q2.stride(0) * q2.element_size()) % 16 == 0;
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(q2.data_ptr()) % 16 == 0 && (q2.stride(0) * q2.element_size()) % 16 == 0;
   return q2.stride(1) == 1 && aligned ? q2 : q2.contiguous();
 }
 
@@ -64,8 +65,9 @@ at::Tensor run_decode(const at::Tensor& q_in, const at::Tensor& k, const at::Ten
 
   const c10::cuda::CUDAGuard guard(q.device());
   out = make_out(out, {n_head, D}, q.options(), op);
-  const kk::DecodeAttentionPlan plan = kk::plan_decode_attention(kernel_dtype(q, op), static_cast<int>(n_head), static_cast<int>(n_head_kv),
-                                                                 static_cast<int>(D), max_len, total_len, n_split);
+  const kk::DecodeAttentionPlan plan =
+      kk::plan_decode_attention(kernel_dtype(q, op), static_cast<int>(n_head), static_cast<int>(n_head_kv),
+                                static_cast<int>(D), max_len, total_len, n_split);
   at::Tensor ws;
   if (plan.workspace_bytes > 0)
     ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q.options().dtype(at::kByte));
@@ -123,8 +125,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   if (!q.is_cuda()) bad("decode_attention: tensors must be on a CUDA device");
   const at::Tensor meta = upload(offset, length, q.device());
   const int64_t n = static_cast<int64_t>(offset.size());
-  if (group <= 0 || heads_of(q) != n * group)
-    bad("decode_attention: n_head != group * offset.size()");
+  if (group <= 0 || heads_of(q) != n * group) bad("decode_attention: n_head != group * offset.size()");
   return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), nullptr, max_of(length), sum_of(length), group,
                     scale, n_split, std::move(out));
 }
@@ -148,8 +149,7 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
   if (!q.is_cuda()) bad("decode_attention_gather: tensors must be on a CUDA device");
   const int64_t n = static_cast<int64_t>(offset.size());
   if (index.dim() == 2 && max_of(count) > index.size(1)) bad("decode_attention_gather: count exceeds index width");
-  if (group <= 0 || heads_of(q) != n * group)
-    bad("decode_attention_gather: n_head != group * offset.size()");
+  if (group <= 0 || heads_of(q) != n * group) bad("decode_attention_gather: n_head != group * offset.size()");
   const at::Tensor meta = upload(offset, count, q.device());
   return run_decode(q, k, v, meta.narrow(0, 0, n), meta.narrow(0, n, n), &index, max_of(count), sum_of(count), group,
                     scale, n_split, std::move(out));
@@ -231,12 +231,14 @@ std::array<at::Tensor, 3> linear_segments(const NormedRows& in, const at::Tensor
   a.y_split[1] = s1;
   const bool plain = gemv_operands_plain(x, w, b);
   a.y = plain ? reinterpret_cast<void*>(16) : nullptr;  // placeholder: the output is allocated below
-  if (!plain || !kk::gemv_supported(a)) {  // over 8 rows, fp32 rows, strided or unaligned operands: cuBLAS
+  if (!plain || !kk::gemv_supported(a)) {               // over 8 rows, fp32 rows, strided or unaligned operands: cuBLAS
     const at::Tensor x2 = normalized(in).reshape({m, k});
-    at::Tensor y = !b.defined() ? at::linear(x2, w) : b.numel() == n ? at::linear(x2, w, b.reshape({n}))
-                                                                      : at::linear(x2, w) + b.reshape({m, n});
+    at::Tensor y = !b.defined()     ? at::linear(x2, w)
+                   : b.numel() == n ? at::linear(x2, w, b.reshape({n}))
+                                    : at::linear(x2, w) + b.reshape({m, n});
     if (fp32_out) y = y.to(at::kFloat);
-    return {y.narrow(1, 0, s0).contiguous(), y.narrow(1, s0, s1 - s0).contiguous(), y.narrow(1, s1, n - s1).contiguous()};
+    return {y.narrow(1, 0, s0).contiguous(), y.narrow(1, s0, s1 - s0).contiguous(),
+            y.narrow(1, s1, n - s1).contiguous()};
   }
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({m * n}, x.options().dtype(fp32_out ? at::kFloat : x.scalar_type()));
@@ -330,9 +332,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Te
 namespace {
 
 /// Shape checks shared by both rope_append overloads; returns q, k, v as [heads, D].
-std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
-                                            const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                            const at::Tensor& pos_cache) {
+std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k_cache,
+                                            const at::Tensor& v_cache, const at::Tensor& pos_cache) {
   const char* op = "rope_append";
   check_same(op, {&q, &k, &v, &cos, &sin, &k_cache, &v_cache});
   const at::Tensor qh = q.dim() == 3 && q.size(0) == 1 ? q.select(0, 0) : q;
@@ -348,9 +350,8 @@ std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tenso
   if (k_cache.dim() != 2 || v_cache.dim() != 2 || k_cache.size(1) != D || v_cache.size(1) != D ||
       !k_cache.is_contiguous() || !v_cache.is_contiguous())
     bad("rope_append: caches must be contiguous [rows, head_dim]");
-  if (pos_cache.defined() &&
-      (pos_cache.scalar_type() != at::kLong || !pos_cache.is_contiguous() || pos_cache.device() != q.device() ||
-       pos_cache.numel() < k_cache.size(0)))
+  if (pos_cache.defined() && (pos_cache.scalar_type() != at::kLong || !pos_cache.is_contiguous() ||
+                              pos_cache.device() != q.device() || pos_cache.numel() < k_cache.size(0)))
     bad("rope_append: pos must be contiguous int64 [rows] on the same device");
   return {qh, kh, vh};
 }
@@ -366,9 +367,10 @@ void check_rope_meta(const char* op, const at::Tensor& offset_dev, const at::Ten
     bad(std::string(op) + ": position must be one int64 on q's device");
 }
 
-void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& cos, const at::Tensor& sin, RopeLayout layout,
-                        const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
-                        const int64_t* offset, int64_t* length, int64_t position, const int64_t* position_dev) {
+void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                        RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& pos_cache, const int64_t* offset, int64_t* length, int64_t position,
+                        const int64_t* position_dev) {
   const char* op = "rope_append";
   const auto& [qh, kh, vh] = qkv;
   kk::RopeAppendArgs a;
@@ -397,9 +399,10 @@ void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& 
 
 }  // namespace
 
-void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
-                 const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position) {
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                 const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                 const at::Tensor& pos_cache, const std::vector<int64_t>& offset, const std::vector<int64_t>& length,
+                 int64_t position) {
   const auto qkv = check_rope_append(q, k, v, cos, sin, k_cache, v_cache, pos_cache);
   const int64_t n_head_kv = qkv[1].size(0);
   if (static_cast<int64_t>(offset.size()) != n_head_kv || static_cast<int64_t>(length.size()) != n_head_kv)
@@ -414,9 +417,10 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                      meta.data_ptr<int64_t>() + n_head_kv, position, nullptr);
 }
 
-void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
-                 const at::Tensor& offset_dev, const at::Tensor& length_dev, const at::Tensor& position_dev) {
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                 const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                 const at::Tensor& pos_cache, const at::Tensor& offset_dev, const at::Tensor& length_dev,
+                 const at::Tensor& position_dev) {
   const auto qkv = check_rope_append(q, k, v, cos, sin, k_cache, v_cache, pos_cache);
   check_rope_meta("rope_append", offset_dev, length_dev, position_dev, qkv[1].size(0), q.device());
   const c10::cuda::CUDAGuard guard(q.device());
@@ -424,19 +428,19 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                      length_dev.data_ptr<int64_t>(), 0, position_dev.data_ptr<int64_t>());
 }
 
-void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout, const LayerKv& layer, int64_t position) {
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                 const at::Tensor& sin, RopeLayout layout, const LayerKv& layer, int64_t position) {
   for (size_t h = 0; h < layer.length.size(); ++h)
     if (layer.length[h] >= layer.capacity[h]) bad("rope_append: KV head " + std::to_string(h) + " is full");
   rope_append(q, k, v, cos, sin, layout, layer.k, layer.v, layer.pos, layer.offset, layer.length, position);
 }
 
 std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& in, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
-                                          int64_t n_head, int64_t n_head_kv, const at::Tensor& cos, const at::Tensor& sin,
-                                          RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                          const at::Tensor& pos_cache, const at::Tensor& offset_dev,
-                                          const at::Tensor& length_dev, const at::Tensor& tickets,
-                                          const at::Tensor& position_dev) {
+                                          int64_t n_head, int64_t n_head_kv, const at::Tensor& cos,
+                                          const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache,
+                                          const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                                          const at::Tensor& offset_dev, const at::Tensor& length_dev,
+                                          const at::Tensor& tickets, const at::Tensor& position_dev) {
   const char* op = "qkv_rope_append";
   const at::Tensor& x = in.x;
   kk::GemvArgs a = gemv_args(op, x, w_qkv);
@@ -550,8 +554,8 @@ std::array<at::Tensor, 3> qkv_rope_append(const NormedRows&, const at::Tensor&, 
 }
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
 void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                 RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&,
-                 int64_t) {
+                 RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<int64_t>&,
+                 const std::vector<int64_t>&, int64_t) {
   unavailable("rope_append");
 }
 void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -559,8 +563,8 @@ void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const 
   unavailable("rope_append");
 }
 void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                 RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                 const at::Tensor&) {
+                 RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                 const at::Tensor&, const at::Tensor&) {
   unavailable("rope_append");
 }
 at::Tensor silu_mul(const at::Tensor&, at::Tensor) { unavailable("silu_mul"); }

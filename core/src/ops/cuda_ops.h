@@ -128,21 +128,23 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Te
 /// RopeTable::cos of one position). Writes row offset[h] + length[h] of k_cache / v_cache and
 /// pos_cache (int64, may be undefined) for every KV head h. `length` is NOT changed (the kernel
 /// advances an uploaded copy).
-void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
-                 const std::vector<int64_t>& offset, const std::vector<int64_t>& length, int64_t position);
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                 const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                 const at::Tensor& pos_cache, const std::vector<int64_t>& offset, const std::vector<int64_t>& length,
+                 int64_t position);
 
 /// Same with the heads' offset / length (int64 [n_head_kv]) and the position (int64 [1]) on the
 /// device: no upload and no host read, so it can be captured in a CUDA graph. Advances
 /// length_dev[h] by one on the device. The caller guarantees length[h] < capacity[h].
-void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pos_cache,
-                 const at::Tensor& offset_dev, const at::Tensor& length_dev, const at::Tensor& position_dev);
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                 const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                 const at::Tensor& pos_cache, const at::Tensor& offset_dev, const at::Tensor& length_dev,
+                 const at::Tensor& position_dev);
 
 /// Same into a LayerKv (throws std::invalid_argument when a head is full: length == capacity). The
 /// caller then increments layer.length and its own position counter.
-void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout, const LayerKv& layer, int64_t position);
+void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                 const at::Tensor& sin, RopeLayout layout, const LayerKv& layer, int64_t position);
 
 /// The decode step's QKV projection with RoPE and the KV-cache append of its token: for one row
 /// of x one GEMV launch (kernels/gemv.h: GemvEpilogue::kRopeAppend) in place of linear_row_split +
@@ -150,18 +152,17 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 ///   q, k, v = the column blocks [0, H·D), [H·D, (H+Hkv)·D), [(H+Hkv)·D, n) of x·W_qkvᵀ (+ b_qkv),
 ///   as [m·H, D], [m·Hkv, D], [m·Hkv, D] (sequence b's heads at b·H .., b·Hkv ..); q and k rotated
 ///   and k, v appended as rope_append's device overload does, to the caches of m·Hkv heads.
-/// x: [m, hidden], its RMSNorm possibly pending (NormedRows); w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or undefined; offset_dev /
-/// length_dev: int64 [m·Hkv] (length advanced by one); tickets: int64 [>= Hkv] zeros on the
-/// device, left zero (the appending warps' counters); position_dev: int64 [1].
-/// Batches (m > 1; the fused tiles were slower there), head_dim % 16 != 0 and strided operands
-/// take the two-launch path (tickets unused). Throws std::invalid_argument on mismatched shapes,
-/// dtypes or devices.
+/// x: [m, hidden], its RMSNorm possibly pending (NormedRows); w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or undefined;
+/// offset_dev / length_dev: int64 [m·Hkv] (length advanced by one); tickets: int64 [>= Hkv] zeros on the device, left
+/// zero (the appending warps' counters); position_dev: int64 [1]. Batches (m > 1; the fused tiles were slower there),
+/// head_dim % 16 != 0 and strided operands take the two-launch path (tickets unused). Throws std::invalid_argument on
+/// mismatched shapes, dtypes or devices.
 std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
-                                          int64_t n_head, int64_t n_head_kv, const at::Tensor& cos, const at::Tensor& sin,
-                                          RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                          const at::Tensor& pos_cache, const at::Tensor& offset_dev,
-                                          const at::Tensor& length_dev, const at::Tensor& tickets,
-                                          const at::Tensor& position_dev);
+                                          int64_t n_head, int64_t n_head_kv, const at::Tensor& cos,
+                                          const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache,
+                                          const at::Tensor& v_cache, const at::Tensor& pos_cache,
+                                          const at::Tensor& offset_dev, const at::Tensor& length_dev,
+                                          const at::Tensor& tickets, const at::Tensor& position_dev);
 
 /// SwiGLU: gate_up [rows, 2I] (last dim contiguous, gate first) -> silu(gate) * up [rows, I].
 at::Tensor silu_mul(const at::Tensor& gate_up, at::Tensor out = {});

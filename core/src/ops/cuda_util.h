@@ -24,10 +24,14 @@ inline void check_cuda(cudaError_t err, const char* op) {
 
 inline kk::DType kernel_dtype(const at::Tensor& t, const char* op) {
   switch (t.scalar_type()) {
-    case at::kFloat: return kk::DType::kFloat32;
-    case at::kBFloat16: return kk::DType::kBFloat16;
-    case at::kHalf: return kk::DType::kFloat16;
-    default: bad(std::string(op) + ": dtype must be fp32, bf16 or fp16");
+    case at::kFloat:
+      return kk::DType::kFloat32;
+    case at::kBFloat16:
+      return kk::DType::kBFloat16;
+    case at::kHalf:
+      return kk::DType::kFloat16;
+    default:
+      bad(std::string(op) + ": dtype must be fp32, bf16 or fp16");
   }
 }
 
@@ -53,8 +57,8 @@ inline at::Tensor make_out(at::Tensor out, at::IntArrayRef sizes, const at::Tens
 
 /// Host int64 vectors concatenated, copied to `device` through pinned memory without blocking.
 inline at::Tensor upload(const std::vector<int64_t>& a, const std::vector<int64_t>& b, c10::Device device) {
-  at::Tensor host = at::empty({static_cast<int64_t>(a.size() + b.size())},
-                              at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  at::Tensor host =
+      at::empty({static_cast<int64_t>(a.size() + b.size())}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
   int64_t* p = host.data_ptr<int64_t>();
   std::copy(a.begin(), a.end(), p);
   std::copy(b.begin(), b.end(), p + a.size());

@@ -102,10 +102,10 @@ namespace ref {
 at::Tensor keydiff_scores(const at::Tensor& keys, bool normalized_anchor, at::ScalarType compute) {
   if (!keys.defined() || keys.dim() != 3) throw std::invalid_argument("ref::keydiff_scores: keys must be [Hkv, n, D]");
   // The ops of keydiff.cpp, in `compute`.
-  const at::Tensor k = keys.to(compute);                                                  // [Hkv, n, D]
+  const at::Tensor k = keys.to(compute);  // [Hkv, n, D]
   const at::Tensor a = normalized_anchor ? k / k.norm(2, {-1}, /*keepdim=*/true).clamp_min(1e-12) : k;
-  const at::Tensor anchor = a.mean(1, /*keepdim=*/true).expand_as(k);                    // [Hkv, n, D]
-  return at::cosine_similarity(k, anchor, -1, 1e-8).neg_().to(at::kFloat);              // [Hkv, n]
+  const at::Tensor anchor = a.mean(1, /*keepdim=*/true).expand_as(k);       // [Hkv, n, D]
+  return at::cosine_similarity(k, anchor, -1, 1e-8).neg_().to(at::kFloat);  // [Hkv, n]
 }
 
 SparkPruned spark_prune_fixed(const at::Tensor& k, const at::Tensor& a, int64_t kept, bool key_sign_refill,
@@ -118,19 +118,21 @@ SparkPruned spark_prune_fixed(const at::Tensor& k, const at::Tensor& a, int64_t 
     throw std::invalid_argument("ref::spark_prune_fixed: compute must be fp32 or k's dtype");
   // spark.cpp on_prefill (mode=fixed), line by line.
   const at::Tensor ah = a.reshape({D}).to(k.device(), at::kFloat);
-  const at::Tensor sal = k.to(at::kFloat).abs().mul_(ah);                                    // w [n, D]
+  const at::Tensor sal = k.to(at::kFloat).abs().mul_(ah);  // w [n, D]
   at::Tensor mask = at::zeros(sal.sizes(), sal.options().dtype(at::kBool));
-  if (kept >= D) mask.fill_(true);
-  else if (kept > 0 && n > 0) mask.scatter_(1, std::get<1>(sal.topk(kept, -1)), true);
+  if (kept >= D)
+    mask.fill_(true);
+  else if (kept > 0 && n > 0)
+    mask.scatter_(1, std::get<1>(sal.topk(kept, -1)), true);
   SparkPruned out;
   out.mask = mask;
-  out.pruned_sum = sal.masked_fill(mask, 0.0f).sum(-1);                                     // [n]
+  out.pruned_sum = sal.masked_fill(mask, 0.0f).sum(-1);  // [n]
   const at::Tensor kc = k.to(compute);
   at::Tensor masked = kc.mul(mask.to(compute));
   if (key_sign_refill) {
-    const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);                       // [n, 1]
-    const at::Tensor mu = out.pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);           // [n, 1]
-    const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));        // [D]
+    const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);                 // [n, 1]
+    const at::Tensor mu = out.pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);     // [n, 1]
+    const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));  // [D]
     const at::Tensor refill = k.to(at::kFloat).sign().mul_(mu).mul_(inv_a).masked_fill_(mask, 0.0f);
     masked = masked.add(refill.to(compute));
   }

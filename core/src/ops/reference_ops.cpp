@@ -12,7 +12,8 @@ namespace kvscope::ops::ref {
 namespace {
 
 /// Attention of the `group` query rows qg [G, D] over keys kh / values vh [n, D].
-at::Tensor attend(const at::Tensor& qg, const at::Tensor& kh, const at::Tensor& vh, double scale, at::ScalarType compute) {
+at::Tensor attend(const at::Tensor& qg, const at::Tensor& kh, const at::Tensor& vh, double scale,
+                  at::ScalarType compute) {
   if (kh.size(0) == 0) return at::zeros({qg.size(0), qg.size(1)}, qg.options().dtype(at::kFloat));
   if (compute == at::kFloat) {
     at::Tensor s = at::matmul(qg.to(at::kFloat), kh.to(at::kFloat).t()) * scale;
@@ -56,8 +57,8 @@ at::Tensor decode_attention_gather(const at::Tensor& q, const at::Tensor& k, con
   std::vector<at::Tensor> outs;
   for (size_t h = 0; h < offset.size(); ++h) {
     at::Tensor rows = index[h].narrow(0, 0, count[h]).to(k.device(), at::kLong) + offset[h];
-    outs.push_back(attend(q.narrow(0, h * group, group), k.index_select(0, rows), v.index_select(0, rows), scale,
-                          compute));
+    outs.push_back(
+        attend(q.narrow(0, h * group, group), k.index_select(0, rows), v.index_select(0, rows), scale, compute));
   }
   return at::cat(outs, 0);
 }
@@ -116,13 +117,13 @@ at::Tensor page_select_rows(bool hsa, const at::Tensor& q_g, const at::Tensor& k
   if (hsa) {
     if (n <= keep) return all;
     const at::Tensor absq = q.abs();
-    const at::Tensor i1 = top(absq.sum(0), std::min(k1, D));                       // channels
-    const at::Tensor qhat = q.index_select(1, i1);                                   // [G, k1]
-    const at::Tensor use_max = qhat.sum(0).ge(0);                                    // [k1]
+    const at::Tensor i1 = top(absq.sum(0), std::min(k1, D));  // channels
+    const at::Tensor qhat = q.index_select(1, i1);            // [G, k1]
+    const at::Tensor use_max = qhat.sum(0).ge(0);             // [k1]
     const at::Tensor khat = at::where(use_max, hi.narrow(0, 0, n_pages).index_select(1, i1),
                                       lo.narrow(0, 0, n_pages).index_select(1, i1));  // [P, k1]
-    at::Tensor s = at::matmul(qhat, khat.t());                                       // [G, P]
-    s = s.repeat_interleave(page, 1).narrow(1, 0, n);                                // [G, n]
+    at::Tensor s = at::matmul(qhat, khat.t());                                        // [G, P]
+    s = s.repeat_interleave(page, 1).narrow(1, 0, n);                                 // [G, n]
     const at::Tensor num = qhat.abs().sum(1, true), den = absq.sum(1, true);
     const at::Tensor ratio = at::where(den.gt(0), num / den, at::ones_like(den));
     const at::Tensor pi = at::softmax(s / (ratio * static_cast<double>(D)).sqrt(), 1);
@@ -130,7 +131,8 @@ at::Tensor page_select_rows(bool hsa, const at::Tensor& q_g, const at::Tensor& k
   }
   if (n_pages <= keep) return all;
   const at::Tensor u = (at::matmul(q.clamp_min(0), hi.narrow(0, 0, n_pages).t()) +
-                        at::matmul(q.clamp_max(0), lo.narrow(0, 0, n_pages).t())).sum(0);  // [P]
+                        at::matmul(q.clamp_max(0), lo.narrow(0, 0, n_pages).t()))
+                           .sum(0);  // [P]
   const at::Tensor pages = top(u, keep);
   const at::Tensor rows = (pages.unsqueeze(1) * page + at::arange(page, pages.options())).reshape({-1});
   return rows.masked_select(rows.lt(n));

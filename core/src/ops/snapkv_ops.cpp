@@ -12,8 +12,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "ops/cuda_util.h"
 #include "kvscope/kernels/snapkv_scores.h"
+#include "ops/cuda_util.h"
 #endif
 
 namespace kvscope::ops {
@@ -102,7 +102,7 @@ at::Tensor snapkv_window_scores(const at::Tensor& window_queries, const at::Tens
   a.len = v.n - v.window;
   a.kernel = static_cast<int>(pool_kernel);
   a.max_pool = max_pool;
-  a.reduce = reduce == GroupReduce::kMean ? kk::GroupReduce::kMean
+  a.reduce = reduce == GroupReduce::kMean  ? kk::GroupReduce::kMean
              : reduce == GroupReduce::kSum ? kk::GroupReduce::kSum
                                            : kk::GroupReduce::kMax;
   a.in = vote.data_ptr<float>();

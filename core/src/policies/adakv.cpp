@@ -40,8 +40,7 @@ class AdaKv : public BudgetBase {
     // ascending, so one count per head (a single host read) splits them.
     const at::Tensor flat = std::get<0>(at::sort(std::get<1>(s.reshape({-1}).topk(Hkv * n_kept))));
     const at::Tensor head = flat.div(n, "floor"), pos = flat.remainder(n);
-    const at::Tensor counts =
-        at::zeros({Hkv}, head.options()).scatter_add_(0, head, at::ones_like(head)).to(at::kCPU);
+    const at::Tensor counts = at::zeros({Hkv}, head.options()).scatter_add_(0, head, at::ones_like(head)).to(at::kCPU);
     std::vector<at::Tensor> out;
     out.reserve(Hkv);
     int64_t first = 0;
@@ -60,7 +59,8 @@ class AdaKv : public BudgetBase {
 }  // namespace
 
 PolicyRegistry::Entry adakv_entry() {
-  return {"adakv", Stage::kBudget,
+  return {"adakv",
+          Stage::kBudget,
           {float_param("alpha", 0, 1, "0.2",
                        "safeguard: share of n_kept every head keeps by its own ranking before the layer-wide top-k",
                        "Ada-KV (Feng et al. 2024) §3.3 Alg. 2 (α = 0.2); code form")},

@@ -30,8 +30,8 @@ namespace kvscope::policies {
 ///
 /// Compute layout: the keys k̂ are kept dense [n_h, D] (cache dtype) beside the cache; on a CUDA
 /// cache with a zero recovery bias they are also written over the pruned cache rows
-/// (fold_into_cache), so decode is the dense attention kernel. Accounting assumes the pruned layout instead: side_store_bytes() is
-/// what the subclass reports as the pruned key storage (kept values + channel indices + recovery
+/// (fold_into_cache), so decode is the dense attention kernel. Accounting assumes the pruned layout instead:
+/// side_store_bytes() is what the subclass reports as the pruned key storage (kept values + channel indices + recovery
 /// statistics); bytes_read_last() = that storage for the layer + dense K of decode-time entries + all
 /// V. The K bytes saved versus a dense cache are dense_key_bytes() - side_store_bytes().
 class ChannelPruningBase : public DecodeAttentionPolicy {
@@ -68,12 +68,12 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
  protected:
   /// The pruned state of one (layer, KV head).
   struct HeadStore {
-    int64_t n = 0;        ///< entries pruned at prefill
-    at::Tensor masked_k;  ///< [n, D] cache dtype: k̂ = K ⊙ mask (+ refilled channels); compute copy, not accounted
-    at::Tensor mask;      ///< bool [n, D]
-    at::Tensor bias;      ///< fp32 [n]
-    at::Tensor pos;       ///< int64 [n]: true positions of the pruned entries (set by set_head)
-    int64_t key_bytes = 0;    ///< accounted storage of the pruned keys, indices and statistics
+    int64_t n = 0;          ///< entries pruned at prefill
+    at::Tensor masked_k;    ///< [n, D] cache dtype: k̂ = K ⊙ mask (+ refilled channels); compute copy, not accounted
+    at::Tensor mask;        ///< bool [n, D]
+    at::Tensor bias;        ///< fp32 [n]
+    at::Tensor pos;         ///< int64 [n]: true positions of the pruned entries (set by set_head)
+    int64_t key_bytes = 0;  ///< accounted storage of the pruned keys, indices and statistics
     int64_t dense_bytes = 0;  ///< n * D * itemsize
   };
   /// Replaces the store of (layer, kv_head) with `s`, whose n entries are rows 0..n-1 of the head in

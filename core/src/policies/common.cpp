@@ -48,7 +48,7 @@ at::Tensor causal_attention_probs(const at::Tensor& q, const at::Tensor& keys, i
   // kvpress: matmul(q, k^T) / sqrt(head_dim), in the model dtype (fp32 here).
   at::Tensor s = at::bmm(qg, kt).div_(std::sqrt(static_cast<double>(D))).view({Hkv, G, t, m});
   at::Tensor qi = at::arange(first_pos, first_pos + t, s.options().dtype(at::kLong)).unsqueeze(1);  // [t, 1]
-  at::Tensor kj = at::arange(m, s.options().dtype(at::kLong)).unsqueeze(0);                          // [1, m]
+  at::Tensor kj = at::arange(m, s.options().dtype(at::kLong)).unsqueeze(0);                         // [1, m]
   s.masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
   return at::softmax(s, -1, at::kFloat);
 }
@@ -62,9 +62,12 @@ at::Tensor window_attention(const LayerPrefill& in, int64_t window) {
 
 at::Tensor reduce_groups(const at::Tensor& x, GqaReduce how) {
   switch (how) {
-    case GqaReduce::kMean: return x.mean(1);
-    case GqaReduce::kSum: return x.sum(1);
-    case GqaReduce::kMax: return std::get<0>(x.max(1));
+    case GqaReduce::kMean:
+      return x.mean(1);
+    case GqaReduce::kSum:
+      return x.sum(1);
+    case GqaReduce::kMax:
+      return std::get<0>(x.max(1));
   }
   return x.mean(1);
 }
@@ -103,8 +106,8 @@ at::Tensor snapkv_scores(const LayerPrefill& in, const SnapKvParams& p) {
   const ops::GroupReduce how = p.gqa == GqaReduce::kMean  ? ops::GroupReduce::kMean
                                : p.gqa == GqaReduce::kSum ? ops::GroupReduce::kSum
                                                           : ops::GroupReduce::kMax;
-  const at::Tensor fused = ops::snapkv_window_scores(in.queries.narrow(0, in.queries.size(0) - w, w), in.keys,
-                                                     p.kernel, p.pool == Pool::kMax, how);
+  const at::Tensor fused = ops::snapkv_window_scores(in.queries.narrow(0, in.queries.size(0) - w, w), in.keys, p.kernel,
+                                                     p.pool == Pool::kMax, how);
   if (fused.defined()) {
     out.narrow(1, 0, n - w).copy_(fused);
     return out;
@@ -128,7 +131,9 @@ std::vector<ParamSpec> snapkv_spec(const SnapKvParams& d, const std::string& ref
       choice_param("pool", {"avg", "max"}, d.pool == Pool::kAvg ? "avg" : "max",
                    "pooling: avg (zero padding counted, as kvpress) or max", ref),
       choice_param("gqa", {"mean", "sum", "max"},
-                   d.gqa == GqaReduce::kMean ? "mean" : d.gqa == GqaReduce::kSum ? "sum" : "max",
+                   d.gqa == GqaReduce::kMean  ? "mean"
+                   : d.gqa == GqaReduce::kSum ? "sum"
+                                              : "max",
                    "how the G query heads of a KV group are combined (mean: SnapKV issue #22, Ada-KV §3.5)",
                    "Ada-KV (Feng et al. 2024) §3.5; kvpress SnapKVPress"),
   };

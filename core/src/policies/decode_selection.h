@@ -75,8 +75,8 @@ class PageMinMax {
 
  private:
   struct Layer {
-    at::Tensor kmin, kmax;          // [Hkv, capacity pages, D]
-    std::vector<int64_t> covered;   // entries summarised per head
+    at::Tensor kmin, kmax;         // [Hkv, capacity pages, D]
+    std::vector<int64_t> covered;  // entries summarised per head
     bool built = false;
   };
   void fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page);

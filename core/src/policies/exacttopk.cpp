@@ -43,7 +43,7 @@ at::Tensor selected_attention(const at::Tensor& q, const at::Tensor& k, const at
                               const at::Tensor& valid) {
   const int64_t B = q.size(0), G = q.size(1), D = q.size(2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  if (!idx.defined()) {  // dense: every row
+  if (!idx.defined()) {                                                       // dense: every row
     at::Tensor s = at::bmm(q, k.to(at::kFloat).transpose(1, 2)).mul_(scale);  // [B, G, N]
     return at::bmm(at::softmax(s, -1), v.to(at::kFloat));
   }
@@ -132,7 +132,8 @@ std::vector<at::Tensor> DecodeSelectionBase::last_selection() const {
   for (const auto& s : selections_) {
     if (s.count.defined()) {  // fused: [Hkv, S] rows ascending, count per head
       const at::Tensor count = s.count.cpu(), idx = s.idx.cpu().to(at::kLong);
-      for (int64_t h = 0; h < idx.size(0); ++h) out.push_back(idx[h].narrow(0, 0, count[h].item<int64_t>()).unsqueeze(0));
+      for (int64_t h = 0; h < idx.size(0); ++h)
+        out.push_back(idx[h].narrow(0, 0, count[h].item<int64_t>()).unsqueeze(0));
       continue;
     }
     const int64_t B = s.idx.defined() ? s.idx.size(0) : 1;
@@ -141,8 +142,7 @@ std::vector<at::Tensor> DecodeSelectionBase::last_selection() const {
         out.push_back(at::arange(s.n_rows, at::TensorOptions().dtype(at::kLong)).unsqueeze(0));
       } else if (s.valid.defined()) {
         std::vector<at::Tensor> rows;
-        for (int64_t r = 0; r < s.idx.size(1); ++r)
-          rows.push_back(s.idx[b][r].masked_select(s.valid[b][r]).cpu());
+        for (int64_t r = 0; r < s.idx.size(1); ++r) rows.push_back(s.idx[b][r].masked_select(s.valid[b][r]).cpu());
         out.push_back(at::stack(rows, 0));  // quest: one row (shared selection)
       } else {
         out.push_back(std::get<0>(at::sort(s.idx[b].cpu(), -1)));
@@ -184,7 +184,8 @@ class ExactTopK : public DecodeSelectionBase {
 }  // namespace
 
 PolicyRegistry::Entry exacttopk_entry() {
-  return {"exacttopk", Stage::kDecodeSelection,
+  return {"exacttopk",
+          Stage::kDecodeSelection,
           {int_param("k", 0, 1 << 20, "0",
                      "entries each query head attends per decode step, chosen by their true logits (0 = the run's "
                      "token budget t: --budget with --budget-unit fetched, else kept_per_head(prompt))",

@@ -64,7 +64,8 @@ class H2o : public ScoringBase {
 }  // namespace
 
 PolicyRegistry::Entry h2o_entry() {
-  return {"h2o", Stage::kScoring,
+  return {"h2o",
+          Stage::kScoring,
           {choice_param("norm", {"sum", "mean"}, "sum",
                         "sum: accumulated attention (paper); mean: divided by the number of queries that saw the key "
                         "(kvpress ObservedAttentionPress)",

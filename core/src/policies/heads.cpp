@@ -31,9 +31,12 @@ PolicyRegistry::Entry heads_entry() {
   ParamSpec pattern;
   pattern.key = "pattern";
   pattern.type = ParamType::kPath;
-  pattern.help = "head-pattern JSON (kvscope.head_pattern.v1): per layer and KV head, dense or streaming + sink + window";
+  pattern.help =
+      "head-pattern JSON (kvscope.head_pattern.v1): per layer and KV head, dense or streaming + sink + window";
   pattern.paper_ref = kRef;
-  return {"heads", Stage::kHeadPattern, {pattern},
+  return {"heads",
+          Stage::kHeadPattern,
+          {pattern},
           "dense vs streaming (sinks + recent window) KV heads from a pattern file (DuoAttention; HS-SFT)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Heads>(v); }};
 }

@@ -75,7 +75,8 @@ class Hsa : public PagedSelectionBase {
   int64_t layer_bytes(const LayerKv& kv) const override {
     const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item, k1 = std::min(k1_, D);
     int64_t bytes = 0;
-    for (int64_t n : kv.length) bytes += k2_ >= n ? n * row_bytes : (n + page_ - 1) / page_ * k1 * item + k2_ * row_bytes;
+    for (int64_t n : kv.length)
+      bytes += k2_ >= n ? n * row_bytes : (n + page_ - 1) / page_ * k1 * item + k2_ * row_bytes;
     return bytes;
   }
 
@@ -84,20 +85,21 @@ class Hsa : public PagedSelectionBase {
     const int64_t B = q.size(0), G = q.size(1), D = q.size(2), N = k.size(1);
     if (k2_ >= N) return attend_selected(h0, q, k, v, {});
     const int64_t k1 = std::min(k1_, D), n_pages = pages_.n_pages(layer, h0);
-    at::Tensor absq = q.abs();                                                       // [B, G, D]
-    at::Tensor i1 = std::get<1>(absq.sum(1).topk(k1, -1));                           // [B, k1]
-    at::Tensor qhat = q.gather(2, i1.unsqueeze(1).expand({B, G, k1}));               // [B, G, k1]
-    at::Tensor use_max = qhat.sum(1).ge(0).unsqueeze(1);                              // [B, 1, k1]
+    at::Tensor absq = q.abs();                                          // [B, G, D]
+    at::Tensor i1 = std::get<1>(absq.sum(1).topk(k1, -1));              // [B, k1]
+    at::Tensor qhat = q.gather(2, i1.unsqueeze(1).expand({B, G, k1}));  // [B, G, k1]
+    at::Tensor use_max = qhat.sum(1).ge(0).unsqueeze(1);                // [B, 1, k1]
     at::Tensor ip = i1.unsqueeze(1).expand({B, n_pages, k1});
-    at::Tensor khat = at::where(use_max, pages_.kmax(layer, h0, B).gather(2, ip),
-                                pages_.kmin(layer, h0, B).gather(2, ip)).to(at::kFloat);  // [B, P, k1]
+    at::Tensor khat =
+        at::where(use_max, pages_.kmax(layer, h0, B).gather(2, ip), pages_.kmin(layer, h0, B).gather(2, ip))
+            .to(at::kFloat);                             // [B, P, k1]
     bytes_last_ += B * n_pages * k1 * k.element_size();  // side store is in the cache dtype
-    at::Tensor s = at::bmm(qhat, khat.transpose(1, 2));                              // [B, G, P]
+    at::Tensor s = at::bmm(qhat, khat.transpose(1, 2));  // [B, G, P]
     s = s.unsqueeze(-1).expand({B, G, n_pages, page_}).reshape({B, G, n_pages * page_}).narrow(2, 0, N);
-    at::Tensor num = qhat.abs().sum(-1, true), den = absq.sum(-1, true);             // [B, G, 1]
+    at::Tensor num = qhat.abs().sum(-1, true), den = absq.sum(-1, true);  // [B, G, 1]
     at::Tensor ratio = at::where(den.gt(0), num / den, at::ones_like(den));
-    at::Tensor pi = at::softmax(s / (ratio * static_cast<double>(D)).sqrt(), -1);    // [B, G, N]
-    at::Tensor i2 = topk_stable(pi.sum(1), k2_).unsqueeze(1);                        // [B, 1, k2]
+    at::Tensor pi = at::softmax(s / (ratio * static_cast<double>(D)).sqrt(), -1);  // [B, G, N]
+    at::Tensor i2 = topk_stable(pi.sum(1), k2_).unsqueeze(1);                      // [B, 1, k2]
     return attend_selected(h0, q, k, v, i2);
   }
 
@@ -111,7 +113,8 @@ class Hsa : public PagedSelectionBase {
 }  // namespace
 
 PolicyRegistry::Entry hsa_entry() {
-  return {"hsa", Stage::kDecodeSelection,
+  return {"hsa",
+          Stage::kDecodeSelection,
           {bool_param("stage1", "true",
                       "RocketKV: the scoring stage before hsa evicts down to P = C - n_gen prompt entries per KV head "
                       "(adaptive split c^r, §3.6); false = HSA alone (no eviction, page and k1 from c = S/t)",

@@ -30,18 +30,20 @@ constexpr const char* kRef = "KeyDiff (Park et al. 2025) Eq. 8, §3";
 class KeyDiff : public ScoringBase {
  public:
   explicit KeyDiff(const ParamValues& v)
-      : ScoringBase("keydiff", v), normalized_(v.at("anchor") == "normalized"), block_(param_int(v, "block")),
+      : ScoringBase("keydiff", v),
+        normalized_(v.at("anchor") == "normalized"),
+        block_(param_int(v, "block")),
         recent_(param_float(v, "recent")) {}
   int64_t prefill_block() const override { return block_; }
   double recent_share() const override { return recent_; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("keydiff", in, /*needs_queries=*/false);
     if (use_kernel(in.keys)) return ops::keydiff_scores(in.keys, normalized_);
-    at::Tensor k = in.keys.to(at::kFloat);                                  // [Hkv, n, D]
+    at::Tensor k = in.keys.to(at::kFloat);  // [Hkv, n, D]
     // F.normalize(k, p=2, dim=-1): k / max(||k||, 1e-12)
     at::Tensor a = normalized_ ? k / k.norm(2, {-1}, /*keepdim=*/true).clamp_min(1e-12) : k;
-    at::Tensor anchor = a.mean(1, /*keepdim=*/true).expand_as(k);          // [Hkv, n, D]
-    return at::cosine_similarity(k, anchor, -1, 1e-8).neg_();             // [Hkv, n]
+    at::Tensor anchor = a.mean(1, /*keepdim=*/true).expand_as(k);  // [Hkv, n, D]
+    return at::cosine_similarity(k, anchor, -1, 1e-8).neg_();      // [Hkv, n]
   }
 
  private:
@@ -59,7 +61,8 @@ class KeyDiff : public ScoringBase {
 }  // namespace
 
 PolicyRegistry::Entry keydiff_entry() {
-  return {"keydiff", Stage::kScoring,
+  return {"keydiff",
+          Stage::kScoring,
           {choice_param("anchor", {"normalized", "raw"}, "normalized",
                         "anchor: mean of L2-normalised keys (kvpress) or plain mean of the keys", kRef),
            int_param("block", 0, 1 << 20, "0",

@@ -24,7 +24,9 @@ class Knorm : public ScoringBase {
 }  // namespace
 
 PolicyRegistry::Entry knorm_entry() {
-  return {"knorm", Stage::kScoring, {},
+  return {"knorm",
+          Stage::kScoring,
+          {},
           "keep low-norm keys: -||k|| (Devoto et al. 2024 §3)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Knorm>(v); }};
 }

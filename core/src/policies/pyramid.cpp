@@ -75,7 +75,8 @@ class Pyramid : public BudgetBase {
 }  // namespace
 
 PolicyRegistry::Entry pyramid_entry() {
-  return {"pyramid", Stage::kBudget,
+  return {"pyramid",
+          Stage::kBudget,
           {int_param("window", -1, 1 << 20, "-1",
                      "observation window W of the scorer, kept in every layer (-1: count the always-keep entries "
                      "of the scores)",

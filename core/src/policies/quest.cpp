@@ -169,9 +169,9 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
   const LayerKv& kv = cache.layer(layer);
   const int64_t G = q.size(0) / cache.n_head_kv();
   const KernelPlan k = kernel_plan(cache.head_dim());
-  auto [index, count] = ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
-                                         pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep,
-                                         kv.k, offset_dev);
+  auto [index, count] =
+      ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
+                       pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep, kv.k, offset_dev);
   if (record) record_fused_selection(index, count);
   return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
 }
@@ -254,7 +254,7 @@ class Quest : public PagedSelectionBase {
     // max(q·Kmax, q·Kmin) per channel = q⁺·Kmax + q⁻·Kmin (Kmax >= Kmin).
     at::Tensor u = at::bmm(q.clamp_min(0), kmax.to(at::kFloat).transpose(1, 2)) +
                    at::bmm(q.clamp_max(0), kmin.to(at::kFloat).transpose(1, 2));  // [B, G, P]
-    at::Tensor sel = topk_stable(u.sum(1), n_sel);                              // [B, n_sel] pages
+    at::Tensor sel = topk_stable(u.sum(1), n_sel);                                // [B, n_sel] pages
     at::Tensor rows = (sel.unsqueeze(-1) * page_ + at::arange(page_, sel.options())).view({B, 1, n_sel * page_});
     if (N % page_ == 0) return attend_selected(h0, q, k, v, rows);
     at::Tensor valid = rows.lt(N);  // the last page is partial
@@ -268,7 +268,8 @@ class Quest : public PagedSelectionBase {
 }  // namespace
 
 PolicyRegistry::Entry quest_entry() {
-  return {"quest", Stage::kDecodeSelection,
+  return {"quest",
+          Stage::kDecodeSelection,
           {int_param("page", 1, 4096, "16",
                      "page size: consecutive cache entries summarised by their element-wise key min/max (RocketKV "
                      "does not state the page size of its Quest baseline; the default 16 is Quest's own)",

@@ -20,8 +20,8 @@ class Random : public ScoringBase {
   explicit Random(const ParamValues& v) : ScoringBase("random", v), seed_(param_int(v, "seed")) {}
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("random", in, /*needs_queries=*/false);
-    at::Generator gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) * 1000003u +
-                                                       static_cast<uint64_t>(in.layer));
+    at::Generator gen =
+        at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) * 1000003u + static_cast<uint64_t>(in.layer));
     at::Tensor s = at::rand({in.keys.size(0), in.keys.size(1)}, gen, at::TensorOptions().dtype(at::kFloat));
     return s.to(in.keys.device());
   }
@@ -33,7 +33,8 @@ class Random : public ScoringBase {
 }  // namespace
 
 PolicyRegistry::Entry random_entry() {
-  return {"random", Stage::kScoring,
+  return {"random",
+          Stage::kScoring,
           {int_param("seed", 0, 2147483647, "0", "seed of the score generator (mixed with the layer index)",
                      "baseline (kvpress RandomPress)")},
           "uniform random scores, seeded (random-eviction baseline, kvpress RandomPress)",

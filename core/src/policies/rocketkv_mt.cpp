@@ -47,7 +47,9 @@ class RocketKvMt : public DecodeAttentionPolicy {
       copy_.emplace(in.config, 1, k.device(), k.scalar_type());
     const int64_t n = k.size(1), keep = std::min(keep_, n);
     at::Tensor idx = at::stack(topk_sorted_per_row(snapkv_scores(in, snap_), keep)).to(k.device());  // [Hkv, keep]
-    auto gather = [&](const at::Tensor& t) { return t.gather(1, idx.unsqueeze(-1).expand({idx.size(0), keep, t.size(2)})); };
+    auto gather = [&](const at::Tensor& t) {
+      return t.gather(1, idx.unsqueeze(-1).expand({idx.size(0), keep, t.size(2)}));
+    };
     copy_->assign_layer(layer, gather(k), gather(v), pos.gather(1, idx), reserve_);
     kept_.at(layer) = {idx, n};
     hsa_->on_prefill(layer, in, *copy_);
@@ -80,7 +82,9 @@ class RocketKvMt : public DecodeAttentionPolicy {
     }
     return rows;
   }
-  int64_t side_store_bytes() const override { return hsa_->side_store_bytes() + (copy_ ? copy_->bytes_allocated() : 0); }
+  int64_t side_store_bytes() const override {
+    return hsa_->side_store_bytes() + (copy_ ? copy_->bytes_allocated() : 0);
+  }
 
  private:
   ParamValues params_;

@@ -121,7 +121,8 @@ at::Tensor ChannelPruningBase::channel_mask(int64_t layer, int64_t kv_head) cons
 
 at::Tensor ChannelPruningBase::recovery_bias(int64_t layer, int64_t kv_head) const {
   const HeadStore* s = find(layer, kv_head);
-  if (!s || !s->bias.defined()) throw std::logic_error(name_ + ": no recovery statistics for this (layer, kv head) yet");
+  if (!s || !s->bias.defined())
+    throw std::logic_error(name_ + ": no recovery statistics for this (layer, kv head) yet");
   return s->bias;
 }
 
@@ -145,13 +146,12 @@ at::Tensor ChannelPruningBase::head_logits(int64_t layer, int64_t kv_head, const
     const int64_t steps = layer < static_cast<int64_t>(steps_.size()) ? steps_[static_cast<size_t>(layer)] : 0;
     if (len != n + steps) {
       const at::Tensor same = cache.head_positions(layer, kv_head).narrow(0, 0, n).eq(st->pos);
-      if (!same.all().item<bool>())
-        sp = at::where(same, sp, at::matmul(qg, k.narrow(0, 0, n).t()).to(at::kFloat));
+      if (!same.all().item<bool>()) sp = at::where(same, sp, at::matmul(qg, k.narrow(0, 0, n).t()).to(at::kFloat));
     }
     parts.push_back(sp);
   }
   if (len > n) parts.push_back(at::matmul(qg, k.narrow(0, n, len - n).t()).to(at::kFloat));
-  at::Tensor s = parts.empty()        ? at::zeros({qg.size(0), 0}, qg.options().dtype(at::kFloat))
+  at::Tensor s = parts.empty()       ? at::zeros({qg.size(0), 0}, qg.options().dtype(at::kFloat))
                  : parts.size() == 1 ? parts[0]
                                      : at::cat(parts, 1);
   return s.mul_(1.0 / std::sqrt(static_cast<double>(D)));
@@ -161,7 +161,8 @@ bool ChannelPruningBase::fold_into_cache(int64_t layer, const KvCache& cache) {
   if (layer < 0 || layer >= static_cast<int64_t>(folded_.size())) return false;
   if (folded_[static_cast<size_t>(layer)]) return true;
   const LayerKv& L = cache.layer(layer);
-  if (!L.k.is_cuda() || !ops::cuda_kernels_available() || (cache.head_dim() != 64 && cache.head_dim() != 128)) return false;
+  if (!L.k.is_cuda() || !ops::cuda_kernels_available() || (cache.head_dim() != 64 && cache.head_dim() != 128))
+    return false;
   for (int64_t w : L.ring_window)
     if (w > 0) return false;
   std::vector<const HeadStore*> heads;
@@ -231,7 +232,7 @@ at::Tensor ChannelPruningBase::attend(int64_t layer, const at::Tensor& q, const 
   outs.reserve(static_cast<size_t>(Hkv));
   for (int64_t h = 0; h < Hkv; ++h) {
     const at::Tensor s = head_logits(layer, h, q.narrow(0, h * G, G), cache);  // fp32 [G, len]
-    const at::Tensor v = cache.head_values(layer, h);                           // [len, D]
+    const at::Tensor v = cache.head_values(layer, h);                          // [len, D]
     const at::Tensor p = at::softmax(s, -1).to(v.scalar_type());
     outs.push_back(at::matmul(p, v));  // [G, D]
   }
@@ -281,8 +282,8 @@ class Spark : public ChannelPruningBase {
     const int64_t G = H / Hkv, w = std::min(window_, T);
     at::Tensor a;  // [Hkv, D]: group-aggregated |q̄| (query=mean) or window RMS of q (query=rms)
     if (w > 0) {
-      const at::Tensor qw = in.queries.narrow(0, T - w, w).to(at::kFloat);             // [w, H, D]
-      const at::Tensor qbar = rms_ ? qw.pow(2).mean(0).sqrt() : qw.mean(0).abs();     // [H, D]
+      const at::Tensor qw = in.queries.narrow(0, T - w, w).to(at::kFloat);         // [w, H, D]
+      const at::Tensor qbar = rms_ ? qw.pow(2).mean(0).sqrt() : qw.mean(0).abs();  // [H, D]
       a = reduce_groups(qbar.view({Hkv, G, D}), gqa_);
     } else {
       a = at::zeros({Hkv, D}, in.queries.options().dtype(at::kFloat));
@@ -320,15 +321,15 @@ class Spark : public ChannelPruningBase {
         // k̃_tj = sign(k_tj) · μ[t] / a_j on pruned channels (0 where a_j = 0: w is 0 there anyway);
         // one sign bit per pruned channel is stored. (The fused kernel has refilled k̂ already.)
         if (!fused) {
-          const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);                     // [n, 1]
-          const at::Tensor mu = pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);             // [n, 1]
+          const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);          // [n, 1]
+          const at::Tensor mu = pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);  // [n, 1]
           const at::Tensor ah = a[h].to(k.device());
-          const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));    // [D]
+          const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));  // [D]
           const at::Tensor refill = k.to(at::kFloat).sign().mul_(mu).mul_(inv_a).masked_fill_(mask, 0.0f);
           s.masked_k = s.masked_k.add(refill.to(k.scalar_type()));
         }
         s.bias = at::zeros_like(pruned_sum);
-        const at::Tensor bits = ((~mask).sum(-1) + 7).div(8, "floor");                          // [n]
+        const at::Tensor bits = ((~mask).sum(-1) + 7).div(8, "floor");  // [n]
         var_bytes = var_bytes + bits.sum();
       } else {
         s.bias = degenerate_ ? pruned_sum : at::zeros_like(pruned_sum);
@@ -369,7 +370,7 @@ class Spark : public ChannelPruningBase {
     if (sal.size(0) == 0) return mask;
     auto [vals, idx] = sal.sort(-1, /*descending=*/true);
     const at::Tensor cums = vals.cumsum(-1);
-    const at::Tensor total = cums.narrow(1, D - 1, 1);                        // [n, 1]
+    const at::Tensor total = cums.narrow(1, D - 1, 1);                                // [n, 1]
     const at::Tensor count = (cums < total * p).sum(-1, true).add_(1).clamp_max_(D);  // [n, 1]
     const at::Tensor ranks = at::arange(D, sal.options().dtype(at::kLong)).unsqueeze(0);
     return mask.scatter_(1, idx, ranks < count);

@@ -101,22 +101,22 @@ class SparQ : public DecodeSelectionBase {
                           const at::Tensor& v) override {
     const int64_t B = q.size(0), G = q.size(1), D = q.size(2), N = k.size(1);
     if (k_ >= N) return attend_selected(h0, q, k, v, {});
-    const int64_t r = r_param_ > 0 ? std::min(r_param_, D)
-                                   : std::clamp<int64_t>(2 * D * std::max<int64_t>(0, t_ - k_) / N, 1, D);
-    at::Tensor absq = q.abs();                                                  // [B, G, D]
-    at::Tensor i1 = std::get<1>(absq.sum(1).topk(r, -1));                       // [B, r]
-    at::Tensor qhat = q.gather(2, i1.unsqueeze(1).expand({B, G, r}));           // [B, G, r]
+    const int64_t r =
+        r_param_ > 0 ? std::min(r_param_, D) : std::clamp<int64_t>(2 * D * std::max<int64_t>(0, t_ - k_) / N, 1, D);
+    at::Tensor absq = q.abs();                                                        // [B, G, D]
+    at::Tensor i1 = std::get<1>(absq.sum(1).topk(r, -1));                             // [B, r]
+    at::Tensor qhat = q.gather(2, i1.unsqueeze(1).expand({B, G, r}));                 // [B, G, r]
     at::Tensor khat = k.gather(2, i1.unsqueeze(1).expand({B, N, r})).to(at::kFloat);  // [B, N, r]
     bytes_last_ += B * N * r * k.element_size();
-    at::Tensor s = at::bmm(qhat, khat.transpose(1, 2));                         // [B, G, N]
+    at::Tensor s = at::bmm(qhat, khat.transpose(1, 2));  // [B, G, N]
     at::Tensor num = qhat.abs().sum(-1, true), den = absq.sum(-1, true);
     at::Tensor ratio = at::where(den.gt(0), num / den, at::ones_like(den));
     at::Tensor pi = at::softmax(s / (ratio * static_cast<double>(D)).sqrt(), -1);  // [B, G, N]
-    at::Tensor i2 = topk_stable(pi.sum(1), k_).unsqueeze(1);                   // [B, 1, k]
-    at::Tensor y = attend_selected(h0, q, k, v, i2);                           // [B, G, D]
+    at::Tensor i2 = topk_stable(pi.sum(1), k_).unsqueeze(1);                       // [B, 1, k]
+    at::Tensor y = attend_selected(h0, q, k, v, i2);                               // [B, G, D]
     if (!mean_) return y;
-    at::Tensor alpha = pi.gather(2, i2.expand({B, G, k_})).sum(-1, true);      // [B, G, 1]
-    bytes_last_ += B * D * 4;                                                  // v̄ (fp32)
+    at::Tensor alpha = pi.gather(2, i2.expand({B, G, k_})).sum(-1, true);  // [B, G, 1]
+    bytes_last_ += B * D * 4;                                              // v̄ (fp32)
     return alpha * y + (1 - alpha) * values_.mean(layer, h0, B).unsqueeze(1);
   }
 
@@ -130,7 +130,8 @@ class SparQ : public DecodeSelectionBase {
 }  // namespace
 
 PolicyRegistry::Entry sparq_entry() {
-  return {"sparq", Stage::kDecodeSelection,
+  return {"sparq",
+          Stage::kDecodeSelection,
           {int_param("r", 0, 4096, "0",
                      "key channels of the approximation, by group-summed |q| (0 = the other half of the token budget: "
                      "floor(2·D·(t - k)/N), clamped to [1, D], per step)",

@@ -37,7 +37,8 @@ class StreamingLlm : public ScoringBase {
 }  // namespace
 
 PolicyRegistry::Entry streamingllm_entry() {
-  return {"streamingllm", Stage::kScoring,
+  return {"streamingllm",
+          Stage::kScoring,
           {int_param("sink", 0, 1 << 20, "4", "attention-sink tokens at the start that are always kept", kRef)},
           "first `sink` tokens + most recent tokens (StreamingLLM, Xiao et al. 2024 §3.2)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<StreamingLlm>(v); }};

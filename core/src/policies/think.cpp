@@ -89,8 +89,8 @@ PolicyRegistry::Entry think_entry() {
                           "key-channel pruning ratio λ: every entry of a KV head keeps the same T = floor((1-λ)·D) "
                           "channels",
                           kRef),
-              int_param("window", 1, 1 << 20, "32", "observation window: the last `window` prompt queries score the channels",
-                        kRef),
+              int_param("window", 1, 1 << 20, "32",
+                        "observation window: the last `window` prompt queries score the channels", kRef),
           },
           "structured key-channel pruning by ‖Q_win[:, j]‖·‖K[:, j]‖, same channels for every entry (ThinK, Xu et "
           "al. 2024 §3)",

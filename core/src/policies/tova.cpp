@@ -44,7 +44,8 @@ class Tova : public ScoringBase {
 }  // namespace
 
 PolicyRegistry::Entry tova_entry() {
-  return {"tova", Stage::kScoring,
+  return {"tova",
+          Stage::kScoring,
           {choice_param("gqa", {"all", "mean", "sum", "max"}, "all",
                         "all: mean over every query head of the layer, same tokens for all KV heads (TOVA, kvpress); "
                         "mean|sum|max: within each KV group",

@@ -24,7 +24,9 @@ class Uniform : public BudgetBase {
 }  // namespace
 
 PolicyRegistry::Entry uniform_entry() {
-  return {"uniform", Stage::kBudget, {},
+  return {"uniform",
+          Stage::kBudget,
+          {},
           "same budget for every KV head: per-head top-n_kept (SnapKV/kvpress ScorerPress; docs/methods.md §6.1)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Uniform>(v); }};
 }

@@ -29,17 +29,22 @@ std::optional<BudgetUnit> find_budget_unit(std::string_view text) {
 
 BudgetUnit parse_budget_unit(std::string_view text) {
   if (auto u = find_budget_unit(text)) return *u;
-  throw InputError("unknown budget unit '" + std::string(text) + "' (expected compression_ratio, stored, fetched or fraction)");
+  throw InputError("unknown budget unit '" + std::string(text) +
+                   "' (expected compression_ratio, stored, fetched or fraction)");
 }
 
 std::string format_budget(BudgetUnit u, double value) {
   char num[32];
   std::snprintf(num, sizeof num, "%g", value);
   switch (u) {
-    case BudgetUnit::kCompressionRatio: return std::string("ratio ") + num;
-    case BudgetUnit::kStored: return std::string(num) + " stored/head";
-    case BudgetUnit::kFetched: return std::string(num) + " fetched/step";
-    case BudgetUnit::kFraction: return std::string("fraction ") + num;
+    case BudgetUnit::kCompressionRatio:
+      return std::string("ratio ") + num;
+    case BudgetUnit::kStored:
+      return std::string(num) + " stored/head";
+    case BudgetUnit::kFetched:
+      return std::string(num) + " fetched/step";
+    case BudgetUnit::kFraction:
+      return std::string("fraction ") + num;
   }
   return num;
 }
@@ -47,10 +52,16 @@ std::string format_budget(BudgetUnit u, double value) {
 int64_t BudgetSpec::kept_per_head(int64_t n_tok) const {
   double kept = 0;
   switch (unit) {
-    case Unit::kCompressionRatio: kept = static_cast<double>(n_tok) * (1.0 - value); break;
+    case Unit::kCompressionRatio:
+      kept = static_cast<double>(n_tok) * (1.0 - value);
+      break;
     case Unit::kStored:
-    case Unit::kFetched: kept = value; break;
-    case Unit::kFraction: kept = static_cast<double>(n_tok) * value; break;
+    case Unit::kFetched:
+      kept = value;
+      break;
+    case Unit::kFraction:
+      kept = static_cast<double>(n_tok) * value;
+      break;
   }
   return std::clamp<int64_t>(static_cast<int64_t>(kept), 0, n_tok);
 }
@@ -61,8 +72,8 @@ void BudgetSpec::validate() const {
                                                   : value >= 1;
   if (!ok)
     throw InputError(unit == Unit::kCompressionRatio ? "--compression-ratio must be in [0, 1)"
-                     : unit == Unit::kFraction      ? "--budget with --budget-unit fraction must be in (0, 1]"
-                                                    : "--budget must be >= 1 entry");
+                     : unit == Unit::kFraction       ? "--budget with --budget-unit fraction must be in (0, 1]"
+                                                     : "--budget must be >= 1 entry");
 }
 
 }  // namespace kvscope

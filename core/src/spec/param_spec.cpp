@@ -103,14 +103,17 @@ bool param_bool(const ParamValues& v, const std::string& key) { return v.at(key)
 std::string param_range_text(const ParamSpec& p) {
   switch (p.type) {
     case ParamType::kInt:
-    case ParamType::kFloat: return "[" + format_number(p.min) + ", " + format_number(p.max) + "]";
+    case ParamType::kFloat:
+      return "[" + format_number(p.min) + ", " + format_number(p.max) + "]";
     case ParamType::kChoice: {
       std::string c;
       for (const auto& s : p.choices) c += (c.empty() ? "" : "|") + s;
       return c;
     }
-    case ParamType::kBool: return "true|false";
-    case ParamType::kPath: return "file";
+    case ParamType::kBool:
+      return "true|false";
+    case ParamType::kPath:
+      return "file";
   }
   return "";
 }

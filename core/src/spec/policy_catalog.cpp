@@ -10,9 +10,8 @@ namespace kvscope {
 void PolicyCatalog::add(PolicyDescription d) {
   auto same = std::find_if(policies_.begin(), policies_.end(), [&](const auto& p) { return p.name == d.name; });
   if (same != policies_.end()) policies_.erase(same);
-  auto at = std::find_if(policies_.begin(), policies_.end(), [&](const auto& p) {
-    return p.stage != d.stage ? p.stage > d.stage : p.name > d.name;
-  });
+  auto at = std::find_if(policies_.begin(), policies_.end(),
+                         [&](const auto& p) { return p.stage != d.stage ? p.stage > d.stage : p.name > d.name; });
   policies_.insert(at, std::move(d));
 }
 
@@ -67,7 +66,8 @@ std::string canonical_spec(const std::vector<ResolvedStage>& stages) {
 }
 
 bool pipeline_uses_budget(const std::vector<ResolvedStage>& stages) {
-  return std::any_of(stages.begin(), stages.end(), [](const auto& s) { return stage_info(s.policy->stage).uses_budget; });
+  return std::any_of(stages.begin(), stages.end(),
+                     [](const auto& s) { return stage_info(s.policy->stage).uses_budget; });
 }
 
 }  // namespace kvscope

@@ -16,9 +16,12 @@ const std::vector<Preset>& pipeline_presets() {
        "NVIDIA kvpress SnapKVPress defaults (the golden references)"},
       {"keydiff-paper", "keydiff:anchor=normalized,block=128", "--budget N --budget-unit stored (2K-8K)",
        "KeyDiff (Park et al. 2025) §3, Eq. 8"},
-      {"streamingllm-paper", "streamingllm:sink=4", "--budget b --budget-unit stored", "StreamingLLM (Xiao et al. 2024) §3"},
-      {"quest-paper", "quest", "--budget t --budget-unit fetched", "Quest (Tang et al. 2024), as RocketKV App. A.3 runs it"},
-      {"sparq-paper", "sparq", "--budget t --budget-unit fetched", "SparQ (Ribar et al. 2024), as RocketKV App. A.3 runs it"},
+      {"streamingllm-paper", "streamingllm:sink=4", "--budget b --budget-unit stored",
+       "StreamingLLM (Xiao et al. 2024) §3"},
+      {"quest-paper", "quest", "--budget t --budget-unit fetched",
+       "Quest (Tang et al. 2024), as RocketKV App. A.3 runs it"},
+      {"sparq-paper", "sparq", "--budget t --budget-unit fetched",
+       "SparQ (Ribar et al. 2024), as RocketKV App. A.3 runs it"},
       {"exacttopk-paper", "exacttopk", "--budget t --budget-unit fetched", "RocketKV App. A.3 oracle"},
   };
   return presets;

@@ -30,12 +30,12 @@ const std::vector<std::string>& summary_metric_names();
 
 /// One layer's capture. Arrays are fp32 on CPU.
 struct LayerCapture {
-  at::Tensor summary;         // [n_head_kv, n_summary_metrics]
-  at::Tensor attention;       // full: [n_head_kv, n_tok] window-mean attention (group mean), sums to 1
-  at::Tensor cos_to_mean;     // full: [n_head_kv, n_tok]
-  at::Tensor channel_mean;    // full: [n_head_kv, head_dim] mean_t |q̄_j|·|k_tj|
-  at::Tensor channel_cv;      // full: [n_head_kv, head_dim]
-  at::Tensor keys_pca;        // full: [n_head_kv, n_tok, 2] keys projected on their 2 principal axes (KeyDiff Fig. 3)
+  at::Tensor summary;       // [n_head_kv, n_summary_metrics]
+  at::Tensor attention;     // full: [n_head_kv, n_tok] window-mean attention (group mean), sums to 1
+  at::Tensor cos_to_mean;   // full: [n_head_kv, n_tok]
+  at::Tensor channel_mean;  // full: [n_head_kv, head_dim] mean_t |q̄_j|·|k_tj|
+  at::Tensor channel_cv;    // full: [n_head_kv, head_dim]
+  at::Tensor keys_pca;      // full: [n_head_kv, n_tok, 2] keys projected on their 2 principal axes (KeyDiff Fig. 3)
 };
 
 /// RocketKV Fig. 2 (docs/methods.md §1.7): per (layer, query head), the set of distinct token positions

@@ -35,10 +35,11 @@ struct DeviceDecodeState {
   /// attend_device treats every cache head as its own (page selection: query head i reads cache
   /// head i / G, which is sequence b's head for b's rows).
   at::Tensor token;
-  at::Tensor position;            ///< int64 [1]: its position; the step adds 1
-  std::vector<at::Tensor> meta;   ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append tickets (zeros)
-  std::vector<int64_t> max_len;   ///< per layer: host bound of every length after the step (e.g. capacity)
-  std::vector<int64_t> total_len; ///< per layer: host bound of their sum
+  at::Tensor position;  ///< int64 [1]: its position; the step adds 1
+  std::vector<at::Tensor>
+      meta;  ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append tickets (zeros)
+  std::vector<int64_t> max_len;    ///< per layer: host bound of every length after the step (e.g. capacity)
+  std::vector<int64_t> total_len;  ///< per layer: host bound of their sum
 };
 
 class Engine {
@@ -64,7 +65,8 @@ class Engine {
   /// them). Returns fp32 logits [vocab] ([B, vocab] for B tokens). Throws std::invalid_argument
   /// when `s` does not have one meta tensor per layer, or for a batch over a cache that is not
   /// B x n_head_kv heads.
-  at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s, DecodeAttentionPolicy* decode_attention = nullptr) const;
+  at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s,
+                                DecodeAttentionPolicy* decode_attention = nullptr) const;
 
   /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward.
   at::Tensor prefill(KvCache& cache, std::span<const int32_t> ids, int64_t chunk = 0, bool all_logits = false,

@@ -2,8 +2,8 @@
 // The generation loop: prefill, then decode until a stop token or the token limit.
 #include <cstdint>
 #include <functional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -22,8 +22,8 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_ids;  ///< already including any BOS
   int64_t max_new_tokens = 64;
   SamplingParams sampling;
-  std::vector<int32_t> stop_ids;  ///< generation ends (the stop token is not emitted) on any of these
-  int64_t prefill_chunk = 0;      ///< 0 = whole prompt at once
+  std::vector<int32_t> stop_ids;       ///< generation ends (the stop token is not emitted) on any of these
+  int64_t prefill_chunk = 0;           ///< 0 = whole prompt at once
   const Pipeline* pipeline = nullptr;  ///< compress each layer after its prefill attention (null = full cache)
   BudgetSpec budget;                   ///< used with `pipeline`
   bool reference_full = false;         ///< also decode the same tokens with the full cache and report fidelity
@@ -41,14 +41,14 @@ struct GenerateRequest {
 
 /// Per decode step agreement of the compressed run with the full cache fed the same tokens.
 struct Fidelity {
-  std::vector<double> kl;    ///< KL(p_full || p_compressed) in nats, one per emitted token
-  std::vector<int> top1;     ///< 1 where both argmaxes agree
+  std::vector<double> kl;  ///< KL(p_full || p_compressed) in nats, one per emitted token
+  std::vector<int> top1;   ///< 1 where both argmaxes agree
 };
 
 struct GenerateResult {
-  std::vector<int32_t> output_ids;                   ///< the first turn's tokens
+  std::vector<int32_t> output_ids;                    ///< the first turn's tokens
   std::vector<std::vector<int32_t>> turn_output_ids;  ///< every turn's tokens
-  at::Tensor last_logits;  ///< fp32 [vocab] on CPU: logits at the last prompt position
+  at::Tensor last_logits;                             ///< fp32 [vocab] on CPU: logits at the last prompt position
   double prefill_ms = 0;
   double decode_ms = 0;
   int64_t decode_steps = 0;  ///< forward passes of one token each
@@ -61,9 +61,9 @@ struct GenerateResult {
   /// Sparse decode selection (HSA/Quest/SparQ/Exact-TopK) with capture on: per decode step, the mean
   /// over layers and KV heads of the share of the exact top-|selection| (group-summed logits) selected.
   std::vector<double> selection_recall;
-  Fidelity fidelity;                  ///< filled when reference_full
+  Fidelity fidelity;                   ///< filled when reference_full
   std::vector<LayerCapture> captures;  ///< per layer, when capture != kOff (first turn's prefill)
-  at::Tensor topk_unique;              ///< capture full: int64 [n_layer, n_head] distinct Exact-TopK(256) picks over decode
+  at::Tensor topk_unique;  ///< capture full: int64 [n_layer, n_head] distinct Exact-TopK(256) picks over decode
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
 };
 

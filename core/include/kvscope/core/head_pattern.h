@@ -24,7 +24,7 @@ struct HeadPlan {
 ///    "layers": [ {"heads": [ {"streaming": false} | {"streaming": true, "sink": 128, "window": 512}, ...]}, ...]}
 struct HeadPattern {
   std::string method = "manual";
-  double budget = 0;  ///< target fraction of the full cache (informational)
+  double budget = 0;                          ///< target fraction of the full cache (informational)
   std::vector<std::vector<HeadPlan>> layers;  ///< [n_layer][n_head_kv]
 
   /// Entries kept per KV head for a prompt of n_tok tokens, summed over the model.

@@ -15,9 +15,9 @@ namespace kvscope {
 /// Storage of one layer. Each KV head h owns the segment [offset[h], offset[h] + capacity[h]) of
 /// the flat buffers; its first length[h] rows are live. Keys are stored post-RoPE.
 struct LayerKv {
-  at::Tensor k;    // dtype [sum(capacity), head_dim]
-  at::Tensor v;    // dtype [sum(capacity), head_dim]
-  at::Tensor pos;  // int64 [sum(capacity)]: true token position of each entry
+  at::Tensor k;                                   // dtype [sum(capacity), head_dim]
+  at::Tensor v;                                   // dtype [sum(capacity), head_dim]
+  at::Tensor pos;                                 // int64 [sum(capacity)]: true token position of each entry
   std::vector<int64_t> offset, capacity, length;  // per KV head, in entries
   /// Retention mode "window" (streaming heads, StreamingLLM §3 / DuoAttention): per head, 0 = off,
   /// else the head is a ring buffer of ring_sink sink entries + ring_window recent entries; once

@@ -43,7 +43,7 @@ struct ModelWeights {
 struct LoadOptions {
   c10::Device device = c10::Device(c10::kCPU);
   c10::ScalarType dtype = c10::kFloat;  ///< kFloat | kBFloat16 | kHalf
-  std::filesystem::path tokenizer;       ///< optional override of the tokenizer file
+  std::filesystem::path tokenizer;      ///< optional override of the tokenizer file
 };
 
 /// A loaded model. Movable, not copyable.

@@ -23,11 +23,11 @@ std::optional<ParamType> parse_param_type(std::string_view name);
 struct ParamSpec {
   std::string key;
   ParamType type = ParamType::kInt;
-  double min = 0, max = 0;            ///< inclusive range for kInt / kFloat
-  std::string default_value;          ///< as text, e.g. "64", "0.2", "avg"
-  std::vector<std::string> choices;   ///< for kChoice
+  double min = 0, max = 0;           ///< inclusive range for kInt / kFloat
+  std::string default_value;         ///< as text, e.g. "64", "0.2", "avg"
+  std::vector<std::string> choices;  ///< for kChoice
   std::string help;
-  std::string paper_ref;              ///< e.g. "SnapKV (Li et al. 2024) §4.2"
+  std::string paper_ref;  ///< e.g. "SnapKV (Li et al. 2024) §4.2"
 };
 
 /// Parameter values as given (key -> text). A policy's factory validates them against its

@@ -9,8 +9,8 @@ namespace kvscope {
 
 struct Preset {
   std::string name;
-  std::string spec;      ///< pipeline SPEC it expands to
-  std::string budget;    ///< the budget the paper reports it under (documentation)
+  std::string spec;    ///< pipeline SPEC it expands to
+  std::string budget;  ///< the budget the paper reports it under (documentation)
   std::string paper_ref;
 };
 

@@ -17,9 +17,9 @@ class MappedFile;
 
 /// One tensor's entry in a safetensors header.
 struct SafetensorsEntry {
-  std::string dtype;             ///< "F32" | "F16" | "BF16" | ...
+  std::string dtype;  ///< "F32" | "F16" | "BF16" | ...
   std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;   ///< byte offsets into the data section
+  uint64_t begin = 0, end = 0;  ///< byte offsets into the data section
 };
 
 /// The validated header of a safetensors file: its entries and where the data section begins.
@@ -39,7 +39,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const
 /// Parses model.safetensors.index.json text: its "weight_map" (tensor name -> shard file name).
 /// Shard names must be relative paths inside the checkpoint folder (not absolute, no "..", not
 /// empty). Throws InputError(source, ...).
-std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text, const std::filesystem::path& source);
+std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text,
+                                                           const std::filesystem::path& source);
 
 /// A read-only memory-mapped .safetensors file. Tensors are zero-copy CPU views into the mapping
 /// (the mapping stays alive as long as any view does).

@@ -13,7 +13,7 @@ enum class Stage { kHeadPattern, kScoring, kBudget, kRetention, kChannel, kDecod
 /// One row of the stage table.
 struct StageInfo {
   Stage stage;
-  std::string_view key;    ///< stored and machine name: "head_pattern", "scoring", ... (sessions' pipeline_stages.stage)
+  std::string_view key;  ///< stored and machine name: "head_pattern", "scoring", ... (sessions' pipeline_stages.stage)
   std::string_view label;  ///< display name: "S1 scoring", "S5 decode selection", ...
   /// Whether a policy of this stage runs under the run's budget (scoring and budget allocation
   /// evict to it, decode selection fetches it). A pipeline none of whose stages does takes no budget.

@@ -23,14 +23,14 @@ namespace kvscope::kernels {
 
 struct DecodeAttentionArgs {
   DType dtype = DType::kBFloat16;
-  int n_head = 0;     ///< query heads
-  int n_head_kv = 0;  ///< KV heads; n_head == n_head_kv * group
-  int group = 1;      ///< G: query heads per KV head (any G >= 1)
-  int head_dim = 0;   ///< D: 64 or 128
-  const void* q = nullptr;  ///< dtype, head i at q + i * q_stride (elements); rows 16-byte aligned
-  int64_t q_stride = 0;     ///< elements between query heads (usually head_dim)
-  const void* k = nullptr;  ///< dtype [rows, head_dim], contiguous, 16-byte aligned
-  const void* v = nullptr;  ///< dtype [rows, head_dim], contiguous, 16-byte aligned
+  int n_head = 0;                   ///< query heads
+  int n_head_kv = 0;                ///< KV heads; n_head == n_head_kv * group
+  int group = 1;                    ///< G: query heads per KV head (any G >= 1)
+  int head_dim = 0;                 ///< D: 64 or 128
+  const void* q = nullptr;          ///< dtype, head i at q + i * q_stride (elements); rows 16-byte aligned
+  int64_t q_stride = 0;             ///< elements between query heads (usually head_dim)
+  const void* k = nullptr;          ///< dtype [rows, head_dim], contiguous, 16-byte aligned
+  const void* v = nullptr;          ///< dtype [rows, head_dim], contiguous, 16-byte aligned
   const int64_t* offset = nullptr;  ///< int64 [n_head_kv]: first row of each KV head
   const int64_t* length = nullptr;  ///< int64 [n_head_kv]: live rows (dense) or index count (gather)
   /// Gather variant (sparse decode: RocketKV/Quest/top-k): int32 [n_head_kv, index_stride]; head h
@@ -38,16 +38,16 @@ struct DecodeAttentionArgs {
   /// Indices must lie in [0, capacity of head h); they need not be sorted or unique.
   const int32_t* index = nullptr;
   int64_t index_stride = 0;
-  float scale = 0.f;    ///< softmax scale, usually 1/sqrt(D)
-  void* o = nullptr;    ///< dtype [n_head, head_dim], contiguous; may not alias q
+  float scale = 0.f;  ///< softmax scale, usually 1/sqrt(D)
+  void* o = nullptr;  ///< dtype [n_head, head_dim], contiguous; may not alias q
 };
 
 /// How pass 1 is cut. Computed on the host from the longest and the total length.
 struct DecodeAttentionPlan {
-  int n_split = 1;          ///< splits of the longest head (partials per query head)
-  int n_items = 1;          ///< pass-1 work items (grid.x): head h takes max(1, ceil(len_h / chunk))
-  int64_t chunk = 0;        ///< tokens per split
-  int head_chunk = 1;       ///< query heads served together per block (1, 2, 4 or 8)
+  int n_split = 1;             ///< splits of the longest head (partials per query head)
+  int n_items = 1;             ///< pass-1 work items (grid.x): head h takes max(1, ceil(len_h / chunk))
+  int64_t chunk = 0;           ///< tokens per split
+  int head_chunk = 1;          ///< query heads served together per block (1, 2, 4 or 8)
   size_t workspace_bytes = 0;  ///< fp32 partials; 0 when n_split == 1
 };
 

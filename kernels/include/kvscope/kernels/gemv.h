@@ -49,14 +49,14 @@ enum class GemvEpilogue : int {
 struct GemvRopeAppend {
   RopeMode mode = RopeMode::kRotateHalf;
   int n_head = 0, n_head_kv = 0, head_dim = 0;
-  const void* cos = nullptr;  ///< dtype [head_dim / 2]
-  const void* sin = nullptr;  ///< dtype [head_dim / 2]
-  void* k_cache = nullptr;    ///< dtype [rows, head_dim] contiguous
-  void* v_cache = nullptr;    ///< dtype [rows, head_dim] contiguous
-  int64_t* pos = nullptr;     ///< int64 [rows] (may be null)
-  const int64_t* offset = nullptr;  ///< int64 [n_head_kv]
-  int64_t* length = nullptr;        ///< int64 [n_head_kv]: the row written; then +1
-  int64_t position = 0;             ///< the token's position (host value) ...
+  const void* cos = nullptr;              ///< dtype [head_dim / 2]
+  const void* sin = nullptr;              ///< dtype [head_dim / 2]
+  void* k_cache = nullptr;                ///< dtype [rows, head_dim] contiguous
+  void* v_cache = nullptr;                ///< dtype [rows, head_dim] contiguous
+  int64_t* pos = nullptr;                 ///< int64 [rows] (may be null)
+  const int64_t* offset = nullptr;        ///< int64 [n_head_kv]
+  int64_t* length = nullptr;              ///< int64 [n_head_kv]: the row written; then +1
+  int64_t position = 0;                   ///< the token's position (host value) ...
   const int64_t* position_dev = nullptr;  ///< ... or read from the device when set (graph replays)
   /// uint64 [n_head_kv], zero before the launch and left zero: the warps that write a KV head's
   /// cache rows count themselves here; the last advances the head's length (every other warp has
@@ -66,14 +66,14 @@ struct GemvRopeAppend {
 
 struct GemvArgs {
   DType dtype = DType::kBFloat16;
-  int64_t m = 1;            ///< rows of x and y, 1..8 (2..8: bf16 / fp16)
+  int64_t m = 1;  ///< rows of x and y, 1..8 (2..8: bf16 / fp16)
   int64_t n = 0, k = 0;
   const void* w = nullptr;
   const void* x = nullptr;
   const void* b = nullptr;  ///< optional bias: [n] (b_stride 0) or [m, n]
   int64_t b_stride = 0;     ///< elements between the bias rows of consecutive rows of x (0: shared)
   void* y = nullptr;
-  bool y_fp32 = false;      ///< write fp32 instead of dtype
+  bool y_fp32 = false;  ///< write fp32 instead of dtype
   /// Column boundaries 0 <= s0 <= s1 <= n of three output segments [0, s0), [s0, s1), [s1, n),
   /// each stored as its own row-major [m, width] block, the blocks one after the other (element
   /// (r, j) of segment [a, e) at y + m * a + r * (e - a) + j - a). A decode batch's fused QKV

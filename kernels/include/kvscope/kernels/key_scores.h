@@ -21,9 +21,9 @@ namespace kvscope::kernels {
 /// (torch.nn.functional.cosine_similarity with eps 1e-8, LibTorch >= 1.13 semantics).
 struct KeyDiffArgs {
   DType dtype = DType::kBFloat16;
-  int n_head_kv = 0;   ///< Hkv >= 0
-  int64_t n_tok = 0;   ///< n >= 0 (entries per head; 0: nothing to do)
-  int head_dim = 0;    ///< D, 1..256
+  int n_head_kv = 0;  ///< Hkv >= 0
+  int64_t n_tok = 0;  ///< n >= 0 (entries per head; 0: nothing to do)
+  int head_dim = 0;   ///< D, 1..256
   /// dtype [Hkv, n, D]: element (h, j, c) at keys[h * head_stride + j * row_stride + c] (unit inner
   /// stride). Vector loads when D % (elements per lane) == 0 and pointer and strides are aligned.
   const void* keys = nullptr;
@@ -60,12 +60,12 @@ cudaError_t keydiff_scores(const KeyDiffArgs& a, void* workspace, cudaStream_t s
 /// (the kernels build with --use_fast_math).
 struct SparkPruneArgs {
   DType dtype = DType::kBFloat16;
-  int64_t n_tok = 0;    ///< n >= 0 (0: nothing to do)
-  int head_dim = 0;     ///< D, 1..256
-  int kept = 0;         ///< T: channels kept per entry, clamped to [0, D]
-  const void* k = nullptr;   ///< dtype [n, D], entry t at k + t * k_stride, unit inner stride
+  int64_t n_tok = 0;        ///< n >= 0 (0: nothing to do)
+  int head_dim = 0;         ///< D, 1..256
+  int kept = 0;             ///< T: channels kept per entry, clamped to [0, D]
+  const void* k = nullptr;  ///< dtype [n, D], entry t at k + t * k_stride, unit inner stride
   int64_t k_stride = 0;
-  const float* a = nullptr;  ///< fp32 [D]: the group-aggregated query magnitude (>= 0)
+  const float* a = nullptr;      ///< fp32 [D]: the group-aggregated query magnitude (>= 0)
   bool key_sign_refill = false;  ///< recovery=degenerate with sign=key
   bool* mask = nullptr;          ///< out bool [n, D], contiguous
   void* masked_k = nullptr;      ///< out dtype [n, D], contiguous

@@ -38,8 +38,8 @@ struct PageSelectArgs {
   int group = 1;     ///< G query heads per KV head, 1..16
   int head_dim = 0;  ///< D <= 256
   int page = 1;
-  int k1 = 0;        ///< HSA: channels of the approximation, 1..D (ignored by Quest)
-  int64_t keep = 0;  ///< HSA: tokens (k2); Quest: pages
+  int k1 = 0;               ///< HSA: channels of the approximation, 1..D (ignored by Quest)
+  int64_t keep = 0;         ///< HSA: tokens (k2); Quest: pages
   const void* q = nullptr;  ///< dtype [n_head, D], head i at q + i * q_stride
   int64_t q_stride = 0;
   void* kmin = nullptr;  ///< dtype [n_head_kv, page_capacity, D] (written only by the fused upkeep)

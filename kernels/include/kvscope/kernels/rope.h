@@ -24,20 +24,20 @@ struct RopeAppendArgs {
   DType dtype = DType::kBFloat16;
   RopeMode mode = RopeMode::kRotateHalf;
   int n_head = 0, n_head_kv = 0, head_dim = 0;  ///< head_dim even
-  void* q = nullptr;        ///< dtype, head i at q + i * q_stride (in place)
+  void* q = nullptr;                            ///< dtype, head i at q + i * q_stride (in place)
   int64_t q_stride = 0;
-  void* k = nullptr;        ///< dtype, head h at k + h * k_stride (rotated in place)
+  void* k = nullptr;  ///< dtype, head h at k + h * k_stride (rotated in place)
   int64_t k_stride = 0;
   const void* v = nullptr;  ///< dtype, head h at v + h * v_stride
   int64_t v_stride = 0;
-  const void* cos = nullptr;  ///< dtype [head_dim / 2]
-  const void* sin = nullptr;  ///< dtype [head_dim / 2]
-  void* k_cache = nullptr;  ///< dtype [rows, head_dim] contiguous
-  void* v_cache = nullptr;  ///< dtype [rows, head_dim] contiguous
-  int64_t* pos = nullptr;   ///< int64 [rows] (may be null: positions not recorded)
+  const void* cos = nullptr;        ///< dtype [head_dim / 2]
+  const void* sin = nullptr;        ///< dtype [head_dim / 2]
+  void* k_cache = nullptr;          ///< dtype [rows, head_dim] contiguous
+  void* v_cache = nullptr;          ///< dtype [rows, head_dim] contiguous
+  int64_t* pos = nullptr;           ///< int64 [rows] (may be null: positions not recorded)
   const int64_t* offset = nullptr;  ///< int64 [n_head_kv] device
-  int64_t* length = nullptr;  ///< int64 [n_head_kv] device: row of head h written = offset + length; then +1
-  int64_t position = 0;     ///< the token's true position (host value)
+  int64_t* length = nullptr;        ///< int64 [n_head_kv] device: row of head h written = offset + length; then +1
+  int64_t position = 0;             ///< the token's true position (host value)
   /// If set, the position is read from this device int64 instead (CUDA-graph replays).
   const int64_t* position_dev = nullptr;
 };

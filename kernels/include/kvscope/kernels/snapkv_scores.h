@@ -24,11 +24,11 @@ namespace kvscope::kernels {
 struct WindowVoteArgs {
   DType dtype = DType::kBFloat16;  ///< bf16 or fp16 (tensor cores); fp32 is refused
   int n_head_kv = 0;
-  int group = 1;     ///< G query heads per KV head
-  int head_dim = 0;  ///< D: a multiple of 16, <= 256
-  int64_t n = 0;     ///< keys per KV head
-  int window = 0;    ///< w: the last w queries (key positions n - w .. n - 1), 1 <= w < n
-  float scale = 0.f; ///< logit scale (1 / sqrt(D) for SnapKV / kvpress)
+  int group = 1;      ///< G query heads per KV head
+  int head_dim = 0;   ///< D: a multiple of 16, <= 256
+  int64_t n = 0;      ///< keys per KV head
+  int window = 0;     ///< w: the last w queries (key positions n - w .. n - 1), 1 <= w < n
+  float scale = 0.f;  ///< logit scale (1 / sqrt(D) for SnapKV / kvpress)
   /// Window queries: dtype, query head H = h * G + g, window row i at q + i * q_row_stride + H * D
   /// (rows of D contiguous).
   const void* q = nullptr;
@@ -56,8 +56,8 @@ enum class GroupReduce : int { kMean = 0, kSum = 1, kMax = 2 };
 struct PoolGroupsArgs {
   int n_head_kv = 0;
   int group = 1;
-  int64_t len = 0;   ///< columns per (h, g) row of `in` (n - w)
-  int kernel = 1;    ///< odd pooling width, stride 1, padding kernel / 2
+  int64_t len = 0;        ///< columns per (h, g) row of `in` (n - w)
+  int kernel = 1;         ///< odd pooling width, stride 1, padding kernel / 2
   bool max_pool = false;  ///< false: average with the zero padding counted (avg_pool1d's
                           ///< count_include_pad); true: max over the in-range positions
   GroupReduce reduce = GroupReduce::kMean;

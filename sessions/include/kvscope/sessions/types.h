@@ -157,7 +157,8 @@ struct Blob {
   std::vector<T> values() const {
     static_assert(std::is_trivially_copyable_v<T>);
     if (sizeof(T) != dtype_size(dtype) || data.size() % sizeof(T) != 0)
-      throw std::invalid_argument("blob '" + name + "': element size does not match dtype " + std::string(to_string(dtype)));
+      throw std::invalid_argument("blob '" + name + "': element size does not match dtype " +
+                                  std::string(to_string(dtype)));
     std::vector<T> out(data.size() / sizeof(T));
     if (!data.empty()) std::memcpy(out.data(), data.data(), data.size());
     return out;
@@ -166,7 +167,8 @@ struct Blob {
   std::vector<float> to_f32() const;
   /// A blob of `values` (dtype from T: float, int32_t, int64_t, uint8_t).
   template <class T>
-  static Blob of(std::string name, int64_t layer, int64_t head, std::vector<int64_t> shape, const std::vector<T>& values);
+  static Blob of(std::string name, int64_t layer, int64_t head, std::vector<int64_t> shape,
+                 const std::vector<T>& values);
   bool operator==(const Blob&) const = default;
 };
 
@@ -218,7 +220,7 @@ struct RunRow {
   std::string pipeline_spec;
   BudgetInfo budget;
   std::optional<std::string> sweep_key;
-  std::string error;  ///< fail_run's message
+  std::string error;                      ///< fail_run's message
   std::map<std::string, double> summary;  ///< every summary metric of the run
 };
 
@@ -227,23 +229,28 @@ struct RunRow {
 struct RunRecord {
   RunRow row;
   RunInfo info;
-  RunOutputs outputs;                   ///< empty until finished
-  std::vector<StepMetric> step_metrics; ///< ordered by step, then name
-  std::vector<BlobInfo> blobs;          ///< ordered by name, layer, head
+  RunOutputs outputs;                    ///< empty until finished
+  std::vector<StepMetric> step_metrics;  ///< ordered by step, then name
+  std::vector<BlobInfo> blobs;           ///< ordered by name, layer, head
   std::vector<Note> notes;
   std::vector<Bookmark> bookmarks;
-  int64_t writer_pid = 0;               ///< process that wrote the run (0 if unknown)
+  int64_t writer_pid = 0;  ///< process that wrote the run (0 if unknown)
   std::string writer_host;
 };
 
 /// The DType of a C++ element type (float, int32_t, int64_t, uint8_t).
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::kF32;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::kI32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::kI64;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kU8;
-  else static_assert(sizeof(T) == 0, "no DType for this type (f16/bf16: fill Blob::data yourself)");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::kF32;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::kI32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::kI64;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::kU8;
+  else
+    static_assert(sizeof(T) == 0, "no DType for this type (f16/bf16: fill Blob::data yourself)");
 }
 
 template <class T>

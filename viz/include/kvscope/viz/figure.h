@@ -63,34 +63,34 @@ enum class MaskStyle {
 struct Heatmap {
   std::string title;
   std::int64_t rows = 0, cols = 0;
-  std::vector<float> values;             // row-major [rows, cols]; NaN = no data (Theme::missing)
-  std::vector<std::string> row_labels;   // empty, or `rows` labels (e.g. "L3 H7")
-  std::vector<std::string> col_labels;   // empty, or `cols` labels
-  Axis x, y;                             // x: columns, y: rows
-  double x_origin = 0, x_step = 1;       // numeric column coordinates (e.g. token positions)
-  double y_origin = 0, y_step = 1;       // numeric row coordinates
-  bool origin_top = true;                // row 0 at the top (matrix convention); false: at the bottom
-  std::string colormap = "viridis";      // colormap() name; checked by validate()
-  std::optional<Range> value_range;      // colour scale; nullopt: [min, max] of the finite values
-                                         // (symmetric around 0 for diverging maps such as coolwarm)
+  std::vector<float> values;            // row-major [rows, cols]; NaN = no data (Theme::missing)
+  std::vector<std::string> row_labels;  // empty, or `rows` labels (e.g. "L3 H7")
+  std::vector<std::string> col_labels;  // empty, or `cols` labels
+  Axis x, y;                            // x: columns, y: rows
+  double x_origin = 0, x_step = 1;      // numeric column coordinates (e.g. token positions)
+  double y_origin = 0, y_step = 1;      // numeric row coordinates
+  bool origin_top = true;               // row 0 at the top (matrix convention); false: at the bottom
+  std::string colormap = "viridis";     // colormap() name; checked by validate()
+  std::optional<Range> value_range;     // colour scale; nullopt: [min, max] of the finite values
+                                        // (symmetric around 0 for diverging maps such as coolwarm)
   std::string colorbar_label;
   Aggregate aggregate = Aggregate::Max;
-  std::vector<std::uint8_t> mask;        // empty, or row-major [rows, cols]; nonzero = marked
+  std::vector<std::uint8_t> mask;  // empty, or row-major [rows, cols]; nonzero = marked
   MaskStyle mask_style = MaskStyle::Hatch;
-  std::string mask_label;                // key text under the plot, right-aligned (e.g. "pruned")
-  std::optional<Color> mask_color;       // hatch/outline colour; nullopt: dark-under-light lines
-                                         // that show on any colormap (Shade: always a white veil)
+  std::string mask_label;           // key text under the plot, right-aligned (e.g. "pruned")
+  std::optional<Color> mask_color;  // hatch/outline colour; nullopt: dark-under-light lines
+                                    // that show on any colormap (Shade: always a white veil)
 };
 
 /// One line of a LinePlot.
 struct Series {
-  std::string name;                // legend entry; empty: not in the legend
-  std::vector<double> x, y;        // same length; a NaN breaks the line
-  std::optional<Color> color;      // nullopt: categorical(index of the series)
+  std::string name;            // legend entry; empty: not in the legend
+  std::vector<double> x, y;    // same length; a NaN breaks the line
+  std::optional<Color> color;  // nullopt: categorical(index of the series)
   LineStyle line = LineStyle::Solid;
   Marker marker = Marker::None;
-  double width = 1.6;              // px
-  double marker_size = 3.5;        // radius in px
+  double width = 1.6;        // px
+  double marker_size = 3.5;  // radius in px
 };
 
 /// Lines over a shared x axis (e.g. fidelity vs budget per policy, KL per decode step).
@@ -104,20 +104,20 @@ struct LinePlot {
 
 /// One group of points of a ScatterPlot.
 struct ScatterGroup {
-  std::string name;                // legend entry; empty: not in the legend
-  std::vector<double> x, y;        // same length; NaN points are skipped
-  std::optional<Color> color;      // nullopt: categorical(index of the group)
+  std::string name;            // legend entry; empty: not in the legend
+  std::vector<double> x, y;    // same length; NaN points are skipped
+  std::optional<Color> color;  // nullopt: categorical(index of the group)
   Marker marker = Marker::Circle;
-  double size = 3.0;               // marker radius in px
+  double size = 3.0;  // marker radius in px
 };
 
 /// A point drawn on top of every group, larger, outlined and labelled (e.g. KeyDiff's anchor key).
 struct Highlight {
-  std::string label;               // drawn next to the point and in the legend
+  std::string label;  // drawn next to the point and in the legend
   double x = 0, y = 0;
   Color color = Color::hex(0xd7191c);
   Marker marker = Marker::Diamond;
-  double size = 6.5;               // marker radius in px
+  double size = 6.5;  // marker radius in px
 };
 
 /// Points in groups (e.g. key geometry: cos to mean key vs norm, kept vs evicted; PCA of keys).
@@ -134,7 +134,7 @@ struct ScatterPlot {
 /// A named token category of a TokenStrip (e.g. kept, evicted, sink, window).
 struct TokenCategory {
   std::string name;
-  std::optional<Color> color;      // nullopt: categorical(index of the category)
+  std::optional<Color> color;  // nullopt: categorical(index of the category)
 };
 
 /// Tokens of a prompt in reading order, each coloured by its category or value (e.g. kept=green,
@@ -148,22 +148,22 @@ struct TokenCategory {
 /// else category index, series = category name, label = token text.
 struct TokenStrip {
   std::string title;
-  std::vector<std::string> tokens;       // UTF-8 text per token; '\n' is drawn as a return arrow
-  std::vector<int> category;             // empty, or per token an index into categories (-1: none)
+  std::vector<std::string> tokens;  // UTF-8 text per token; '\n' is drawn as a return arrow
+  std::vector<int> category;        // empty, or per token an index into categories (-1: none)
   std::vector<TokenCategory> categories;
-  std::vector<float> values;             // empty, or per token (NaN: no data)
+  std::vector<float> values;  // empty, or per token (NaN: no data)
   std::string colormap = "viridis";
-  std::optional<Range> value_range;      // nullopt: [min, max] of the finite values
+  std::optional<Range> value_range;  // nullopt: [min, max] of the finite values
   std::string colorbar_label;
   Aggregate aggregate = Aggregate::Max;
-  std::int64_t first_position = 0;       // position of token 0 (row labels in bar mode, CSV x)
+  std::int64_t first_position = 0;  // position of token 0 (row labels in bar mode, CSV x)
 };
 
 /// One series of a BarChart: one value per category.
 struct BarSeries {
-  std::string name;                // legend entry; empty: not in the legend
-  std::vector<double> values;      // categories.size() values; NaN: no bar
-  std::optional<Color> color;      // nullopt: categorical(index of the series)
+  std::string name;            // legend entry; empty: not in the legend
+  std::vector<double> values;  // categories.size() values; NaN: no bar
+  std::optional<Color> color;  // nullopt: categorical(index of the series)
 };
 
 /// Grouped vertical bars (e.g. bytes stored per policy, per-stage cost). Bars start at 0 (at the
@@ -187,21 +187,21 @@ struct Theme {
   double title_size = 17, panel_title_size = 13.5, label_size = 12, tick_size = 10.5;
   double legend_size = 10.5, caption_size = 10.5, token_size = 11;
   Color background = Color::hex(0xffffff);
-  Color foreground = Color::hex(0x222222);   // text, axes
+  Color foreground = Color::hex(0x222222);  // text, axes
   Color grid = Color::hex(0xe6e6e6);
-  Color missing = Color::hex(0xd0d0d0);      // NaN heatmap cells and tokens without a colour
-  double padding = 12;                       // around the figure and between panels
+  Color missing = Color::hex(0xd0d0d0);  // NaN heatmap cells and tokens without a colour
+  double padding = 12;                   // around the figure and between panels
 };
 
 /// A figure: title, grid of panels, caption line (the run's pipeline, model, budget).
 struct Figure {
   std::string title;
-  std::string caption;                // under the panels; wrapped when longer than the width
-  int width = 900, height = 600;      // px (PNG pixels at scale 1, SVG/PDF points)
-  int columns = 0;                    // panels per grid row; 0: ceil(sqrt(panel count))
-  std::vector<double> row_weights;    // empty, or one relative height per grid row
-  std::vector<double> col_weights;    // empty, or one relative width per grid column
-  std::vector<Panel> panels;          // row-major in the grid
+  std::string caption;              // under the panels; wrapped when longer than the width
+  int width = 900, height = 600;    // px (PNG pixels at scale 1, SVG/PDF points)
+  int columns = 0;                  // panels per grid row; 0: ceil(sqrt(panel count))
+  std::vector<double> row_weights;  // empty, or one relative height per grid row
+  std::vector<double> col_weights;  // empty, or one relative width per grid column
+  std::vector<Panel> panels;        // row-major in the grid
   Theme theme;
 };
 

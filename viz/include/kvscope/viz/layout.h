@@ -68,12 +68,12 @@ struct LegendLayout {
 
 /// Where the tokens of a TokenStrip went.
 struct TokenStripLayout {
-  bool bars = false;                     // false: text boxes; true: bar strip
-  std::vector<Rect> boxes;               // text mode: one box per token
-  std::vector<std::string> texts;        // text mode: the shown text per token (escaped, elided)
-  std::int64_t per_cell = 1;             // bar mode: tokens reduced into one cell
-  std::int64_t cells_per_row = 0;        // bar mode
-  std::int64_t rows = 0;                 // bar mode
+  bool bars = false;                            // false: text boxes; true: bar strip
+  std::vector<Rect> boxes;                      // text mode: one box per token
+  std::vector<std::string> texts;               // text mode: the shown text per token (escaped, elided)
+  std::int64_t per_cell = 1;                    // bar mode: tokens reduced into one cell
+  std::int64_t cells_per_row = 0;               // bar mode
+  std::int64_t rows = 0;                        // bar mode
   double cell_w = 1, row_h = 0, row_pitch = 0;  // bar mode: px per cell, row height, row spacing
 };
 
@@ -84,11 +84,11 @@ struct PanelLayout {
   Rect plot;      // the data area
   Rect colorbar;  // empty: none
   AxisLayout x, y;
-  AxisLayout cbar;                 // colour bar: value -> pixel (vertical)
-  Range value_range;               // heatmap / token values coloured over this range
+  AxisLayout cbar;    // colour bar: value -> pixel (vertical)
+  Range value_range;  // heatmap / token values coloured over this range
   LegendLayout legend;
   TokenStripLayout tokens;
-  Rect mask_key;                   // heatmap mask key swatch, label to its right (empty: none)
+  Rect mask_key;  // heatmap mask key swatch, label to its right (empty: none)
 };
 
 struct FigureLayout {

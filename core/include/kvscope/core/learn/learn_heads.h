@@ -53,25 +53,25 @@ StreamingSizes default_streaming_sizes(int64_t reference_length, int64_t model_c
 
 struct LearnOptions {
   LearnMethod method = LearnMethod::kHsSft;
-  double budget = 0.25;            ///< target kept fraction of the full KV bytes at reference_length, (0, 1]
-  int64_t steps = 100;             ///< optimizer steps (HS-SFT: of the window phase)
-  int64_t batch = 4;               ///< sequences per step
-  int64_t seq_len = 0;             ///< tokens per sequence; 0 = min(kDefaultSeqLen, the model's context)
-  int64_t reference_length = 0;    ///< N of the budget (pattern_budget.h); 0 = seq_len
-  int64_t max_tokens = 0;          ///< training tokens read from the files (0 = steps * batch * seq_len, at least 4 batches)
-  double lr = 0;                   ///< Adam learning rate; 0 = method default (duo 0.02; hs-sft 0.01)
+  double budget = 0.25;          ///< target kept fraction of the full KV bytes at reference_length, (0, 1]
+  int64_t steps = 100;           ///< optimizer steps (HS-SFT: of the window phase)
+  int64_t batch = 4;             ///< sequences per step
+  int64_t seq_len = 0;           ///< tokens per sequence; 0 = min(kDefaultSeqLen, the model's context)
+  int64_t reference_length = 0;  ///< N of the budget (pattern_budget.h); 0 = seq_len
+  int64_t max_tokens = 0;  ///< training tokens read from the files (0 = steps * batch * seq_len, at least 4 batches)
+  double lr = 0;           ///< Adam learning rate; 0 = method default (duo 0.02; hs-sft 0.01)
   uint64_t seed = 0;
-  int64_t sink = -1;               ///< sink tokens of every streaming head; < 0: default_streaming_sizes
-  int64_t window = -1;             ///< duo: the streaming window; < 0: default_streaming_sizes
-  int64_t block = -1;              ///< hs-sft: candidate windows {1..n_candidates} x block; < 0: default_streaming_sizes
-  int64_t n_candidates = 8;        ///< hs-sft: m (Table 6: 8)
-  double dense_fraction = -1;      ///< hs-sft alpha; < 0: max(0, budget - 0.05) (docs/methods.md §5.3)
-  double lambda = -1;              ///< < 0: duo 0.05 (L1 on gates); hs-sft 1e-2 (balance KL, Table 6)
-  double gamma = 2.0;              ///< hs-sft prior shape (eq. 4)
-  double tau = 1.0;                ///< hs-sft softmax temperature (Algorithm 1 line 9; not given in the paper)
+  int64_t sink = -1;           ///< sink tokens of every streaming head; < 0: default_streaming_sizes
+  int64_t window = -1;         ///< duo: the streaming window; < 0: default_streaming_sizes
+  int64_t block = -1;          ///< hs-sft: candidate windows {1..n_candidates} x block; < 0: default_streaming_sizes
+  int64_t n_candidates = 8;    ///< hs-sft: m (Table 6: 8)
+  double dense_fraction = -1;  ///< hs-sft alpha; < 0: max(0, budget - 0.05) (docs/methods.md §5.3)
+  double lambda = -1;          ///< < 0: duo 0.05 (L1 on gates); hs-sft 1e-2 (balance KL, Table 6)
+  double gamma = 2.0;          ///< hs-sft prior shape (eq. 4)
+  double tau = 1.0;            ///< hs-sft softmax temperature (Algorithm 1 line 9; not given in the paper)
   SteMode ste = SteMode::kSoftmax;
-  int64_t init_steps = -1;         ///< hs-sft: duo-gate steps ranking the dense heads; < 0: steps / 2
-  int64_t log_every = 10;          ///< progress callback period in steps (the curve keeps every step)
+  int64_t init_steps = -1;  ///< hs-sft: duo-gate steps ranking the dense heads; < 0: steps / 2
+  int64_t log_every = 10;   ///< progress callback period in steps (the curve keeps every step)
 };
 
 /// `options` with the sizes left to their defaults filled in for `config`: seq_len 0 ->
@@ -90,19 +90,20 @@ void validate(const LearnOptions& options, const ModelConfig& config);
 
 /// One point of the loss curve: the objective on that step's minibatch.
 struct LossPoint {
-  int64_t step = 0;       ///< 1-based, counted over both HS-SFT phases
-  std::string phase;      ///< "duo" (gates) | "hs-sft" (windows)
-  double loss = 0;        ///< task + reg
-  double task_loss = 0;   ///< duo: distillation (sum of squared hidden-state differences per token); hs-sft: LM cross-entropy, nats
-  double reg_loss = 0;    ///< duo: lambda * sum |a|; hs-sft: lambda * sum_l KL(p_l || q)
+  int64_t step = 0;   ///< 1-based, counted over both HS-SFT phases
+  std::string phase;  ///< "duo" (gates) | "hs-sft" (windows)
+  double loss = 0;    ///< task + reg
+  double task_loss =
+      0;  ///< duo: distillation (sum of squared hidden-state differences per token); hs-sft: LM cross-entropy, nats
+  double reg_loss = 0;  ///< duo: lambda * sum |a|; hs-sft: lambda * sum_l KL(p_l || q)
 };
 
 struct LearnResult {
-  LearnOptions options;                   ///< the options as run: resolve_defaults(the caller's, the model)
-  HeadPattern pattern;                    ///< fitted to the budget (pattern_budget.h)
+  LearnOptions options;  ///< the options as run: resolve_defaults(the caller's, the model)
+  HeadPattern pattern;   ///< fitted to the budget (pattern_budget.h)
   int64_t reference_length = 0;
-  double budget_achieved = 0;             ///< kept_fraction(pattern, reference_length)
-  std::vector<LossPoint> curve;           ///< every step, in order
+  double budget_achieved = 0;    ///< kept_fraction(pattern, reference_length)
+  std::vector<LossPoint> curve;  ///< every step, in order
   /// The final phase's objective on one fixed evaluation batch (the first `batch` sequences),
   /// before its first step and after its last: same data, same formula, comparable.
   double initial_loss = 0, final_loss = 0;

@@ -11,17 +11,17 @@ namespace kvscope::policies {
 /// RocketKV's split of a token budget t (KV pairs fetched per decode step per KV group, the
 /// approximation's traffic included) into a stage-1 eviction capacity and HSA's stage-2 shape.
 struct RocketKvSplit {
-  double c = 1;               ///< total compression ratio max(1, S/t)                      [C]
-  double r = 0.2;             ///< split exponent min(0.2 + 0.06·log2 c, 0.8)                [P] §3.6
-  double stage1_ratio = 1;    ///< c^r: SnapKV's share                                        [P]
-  double stage2_ratio = 1;    ///< c^(1-r): HSA's share (paper form; the code uses c2 below)   [P]
-  int64_t capacity = 0;       ///< C = int(S / c^r), floored at min(2·n_gen, S)               [C]
-  int64_t prompt_keep = 0;    ///< P = C - n_gen: prompt entries stage 1 keeps per KV head    [C]
-  double c2 = 1;              ///< HSA ratio recomputed on the capacity: max(1, C/t)          [C]
-  int64_t page = 1;           ///< p = ceil(sqrt(c2)) if that is <= c2, else 1                [C]
-  int64_t k1 = 1;             ///< head-dim channels kept: trunc(D·p/c2) clamped to [1, D]   [C] (accuracy code)
-  int64_t k2 = 1;             ///< tokens attended: max(1, t/2)                               [P]
-  double storage_rel = 1;     ///< storage vs Full-KV, 1/c^r + 2/c^((1+r)/2) (Table 1)        [P]
+  double c = 1;             ///< total compression ratio max(1, S/t)                      [C]
+  double r = 0.2;           ///< split exponent min(0.2 + 0.06·log2 c, 0.8)                [P] §3.6
+  double stage1_ratio = 1;  ///< c^r: SnapKV's share                                        [P]
+  double stage2_ratio = 1;  ///< c^(1-r): HSA's share (paper form; the code uses c2 below)   [P]
+  int64_t capacity = 0;     ///< C = int(S / c^r), floored at min(2·n_gen, S)               [C]
+  int64_t prompt_keep = 0;  ///< P = C - n_gen: prompt entries stage 1 keeps per KV head    [C]
+  double c2 = 1;            ///< HSA ratio recomputed on the capacity: max(1, C/t)          [C]
+  int64_t page = 1;         ///< p = ceil(sqrt(c2)) if that is <= c2, else 1                [C]
+  int64_t k1 = 1;           ///< head-dim channels kept: trunc(D·p/c2) clamped to [1, D]   [C] (accuracy code)
+  int64_t k2 = 1;           ///< tokens attended: max(1, t/2)                               [P]
+  double storage_rel = 1;   ///< storage vs Full-KV, 1/c^r + 2/c^((1+r)/2) (Table 1)        [P]
 };
 
 /// RocketKV's decomposition (docs/methods.md §1.2, the [C] code rules):
