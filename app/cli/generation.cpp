@@ -1,6 +1,7 @@
 #include "generation.h"
 
 #include <iostream>
+#include <limits>
 #include <numeric>
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/pipeline.h"
+#include "number_check.h"
 #include "run_options.h"
 #include "session_record.h"
 
@@ -29,9 +31,11 @@ void CompressionOptions::add_to(CLI::App& cmd) {
     unit_help += (unit_help.empty() ? "" : " | ") + std::string(u.name) + " (" + std::string(u.help) + ")";
   }
   auto* r = cmd.add_option("--compression-ratio", compression_ratio,
-                           std::string(budget_unit_table()[size_t(BudgetUnit::kCompressionRatio)].help));
+                           std::string(budget_unit_table()[size_t(BudgetUnit::kCompressionRatio)].help))
+                ->check(finite_number(0, 1, false, /*hi_open=*/true));
   auto* b = cmd.add_option("--budget", budget,
-                           "Budget in --budget-unit (not for a pipeline that uses none, e.g. heads:pattern=...)");
+                           "Budget in --budget-unit (not for a pipeline that uses none, e.g. heads:pattern=...)")
+                ->check(finite_number(0, std::numeric_limits<double>::infinity(), /*lo_open=*/true, /*hi_open=*/true));
   r->excludes(b);
   cmd.add_option("--budget-unit", budget_unit, unit_help)->check(CLI::IsMember(units));
   cmd.add_option("--reference", reference, "full: also decode with the full cache and report per-step fidelity")

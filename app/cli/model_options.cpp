@@ -1,11 +1,16 @@
 #include "model_options.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "kvscope/core/errors.h"
+#include "number_check.h"
 
 namespace kvscope::cli {
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
 
 void ModelOptions::add_to(CLI::App& cmd) {
   auto* m = cmd.add_option("--model", model, "Model: Hugging Face directory or llama2.c .bin");
@@ -19,14 +24,17 @@ void ModelOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--turn", turns, "A later user turn (repeat for several): generation continues on the same cache");
   cmd.add_option("--bos", bos, "Prepend the model's BOS: auto (tokenizer convention) | always | never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
-  cmd.add_option("--max-new-tokens", max_new_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--max-new-tokens", max_new_tokens, "Tokens to generate")->check(finite_number(0, 1e9));
   auto* g = cmd.add_flag("--greedy", greedy, "Greedy decoding (the default unless --temperature is given)");
-  cmd.add_option("--temperature", temperature, "Sampling temperature (> 0)")->excludes(g);
-  cmd.add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]");
+  cmd.add_option("--temperature", temperature, "Sampling temperature (> 0; 0 = greedy)")
+      ->check(finite_number(0, kInf, false, /*hi_open=*/true))
+      ->excludes(g);
+  cmd.add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]")->check(finite_number(0, 1, /*lo_open=*/true));
   cmd.add_option("--seed", seed, "Sampling seed");
   cmd.add_option("--device", device, "cpu | cuda | cuda:i");
   cmd.add_option("--dtype", dtype, "fp32 | bf16 | fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  cmd.add_option("--prefill-chunk", prefill_chunk, "Prefill in blocks of this many tokens (0 = whole prompt)");
+  cmd.add_option("--prefill-chunk", prefill_chunk, "Prefill in blocks of this many tokens (0 = whole prompt)")
+      ->check(finite_number(0, 1e12));
   cmd.add_flag("--dump-last-logits", dump_last_logits, "Include float32 logits at the last prompt position");
   cmd.add_flag("--json", json, "Print one JSON object");
 }

@@ -44,10 +44,10 @@ ModelConfig parse_llama2c_header(std::span<const uint8_t> bytes, const std::file
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
   c.weights_dtype = "float32";
+  if (c.max_position_embeddings <= 0)  // in the header's own words, before validate's config.json names
+    throw InputError(bin, "seq_len must be > 0 (got " + std::to_string(c.max_position_embeddings) + ")");
   c.validate(bin);
   if (c.hidden_size % c.n_head != 0) throw InputError(bin, "dim is not a multiple of n_heads");
-  if (c.max_position_embeddings <= 0)
-    throw InputError(bin, "seq_len must be > 0 (got " + std::to_string(c.max_position_embeddings) + ")");
   const unsigned __int128 need = sizeof(h) + llama2c_payload_floats(c) * sizeof(float);
   if (bytes.size() < need) {
     const bool huge = need > std::numeric_limits<uint64_t>::max();

@@ -1,5 +1,7 @@
 #include "kvscope/core/model_config.h"
 
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 
@@ -112,7 +114,18 @@ void ModelConfig::validate(const std::filesystem::path& source) const {
                                  ") is not a multiple of num_key_value_heads (" + std::to_string(n_head_kv) + ")");
   if (head_dim % 2 != 0)
     throw InputError(source, "head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
-  if (rope_theta <= 0) throw InputError(source, "rope_theta must be > 0");
+  auto finite_positive = [&](double v, const char* name) {
+    if (v > 0 && std::isfinite(v)) return;
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", v);
+    throw InputError(source, std::string(name) + " must be a finite number > 0 (got " + got + ")");
+  };
+  finite_positive(rope_theta, "rope_theta");
+  // A zero or negative epsilon divides by zero in RMSNorm (NaN logits, an empty output, exit 0).
+  finite_positive(rms_norm_eps, "rms_norm_eps");
+  if (max_position_embeddings <= 0)
+    throw InputError(source,
+                     "max_position_embeddings must be > 0 (got " + std::to_string(max_position_embeddings) + ")");
 }
 
 ModelConfig parse_hf_config_json(const json& j, const std::filesystem::path& source) {

@@ -79,6 +79,31 @@ TEST(CliGenerate, BadInputsExitNonZeroNamingTheFile) {
   EXPECT_NE(r.out.find("prompt is empty"), std::string::npos) << r.out;
 }
 
+// Numeric options that cannot be were taken: --temperature -1 / nan sampled at 1, an empty
+// --compression-ratio meant 0, --prefill-chunk -1 was accepted, a NaN budget asked for a budget.
+// Each is refused before anything loads, naming the option and the value.
+TEST(CliGenerate, NumericOptionsOutsideTheirRangeAreRefusedNamingTheOption) {
+  const std::string model = " --model " + q(test::stories_dir()) + " --prompt Once --max-new-tokens 2";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"generate --temperature -1", "--temperature: -1 is outside [0, inf)"},
+      {"generate --temperature nan", "--temperature: nan is not a finite number"},
+      {"generate --top-p 0", "--top-p: 0 is outside (0, 1]"},
+      {"generate --top-p 1.5", "--top-p: 1.5 is outside (0, 1]"},
+      {"generate --prefill-chunk -1", "--prefill-chunk: -1 is outside"},
+      {"generate --max-new-tokens 99999999999999999999", "--max-new-tokens: 99999999999999999999 is outside"},
+      {"run --pipeline snapkv --compression-ratio ''", "--compression-ratio: '' is not a number"},
+      {"run --pipeline snapkv --compression-ratio 1", "--compression-ratio: 1 is outside [0, 1)"},
+      {"run --pipeline snapkv --budget -5", "--budget: -5 is outside (0, inf)"},
+      {"run --pipeline snapkv --budget nan", "--budget: nan is not a finite number"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = cli(args + model, true);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
+  EXPECT_EQ(cli("generate --temperature 0 --top-p 1 --prefill-chunk 0" + model).exit_code, 0) << "the range ends";
+}
+
 TEST(CliGenerate, RandomInitBuildsTheConfiguredShape) {
   const Result r =
       cli("generate --random-init " + q(test::pycode_dir() / "config.json") + " --max-new-tokens 4 --greedy --json");

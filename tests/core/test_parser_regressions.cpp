@@ -133,6 +133,31 @@ TEST_F(ParserRegressions, FloatsWhereIntegersBelong) {
                      "'max_position_embeddings' must be an integer (got 1e+300)");
 }
 
+// Config values that cannot be were loaded: rms_norm_eps <= 0 gave NaN logits and an empty
+// output with exit 0; a zero or negative context ran on. Each is refused at load, naming the key.
+TEST_F(ParserRegressions, ConfigValuesThatCannotBeAreRefused) {
+  const std::vector<std::pair<std::pair<std::string, nlohmann::json>, std::string>> cases = {
+      {{"rms_norm_eps", 0.0}, "rms_norm_eps must be a finite number > 0 (got 0)"},
+      {{"rms_norm_eps", -1e-6}, "rms_norm_eps must be a finite number > 0 (got -1e-06)"},
+      {{"max_position_embeddings", 0}, "max_position_embeddings must be > 0 (got 0)"},
+      {{"max_position_embeddings", -4096}, "max_position_embeddings must be > 0 (got -4096)"},
+      {{"rope_theta", -1.0}, "rope_theta must be a finite number > 0 (got -1)"},
+  };
+  for (const auto& [field, problem] : cases) {
+    SCOPED_TRACE(field.first);
+    auto j = test::read_json(test::pycode_dir() / "config.json");
+    if (field.first == "rope_theta")
+      j["rope_parameters"]["rope_theta"] = field.second;  // transformers 5 writes it there
+    else
+      j[field.first] = field.second;
+    const auto config = write("config.json", j.dump());
+    expect_input_error([&] { parse_hf_config(config); }, config, problem);
+  }
+  auto ok = test::read_json(test::pycode_dir() / "config.json");
+  ok["rms_norm_eps"] = 1e-5;
+  EXPECT_NO_THROW(parse_hf_config(write("config.json", ok.dump())));
+}
+
 // A head pattern with fields of the wrong type escaped as nlohmann::type_error (no file named),
 // and a float sink was cast to int64 (undefined behaviour when out of range).
 TEST_F(ParserRegressions, HeadPatternFieldsOfTheWrongType) {

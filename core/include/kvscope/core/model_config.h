@@ -50,7 +50,8 @@ struct ModelConfig {
   int64_t group_size() const { return n_head / n_head_kv; }
   /// Total parameter count implied by the shapes.
   int64_t parameter_count() const;
-  /// Throws InputError(source, ...) if any dimension is inconsistent.
+  /// Throws InputError(source, ...) if any dimension is inconsistent, or a value cannot be:
+  /// max_position_embeddings <= 0, rms_norm_eps or rope_theta not a finite number > 0.
   void validate(const std::filesystem::path& source) const;
 };
 
