@@ -54,10 +54,8 @@ std::string hms(double s) {
 }
 
 /// Runs the items with index % stride == offset on `device`. Returns the number of failures.
-int run_items(const Grid& g, const std::vector<Item>& items, size_t offset, size_t stride, const std::string& device,
-              const std::string& db) {
-  PolicyRegistry registry;
-  register_builtin_policies(registry);
+int run_items(const PolicyRegistry& registry, const Grid& g, const std::vector<Item>& items, size_t offset,
+              size_t stride, const std::string& device, const std::string& db) {
   auto store = sessions::SessionStore::open(db);
   std::map<std::string, std::unique_ptr<Model>> models;
   size_t todo = 0, done = 0, skipped = 0, failed = 0;
@@ -126,20 +124,24 @@ Runner add_sweep(CLI::App& app) {
     const Grid g = parse_grid(a->grid);
     PolicyRegistry registry;
     register_builtin_policies(registry);
+    // A pipeline that uses no budget (a head pattern) runs once, not once per budget value.
+    std::vector<bool> uses_budget;
+    for (const auto& pl : g.pipelines) {
+      bool uses = true;  // a bad SPEC fails item by item below, as any run does
+      try {
+        uses = pipeline_uses_budget(resolve_pipeline(registry.catalog(), pl));
+      } catch (const InputError&) {
+      }
+      uses_budget.push_back(uses);
+    }
     std::vector<Item> items;
     for (const auto& m : g.models)
       for (const auto& p : g.prompts)
-        for (const auto& pl : g.pipelines) {
-          // A pipeline that uses no budget (a head pattern) runs once, not once per budget value.
-          bool uses_budget = true;  // a bad SPEC fails item by item below, as any run does
-          try {
-            uses_budget = pipeline_uses_budget(resolve_pipeline(registry.catalog(), pl));
-          } catch (const InputError&) {
-          }
-          if (!uses_budget)
-            items.push_back({m, p, pl, std::nullopt});
+        for (size_t i = 0; i < g.pipelines.size(); ++i) {
+          if (!uses_budget[i])
+            items.push_back({m, p, g.pipelines[i], std::nullopt});
           else
-            for (double b : g.budgets) items.push_back({m, p, pl, b});
+            for (double b : g.budgets) items.push_back({m, p, g.pipelines[i], b});
         }
     size_t shard = 0, n_shards = 1;
     if (!a->shard.empty()) {
@@ -166,11 +168,12 @@ Runner add_sweep(CLI::App& app) {
     std::vector<std::string> devices;
     std::stringstream ss(a->devices);
     for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
-    if (devices.size() <= 1) return run_items(g, mine, 0, 1, devices.empty() ? g.device : devices[0], a->db) ? 1 : 0;
+    if (devices.size() <= 1)
+      return run_items(registry, g, mine, 0, 1, devices.empty() ? g.device : devices[0], a->db) ? 1 : 0;
     std::vector<pid_t> children;
     for (size_t d = 0; d < devices.size(); ++d) {
       const pid_t pid = ::fork();
-      if (pid == 0) ::_exit(run_items(g, mine, d, devices.size(), devices[d], a->db) ? 1 : 0);
+      if (pid == 0) ::_exit(run_items(registry, g, mine, d, devices.size(), devices[d], a->db) ? 1 : 0);
       children.push_back(pid);
     }
     int status = 0, failed = 0;
