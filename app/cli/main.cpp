@@ -5,8 +5,14 @@
 #include "commands.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/sessions/types.h"
+#include "process_guard.h"
+
+// Before any library starts: resource limits end in one line, not a signal or a hang.
+[[gnu::used, gnu::section(".preinit_array")]] static void (*const kvscope_guard)(int, char**, char**) =
+    &kvscope::run::guard_process_before_libraries;
 
 int main(int argc, char** argv) {
+  kvscope::run::reserve_blas_buffers();
   CLI::App app{"kvscope-cli: KV-cache compression workbench (headless)"};
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, kvscope::cli::Runner>> runners;

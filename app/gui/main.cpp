@@ -23,6 +23,11 @@
 #include "headless.h"
 #include "kvscope/core/policy.h"
 #include "png_write.h"
+#include "process_guard.h"
+
+// Before any library starts: resource limits end in one line, not a signal or a hang.
+[[gnu::used, gnu::section(".preinit_array")]] static void (*const kvscope_guard)(int, char**, char**) =
+    &kvscope::run::guard_process_before_libraries;
 
 namespace {
 
@@ -95,6 +100,7 @@ void glfw_error(int code, const char* text) { std::fprintf(stderr, "kvscope: GLF
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvscope::run::reserve_blas_buffers();
   GuiOptions opt;
   try {
     opt = parse_gui_options(std::vector<std::string>(argv + 1, argv + argc));
