@@ -3,7 +3,9 @@
 #
 #   tools/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s each, every target)
 #
-# CI runs 20 s per target (tools/test.sh); a real campaign: tools/fuzz.sh 1800 (about 4.5 hours).
+# CI runs 20 s per target (tools/test.sh). A campaign over many cores: tools/fuzz-campaign.sh. Past
+# campaigns' minimised corpus, tests/fuzz/corpus/<target>, is read as seeds.
+# SECONDS 0: build the targets and the seeds only.
 # Builds build-fuzz/ (clang), seeds from the real files in assets/ (tests/fuzz/make_seeds.py), and
 # keeps the growing corpus in build-fuzz/fuzz-corpus/<target>. A crash, UB report, leak, timeout
 # (> 10 s on one input) or out-of-memory (> 2 GB) is written to build-fuzz/fuzz-artifacts/<target>/
@@ -16,7 +18,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 shift || true
 all=(fuzz_safetensors_header fuzz_safetensors_index fuzz_config_json fuzz_tokenizer_json fuzz_llama2c_header
-     fuzz_llama2c_tokenizer fuzz_pipeline_spec fuzz_sweep_toml fuzz_session_open)
+     fuzz_llama2c_tokenizer fuzz_pipeline_spec fuzz_sweep_toml fuzz_session_open fuzz_head_pattern)
 targets=("$@")
 ((${#targets[@]} == 0)) && targets=("${all[@]}")
 
@@ -36,6 +38,7 @@ if [[ -x $root/build/app/kvscope-cli ]]; then
     --pipeline snapkv:window=4 --compression-ratio 0.5 --max-new-tokens 3 --reference full --db "$db" >/dev/null 2>&1 || db=""
 fi
 python3 "$root/tests/fuzz/make_seeds.py" "$seeds" $db
+((seconds == 0)) && exit 0  # built and seeded; nothing to fuzz (tools/fuzz-campaign.sh pack)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -48,11 +51,13 @@ for t in "${targets[@]}"; do
   max_len=16384
   [[ $t == fuzz_session_open ]] && max_len=262144
   dict=()
-  case $t in fuzz_safetensors_* | fuzz_config_json | fuzz_tokenizer_json) dict=(-dict="$root/tests/fuzz/json.dict") ;; esac
+  case $t in fuzz_safetensors_* | fuzz_config_json | fuzz_tokenizer_json | fuzz_head_pattern) dict=(-dict="$root/tests/fuzz/json.dict") ;; esac
   echo "== $t: ${seconds}s"
   rc=0
+  committed=$root/tests/fuzz/corpus/$t  # the minimised corpus of past campaigns (read only)
+  mkdir -p "$committed"
   "$out/tests/fuzz/$t" -max_total_time="$seconds" -seed="${KVSCOPE_FUZZ_SEED:-0}" -timeout=10 -rss_limit_mb=2048 -max_len=$max_len \
-    -artifact_prefix="$artifacts" -print_final_stats=1 "${dict[@]}" "$corpus" "$seeds/$t" >"$log" 2>&1 || rc=$?
+    -artifact_prefix="$artifacts" -print_final_stats=1 "${dict[@]}" "$corpus" "$seeds/$t" "$committed" >"$log" 2>&1 || rc=$?
   execs=$(grep -m1 -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$log" || echo 0)
   result=ok
   if ((rc != 0)); then

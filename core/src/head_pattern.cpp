@@ -19,6 +19,10 @@ int64_t HeadPattern::kept_entries(int64_t n_tok) const {
 
 namespace {
 
+/// Largest sink or window a pattern may name: far beyond any context, and small enough that
+/// sink + window and their sums over every head cannot overflow int64.
+constexpr int64_t kMaxHeadSpan = int64_t(1) << 40;
+
 HeadPattern head_pattern_from_json(const nlohmann::json& j, const std::filesystem::path& path) {
   if (!j.is_object() || j.value("format", "") != "kvscope.head_pattern.v1")
     throw InputError(path, "not a kvscope head pattern (expected \"format\": \"kvscope.head_pattern.v1\")");
@@ -41,6 +45,9 @@ HeadPattern head_pattern_from_json(const nlohmann::json& j, const std::filesyste
         if (!v)
           throw InputError(
               path, "layer " + std::to_string(l) + " head " + std::to_string(h) + ": '" + key + "' must be an integer");
+        if (*v > kMaxHeadSpan)
+          throw InputError(path, "layer " + std::to_string(l) + " head " + std::to_string(h) + ": '" + key +
+                                     "' = " + std::to_string(*v) + " is beyond 2^40 tokens");
         *field = *v;
       }
       if (plan.streaming && (plan.sink < 0 || plan.window < 1))
@@ -55,13 +62,16 @@ HeadPattern head_pattern_from_json(const nlohmann::json& j, const std::filesyste
 
 }  // namespace
 
-HeadPattern load_head_pattern(const std::filesystem::path& path) {
-  const nlohmann::json j = read_json_file(path);
+HeadPattern parse_head_pattern(const nlohmann::json& j, const std::filesystem::path& path) {
   try {
     return head_pattern_from_json(j, path);
   } catch (const nlohmann::json::exception& e) {  // a field of the wrong type
     throw InputError(path, std::string("malformed head pattern: ") + e.what());
   }
+}
+
+HeadPattern load_head_pattern(const std::filesystem::path& path) {
+  return parse_head_pattern(read_json_file(path), path);
 }
 
 HeadPattern load_head_pattern(const std::filesystem::path& path, const ModelConfig& c) {

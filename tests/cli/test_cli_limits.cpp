@@ -121,8 +121,8 @@ TEST_F(CliLimits, AddressSpaceRunningOutDuringALoadFailsWithinSecondsNotAHang) {
       << R"({"model_type":"llama","hidden_size":1024,"intermediate_size":4096,"num_hidden_layers":8,)"
       << R"("num_attention_heads":16,"num_key_value_heads":16,"vocab_size":32000,)"
       << R"("max_position_embeddings":4096,"rms_norm_eps":1e-5})";
-  const Limited r = run_limited("-v 1363148", "generate --random-init " + quote(dir_ / "config.json") +
-                                                  " --max-new-tokens 4 2>&1 >/dev/null");
+  const Limited r = run_limited(
+      "-v 1363148", "generate --random-init " + quote(dir_ / "config.json") + " --max-new-tokens 4 2>&1 >/dev/null");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_LT(r.seconds, 45.0);
   EXPECT_NE(r.out.find("kvscope-cli: error: "), std::string::npos) << r.out;

@@ -169,6 +169,20 @@ TEST_F(ParserRegressions, HeadPatternFieldsOfTheWrongType) {
   expect_input_error([&] { load_head_pattern(b); }, b, "layer 0 head 0: 'sink' must be an integer");
 }
 
+// sink + window of a streaming head near 2^63 overflowed int64 (undefined behaviour) in
+// kept_entries, which the budget accounting calls: spans beyond 2^40 tokens are refused.
+TEST_F(ParserRegressions, HeadPatternSpansBeyondAnyContext) {
+  const auto f = write(
+      "p.json",
+      R"({"format":"kvscope.head_pattern.v1","layers":[{"heads":[{"streaming":true,"sink":9223372036854775807,"window":1}]}]})");
+  expect_input_error([&] { load_head_pattern(f); }, f,
+                     "layer 0 head 0: 'sink' = 9223372036854775807 is beyond 2^40 tokens");
+  const auto ok = write(
+      "ok.json",
+      R"({"format":"kvscope.head_pattern.v1","layers":[{"heads":[{"streaming":true,"sink":1099511627776,"window":1099511627776}]}]})");
+  EXPECT_EQ(load_head_pattern(ok).kept_entries(int64_t(1) << 42), int64_t(1) << 41);
+}
+
 // A shard named by the index was opened wherever it pointed.
 TEST_F(ParserRegressions, ShardIndexPointingOutsideTheCheckpoint) {
   const auto index = dir_ / "model.safetensors.index.json";

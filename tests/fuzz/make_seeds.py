@@ -127,6 +127,15 @@ def sweep_seeds(out):
                                               'max_new_tokens=3\n[budget]\nunit="stored"\nvalues=[8,16]\n')
 
 
+def head_pattern_seeds(out):
+    def pattern(heads):
+        return json.dumps({"format": "kvscope.head_pattern.v1", "method": "duo", "budget": 0.25, "n_layer": 2,
+                           "n_head_kv": len(heads), "layers": [{"heads": heads}, {"heads": heads[::-1]}]})
+    write(out, "fuzz_head_pattern", "duo", pattern([{"streaming": False}, {"streaming": True, "sink": 4, "window": 64}]))
+    write(out, "fuzz_head_pattern", "hs-sft", pattern([{"streaming": True, "sink": 0, "window": 1}]))
+    write(out, "fuzz_head_pattern", "empty", json.dumps({"format": "kvscope.head_pattern.v1", "layers": []}))
+
+
 def session_seeds(out, db):
     if db and os.path.exists(db):
         with open(db, "rb") as f:
@@ -145,6 +154,7 @@ def main():
     llama2c_seeds(out)
     pipeline_seeds(out)
     sweep_seeds(out)
+    head_pattern_seeds(out)
     session_seeds(out, sys.argv[2] if len(sys.argv) > 2 else None)
 
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "kvscope/core/model_config.h"
 
 namespace kvscope {
@@ -36,6 +38,9 @@ struct HeadPattern {
 HeadPattern load_head_pattern(const std::filesystem::path& path, const ModelConfig& config);
 /// Same, without a model to check against (shape taken from the file).
 HeadPattern load_head_pattern(const std::filesystem::path& path);
+/// The pattern in parsed JSON `j` read from `path` (named in errors): the checks of
+/// load_head_pattern without a model, plus sink and window <= 2^40. Throws InputError.
+HeadPattern parse_head_pattern(const nlohmann::json& j, const std::filesystem::path& path);
 /// Writes `pattern` as JSON. Throws InputError(path, ...) if it cannot be written.
 void save_head_pattern(const std::filesystem::path& path, const HeadPattern& pattern);
 
