@@ -3,13 +3,15 @@
 //   helpers (anonymous namespace)  run_ctx, param_number, row / blob decoding (status_from, row_from,
 //                                  tokens_from, blob_from), require_running, require_run
 //   heartbeat                      SessionStore::Impl::heartbeat
-//   "---- lifetime"                constructors, path, schema_version, open (create / migrate)
+//   "---- lifetime"                constructors, path, schema_version, write_blocker, read_only_connection
+//                                  (immutable fallback), open_check (quick_check), open, writable
 //   "---- writing"                 begin_run, add_step_metrics, add_blob, set_summary, finish_run,
 //                                  fail_run, delete_run
 //   "---- reading"                 list_runs, load_run, load_blobs, load_blob, load_step_metric,
 //                                  find_by_sweep_key
 //   "---- notes, bookmarks, view state"  notes, bookmarks, set_view_state / get_view_state,
 //                                  integrity_check
+//   "---- checking"                detail::run_problems (checksums, decoding, counts), check
 #include "kvscope/sessions/session_store.h"
 
 #include <sys/stat.h>
