@@ -171,18 +171,13 @@ int open_database(AppState& s, const std::string& path) {
   OpenDb d;
   d.path = path;
   try {
-    d.store =
-        std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadWrite));
-    d.writable = true;
+    // kView: an existing database only (a 0-byte or schema-less file is refused, never
+    // initialised); writable for notes and bookmarks where possible, else read-only.
+    d.store = std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kView));
+    d.writable = d.store->writable();
   } catch (const std::exception& e) {
-    try {
-      d.store =
-          std::make_unique<sessions::SessionStore>(sessions::SessionStore::open(path, sessions::OpenMode::kReadOnly));
-      d.writable = false;
-    } catch (const std::exception& e2) {
-      s.status = e2.what();
-      return -1;
-    }
+    s.status = e.what();
+    return -1;
   }
   try {
     d.rows = d.store->list_runs();
@@ -191,6 +186,7 @@ int open_database(AppState& s, const std::string& path) {
     return -1;
   }
   s.status = "opened " + path + " (" + std::to_string(d.rows.size()) + " runs)";
+  if (!d.writable) s.status += ", read-only: " + d.store->read_only_reason();
   s.dbs.push_back(std::move(d));
   return static_cast<int>(s.dbs.size()) - 1;
 }

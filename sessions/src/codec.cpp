@@ -1,6 +1,9 @@
 #include "codec.h"
 
 #include <zstd.h>
+#include <zstd_errors.h>
+
+#include <array>
 
 #include <cctype>
 #include <charconv>
@@ -12,10 +15,42 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the session format sto
 
 std::vector<uint8_t> zstd_compress(const uint8_t* bytes, size_t n, int level) {
   std::vector<uint8_t> out(ZSTD_compressBound(n));
-  const size_t got = ZSTD_compress(out.data(), out.size(), bytes, n, level);
+  // The frame records its content size and a checksum of the content (XXH64, low 32 bits), which
+  // every zstd decoder (this one, python-zstandard, the zstd tool) verifies.
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+  const size_t got = ZSTD_compress2(cctx, out.data(), out.size(), bytes, n);
+  ZSTD_freeCCtx(cctx);
   if (ZSTD_isError(got)) return {};  // cannot happen with a compressBound-sized buffer
   out.resize(got);
   return out;
+}
+
+uint32_t crc32(const uint8_t* bytes, size_t n) {
+  // CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320): the one of zlib.crc32 and binascii.crc32.
+  static const auto table = [] {
+    std::array<std::array<uint32_t, 256>, 4> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; ++i)
+      for (size_t s = 1; s < 4; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {  // slicing by 4
+    uint32_t w;
+    std::memcpy(&w, bytes + i, 4);
+    c ^= w;
+    c = table[3][c & 0xff] ^ table[2][(c >> 8) & 0xff] ^ table[1][(c >> 16) & 0xff] ^ table[0][c >> 24];
+  }
+  for (; i < n; ++i) c = table[0][(c ^ bytes[i]) & 0xff] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
 }
 
 std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& frame, size_t expected,
@@ -32,7 +67,8 @@ std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& 
   std::vector<uint8_t> out(expected);
   const size_t got = ZSTD_decompress(out.data(), out.size(), frame.data(), frame.size());
   if (ZSTD_isError(got)) {
-    error = std::string("zstd: ") + ZSTD_getErrorName(got);
+    error = ZSTD_getErrorCode(got) == ZSTD_error_checksum_wrong ? std::string("checksum mismatch")
+                                                                : std::string("zstd: ") + ZSTD_getErrorName(got);
     return std::nullopt;
   }
   if (got != expected) {

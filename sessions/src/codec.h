@@ -9,10 +9,14 @@
 
 namespace kvscope::sessions::detail {
 
-/// zstd frame (content size recorded) of `bytes`.
+/// zstd frame (content size and content checksum recorded) of `bytes`.
 std::vector<uint8_t> zstd_compress(const uint8_t* bytes, size_t n, int level = 3);
+/// CRC-32 of `bytes` as zlib.crc32 computes it (stored next to blobs and token arrays).
+uint32_t crc32(const uint8_t* bytes, size_t n);
+inline uint32_t crc32(const std::vector<uint8_t>& v) { return crc32(v.data(), v.size()); }
 /// Decompresses one zstd frame whose content size must be `expected` bytes; nullopt + `error`
-/// when the frame is corrupt or of another size.
+/// when the frame is corrupt or of another size ("checksum mismatch" when the frame's own
+/// content checksum does not match).
 std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& frame, size_t expected,
                                                     std::string& error);
 

@@ -140,6 +140,16 @@ MergeReport SessionStore::merge(const std::string& out_path, const std::vector<s
                 }
                 if (complete) done.insert(*r.key);
               }
+              // Damaged rows are not copied: the merged file would carry them under new ids.
+              std::vector<std::string> problems;
+              detail::run_problems(src, r.id, problems);
+              if (!problems.empty())
+                throw SessionError(src.path(),
+                                   problems.front() +
+                                       (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)"
+                                                            : std::string()) +
+                                       "; nothing was merged (`kvscope-cli check " + src.path() +
+                                       "` lists what is damaged)");
               copy_run(src, dst, r.id, r.status);
               ++report.runs_copied;
             }

@@ -182,8 +182,18 @@ BEGIN SELECT RAISE(ABORT, 'run is finished and immutable'); END;
 )sql");
 }
 
+// ---- v4: checksums of stored bytes (blob frames, token arrays); NULL on rows written before -------
+
+constexpr const char* kV4 = R"sql(
+ALTER TABLE blobs ADD COLUMN checksum INTEGER;
+ALTER TABLE runs ADD COLUMN prompt_tokens_checksum INTEGER;
+ALTER TABLE runs ADD COLUMN output_tokens_checksum INTEGER;
+)sql";
+
+void step_v3_to_v4(Db& db) { db.exec(kV4); }
+
 using Step = void (*)(Db&);
-constexpr Step kSteps[] = {step_v0_to_v1, step_v1_to_v2, step_v2_to_v3};
+constexpr Step kSteps[] = {step_v0_to_v1, step_v1_to_v2, step_v2_to_v3, step_v3_to_v4};
 static_assert(sizeof(kSteps) / sizeof(kSteps[0]) == kSchemaVersion, "one step per version");
 
 std::string hex32(int64_t v) {

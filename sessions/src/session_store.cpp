@@ -3,18 +3,22 @@
 //   helpers (anonymous namespace)  run_ctx, param_number, row / blob decoding (status_from, row_from,
 //                                  tokens_from, blob_from), require_running, require_run
 //   heartbeat                      SessionStore::Impl::heartbeat
-//   "---- lifetime"                constructors, path, schema_version, open (create / migrate)
+//   "---- lifetime"                constructors, path, schema_version, write_blocker, read_only_connection
+//                                  (immutable fallback), open_check (quick_check), open, writable
 //   "---- writing"                 begin_run, add_step_metrics, add_blob, set_summary, finish_run,
 //                                  fail_run, delete_run
 //   "---- reading"                 list_runs, load_run, load_blobs, load_blob, load_step_metric,
 //                                  find_by_sweep_key
 //   "---- notes, bookmarks, view state"  notes, bookmarks, set_view_state / get_view_state,
 //                                  integrity_check
+//   "---- checking"                detail::run_problems (checksums, decoding, counts), check
 #include "kvscope/sessions/session_store.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -138,12 +142,29 @@ void require_run(Db& db, int64_t run) {
   if (!found) throw SessionError(db.path(), "no run " + std::to_string(run));
 }
 
+/// "blob 'attention' layer 3 head 1" (layer / head left out when -1).
+std::string blob_label(const std::string& name, int64_t layer, int64_t head) {
+  std::string out = "blob '" + name + "'";
+  if (layer >= 0) out += " layer " + std::to_string(layer);
+  if (head >= 0) out += " head " + std::to_string(head);
+  return out;
+}
+
+/// Whether `bytes` match a stored checksum column (NULL: written before checksums, nothing to check).
+bool checksum_ok(const Stmt& s, int col, const std::vector<uint8_t>& bytes) {
+  return s.is_null(col) || static_cast<uint32_t>(s.col_int(col)) == detail::crc32(bytes);
+}
+
 Blob blob_from(const Db& db, const Stmt& s, int64_t run) {
-  // columns: id, name, layer, head, dtype, shape, raw_size, data
+  // columns: id, name, layer, head, dtype, shape, raw_size, data, checksum
   const int64_t id = s.col_int(0);
   auto fail = [&](const std::string& why) {
     return SessionError(
         db.path(), "run " + std::to_string(run) + " blob " + std::to_string(id) + " ('" + s.col_text(1) + "'): " + why);
+  };
+  auto damaged = [&](const std::string& why) {
+    return SessionError(db.path(), blob_label(s.col_text(1), s.col_int(2), s.col_int(3)) + " of run " +
+                                       std::to_string(run) + " is damaged (" + why + ")");
   };
   Blob b;
   b.name = s.col_text(1);
@@ -159,9 +180,11 @@ Blob blob_from(const Db& db, const Stmt& s, int64_t run) {
   if (!s.is_null(6) && s.col_int(6) != static_cast<int64_t>(expected))
     throw fail("raw_size " + std::to_string(s.col_int(6)) + " does not match shape and dtype (" +
                std::to_string(expected) + ")");
+  const std::vector<uint8_t> frame = s.col_blob(7);
+  if (!checksum_ok(s, 8, frame)) throw damaged("checksum mismatch");
   std::string error;
-  auto data = detail::zstd_decompress(s.col_blob(7), expected, error);
-  if (!data) throw fail(error);
+  auto data = detail::zstd_decompress(frame, expected, error);
+  if (!data) throw damaged(error);
   b.data = std::move(*data);
   return b;
 }
@@ -191,11 +214,86 @@ int SessionStore::schema_version() const {
   return static_cast<int>(v);
 }
 
+namespace {
+
+/// Why this process cannot write `path` (and the -wal / -shm files SQLite keeps beside it), or ""
+/// when it can. `exists`: whether `path` exists.
+std::string write_blocker(const std::string& path, bool exists) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string hint = "; inspect, compare, export, check and the GUI open it read-only";
+  if (!exists) {
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      return "cannot open: cannot create a session database in directory " + dir + ": " + std::strerror(errno);
+    return "";
+  }
+  if (::access(path.c_str(), W_OK) != 0) return std::string("cannot write: ") + std::strerror(errno) + hint;
+  const bool sidecars = ::access((path + "-wal").c_str(), W_OK) == 0 && ::access((path + "-shm").c_str(), W_OK) == 0;
+  if (!sidecars && ::access(dir.c_str(), W_OK | X_OK) != 0)
+    return "cannot write: its directory " + dir + " is not writable (" + std::strerror(errno) +
+           "), and SQLite needs to create its -wal and -shm files there" + hint;
+  return "";
+}
+
+/// `path` as an SQLite URI ("file:" + percent-encoded path).
+std::string file_uri(const std::string& path) {
+  std::string out = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || std::strchr("/-_.~", c)) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+/// A read-only connection to `path` that works where the file or its directory is read-only. A WAL
+/// database needs its -shm file (created beside it on first use); where that cannot be created
+/// and there is no -wal file with unmerged changes, the file alone is the whole database and is
+/// opened as immutable (SQLite then takes no locks and writes nothing).
+std::unique_ptr<Db> read_only_connection(const std::string& path) {
+  auto db = std::make_unique<Db>(path, SQLITE_OPEN_READONLY, path);
+  const int rc = sqlite3_exec(db->handle(), "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
+  const int primary = rc & 0xff;
+  if (primary != SQLITE_READONLY && primary != SQLITE_CANTOPEN) return db;  // errors surface on the first read
+  struct stat wal {};
+  if (::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0)
+    throw SessionError(path,
+                       "cannot be read where it is: its -wal file holds changes not yet merged into it, and SQLite "
+                       "cannot create its -shm file beside it (" +
+                           std::string(sqlite3_errmsg(db->handle())) +
+                           "); copy the file and its -wal file to a writable directory and open the copy");
+  db = std::make_unique<Db>(file_uri(path) + "?immutable=1", SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, path);
+  return db;
+}
+
+/// The check a database gets before kvscope writes to it: PRAGMA quick_check (the b-trees,
+/// their pages and records; O(file size), no index cross-check). "" when it passes.
+std::string open_check(Db& db) {
+  std::string out;
+  db.read(
+      [&] {
+        out.clear();
+        Stmt s(db, "PRAGMA quick_check(5)");
+        while (s.step()) {
+          const std::string line = s.col_text(0);
+          if (line == "ok") continue;
+          out += (out.empty() ? "" : "; ") + line;
+        }
+      },
+      "checking the database");
+  return out;
+}
+
+}  // namespace
+
 SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
   if (path.empty()) throw SessionError("(empty path)", "no session database file given");
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->read_only = mode == OpenMode::kReadOnly;
   impl->pid = detail::self_pid();
   impl->start_ticks = detail::process_start_ticks(impl->pid);
   impl->host = detail::local_hostname();
@@ -203,7 +301,22 @@ SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) throw SessionError(path, "is a directory, not a session database");
-  if (!exists && mode == OpenMode::kReadOnly) throw SessionError(path, "no such session database");
+  if (!exists && mode != OpenMode::kReadWrite) throw SessionError(path, "no such session database");
+  if (mode == OpenMode::kView && st.st_size == 0) {
+    // A WAL database may still be all in its -wal file; anything else is an empty file.
+    struct stat wal {};
+    if (::stat((path + "-wal").c_str(), &wal) != 0 || wal.st_size == 0)
+      throw SessionError(path,
+                         "is an empty file (0 bytes), not a session database; it is left as it is (kvscope-cli "
+                         "run --db FILE starts a new database in it)");
+  }
+  // Writing needs the file and its directory (for -wal / -shm) writable: refuse up front, one line.
+  if (mode != OpenMode::kReadOnly) {
+    if (std::string why = write_blocker(path, exists); !why.empty()) {
+      if (mode == OpenMode::kReadWrite) throw SessionError(path, why);
+      impl->read_only_reason = why;  // kView: look at it read-only
+    }
+  }
 
   // Refuse a foreign or newer database from its file header alone when no -wal file exists (then
   // the main file is the whole database): even a read-only SQLite connection to a WAL database
@@ -231,13 +344,25 @@ SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
   detail::Header header;
   // A read-only open always looks through SQLite: a WAL database may hold everything in its -wal
   // file while the main file is still empty.
-  if (exists && (st.st_size > 0 || mode == OpenMode::kReadOnly)) {
+  if (exists && (st.st_size > 0 || mode != OpenMode::kReadWrite)) {
     // Look with a read-only connection first: a file we refuse is never written to.
-    auto probe = std::make_unique<Db>(path, SQLITE_OPEN_READONLY, path);
+    auto probe = read_only_connection(path);
     probe->read([&] { header = detail::read_header(*probe); }, "reading the database header");
     detail::check_header(*probe, header);
-    if (mode == OpenMode::kReadOnly) {
-      if (header.user_version == 0) throw SessionError(path, "empty database: no session schema yet");
+    if (mode != OpenMode::kReadWrite && header.user_version == 0)
+      throw SessionError(path, "empty database: no session schema yet");
+    // Before writing: a structurally damaged file is refused (kView looks at it read-only).
+    if (mode != OpenMode::kReadOnly && impl->read_only_reason.empty()) {
+      if (std::string damage = open_check(*probe); !damage.empty()) {
+        const std::string why = "is damaged (PRAGMA quick_check: " + damage +
+                                "); refusing to write to it. `kvscope-cli check " + path +
+                                "` reports what is damaged; reading commands still read what is intact";
+        if (mode == OpenMode::kReadWrite) throw SessionError(path, why);
+        impl->read_only_reason = why;
+      }
+    }
+    if (mode == OpenMode::kReadOnly || !impl->read_only_reason.empty()) {
+      impl->read_only = true;
       if (header.user_version == kSchemaVersion) {
         probe->exec("PRAGMA query_only = ON");
         impl->db = std::move(probe);
@@ -274,6 +399,10 @@ SessionStore SessionStore::open(const std::string& path, OpenMode mode) {
   return SessionStore(std::move(impl));
 }
 
+bool SessionStore::writable() const { return !impl_->read_only; }
+
+const std::string& SessionStore::read_only_reason() const { return impl_->read_only_reason; }
+
 // ---- writing ------------------------------------------------------------------------------------
 
 int64_t SessionStore::begin_run(const RunInfo& info) {
@@ -305,9 +434,10 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
             "n_head_kv, head_dim, dtype, device, pipeline_spec, budget_unit, budget_value, prompt_text, prompt_tokens, "
             "n_prompt_tokens, kvscope_version, torch_version, device_name, hostname, sweep_key, writer_pid, "
             "writer_host, "
-            "writer_start, heartbeat_at) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+            "writer_start, heartbeat_at, prompt_tokens_checksum) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+            "?9, ?10, ?11, ?12, ?13, "
             "?14, "
-            "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2)");
+            "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2, ?26)");
         s.bind(1, info.name).bind(2, now).bind(3, info.model.path).bind(4, info.model.config_hash);
         s.bind(5, info.model.model_type).bind(6, info.model.n_layer).bind(7, info.model.n_head);
         s.bind(8, info.model.n_head_kv)
@@ -320,6 +450,7 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
         s.bind(19, info.env.torch_version).bind(20, info.env.device_name).bind(21, hostname).bind(22, info.sweep_key);
         s.bind(23, m.pid).bind(24, m.host);
         if (m.start_ticks >= 0) s.bind(25, m.start_ticks);
+        s.bind(26, static_cast<int64_t>(detail::crc32(prompt_tokens)));
         s.run();
         id = sqlite3_last_insert_rowid(db.handle());
         m.last_heartbeat[id] = std::chrono::steady_clock::now();
@@ -406,13 +537,14 @@ void SessionStore::add_blob(int64_t run, const Blob& blob) {
                                    " (" + std::to_string(expected) + " bytes)");
   // Compress outside the write lock: transactions stay short.
   const std::vector<uint8_t> frame = detail::zstd_compress(blob.data.data(), blob.data.size());
+  const uint32_t checksum = detail::crc32(frame);
   m.db->write_tx(
       [&] {
         Db& db = *m.db;
         require_running(db, run);
         db.cached(
-              "INSERT INTO blobs (run_id, name, layer, head, dtype, shape, codec, data, raw_size) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'zstd', ?7, ?8)")
+              "INSERT INTO blobs (run_id, name, layer, head, dtype, shape, codec, data, raw_size, checksum) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'zstd', ?7, ?8, ?9)")
             .bind(1, run)
             .bind(2, blob.name)
             .bind(3, blob.layer)
@@ -421,6 +553,7 @@ void SessionStore::add_blob(int64_t run, const Blob& blob) {
             .bind(6, detail::format_shape(blob.shape))
             .bind_blob(7, frame.data(), frame.size())
             .bind(8, static_cast<int64_t>(expected))
+            .bind(9, static_cast<int64_t>(checksum))
             .run();
         m.heartbeat(run);
       },
@@ -467,12 +600,13 @@ void SessionStore::finish_run(int64_t run, const RunOutputs& outputs) {
         const std::string now = detail::now_iso8601();
         db.cached(
               "UPDATE runs SET status = 'complete', finished_at = ?1, heartbeat_at = ?1, output_text = ?2, "
-              "output_tokens = ?3, n_output_tokens = ?4 WHERE id = ?5")
+              "output_tokens = ?3, n_output_tokens = ?4, output_tokens_checksum = ?6 WHERE id = ?5")
             .bind(1, now)
             .bind(2, outputs.text)
             .bind_blob(3, tokens.data(), tokens.size())
             .bind(4, static_cast<int64_t>(outputs.tokens.size()))
             .bind(5, run)
+            .bind(6, static_cast<int64_t>(detail::crc32(tokens)))
             .run();
       },
       ctx);
@@ -541,10 +675,11 @@ RunRecord SessionStore::load_run(int64_t run) const {
   db.read(
       [&] {
         r = RunRecord();
-        Stmt& s = db.cached(std::string("SELECT ") + kRowCols +
-                            ", model_config_hash, model_type, n_layer, n_head, n_head_kv, head_dim, dtype, device, "
-                            "prompt_text, prompt_tokens, output_text, output_tokens, kvscope_version, torch_version, "
-                            "device_name, hostname FROM runs WHERE id = ?1");
+        Stmt& s =
+            db.cached(std::string("SELECT ") + kRowCols +
+                      ", model_config_hash, model_type, n_layer, n_head, n_head_kv, head_dim, dtype, device, "
+                      "prompt_text, prompt_tokens, output_text, output_tokens, kvscope_version, torch_version, "
+                      "device_name, hostname, prompt_tokens_checksum, output_tokens_checksum FROM runs WHERE id = ?1");
         s.bind(1, run);
         if (!s.step()) throw SessionError(db.path(), "no run " + std::to_string(run));
         r.row = row_from(db, s);
@@ -557,9 +692,16 @@ RunRecord SessionStore::load_run(int64_t run) const {
         i.pipeline.spec = r.row.pipeline_spec;
         i.budget = r.row.budget;
         i.prompt.text = s.col_text(23);
-        i.prompt.tokens = tokens_from(db, s.col_blob(24), run, "prompt_tokens");
+        const std::vector<uint8_t> prompt_tokens = s.col_blob(24), output_tokens = s.col_blob(26);
+        if (!checksum_ok(s, 31, prompt_tokens))
+          throw SessionError(db.path(),
+                             "prompt_tokens of run " + std::to_string(run) + " are damaged (checksum mismatch)");
+        if (!checksum_ok(s, 32, output_tokens))
+          throw SessionError(db.path(),
+                             "output_tokens of run " + std::to_string(run) + " are damaged (checksum mismatch)");
+        i.prompt.tokens = tokens_from(db, prompt_tokens, run, "prompt_tokens");
         r.outputs.text = s.col_text(25);
-        r.outputs.tokens = tokens_from(db, s.col_blob(26), run, "output_tokens");
+        r.outputs.tokens = tokens_from(db, output_tokens, run, "output_tokens");
         i.env = {s.col_text(27), s.col_text(28), s.col_text(29), s.col_text(30)};
         i.sweep_key = r.row.sweep_key;
         s.reset();
@@ -624,7 +766,8 @@ std::vector<Blob> SessionStore::load_blobs(int64_t run, const std::string& name)
       [&] {
         out.clear();
         Stmt& s = db.cached(
-            "SELECT id, name, layer, head, dtype, shape, raw_size, data FROM blobs WHERE run_id = ?1 AND name = ?2 "
+            "SELECT id, name, layer, head, dtype, shape, raw_size, data, checksum FROM blobs WHERE run_id = ?1 AND "
+            "name = ?2 "
             "ORDER BY layer, head");
         s.bind(1, run).bind(2, name);
         while (s.step()) out.push_back(blob_from(db, s, run));
@@ -640,7 +783,8 @@ std::optional<Blob> SessionStore::load_blob(int64_t run, const std::string& name
       [&] {
         out.reset();
         Stmt& s = db.cached(
-            "SELECT id, name, layer, head, dtype, shape, raw_size, data FROM blobs WHERE run_id = ?1 AND name = ?2 "
+            "SELECT id, name, layer, head, dtype, shape, raw_size, data, checksum FROM blobs WHERE run_id = ?1 AND "
+            "name = ?2 "
             "AND layer = ?3 AND head = ?4");
         s.bind(1, run).bind(2, name).bind(3, layer).bind(4, head);
         if (s.step()) out = blob_from(db, s, run);
@@ -847,6 +991,121 @@ std::string SessionStore::integrity_check() const {
       },
       "integrity_check");
   return out.empty() ? "ok" : out;
+}
+
+// ---- checking -----------------------------------------------------------------------------------
+
+namespace detail {
+
+void run_problems(Db& db, int64_t run, std::vector<std::string>& out, CheckReport* counts) {
+  const std::string r = "run " + std::to_string(run);
+  auto strip = [&](const SessionError& e) {
+    std::string what = e.what();
+    const std::string prefix = db.path() + ": ";
+    return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+  };
+  {
+    Stmt s(db,
+           "SELECT status, finished_at, prompt_tokens, n_prompt_tokens, prompt_tokens_checksum, output_tokens, "
+           "n_output_tokens, output_tokens_checksum, budget_unit FROM runs WHERE id = ?1");
+    s.bind(1, run);
+    if (!s.step()) {
+      out.push_back(r + " vanished while checking");
+      return;
+    }
+    const auto status = parse_run_status(s.col_text(0));
+    if (!status) out.push_back(r + " has unknown status '" + s.col_text(0) + "'");
+    if (status && *status != RunStatus::kRunning && s.is_null(1))
+      out.push_back(r + " is " + s.col_text(0) + " but has no finished_at");
+    if (status == RunStatus::kRunning && !s.is_null(1)) out.push_back(r + " is running but has a finished_at");
+    if (!find_budget_unit(s.col_text(8))) out.push_back(r + " has unknown budget unit '" + s.col_text(8) + "'");
+    auto tokens = [&](int data, int count, int sum, const char* what) {
+      if (s.is_null(data)) return;
+      const std::vector<uint8_t> bytes = s.col_blob(data);
+      if (!checksum_ok(s, sum, bytes)) {
+        out.push_back(std::string(what) + " of " + r + " are damaged (checksum mismatch)");
+        return;
+      }
+      const auto ids = decode_tokens(bytes);
+      if (!ids)
+        out.push_back(std::string(what) + " of " + r + " are not an int32 array (" + std::to_string(bytes.size()) +
+                      " bytes)");
+      else if (s.is_null(count) || s.col_int(count) != static_cast<int64_t>(ids->size()))
+        out.push_back(r + ": " + what + " holds " + std::to_string(ids->size()) + " tokens but its count column says " +
+                      (s.is_null(count) ? std::string("NULL") : std::to_string(s.col_int(count))));
+    };
+    tokens(2, 3, 4, "prompt_tokens");
+    if (status == RunStatus::kComplete && s.is_null(5)) out.push_back(r + " is complete but has no output_tokens");
+    tokens(5, 6, 7, "output_tokens");
+  }
+  std::vector<int64_t> ids;
+  {
+    Stmt s(db, "SELECT id FROM blobs WHERE run_id = ?1 ORDER BY name, layer, head");
+    s.bind(1, run);
+    while (s.step()) ids.push_back(s.col_int(0));
+  }
+  for (int64_t id : ids) {
+    Stmt s(db, "SELECT id, name, layer, head, dtype, shape, raw_size, data, checksum FROM blobs WHERE id = ?1");
+    s.bind(1, id);
+    if (!s.step()) continue;
+    if (counts) ++counts->blobs;
+    try {
+      blob_from(db, s, run);
+      if (counts) ++(s.is_null(8) ? counts->blobs_unverified : counts->blobs_verified);
+    } catch (const SessionError& e) {
+      out.push_back(strip(e));
+    }
+  }
+}
+
+}  // namespace detail
+
+CheckReport SessionStore::check() const {
+  Db& db = *impl_->db;
+  CheckReport rep;
+  auto strip = [&](const SessionError& e) {
+    std::string what = e.what();
+    const std::string prefix = db.path() + ": ";
+    return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+  };
+  try {
+    rep.integrity = integrity_check();
+  } catch (const SessionError& e) {
+    rep.integrity = strip(e);
+  }
+  std::vector<int64_t> runs;
+  try {
+    db.read(
+        [&] {
+          runs.clear();
+          Stmt s(db, "SELECT id FROM runs ORDER BY id");
+          while (s.step()) runs.push_back(s.col_int(0));
+        },
+        "listing runs");
+  } catch (const SessionError& e) {
+    rep.problems.push_back(strip(e));
+  }
+  for (int64_t run : runs) {
+    ++rep.runs;
+    CheckReport counts;
+    std::vector<std::string> problems;
+    try {
+      db.read(
+          [&] {
+            counts = CheckReport();
+            problems.clear();
+            detail::run_problems(db, run, problems, &counts);
+          },
+          "run " + std::to_string(run));
+    } catch (const SessionError& e) {
+      problems.push_back(strip(e));  // e.g. a page of the run that SQLite cannot read
+    }
+    rep.blobs += counts.blobs;
+    rep.blobs_verified += counts.blobs_verified;
+    rep.blobs_unverified += counts.blobs_unverified;
+    rep.problems.insert(rep.problems.end(), problems.begin(), problems.end());
+  }
+  return rep;
 }
 
 }  // namespace kvscope::sessions

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvscope/sessions/session_store.h"
 #include "sqlite_db.h"
@@ -14,6 +15,8 @@ struct SessionStore::Impl {
   std::unique_ptr<detail::Db> db;
   std::string path;
   bool read_only = false;
+  /// Why an OpenMode::kView open fell back to read-only ("" otherwise).
+  std::string read_only_reason;
   // The writer identity recorded with each run this store begins (crash detection).
   int64_t pid = 0;
   int64_t start_ticks = -1;
@@ -26,5 +29,12 @@ struct SessionStore::Impl {
   /// Call inside a write transaction.
   void heartbeat(int64_t run);
 };
+
+namespace detail {
+/// Appends to `out` one line per problem of run `run` (its row, token arrays and blobs: checksums,
+/// decoding, counts); counts blobs into `counts` when given. Reads with plain statements: call
+/// inside a read transaction.
+void run_problems(Db& db, int64_t run, std::vector<std::string>& out, CheckReport* counts = nullptr);
+}  // namespace detail
 
 }  // namespace kvscope::sessions

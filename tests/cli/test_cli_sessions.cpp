@@ -1,13 +1,17 @@
 // The headless workbench through the real binary: runs recorded as sessions, sweeps (resume,
-// shards, Slurm script, merge), inspect, compare, export, and a run killed mid-way.
+// shards, Slurm script, merge), inspect, compare, export, check, a run killed mid-way, and
+// databases damaged on disk.
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "../core/test_support.h"
 #include "cli_support.h"
@@ -203,6 +207,105 @@ TEST_F(CliSessions, BadGridsAndDatabasesAreRefusedClearly) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find((dir_ / "nodb.db").string()), std::string::npos) << r.out;
   EXPECT_EQ(test::read_text(dir_ / "nodb.db"), "this is not a database");
+}
+
+// ---- damaged databases -------------------------------------------------------------------------------
+
+/// First column of the first row of `sql` on `db` (read-only), as bytes.
+std::string query_bytes(const fs::path& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* s = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+    out.assign(static_cast<const char*>(sqlite3_column_blob(s, 0)), static_cast<size_t>(sqlite3_column_bytes(s, 0)));
+  sqlite3_finalize(s);
+  sqlite3_close_v2(h);
+  return out;
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+/// Flips `n` bytes of the stored value `stored` where they lie in the database file (as a bad
+/// sector would); false when no unique contiguous run of them is found.
+bool damage_in_file(const fs::path& db, const std::string& stored, size_t n) {
+  std::string bytes = test::read_text(db);
+  for (size_t k = stored.size() / 4; k + n <= stored.size(); k += 8) {
+    const std::string needle = stored.substr(k, n);
+    const size_t at = bytes.find(needle);
+    if (at == std::string::npos || bytes.find(needle, at + 1) != std::string::npos) continue;
+    for (size_t i = 0; i < n; ++i) bytes[at + i] = static_cast<char>(bytes[at + i] ^ 0x5A);
+    write_bytes(db, bytes);
+    return true;
+  }
+  return false;
+}
+
+TEST_F(CliSessions, CheckPassesAGoodDatabaseAndNamesTheDamagedBlobOfADamagedOne) {
+  auto r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
+                       " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --capture full --db " +
+                       quote(db_),
+                   true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = run_cli("check " + quote(db_), true);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find(db_.string() + ": 1 runs, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("integrity_check: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(db_.string() + ": ok"), std::string::npos) << r.out;
+
+  // 24 bytes inside layer 1's attention blob, edited in the file.
+  const fs::path out = dir_ / "attention.csv";
+  ASSERT_EQ(run_cli("export " + quote(db_) + " 1 --figure attention --layer 1 --head 0 --out " + quote(out)).exit_code,
+            0);
+  const std::string good_csv = test::read_text(out);
+  fs::remove(out);
+  const std::string frame = query_bytes(db_, "SELECT data FROM blobs WHERE name = 'attention' AND layer = 1");
+  ASSERT_GT(frame.size(), 48u);
+  ASSERT_TRUE(damage_in_file(db_, frame, 24));
+
+  r = run_cli("check " + quote(db_), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("damaged: blob 'attention' layer 1 of run 1 is damaged (checksum mismatch)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(db_.string() + ": damaged (1 problem"), std::string::npos) << r.out;
+
+  // export fails naming the blob instead of writing wrong values; other figures still export.
+  r = run_cli("export " + quote(db_) + " 1 --figure attention --layer 1 --head 0 --out " + quote(out), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(db_.string() + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("blob 'attention' layer 1 of run 1 is damaged (checksum mismatch)"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(good_csv.empty());
+  r = run_cli("export " + quote(db_) + " 1 --figure attention --layer 2 --head 0 --out " + quote(out), true);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
+TEST_F(CliSessions, WritingIntoAStructurallyDamagedDatabaseIsRefused) {
+  const std::string run = "run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
+                          " --pipeline snapkv:window=8 --compression-ratio 0.5 --max-new-tokens 4 --db " + quote(db_);
+  ASSERT_EQ(run_cli(run).exit_code, 0);
+  fs::copy_file(db_, dir_ / "shard.db");
+  // Garbage over the root page of step_metrics (past its first bytes).
+  const int64_t page = std::stoll(query_bytes(db_, "SELECT rootpage FROM sqlite_schema WHERE name = 'step_metrics'"));
+  const int64_t page_size = std::stoll(query_bytes(db_, "PRAGMA page_size"));
+  std::string bytes = test::read_text(db_);
+  ASSERT_GE(bytes.size(), static_cast<size_t>(page * page_size));
+  for (int64_t i = 8; i < page_size; ++i) bytes[static_cast<size_t>((page - 1) * page_size + i)] = '\x5A';
+  write_bytes(db_, bytes);
+
+  auto r = run_cli(run, true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(db_.string() + ": is damaged (PRAGMA quick_check: "), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_text(db_), bytes);  // nothing appended
+  r = run_cli("merge --out " + quote(db_) + " " + quote(dir_ / "shard.db"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(db_.string() + ": is damaged (PRAGMA quick_check: "), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_text(db_), bytes);
+  r = run_cli("check " + quote(db_), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("integrity_check: FAILED"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <variant>
 
 #include "app_state.h"
@@ -493,6 +494,21 @@ TEST(GuiOptionsTest, MissingDatabaseIsReported) {
     s.select_view = true;
     for (int f = 0; f < 3; ++f) im.frame([&] { draw_app(s, ui); });
   }
+}
+
+TEST(GuiOptionsTest, AnEmptyFileIsRefusedAndLeftEmpty) {
+  // Opening a database to view it never writes a schema into an empty (0-byte) file.
+  const auto dir = make_temp_dir("empty_db");
+  const auto path = dir / "empty.db";
+  std::ofstream(path).close();
+  AppState s;
+  s.headless = true;
+  EXPECT_LT(open_database(s, path.string()), 0);
+  EXPECT_NE(s.status.find(path.string() + ": is an empty file (0 bytes)"), std::string::npos) << s.status;
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+  EXPECT_FALSE(std::filesystem::exists(path.string() + "-wal"));
+  EXPECT_TRUE(s.dbs.empty());
+  remove_tree(dir);
 }
 
 }  // namespace

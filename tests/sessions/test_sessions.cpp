@@ -3,6 +3,7 @@
 // The raw SQLite API is used here only to build and inspect databases behind the store's back.
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -943,4 +944,395 @@ TEST(Sessions, SweepKeyLookupFindsCompleteRunsOnly) {
   s.finish_run(s.begin_run(sample_info("free 1")), {});
   s.finish_run(s.begin_run(sample_info("free 2")), {});
   EXPECT_EQ(s.list_runs().size(), 5u);
+}
+
+// ---- stored data that is checked: checksums, the open-time check, read-only files -----------------
+
+namespace {
+
+/// CRC-32 as zlib.crc32, written out bit by bit (independent of the store's table-driven one).
+uint32_t reference_crc32(const std::vector<uint8_t>& bytes) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (uint8_t b : bytes) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+std::vector<uint8_t> raw_blob(const std::string& path, const std::string& sql) {
+  sqlite3* h = nullptr;
+  sqlite3_open_v2(path.c_str(), &h, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* s = nullptr;
+  std::vector<uint8_t> out;
+  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+    const auto* p = static_cast<const uint8_t*>(sqlite3_column_blob(s, 0));
+    out.assign(p, p + sqlite3_column_bytes(s, 0));
+  }
+  sqlite3_finalize(s);
+  sqlite3_close_v2(h);
+  return out;
+}
+
+/// Flips `n` bytes of `stored` (a blob value as stored) where they lie in the file at `path`, as
+/// a bad disk sector or a stray write would: the database file is edited, not SQL. The file must
+/// be checkpointed (no -wal). Returns false when no contiguous run of `n` of them is found.
+bool damage_in_file(const std::string& path, const std::vector<uint8_t>& stored, size_t n) {
+  std::string bytes = read_bytes(path);
+  for (size_t k = stored.size() / 4; k + n <= stored.size(); k += 16) {
+    const std::string needle(reinterpret_cast<const char*>(stored.data() + k), n);
+    const size_t at = bytes.find(needle);
+    if (at == std::string::npos || bytes.find(needle, at + 1) != std::string::npos) continue;
+    for (size_t i = 0; i < n; ++i) bytes[at + i] = static_cast<char>(bytes[at + i] ^ 0x5A);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    return true;
+  }
+  return false;
+}
+
+/// Values that zstd cannot compress (it stores them as a raw block: damage to them decodes).
+std::vector<float> noise(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t x = seed;
+  for (auto& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>(x >> 8) / 16777216.0f;
+  }
+  return v;
+}
+
+/// A database with run 1 (complete) holding an incompressible 'attention' blob of layer 3 and a
+/// small 'kept' blob, closed (checkpointed) on return.
+void make_run_with_attention(const std::string& path) {
+  SessionStore s = SessionStore::open(path);
+  const int64_t id = s.begin_run(sample_info("probe"));
+  s.add_blob(id, Blob::of<float>("attention", 3, -1, {4, 1024}, noise(4096, 7)));
+  s.add_blob(id, Blob::of<int64_t>("kept", 0, 1, {3}, {0, 5, 9}));
+  s.add_step_metrics(id, 0, {{"kl", 0.5}});
+  s.finish_run(id, {{7, 8}, "ok"});
+}
+
+}  // namespace
+
+TEST(SessionChecks, BlobsAndTokenArraysAreStoredWithChecksumsAZstdReaderVerifies) {
+  EXPECT_EQ(reference_crc32({'1', '2', '3', '4', '5', '6', '7', '8', '9'}), 0xCBF43926u);
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  make_run_with_attention(path);
+  for (const std::string& name : {"attention", "kept"}) {
+    const auto frame = raw_blob(path, "SELECT data FROM blobs WHERE name = '" + name + "'");
+    ASSERT_FALSE(frame.empty());
+    EXPECT_EQ(RawDb(path, SQLITE_OPEN_READONLY).one("SELECT checksum FROM blobs WHERE name = '" + name + "'"),
+              std::to_string(reference_crc32(frame)))
+        << name;
+    // Frame_Header_Descriptor (after the 4-byte magic), bit 2: Content_Checksum_flag. Any zstd
+    // decoder verifies the content against it.
+    ASSERT_GT(frame.size(), 5u);
+    EXPECT_EQ(frame[4] & 0x04, 0x04) << name;
+  }
+  RawDb raw(path, SQLITE_OPEN_READONLY);
+  EXPECT_EQ(raw.one("SELECT prompt_tokens_checksum FROM runs"),
+            std::to_string(reference_crc32(bytes_of(sample_info("x").prompt.tokens))));
+  EXPECT_EQ(raw.one("SELECT output_tokens_checksum FROM runs"),
+            std::to_string(reference_crc32(bytes_of(std::vector<int32_t>{7, 8}))));
+}
+
+TEST(SessionChecks, CorruptBytesInsideABlobFailItsReadNamingTheBlobAndCheckFindsThem) {
+  TempDir dir;
+  const std::string path = dir.file("damaged.db");
+  make_run_with_attention(path);
+  const auto frame = raw_blob(path, "SELECT data FROM blobs WHERE name = 'attention'");
+  ASSERT_TRUE(damage_in_file(path, frame, 256));
+
+  SessionStore s = SessionStore::open(path, OpenMode::kReadOnly);
+  for (const std::string& err :
+       {error_of([&] { s.load_blobs(1, "attention"); }), error_of([&] { s.load_blob(1, "attention", 3, -1); })}) {
+    EXPECT_EQ(err.rfind(path + ": ", 0), 0u) << err;
+    EXPECT_NE(err.find("blob 'attention' layer 3 of run 1 is damaged (checksum mismatch)"), std::string::npos) << err;
+  }
+  // The rest of the run reads as before.
+  EXPECT_EQ(s.load_blob(1, "kept", 0, 1)->values<int64_t>(), (std::vector<int64_t>{0, 5, 9}));
+  EXPECT_EQ(s.load_run(1).outputs.tokens, (std::vector<int32_t>{7, 8}));
+
+  const CheckReport rep = s.check();
+  EXPECT_FALSE(rep.ok());
+  EXPECT_EQ(rep.integrity, "ok");  // SQLite's own structures are intact: only a checksum can tell
+  EXPECT_EQ(rep.runs, 1);
+  EXPECT_EQ(rep.blobs, 2);
+  EXPECT_EQ(rep.blobs_verified, 1);
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_EQ(rep.problems[0], "blob 'attention' layer 3 of run 1 is damaged (checksum mismatch)");
+
+  // merge does not carry the damage into another file.
+  const std::string out = dir.file("merged.db");
+  const std::string err = error_of([&] { SessionStore::merge(out, {path}); });
+  EXPECT_NE(err.find("blob 'attention' layer 3 of run 1 is damaged"), std::string::npos) << err;
+  EXPECT_NE(err.find("nothing was merged"), std::string::npos) << err;
+  EXPECT_TRUE(SessionStore::open(out, OpenMode::kReadOnly).list_runs().empty());
+}
+
+TEST(SessionChecks, ZstdFrameChecksumCatchesDamageWhereTheChecksumColumnIsMissing) {
+  // A blob of a running run edited behind the store's back (triggers let running runs change):
+  // with its checksum column the CRC catches it, without one (rows written before v4) the zstd
+  // frame's own content checksum does.
+  TempDir dir;
+  const std::string path = dir.file("z.db");
+  SessionStore s = SessionStore::open(path);
+  const int64_t id = s.begin_run(sample_info("r"));
+  s.add_blob(id, Blob::of<float>("attention", 0, -1, {512}, noise(512, 3)));
+  auto frame = raw_blob(path, "SELECT data FROM blobs");
+  for (size_t i = 100; i < 120; ++i) frame[i] ^= 0xFF;  // inside the raw block, past the frame header
+  RawDb raw(path);
+  raw.exec_with_blob("UPDATE blobs SET data = ?1", frame);
+  std::string err = error_of([&] { s.load_blobs(id, "attention"); });
+  EXPECT_NE(err.find("blob 'attention' layer 0 of run 1 is damaged (checksum mismatch)"), std::string::npos) << err;
+  raw.exec("UPDATE blobs SET checksum = NULL");
+  err = error_of([&] { s.load_blobs(id, "attention"); });
+  EXPECT_NE(err.find("blob 'attention' layer 0 of run 1 is damaged (checksum mismatch)"), std::string::npos) << err;
+  const CheckReport rep = s.check();
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_EQ(rep.blobs_verified + rep.blobs_unverified, 0);
+}
+
+TEST(SessionChecks, DamagedTokenArraysAndInconsistentRunsAreFound) {
+  TempDir dir;
+  const std::string path = dir.file("t.db");
+  {
+    SessionStore s = SessionStore::open(path);
+    s.begin_run(sample_info("running"));
+    s.finish_run(s.begin_run(sample_info("done")), {{4, 5, 6}, "x"});
+  }
+  {
+    RawDb raw(path);
+    raw.exec("UPDATE runs SET prompt_tokens = X'0200000003000000' WHERE id = 1");  // running: allowed
+    raw.exec("DROP TRIGGER runs_frozen_update");
+    raw.exec("UPDATE runs SET n_output_tokens = 2 WHERE id = 2");
+  }
+  SessionStore s = SessionStore::open(path, OpenMode::kReadOnly);
+  const std::string err = error_of([&] { s.load_run(1); });
+  EXPECT_NE(err.find(path + ": load_run(1): prompt_tokens of run 1 are damaged (checksum mismatch)"), std::string::npos)
+      << err;
+  const CheckReport rep = s.check();
+  ASSERT_EQ(rep.problems.size(), 2u);
+  EXPECT_EQ(rep.problems[0], "prompt_tokens of run 1 are damaged (checksum mismatch)");
+  EXPECT_EQ(rep.problems[1], "run 2: output_tokens holds 3 tokens but its count column says 2");
+}
+
+TEST(SessionChecks, OldBlobsWithoutChecksumsStillReadAndCheckAsUnverified) {
+  TempDir dir;
+  const std::string path = dir.file("v1.db");
+  make_v1(path);
+  SessionStore s = SessionStore::open(path);  // migrated to v4: old rows keep a NULL checksum
+  EXPECT_EQ(RawDb(path, SQLITE_OPEN_READONLY).one("SELECT ifnull(checksum, 'NULL') FROM blobs"), "NULL");
+  EXPECT_EQ(s.load_blob(1, "mass", 2, 3)->values<float>(), kOldBlobValues);
+  const CheckReport rep = s.check();
+  EXPECT_TRUE(rep.ok()) << (rep.problems.empty() ? rep.integrity : rep.problems[0]);
+  EXPECT_EQ(rep.blobs, 1);
+  EXPECT_EQ(rep.blobs_unverified, 1);
+  // New blobs of the migrated file carry checksums.
+  const int64_t id = s.begin_run(sample_info("new"));
+  s.add_blob(id, Blob::of<float>("b", 0, 0, {1}, {1.f}));
+  EXPECT_EQ(s.check().blobs_verified, 1);
+}
+
+TEST(SessionChecks, AStructurallyDamagedFileIsRefusedForWritingAndReadOnlyForViewing) {
+  TempDir dir;
+  const std::string path = dir.file("broken.db");
+  {
+    SessionStore s = SessionStore::open(path);
+    const int64_t id = s.begin_run(sample_info("r"));
+    std::vector<StepMetric> rows;
+    for (int i = 0; i < 3000; ++i) rows.push_back({i, "kl", i * 0.001});
+    s.add_step_metrics(id, rows);
+    s.finish_run(id, {});
+  }
+  int64_t page = 0, page_size = 0;
+  {
+    RawDb raw(path, SQLITE_OPEN_READONLY);
+    page = std::stoll(raw.one("SELECT rootpage FROM sqlite_schema WHERE name = 'step_metrics'"));
+    page_size = std::stoll(raw.one("PRAGMA page_size"));
+  }
+  {
+    // Garbage over the step_metrics b-tree's root page (an interior page with 3000 rows).
+    std::string bytes = read_bytes(path);
+    ASSERT_GE(bytes.size(), static_cast<size_t>(page * page_size));
+    for (int64_t i = 8; i < page_size; ++i) bytes[static_cast<size_t>((page - 1) * page_size + i)] = '\x5A';
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  const std::string before = read_bytes(path);
+  const std::string err = error_of([&] { SessionStore::open(path); });
+  EXPECT_EQ(err.rfind(path + ": is damaged (PRAGMA quick_check: ", 0), 0u) << err;
+  EXPECT_NE(err.find("refusing to write to it"), std::string::npos) << err;
+  EXPECT_EQ(read_bytes(path), before);
+
+  SessionStore view = SessionStore::open(path, OpenMode::kView);
+  EXPECT_FALSE(view.writable());
+  EXPECT_NE(view.read_only_reason().find("is damaged"), std::string::npos) << view.read_only_reason();
+  EXPECT_EQ(view.list_runs().size(), 1u);  // what is intact still reads
+  const CheckReport rep = view.check();
+  EXPECT_FALSE(rep.ok());
+  EXPECT_NE(rep.integrity, "ok");
+}
+
+TEST(SessionChecks, ViewingRefusesAnEmptyFileAndNeverWritesASchemaIntoIt) {
+  TempDir dir;
+  const std::string empty = dir.file("empty.db");
+  std::ofstream(empty).close();
+  const std::string err = error_of([&] { SessionStore::open(empty, OpenMode::kView); });
+  EXPECT_EQ(err.rfind(empty + ": is an empty file (0 bytes), not a session database", 0), 0u) << err;
+  EXPECT_EQ(read_bytes(empty), "");
+  EXPECT_FALSE(exists(empty + "-wal"));
+  EXPECT_FALSE(exists(empty + "-shm"));
+  // An empty SQLite database (no session schema) is refused too, and a missing file.
+  const std::string bare = dir.file("bare.db");
+  { RawDb(bare).exec("PRAGMA user_version = 0"); }
+  EXPECT_NE(error_of([&] { SessionStore::open(bare, OpenMode::kView); }).find("no session schema"), std::string::npos);
+  EXPECT_EQ(RawDb(bare, SQLITE_OPEN_READONLY).one("SELECT count(*) FROM sqlite_schema"), "0");
+  EXPECT_NE(error_of([&] { SessionStore::open(dir.file("none.db"), OpenMode::kView); }).find("no such"),
+            std::string::npos);
+  EXPECT_FALSE(exists(dir.file("none.db")));
+  // A good database opens writable; the writing open still initialises an existing empty file.
+  const std::string good = dir.file("good.db");
+  make_run_with_attention(good);
+  SessionStore v = SessionStore::open(good, OpenMode::kView);
+  EXPECT_TRUE(v.writable());
+  EXPECT_GT(v.add_note(1, "n"), 0);
+  EXPECT_EQ(SessionStore::open(empty).schema_version(), SessionStore::kSchemaVersion);
+}
+
+namespace {
+
+/// Runs `fn` in a child process without root's permission override (as user nobody when this
+/// process is root; file permissions are then enforced). `fn` returns "" on success or what
+/// went wrong. Returns the child's answer, or "SKIP: ..." when privileges cannot be dropped.
+template <class Fn>
+std::string as_unprivileged(Fn&& fn) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string answer;
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+      answer = "SKIP: cannot drop root privileges (setuid)";
+    else
+      answer = fn();
+    if (::write(fds[1], answer.data(), answer.size()) < 0) _exit(3);
+    _exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) out += " (child exited abnormally)";
+  return out;
+}
+
+std::string expect_contains(const std::string& text, const std::string& part, const char* what) {
+  return text.find(part) == std::string::npos ? std::string(what) + ": expected '" + part + "' in: " + text + "\n" : "";
+}
+
+}  // namespace
+
+TEST(SessionChecks, ADatabaseInAReadOnlyDirectoryCanBeInspectedButNotWritten) {
+  TempDir dir;
+  const std::string ro = dir.file("ro");
+  const std::string path = ro + "/s.db";
+  ::mkdir(ro.c_str(), 0755);
+  make_run_with_attention(path);
+  // A copy of a database whose writer is still open (its -wal holds the last run) in a second
+  // read-only directory, once with and once without the -shm file.
+  const std::string live = dir.file("live"), live_noshm = dir.file("live_noshm");
+  ::mkdir(live.c_str(), 0755);
+  ::mkdir(live_noshm.c_str(), 0755);
+  {
+    SessionStore w = SessionStore::open(dir.file("w.db"));
+    w.finish_run(w.begin_run(sample_info("in the wal")), {});
+    for (const char* ext : {"", "-wal", "-shm"}) {
+      std::ofstream(live + "/s.db" + ext, std::ios::binary) << read_bytes(dir.file("w.db") + ext);
+      if (std::string(ext) != "-shm")
+        std::ofstream(live_noshm + "/s.db" + ext, std::ios::binary) << read_bytes(dir.file("w.db") + ext);
+    }
+  }
+  ::chmod(path.c_str(), 0666);  // the file itself writable: the directory is what stops writers
+  for (const std::string& f :
+       {live + "/s.db", live + "/s.db-wal", live + "/s.db-shm", live_noshm + "/s.db", live_noshm + "/s.db-wal"})
+    ::chmod(f.c_str(), 0644);
+  for (const std::string& d : {ro, live, live_noshm}) ::chmod(d.c_str(), 0555);
+  ::chmod(dir.file("").c_str(), 0755);
+  const std::string before = read_bytes(path);
+
+  const std::string answer = as_unprivileged([&]() -> std::string {
+    std::string bad;
+    try {
+      SessionStore s = SessionStore::open(path, OpenMode::kReadOnly);
+      if (s.list_runs().size() != 1) bad += "read-only open: expected 1 run\n";
+      if (s.load_blobs(1, "attention").size() != 1) bad += "read-only open: blob not read\n";
+      if (!s.check().ok()) bad += "check of a good database in a read-only directory failed\n";
+      SessionStore v = SessionStore::open(path, OpenMode::kView);
+      if (v.writable()) bad += "kView: writable in a read-only directory\n";
+      bad += expect_contains(v.read_only_reason(), "is not writable", "kView reason");
+      SessionStore l = SessionStore::open(live + "/s.db", OpenMode::kReadOnly);
+      if (l.list_runs().size() != 1) bad += "read-only open with -wal and -shm: the run in the WAL is missing\n";
+    } catch (const std::exception& e) {
+      bad += std::string("reading threw: ") + e.what() + "\n";
+    }
+    try {
+      SessionStore::open(path);
+      bad += "a writing open of a database in a read-only directory succeeded\n";
+    } catch (const SessionError& e) {
+      bad += expect_contains(e.what(), path + ": cannot write: its directory " + ro + " is not writable", "write");
+    }
+    try {
+      SessionStore::open(live_noshm + "/s.db", OpenMode::kReadOnly);
+      bad += "a -wal without -shm in a read-only directory opened (its WAL content would be missed)\n";
+    } catch (const SessionError& e) {
+      bad += expect_contains(e.what(), live_noshm + "/s.db: cannot be read where it is", "wal without shm");
+    }
+    try {
+      SessionStore::open(ro + "/new.db");
+      bad += "creating a database in a read-only directory succeeded\n";
+    } catch (const SessionError& e) {
+      bad += expect_contains(e.what(), ro + "/new.db: cannot open", "create");
+    }
+    return bad;
+  });
+  for (const std::string& d : {ro, live, live_noshm}) ::chmod(d.c_str(), 0755);
+  if (answer.rfind("SKIP", 0) == 0) GTEST_SKIP() << answer;
+  EXPECT_EQ(answer, "");
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_FALSE(exists(path + "-wal"));
+  EXPECT_FALSE(exists(path + "-shm"));
+}
+
+TEST(SessionChecks, AReadOnlyFileIsReadButWritingItIsRefusedInOneLine) {
+  TempDir dir;
+  const std::string path = dir.file("ro.db");
+  make_run_with_attention(path);
+  ::chmod(path.c_str(), 0444);
+  ::chmod(dir.file("").c_str(), 0777);
+  const std::string answer = as_unprivileged([&]() -> std::string {
+    std::string bad;
+    try {
+      if (SessionStore::open(path, OpenMode::kReadOnly).list_runs().size() != 1) bad += "read-only open: no run\n";
+      if (SessionStore::open(path, OpenMode::kView).writable()) bad += "kView of a read-only file is writable\n";
+    } catch (const std::exception& e) {
+      bad += std::string("reading threw: ") + e.what() + "\n";
+    }
+    try {
+      SessionStore::open(path);
+      bad += "a writing open of a read-only file succeeded\n";
+    } catch (const SessionError& e) {
+      bad += expect_contains(e.what(), path + ": cannot write: Permission denied", "write");
+      if (std::string(e.what()).find('\n') != std::string::npos) bad += "message has more than one line\n";
+    }
+    return bad;
+  });
+  ::chmod(dir.file("").c_str(), 0700);
+  if (answer.rfind("SKIP", 0) == 0) GTEST_SKIP() << answer;
+  EXPECT_EQ(answer, "");
 }

@@ -20,6 +20,11 @@ namespace kvscope::sessions {
 enum class OpenMode {
   kReadWrite,  ///< create the file if missing, migrate an older schema in place
   kReadOnly,   ///< never write the file; an older schema is migrated in a private in-memory copy
+  /// An existing database to look at (the GUI): read-write where this process can write the file
+  /// and its directory and the file passes the open-time check (notes, bookmarks, view state;
+  /// an older schema migrated in place), else read-only (see read_only_reason). Never creates or
+  /// initialises a file: a missing, empty (0-byte) or schema-less file is refused.
+  kView,
 };
 
 class SessionStore {
@@ -27,12 +32,15 @@ class SessionStore {
   /// application_id of a kvscope session database: 0x4B565343, "KVSC" in ASCII.
   static constexpr int32_t kApplicationId = 0x4B565343;
   /// Schema version this build writes (PRAGMA user_version). History: docs/sessions.md.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   /// Opens (kReadWrite: creates) the database at `path` and migrates it to kSchemaVersion, one
   /// transaction per step. Refuses, leaving the file byte-identical, a file that is not SQLite,
   /// a SQLite file with another application_id (or a non-empty one without any), and a schema
   /// newer than kSchemaVersion. Throws SessionError naming `path`.
+  /// kReadWrite also refuses, in one line naming the file, a file or directory this process
+  /// cannot write, and an existing file that fails PRAGMA quick_check (structural damage).
+  /// Read-only opens work in a read-only directory (see docs/sessions.md "Read-only files").
   static SessionStore open(const std::string& path, OpenMode mode = OpenMode::kReadWrite);
 
   SessionStore(SessionStore&&) noexcept;
@@ -45,6 +53,10 @@ class SessionStore {
   const std::string& path() const;
   /// PRAGMA user_version of the open database (kSchemaVersion after open).
   int schema_version() const;
+  /// Whether this store may write (false for kReadOnly, and for kView where writing is impossible).
+  bool writable() const;
+  /// Why a kView open is read-only ("" when it is writable or was opened kReadOnly).
+  const std::string& read_only_reason() const;
 
   // ---- writing a run ------------------------------------------------------------------------
   /// Starts a run (status running, created_at now, writer = this process) and returns its id.
@@ -98,6 +110,11 @@ class SessionStore {
   // ---- maintenance --------------------------------------------------------------------------
   /// PRAGMA integrity_check + foreign_key_check: "ok", or the problems found, one per line.
   std::string integrity_check() const;
+  /// The thorough check (`kvscope-cli check`): integrity_check, every blob's stored bytes against
+  /// their checksum and decoded, every run's token arrays against theirs, and each run's rows
+  /// consistent (status and finish time, token counts, raw sizes). Reports instead of throwing,
+  /// unless the file cannot be read at all.
+  CheckReport check() const;
   /// Copies every run of `inputs` (rows, blobs, notes, bookmarks) into `out_path` (created or
   /// appended to) in one transaction, with new ids. A run whose sweep key already has a
   /// complete run (in the output or earlier in the inputs) is skipped, as are unfinished or

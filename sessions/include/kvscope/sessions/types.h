@@ -266,6 +266,17 @@ Blob Blob::of(std::string name, int64_t layer, int64_t head, std::vector<int64_t
   return b;
 }
 
+/// What SessionStore::check found.
+struct CheckReport {
+  std::string integrity = "ok";       ///< PRAGMA integrity_check + foreign_key_check: "ok" or the problems
+  int64_t runs = 0;                   ///< runs looked at
+  int64_t blobs = 0;                  ///< blobs looked at
+  int64_t blobs_verified = 0;         ///< stored bytes matched their checksum and decoded
+  int64_t blobs_unverified = 0;       ///< written before checksums (schema < 4): decoded, nothing to compare with
+  std::vector<std::string> problems;  ///< one line per damaged or inconsistent item, naming it
+  bool ok() const { return integrity == "ok" && problems.empty(); }
+};
+
 /// What SessionStore::merge did.
 struct MergeReport {
   int64_t runs_copied = 0;
