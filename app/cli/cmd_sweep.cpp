@@ -4,10 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "commands.h"
 #include "fault_injection.h"
 #include "kvscope/core/errors.h"
+#include "kvscope/core/param_spec.h"
 #include "kvscope/core/pipeline.h"
 #include "run_options.h"
 #include "session_record.h"
@@ -23,21 +26,80 @@
 namespace kvscope::cli {
 namespace {
 
-struct Item {
-  std::string model, prompt, pipeline;
-  std::optional<double> budget;  ///< none for a pipeline that uses no budget (one run, not one per value)
-  std::string key(const Grid& g, const std::string& device) const {
-    std::ostringstream os;
-    os << model << "|" << prompt << "|" << pipeline << "|" << g.budget_unit << "=";
-    if (budget)
-      os << *budget;
-    else
-      os << "none";
-    os << "|new=" << g.max_new_tokens << "|" << g.dtype << "|bos=" << g.bos << "|ref=" << g.reference_full;
-    (void)device;  // the same run on another GPU is the same run
-    return os.str();
-  }
+/// A grid with what the sweep derives from it once: pipelines resolved, canonical names.
+struct Plan {
+  Grid g;
+  std::vector<GridPipeline> pipelines;
+  std::string unit;   ///< canonical budget unit name
+  std::string dtype;  ///< canonical dtype name
+  uint64_t per_model_prompt = 0;
+  std::vector<uint64_t> first;  ///< index of each pipeline's first run within a (model, prompt) block
+  uint64_t size = 0;            ///< runs in the grid
 };
+
+/// One run of the grid (indices into its lists).
+struct Item {
+  size_t model = 0, prompt = 0, pipeline = 0;
+  std::optional<size_t> budget;  ///< none for a pipeline that uses no budget (one run, not one per value)
+};
+
+/// Run `i` of the grid in its order: models, then prompts, then pipelines, then budgets.
+Item item_at(const Plan& p, uint64_t i) {
+  Item it;
+  const uint64_t block = i / p.per_model_prompt, r = i % p.per_model_prompt;
+  it.model = block / p.g.prompts.size();
+  it.prompt = block % p.g.prompts.size();
+  it.pipeline = size_t(std::upper_bound(p.first.begin(), p.first.end(), r) - p.first.begin()) - 1;
+  if (p.pipelines[it.pipeline].uses_budget) it.budget = r - p.first[it.pipeline];
+  return it;
+}
+
+/// The sweep key (format 2): canonical absolute paths, canonical pipeline SPEC, unit and dtype, and
+/// the budget's shortest exact decimal form. The same run on another GPU is the same run.
+std::string key(const Plan& p, const Item& it) {
+  const Grid& g = p.g;
+  return "v2|" + g.models[it.model] + "|" + g.prompts[it.prompt] + "|" + p.pipelines[it.pipeline].spec + "|" + p.unit +
+         "=" + (it.budget ? format_number(g.budgets[*it.budget]) : "none") +
+         "|new=" + std::to_string(g.max_new_tokens) + "|" + p.dtype + "|bos=" + g.bos +
+         "|ref=" + (g.reference_full ? "1" : "0");
+}
+
+/// The key as kvscope wrote it before format 2: paths as the grid's folder was named on the
+/// command line, SPEC, unit and dtype as written, the budget with 6 significant digits.
+std::string legacy_key(const Plan& p, const Item& it) {
+  const Grid& g = p.g;
+  std::ostringstream os;
+  os << g.legacy_models[it.model] << "|" << g.legacy_prompts[it.prompt] << "|" << g.pipelines[it.pipeline] << "|"
+     << g.budget_unit << "=";
+  if (it.budget)
+    os << g.budgets[*it.budget];
+  else
+    os << "none";
+  os << "|new=" << g.max_new_tokens << "|" << g.dtype << "|bos=" << g.bos << "|ref=" << g.reference_full;
+  return os.str();
+}
+
+/// Complete runs with an old-format key: key -> the budgets they ran with. A legacy key matches a
+/// run only if the budget recorded with it is exactly this run's (6 digits made 3.0000001 and
+/// 3.0000002 one key).
+using LegacyRuns = std::map<std::string, std::vector<double>>;
+
+LegacyRuns legacy_runs(const sessions::SessionStore& store) {
+  LegacyRuns out;
+  for (const auto& r : store.list_runs())
+    if (r.status == sessions::RunStatus::kComplete && r.sweep_key && r.sweep_key->rfind("v2|", 0) != 0)
+      out[*r.sweep_key].push_back(r.budget.value);
+  return out;
+}
+
+bool done_before(const Plan& p, const Item& it, const LegacyRuns& legacy) {
+  if (legacy.empty()) return false;
+  const auto found = legacy.find(legacy_key(p, it));
+  if (found == legacy.end()) return false;
+  if (!it.budget) return true;
+  const double b = p.g.budgets[*it.budget];
+  return std::find(found->second.begin(), found->second.end(), b) != found->second.end();
+}
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -53,40 +115,47 @@ std::string hms(double s) {
   return buf;
 }
 
-/// Runs the items with index % stride == offset on `device`. Returns the number of failures.
-int run_items(const PolicyRegistry& registry, const Grid& g, const std::vector<Item>& items, size_t offset,
-              size_t stride, const std::string& device, const std::string& db) {
+/// Runs this shard's items (grid indices shard, shard + n_shards, ...) whose position among them
+/// is offset, offset + stride, ... on `device`. Returns the number of failures.
+int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, uint64_t n_shards, uint64_t offset,
+              uint64_t stride, const std::string& device, const std::string& db) {
+  const Grid& g = plan.g;
   auto store = sessions::SessionStore::open(db);
+  const LegacyRuns legacy = legacy_runs(store);
   std::map<std::string, std::unique_ptr<Model>> models;
-  size_t todo = 0, done = 0, skipped = 0, failed = 0;
-  for (size_t i = offset; i < items.size(); i += stride) ++todo;
+  const uint64_t mine = plan.size > shard ? (plan.size - shard + n_shards - 1) / n_shards : 0;
+  uint64_t todo = 0, done = 0, skipped = 0, failed = 0;
+  for (uint64_t j = offset; j < mine; j += stride) ++todo;
   const bool tty = ::isatty(2);
   const auto t0 = std::chrono::steady_clock::now();
-  for (size_t i = offset; i < items.size(); i += stride) {
-    const Item& it = items[i];
-    const std::string key = it.key(g, device);
-    if (store.find_by_sweep_key(key)) {
+  for (uint64_t j = offset; j < mine; j += stride) {
+    const uint64_t i = shard + j * n_shards;
+    const Item it = item_at(plan, i);
+    const std::string k = key(plan, it);
+    if (store.find_by_sweep_key(k) || done_before(plan, it, legacy)) {
       ++skipped;
       continue;
     }
+    const std::string& model_path = g.models[it.model];
+    const std::string& prompt = g.prompts[it.prompt];
     try {
       run::RunOptions options;
-      options.prompt_text = read_file(it.prompt);
+      options.prompt_text = read_file(prompt);
       options.bos = run::parse_bos_mode(g.bos);
-      options.pipeline = it.pipeline;
-      if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), *it.budget};
+      options.pipeline = plan.pipelines[it.pipeline].spec;
+      if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), g.budgets[*it.budget]};
       options.max_new_tokens = g.max_new_tokens;
       options.reference_full = g.reference_full;
       options.capture = parse_capture_level(g.capture);
       const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
-      auto& model = models[it.model];
-      if (!model) model = std::make_unique<Model>(load_model(it.model, run::load_options(device, g.dtype)));
+      auto& model = models[model_path];
+      if (!model) model = std::make_unique<Model>(load_model(model_path, run::load_options(device, g.dtype)));
       const Engine engine(*model);
       GenerateRequest req = run::make_request(*model, pipeline.get(), options);
       req.fault_hook = fault_hook_from_environment();
       int64_t run = -1;
-      const std::string name = std::filesystem::path(it.prompt).filename().string() + " / " + it.pipeline;
-      run::generate_into_store(store, engine, pipeline.get(), registry, req, options.prompt_text, name, key, run);
+      const std::string name = std::filesystem::path(prompt).filename().string() + " / " + g.pipelines[it.pipeline];
+      run::generate_into_store(store, engine, pipeline.get(), registry, req, options.prompt_text, name, k, run);
     } catch (const std::exception& e) {
       ++failed;
       std::cerr << (tty ? "\n" : "") << "sweep: item " << i << " failed: " << e.what() << "\n";
@@ -94,15 +163,68 @@ int run_items(const PolicyRegistry& registry, const Grid& g, const std::vector<I
     ++done;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double rate = done / std::max(s, 1e-9);
-    const size_t left = todo - done - skipped;
+    const uint64_t left = todo - done - skipped;
     if (tty)
-      std::fprintf(stderr, "\r[%zu/%zu] %.2f runs/min, ETA %s   ", done + skipped, todo, rate * 60,
-                   hms(left / rate).c_str());
+      std::fprintf(stderr, "\r[%llu/%llu] %.2f runs/min, ETA %s   ", static_cast<unsigned long long>(done + skipped),
+                   static_cast<unsigned long long>(todo), rate * 60, hms(left / rate).c_str());
   }
   if (tty) std::fprintf(stderr, "\n");
   std::cerr << "sweep" << (stride > 1 ? " (" + device + ")" : "") << ": " << done - failed << " runs recorded, "
             << skipped << " already done, " << failed << " failed\n";
-  return int(failed);
+  return int(std::min<uint64_t>(failed, 1));
+}
+
+/// Parses the grid and checks every value of every axis, and the size, before anything runs.
+Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_t max_runs,
+                const std::vector<std::string>& devices) {
+  Plan p;
+  p.g = parse_grid(grid);
+  const Grid& g = p.g;
+  p.pipelines = resolve_grid_pipelines(g, registry.catalog());
+  p.size = grid_run_count(g, p.pipelines);
+  if (p.size > max_runs) {
+    size_t with_budget = 0;
+    for (const auto& pl : p.pipelines) with_budget += pl.uses_budget;
+    std::ostringstream os;
+    os << "the grid has "
+       << (p.size == std::numeric_limits<uint64_t>::max() ? "more than 2^64 - 1"
+                                                          : std::to_string(static_cast<unsigned long long>(p.size)))
+       << " runs (" << g.models.size() << " models x " << g.prompts.size() << " prompts x (" << with_budget
+       << " pipelines x " << g.budgets.size() << " budgets + " << p.pipelines.size() - with_budget
+       << " pipelines without a budget)), more than --max-runs " << max_runs
+       << "; shorten its lists, or raise --max-runs if you mean it";
+    throw InputError(grid, os.str());
+  }
+  for (const auto& pl : p.pipelines) {
+    p.first.push_back(p.per_model_prompt);
+    p.per_model_prompt += pl.uses_budget ? g.budgets.size() : 1;
+  }
+  p.unit = std::string(budget_unit_name(parse_budget_unit(g.budget_unit)));
+  // Device, dtype and capture as LibTorch and the run read them (the devices of --devices too).
+  auto check = [&](const std::string& key, auto&& fn) {
+    try {
+      fn();
+    } catch (const InputError& e) {
+      throw InputError(g.where(key), "'" + key + "': " + e.what());
+    }
+  };
+  check("dtype", [&] { p.dtype = dtype_name(parse_dtype(g.dtype)); });
+  check("capture", [&] { parse_capture_level(g.capture); });
+  check("device", [&] { run::load_options(g.device, g.dtype); });
+  for (const auto& d : devices) run::load_options(d, g.dtype);
+  check_grid_files(g);
+  // Each pipeline built once, with the first budget if it uses one (every budget is in range).
+  for (size_t i = 0; i < p.pipelines.size(); ++i) {
+    run::RunOptions options;
+    options.pipeline = p.pipelines[i].spec;
+    if (p.pipelines[i].uses_budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), g.budgets[0]};
+    try {
+      run::make_pipeline(registry, options);
+    } catch (const InputError& e) {
+      throw InputError(g.where(g.pipeline_lines[i]), "pipeline '" + g.pipelines[i] + "': " + e.what());
+    }
+  }
+  return p;
 }
 
 }  // namespace
@@ -112,6 +234,7 @@ Runner add_sweep(CLI::App& app) {
       app.add_subcommand("sweep", "Run a grid of models x prompts x pipelines x budgets into a session database");
   struct Args {
     std::string grid, db, shard, devices, emit_slurm;
+    uint64_t max_runs = 100000;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("GRID", a->grid, "Sweep grid (TOML)")->required();
@@ -120,36 +243,27 @@ Runner add_sweep(CLI::App& app) {
   cmd->add_option("--devices", a->devices, "Comma-separated CUDA device ids: one worker process per GPU");
   cmd->add_option("--emit-slurm", a->emit_slurm,
                   "Write a Slurm array script (one shard per task, one database per shard)");
+  cmd->add_option("--max-runs", a->max_runs,
+                  "Refuse a grid of more runs than this, before anything runs (the whole grid, not one shard)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   return [a]() {
-    const Grid g = parse_grid(a->grid);
     PolicyRegistry registry;
     register_builtin_policies(registry);
-    // A pipeline that uses no budget (a head pattern) runs once, not once per budget value.
-    std::vector<bool> uses_budget;
-    for (const auto& pl : g.pipelines) {
-      bool uses = true;  // a bad SPEC fails item by item below, as any run does
-      try {
-        uses = pipeline_uses_budget(resolve_pipeline(registry.catalog(), pl));
-      } catch (const InputError&) {
-      }
-      uses_budget.push_back(uses);
-    }
-    std::vector<Item> items;
-    for (const auto& m : g.models)
-      for (const auto& p : g.prompts)
-        for (size_t i = 0; i < g.pipelines.size(); ++i) {
-          if (!uses_budget[i])
-            items.push_back({m, p, g.pipelines[i], std::nullopt});
-          else
-            for (double b : g.budgets) items.push_back({m, p, g.pipelines[i], b});
-        }
-    size_t shard = 0, n_shards = 1;
+    uint64_t shard = 0, n_shards = 1;
     if (!a->shard.empty()) {
-      if (std::sscanf(a->shard.c_str(), "%zu/%zu", &shard, &n_shards) != 2 || n_shards == 0 || shard >= n_shards)
+      unsigned long long i = 0, n = 0;
+      char end = 0;
+      if (std::sscanf(a->shard.c_str(), "%llu/%llu%c", &i, &n, &end) != 2 || n == 0 || i >= n)
         throw InputError("--shard must be i/n with 0 <= i < n (got '" + a->shard + "')");
+      shard = i, n_shards = n;
     }
+    std::vector<std::string> devices;
+    std::stringstream ss(a->devices);
+    for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
+    const Plan plan = plan_sweep(registry, a->grid, a->max_runs, devices);
     if (!a->emit_slurm.empty()) {
-      const size_t tasks = std::max<size_t>(n_shards, 1);
+      const uint64_t tasks = std::max<uint64_t>(n_shards, 1);
       std::ofstream out(a->emit_slurm);
       if (!out) throw InputError(a->emit_slurm, "cannot be written");
       out << "#!/bin/bash\n#SBATCH --job-name=kvscope-sweep\n#SBATCH --array=0-" << tasks - 1
@@ -158,22 +272,17 @@ Runner add_sweep(CLI::App& app) {
           << "#   kvscope-cli merge --out " << a->db << " " << a->db << ".shard-*.db\n"
           << "set -euo pipefail\n"
           << "kvscope-cli sweep '" << std::filesystem::absolute(a->grid).string() << "' --db '" << a->db
-          << ".shard-${SLURM_ARRAY_TASK_ID}.db' --shard ${SLURM_ARRAY_TASK_ID}/" << tasks << "\n";
-      std::cout << "wrote " << a->emit_slurm << " (" << tasks << " tasks, " << items.size() << " runs)\n";
+          << ".shard-${SLURM_ARRAY_TASK_ID}.db' --shard ${SLURM_ARRAY_TASK_ID}/" << tasks << " --max-runs "
+          << a->max_runs << "\n";
+      std::cout << "wrote " << a->emit_slurm << " (" << tasks << " tasks, " << plan.size << " runs)\n";
       return 0;
     }
-    // Keep this shard's items, then spread them over the GPUs.
-    std::vector<Item> mine;
-    for (size_t i = shard; i < items.size(); i += n_shards) mine.push_back(items[i]);
-    std::vector<std::string> devices;
-    std::stringstream ss(a->devices);
-    for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
     if (devices.size() <= 1)
-      return run_items(registry, g, mine, 0, 1, devices.empty() ? g.device : devices[0], a->db) ? 1 : 0;
+      return run_items(registry, plan, shard, n_shards, 0, 1, devices.empty() ? plan.g.device : devices[0], a->db);
     std::vector<pid_t> children;
     for (size_t d = 0; d < devices.size(); ++d) {
       const pid_t pid = ::fork();
-      if (pid == 0) ::_exit(run_items(registry, g, mine, d, devices.size(), devices[d], a->db) ? 1 : 0);
+      if (pid == 0) ::_exit(run_items(registry, plan, shard, n_shards, d, devices.size(), devices[d], a->db));
       children.push_back(pid);
     }
     int status = 0, failed = 0;

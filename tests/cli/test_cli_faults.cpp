@@ -200,10 +200,11 @@ TEST_F(CliFaults, GridsThatReachUndefinedBehaviourInTomlPlusPlusAreRefusedClearl
   }
   EXPECT_FALSE(fs::exists(db_));
   // Non-ASCII text in comments, and escapes in strings, are fine.
+  fs::copy_file(dir_ / "story.txt", dir_ / "st\xc3\xbcry.txt");
   std::ofstream(dir_ / "ok.toml")
       << "# Grille d'essai: mod\xc3\xa8les\nmodels = [\"" << (test::stories_dir() / "stories260K.bin").string()
-      << "\"]\nprompts = [\"story.txt\"]\npipelines = [\"tova\"]  # \xc3\xa9lan\nmax_new_tokens = 2\n"
-         "[budget]\nunit = \"ratio\"\nvalues = [0.5]\nname = \"\\u00FC\"\n";
+      << "\"]\nprompts = [\"st\\u00FCry.txt\"]\npipelines = [\"tova\"]  # \xc3\xa9lan\nmax_new_tokens = 2\n"
+         "[budget]\nunit = \"ratio\"\nvalues = [0.5]\n";
   const auto ok = run_cli("sweep " + quote(dir_ / "ok.toml") + " --db " + quote(db_), true);
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
 }
