@@ -18,7 +18,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 shift || true
 all=(fuzz_safetensors_header fuzz_safetensors_index fuzz_config_json fuzz_tokenizer_json fuzz_llama2c_header
-     fuzz_llama2c_tokenizer fuzz_pipeline_spec fuzz_sweep_toml fuzz_session_open fuzz_head_pattern)
+     fuzz_llama2c_tokenizer fuzz_pipeline_spec fuzz_sweep_toml fuzz_session_open fuzz_head_pattern
+     fuzz_session_blob)
 targets=("$@")
 ((${#targets[@]} == 0)) && targets=("${all[@]}")
 

@@ -122,6 +122,11 @@ std::optional<std::vector<int64_t>> parse_shape(std::string_view text) {
   }
   skip();
   if (i != text.size()) return std::nullopt;
+  // A stored shape names at most 2^48 elements (a petabyte of fp32): beyond that the product (and
+  // the byte size the readers compute from it) would overflow int64.
+  int64_t numel = 1;
+  for (int64_t d : out)
+    if (__builtin_mul_overflow(numel, d, &numel) || numel > kMaxBlobElements) return std::nullopt;
   return out;
 }
 

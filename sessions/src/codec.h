@@ -22,7 +22,11 @@ std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& 
 
 /// "[2,3,4]" (no spaces; "[]" for a scalar).
 std::string format_shape(const std::vector<int64_t>& shape);
-/// Inverse of format_shape (whitespace tolerated); nullopt for malformed text or negative dims.
+/// Largest element count a stored shape may name (2^48): Blob::numel and numel x dtype size stay
+/// far inside int64.
+inline constexpr int64_t kMaxBlobElements = int64_t(1) << 48;
+/// Inverse of format_shape (whitespace tolerated); nullopt for malformed text, negative dims or
+/// more than kMaxBlobElements elements.
 std::optional<std::vector<int64_t>> parse_shape(std::string_view text);
 
 /// Token ids as little-endian int32 bytes, and back (nullopt when the size is not a multiple of 4).

@@ -136,11 +136,25 @@ def head_pattern_seeds(out):
     write(out, "fuzz_head_pattern", "empty", json.dumps({"format": "kvscope.head_pattern.v1", "layers": []}))
 
 
+def zstd_frame(payload):
+    """A zstd frame of raw blocks (no compression; the format needs no library): magic, a frame
+    header with the content size, one raw last block, the XXH64-less end (no checksum flag)."""
+    header = b"\x28\xb5\x2f\xfd" + bytes([0x20 | 0x00]) + bytes([len(payload)])  # single segment, 1-byte size
+    block = struct.pack("<I", (len(payload) << 3) | 1)[:3]  # last block, raw
+    return header + block + payload
+
+
 def session_seeds(out, db):
     if db and os.path.exists(db):
         with open(db, "rb") as f:
             write(out, "fuzz_session_open", "session", f.read())
     write(out, "fuzz_session_open", "empty", b"")
+    # fuzz_session_blob: "DTYPE\nSHAPE\nRAW_SIZE\n" + stored bytes (a zstd frame of them, or raw)
+    floats = struct.pack("<4f", 0.5, 0.25, 0.125, 0.125)
+    frame = zstd_frame(floats)
+    write(out, "fuzz_session_blob", "f32", b"f32\n[2,2]\n16\n" + frame)
+    write(out, "fuzz_session_blob", "scalar", b"i64\n[]\nnull\n" + zstd_frame(struct.pack("<q", 7)))
+    write(out, "fuzz_session_blob", "raw", b"u8\n[3]\n3\nabc")
     write(out, "fuzz_session_open", "header-only", b"SQLite format 3\x00" + bytes(84))
 
 

@@ -1071,6 +1071,25 @@ TEST(SessionChecks, CorruptBytesInsideABlobFailItsReadNamingTheBlobAndCheckFinds
   EXPECT_TRUE(SessionStore::open(out, OpenMode::kReadOnly).list_runs().empty());
 }
 
+TEST(SessionChecks, AShapeBeyondAnyTensorIsRefusedNotMultipliedPastInt64) {
+  // [2^32, 2^32, 4] x f32: numel wrapped past int64 (undefined behaviour) and the byte size the
+  // reader compared raw_size with came out as a small number. Found while writing fuzz_session_blob.
+  TempDir dir;
+  const std::string path = dir.file("s.db");
+  SessionStore s = SessionStore::open(path);
+  const int64_t id = s.begin_run(sample_info("r"));
+  s.add_blob(id, Blob::of<float>("attention", 0, -1, {4}, noise(4, 1)));
+  RawDb raw(path);
+  for (const char* shape : {"[4294967296,4294967296,4]", "[9223372036854775807,2]", "[281474976710657]"}) {
+    raw.exec(std::string("UPDATE blobs SET shape = '") + shape + "', raw_size = NULL");
+    const std::string err = error_of([&] { s.load_blobs(id, "attention"); });
+    EXPECT_NE(err.find(std::string("bad shape '") + shape + "'"), std::string::npos) << err;
+    EXPECT_FALSE(s.check().ok());
+  }
+  raw.exec("UPDATE blobs SET shape = '[2,2]', raw_size = 16");  // 2^48 elements and below still read
+  EXPECT_EQ(s.load_blobs(id, "attention").at(0).numel(), 4);
+}
+
 TEST(SessionChecks, ZstdFrameChecksumCatchesDamageWhereTheChecksumColumnIsMissing) {
   // A blob of a running run edited behind the store's back (triggers let running runs change):
   // with its checksum column the CRC catches it, without one (rows written before v4) the zstd
