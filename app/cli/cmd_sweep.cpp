@@ -39,14 +39,6 @@ struct Item {
   }
 };
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw InputError(p, "cannot read the prompt file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string hms(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%02d:%02d:%02d", int(s / 3600), int(s / 60) % 60, int(s) % 60);
@@ -71,13 +63,14 @@ int run_items(const PolicyRegistry& registry, const Grid& g, const std::vector<I
     }
     try {
       run::RunOptions options;
-      options.prompt_text = read_file(it.prompt);
+      options.prompt_text = run::read_prompt_file(it.prompt);
       options.bos = run::parse_bos_mode(g.bos);
       options.pipeline = it.pipeline;
       if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), *it.budget};
       options.max_new_tokens = g.max_new_tokens;
       options.reference_full = g.reference_full;
       options.capture = parse_capture_level(g.capture);
+      options.allow_beyond_context = g.allow_beyond_context;
       const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
       auto& model = models[it.model];
       if (!model) model = std::make_unique<Model>(load_model(it.model, run::load_options(device, g.dtype)));

@@ -1,5 +1,6 @@
 #include "fault_injection.h"
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
@@ -15,6 +16,11 @@ std::function<void(std::string_view, int64_t)> fault_hook_from_environment() {
   const std::string spec(env);
   std::string phase;
   int64_t step = 0;
+  if (spec == "torch@prefill") {
+    return [](std::string_view at, int64_t) {
+      if (at == "prefill") (void)at::zeros({2}).view({3});  // c10::Error: shape '[3]' is invalid ...
+    };
+  }
   if (spec == "oom@prefill") {
     phase = "prefill";
   } else if (spec.rfind("oom@decode:", 0) == 0) {
@@ -25,7 +31,7 @@ std::function<void(std::string_view, int64_t)> fault_hook_from_environment() {
       throw InputError("KVSCOPE_TEST_FAULT: bad decode step in '" + spec + "'");
     }
   } else {
-    throw InputError("KVSCOPE_TEST_FAULT: expected oom@prefill or oom@decode:N, got '" + spec + "'");
+    throw InputError("KVSCOPE_TEST_FAULT: expected oom@prefill, oom@decode:N or torch@prefill, got '" + spec + "'");
   }
   return [phase, step](std::string_view at, int64_t n) {
     if (at == phase && n == step)

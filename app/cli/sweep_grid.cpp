@@ -179,6 +179,10 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
   g.dtype = string_or(t, "dtype", "fp32", file);
   g.capture = string_or(t, "capture", "summary", file);
   g.reference_full = string_or(t, "reference", "full", file) == "full";
+  if (const auto a = t["allow_beyond_context"]) {
+    if (!a.is_boolean()) throw InputError(file, "'allow_beyond_context' must be true or false");
+    g.allow_beyond_context = a.value_or(false);
+  }
   if (!find_budget_unit(g.budget_unit))
     throw InputError(
         file, "[budget] unit: '" + g.budget_unit + "' is not ratio, compression_ratio, stored, fetched or fraction");

@@ -15,6 +15,7 @@ struct Grid {
   int64_t max_new_tokens = 32;
   std::string bos = "auto", device = "cpu", dtype = "fp32", capture = "summary";
   bool reference_full = true;
+  bool allow_beyond_context = false;  ///< runs may go past a model's context (--allow-beyond-context)
 };
 
 /// Reads and parses the grid file. Throws InputError(file, ...) if it cannot be read, is not TOML,
