@@ -344,7 +344,7 @@ TEST_F(CliInputs, PromptFilesThatAreNotTextFailInOneLineNamingTheFile) {
 // --device values that are no device, and devices this machine does not have: one line naming the
 // option and the value, exit 2 (a CPU build has no cuda:99; a CUDA build checks the device count).
 TEST_F(CliInputs, DevicesThatDoNotExistAreRefusedNamingTheOption) {
-  for (const std::string device : {"cuda:-7", "cuda:abc", "cuda:99", "cpu:3", "tpu"}) {
+  for (const std::string device : {"cuda:-7", "cuda:abc", "cuda:99", "cpu:3", "tpu", "meta", "mps"}) {
     SCOPED_TRACE(device);
     expect_one_line(
         test::run_cli_stderr("generate --model " + q(test::stories_dir()) + " --prompt x --device " + device), 2,
