@@ -331,5 +331,22 @@ TEST_F(ParserRegressions, LayerCountThatDoesNotMatchTheWeightsIsRefused) {
   EXPECT_EQ(load_model(dir_, LoadOptions{}).weights.layers.size(), 8u);
 }
 
+// A llama2.c header whose n_layers is below the weights' (or a file with bytes appended) loaded the
+// first layers and silently ignored the rest; now the file must be exactly the size the header implies.
+TEST_F(ParserRegressions, Llama2cHeaderThatDoesNotMatchItsWeightsIsRefused) {
+  const std::string original = test::read_text(test::stories_dir() / "stories260K.bin");
+  ASSERT_EQ(original.size(), 1056540u);
+  std::string fewer = original;
+  const int32_t four = 4;
+  std::memcpy(fewer.data() + 8, &four, 4);  // n_layers 5 -> 4
+  const auto f = write("fewer.bin", fewer);
+  expect_input_error([&] { load_model(f, LoadOptions{}); }, f,
+                     "llama2.c checkpoint of 1056540 bytes, 181760 more than its header implies (dim 64, hidden_dim "
+                     "172, n_layers 4, n_heads 8, n_kv_heads 4, vocab_size 512, seq_len 512 -> 874780 bytes): the "
+                     "header does not match its weights");
+  const auto g = write("appended.bin", original + std::string(8, '\0'));
+  expect_input_error([&] { load_model(g, LoadOptions{}); }, g, "1056548 bytes, 8 more than its header implies");
+}
+
 }  // namespace
 }  // namespace kvscope
