@@ -127,6 +127,13 @@ std::string read_prompt_file(const std::string& path) {
   return text;
 }
 
+std::string error_message(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = torch_error ? torch_error->what_without_backtrace() : e.what();
+  if (const size_t end = text.find('\n'); end != std::string::npos) text.resize(end);
+  return text;
+}
+
 int64_t context_positions(const GenerateRequest& req) {
   const int64_t n_new = std::max<int64_t>(req.max_new_tokens, 0);
   int64_t n = static_cast<int64_t>(req.prompt_ids.size()) + n_new;

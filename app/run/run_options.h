@@ -4,6 +4,7 @@
 // GenerateRequest. The CLI, sweeps and the GUI's run worker all call these (kvscope_run), so a run
 // means the same thing whichever front end started it.
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,10 @@ struct RunOptions {
 /// be opened (missing, a symlink loop, no permission), a directory, something not a regular file
 /// (/dev/zero, a FIFO), a file over 64 MiB, or one that is not text (a NUL byte, invalid UTF-8).
 std::string read_prompt_file(const std::string& path);
+
+/// The message of `e` for a person, in one line: a LibTorch error (c10::Error) without the stack
+/// trace its what() carries (7-33 lines), any other message up to its first line break.
+std::string error_message(const std::exception& e);
 
 /// Token positions generate() gives `req` at most: the prompt and max_new_tokens, and per later
 /// turn the last token fed back, the turn and max_new_tokens again.

@@ -146,7 +146,7 @@ GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& 
     record_results(store, run_id, engine.model(), req, res);
     return res;
   } catch (const std::exception& e) {
-    store.fail_run(run_id, e.what());
+    store.fail_run(run_id, error_message(e));  // one line: no LibTorch stack trace in the database
     throw;
   }
 }

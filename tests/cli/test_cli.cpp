@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -358,8 +359,24 @@ TEST_F(CliInputs, LibTorchErrorsPrintOneLineWithoutTheStackTrace) {
   ::setenv("KVSCOPE_TEST_FAULT", "torch@prefill", 1);
   const Result r = test::run_cli_stderr("generate --model " + q(test::stories_dir()) + " --prompt Once");
   ::unsetenv("KVSCOPE_TEST_FAULT");
-  expect_one_line(r, 1, {"kvscope-cli: error: shape '[3]' is invalid for input of size 2"});
+  expect_one_line(r, 1, {"kvscope-cli: error: index out of range in self"});
   EXPECT_EQ(r.out.find("Exception raised from"), std::string::npos) << r.out;
+  // The failed run's error in the session database is the same one line.
+  const auto db = dir_ / "runs.db";
+  ::setenv("KVSCOPE_TEST_FAULT", "torch@prefill", 1);
+  const Result run =
+      test::run_cli_stderr("run --model " + q(test::stories_dir()) + " --prompt Once --pipeline snapkv " +
+                           "--compression-ratio 0.5 --db " + q(db));
+  ::unsetenv("KVSCOPE_TEST_FAULT");
+  expect_one_line(run, 1, {"index out of range in self"});
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no sqlite3 to read the database";
+  FILE* p = ::popen(("sqlite3 " + q(db) + " 'SELECT status, error FROM runs'").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string rows;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) rows.append(buf.data(), n);
+  ::pclose(p);
+  EXPECT_EQ(rows, "failed|index out of range in self\n");
 }
 
 // A tokenizer whose ids exceed the model's vocabulary (pycode-16m's 8192 tokens on stories260K's
