@@ -39,7 +39,8 @@ Runner add_inspect(CLI::App& app) {
       std::cout << r.id << "  " << (r.incomplete ? "incomplete" : std::string(sessions::to_string(r.status))) << "  "
                 << (r.name.empty() ? "-" : r.name) << "  " << r.model_path << "  " << r.pipeline_spec << "  budget "
                 << fmt(r.budget.value) << " " << budget_unit_name(r.budget.unit);
-      for (const char* m : {"n_prompt", "mean_kl", "top1_agreement", "kv_bytes_live", "decode_tokens_per_s"}) {
+      for (const char* m :
+           {"n_prompt", "mean_kl", "top1_agreement", "kv_bytes_live", "decode_tokens_per_s", "beyond_context_tokens"}) {
         auto it = r.summary.find(m);
         if (it != r.summary.end()) std::cout << "  " << m << "=" << fmt(it->second);
       }

@@ -101,14 +101,6 @@ bool done_before(const Plan& p, const Item& it, const LegacyRuns& legacy) {
   return std::find(found->second.begin(), found->second.end(), b) != found->second.end();
 }
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw InputError(p, "cannot read the prompt file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string hms(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%02d:%02d:%02d", int(s / 3600), int(s / 60) % 60, int(s) % 60);
@@ -140,13 +132,14 @@ int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, 
     const std::string& prompt = g.prompts[it.prompt];
     try {
       run::RunOptions options;
-      options.prompt_text = read_file(prompt);
+      options.prompt_text = run::read_prompt_file(prompt);
       options.bos = run::parse_bos_mode(g.bos);
       options.pipeline = plan.pipelines[it.pipeline].spec;
       if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), g.budgets[*it.budget]};
       options.max_new_tokens = g.max_new_tokens;
       options.reference_full = g.reference_full;
       options.capture = parse_capture_level(g.capture);
+      options.allow_beyond_context = g.allow_beyond_context;
       const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
       auto& model = models[model_path];
       if (!model) model = std::make_unique<Model>(load_model(model_path, run::load_options(device, g.dtype)));
@@ -213,6 +206,12 @@ Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_
   check("device", [&] { run::load_options(g.device, g.dtype); });
   for (const auto& d : devices) run::load_options(d, g.dtype);
   check_grid_files(g);
+  // Every prompt is text a run can read (no NUL bytes, UTF-8, a regular file under the size cap).
+  for (size_t i = 0; i < g.prompts.size(); ++i) try {
+      run::read_prompt_file(g.prompts[i]);
+    } catch (const InputError& e) {
+      throw InputError(g.where(g.prompt_lines[i]), e.what());
+    }
   // Each pipeline built once, with the first budget if it uses one (every budget is in range).
   for (size_t i = 0; i < p.pipelines.size(); ++i) {
     run::RunOptions options;

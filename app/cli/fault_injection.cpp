@@ -1,5 +1,6 @@
 #include "fault_injection.h"
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
@@ -15,6 +16,12 @@ std::function<void(std::string_view, int64_t)> fault_hook_from_environment() {
   const std::string spec(env);
   std::string phase;
   int64_t step = 0;
+  if (spec == "torch@prefill") {
+    return [](std::string_view at, int64_t) {
+      // c10::IndexError "index out of range in self", with 16 lines of stack trace in what()
+      if (at == "prefill") (void)at::zeros({2}).index_select(0, at::tensor({5}));
+    };
+  }
   if (spec == "oom@prefill") {
     phase = "prefill";
   } else if (spec.rfind("oom@decode:", 0) == 0) {
@@ -25,7 +32,7 @@ std::function<void(std::string_view, int64_t)> fault_hook_from_environment() {
       throw InputError("KVSCOPE_TEST_FAULT: bad decode step in '" + spec + "'");
     }
   } else {
-    throw InputError("KVSCOPE_TEST_FAULT: expected oom@prefill or oom@decode:N, got '" + spec + "'");
+    throw InputError("KVSCOPE_TEST_FAULT: expected oom@prefill, oom@decode:N or torch@prefill, got '" + spec + "'");
   }
   return [phase, step](std::string_view at, int64_t n) {
     if (at == phase && n == step)

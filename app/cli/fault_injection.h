@@ -2,6 +2,7 @@
 // Test-only fault injection for the CLI, from the environment (tests/cli/test_cli_faults.cpp):
 //   KVSCOPE_TEST_FAULT=oom@prefill     the prefill fails as if the device ran out of memory
 //   KVSCOPE_TEST_FAULT=oom@decode:N    decode step N fails so
+//   KVSCOPE_TEST_FAULT=torch@prefill   a real LibTorch error (an index out of range, with its stack trace)
 // Unset (always, outside tests): no hook.
 #include <cstdint>
 #include <functional>

@@ -1,10 +1,7 @@
 // kvscope-cli: the headless workbench. Errors print one line naming the file and the problem and
-// exit non-zero.
-#include <iostream>
-
+// exit non-zero (error_report.h: 1 a run failed, 2 bad input).
 #include "commands.h"
-#include "kvscope/core/errors.h"
-#include "kvscope/sessions/types.h"
+#include "error_report.h"
 #include "process_guard.h"
 
 // Before any library starts: resource limits end in one line, not a signal or a hang.
@@ -32,20 +29,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return kvscope::cli::report_usage_error(app, e);
   }
   try {
     for (auto& [cmd, run] : runners)
       if (cmd->parsed()) return run();
-  } catch (const kvscope::sessions::SessionError& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 2;
-  } catch (const kvscope::InputError& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 1;
+    return kvscope::cli::report_error(e);
   }
-  return 0;
+  return kvscope::cli::kExitSuccess;
 }

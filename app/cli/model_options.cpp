@@ -1,8 +1,6 @@
 #include "model_options.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "kvscope/core/errors.h"
 #include "number_check.h"
@@ -35,6 +33,9 @@ void ModelOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--dtype", dtype, "fp32 | bf16 | fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd.add_option("--prefill-chunk", prefill_chunk, "Prefill in blocks of this many tokens (0 = whole prompt)")
       ->check(finite_number(0, 1e12));
+  cmd.add_flag("--allow-beyond-context", allow_beyond_context,
+               "Run even if the prompt and --max-new-tokens go past the model's context (max_position_embeddings); "
+               "recorded with the run");
   cmd.add_flag("--dump-last-logits", dump_last_logits, "Include float32 logits at the last prompt position");
   cmd.add_flag("--json", json, "Print one JSON object");
 }
@@ -46,12 +47,7 @@ Model ModelOptions::load() const {
 }
 
 std::string ModelOptions::prompt_text() const {
-  if (prompt_file.empty()) return prompt;
-  std::ifstream in(prompt_file, std::ios::binary);
-  if (!in) throw InputError(prompt_file, "cannot read the prompt file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return prompt_file.empty() ? prompt : run::read_prompt_file(prompt_file);
 }
 
 run::RunOptions ModelOptions::run_options() const {
@@ -62,6 +58,7 @@ run::RunOptions ModelOptions::run_options() const {
   r.max_new_tokens = max_new_tokens;
   r.sampling = sampling();
   r.prefill_chunk = prefill_chunk;
+  r.allow_beyond_context = allow_beyond_context;
   return r;
 }
 

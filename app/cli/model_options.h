@@ -14,7 +14,7 @@ struct ModelOptions {
   std::string model, random_init, tokenizer, prompt, prompt_file, bos = "auto", device = "cpu", dtype = "fp32";
   std::vector<std::string> turns;  ///< later user turns (multi-turn), each a text
   int64_t max_new_tokens = 64, prefill_chunk = 0;
-  bool greedy = false, dump_last_logits = false, json = false;
+  bool greedy = false, dump_last_logits = false, json = false, allow_beyond_context = false;
   double temperature = 0, top_p = 1.0;
   uint64_t seed = 0;
 
@@ -22,7 +22,8 @@ struct ModelOptions {
   void add_to(CLI::App& cmd);
   /// Loads the model (or builds the random one) on the requested device/dtype. Throws InputError.
   Model load() const;
-  /// Prompt text from --prompt or --prompt-file. Throws InputError for an unreadable file.
+  /// Prompt text from --prompt or --prompt-file. Throws InputError for a file that cannot be read or
+  /// is not text (run::read_prompt_file).
   std::string prompt_text() const;
   SamplingParams sampling() const;
   /// The run these options describe (prompt, turns, BOS, sampling, lengths; no pipeline).

@@ -43,7 +43,8 @@ constexpr std::string_view kTopKeys[] = {"models",
                                          "dtype",
                                          "capture",
                                          "reference",
-                                         "allow_prompts_outside_grid"};
+                                         "allow_prompts_outside_grid",
+                                         "allow_beyond_context"};
 constexpr std::string_view kBudgetKeys[] = {"unit", "values"};
 
 template <class Keys>
@@ -347,6 +348,11 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
   if (reference != "full" && reference != "off")
     throw InputError(g.where("reference"), "'reference' must be \"full\" or \"off\" (got \"" + reference + "\")");
   g.reference_full = reference == "full";
+  if (const auto a = t["allow_beyond_context"]) {
+    if (!a.is_boolean())
+      throw InputError(g.where("allow_beyond_context"), "'allow_beyond_context' must be true or false");
+    g.allow_beyond_context = a.value_or(false);
+  }
   return g;
 }
 

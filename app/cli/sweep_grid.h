@@ -28,6 +28,7 @@ struct Grid {
   int64_t max_new_tokens = 32;
   std::string bos = "auto", device = "cpu", dtype = "fp32", capture = "summary";
   bool reference_full = true;
+  bool allow_beyond_context = false;        ///< runs may go past a model's context (--allow-beyond-context)
   bool allow_prompts_outside_grid = false;  ///< prompts may lie outside the grid's folder
   /// The line (1-based) each value was written on: models[i] on model_lines[i], and so on.
   std::vector<int64_t> model_lines, prompt_lines, pipeline_lines, budget_lines;

@@ -1,6 +1,16 @@
 #include "run_options.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "kvscope/core/errors.h"
 
@@ -20,9 +30,115 @@ LoadOptions load_options(const std::string& device, const std::string& dtype, co
   } catch (const c10::Error&) {
     throw InputError("--device: '" + device + "' is not a device (cpu, cuda or cuda:i)");
   }
+  if (!dev->is_cpu() && !dev->is_cuda())
+    throw InputError("--device: '" + device + "' is not a device kvscope runs on (cpu, cuda or cuda:i)");
+  if (dev->is_cpu() && dev->has_index() && dev->index() != 0)
+    throw InputError("--device: '" + device + "': there is one CPU device (cpu or cpu:0)");
   if (dev->is_cuda() && !at::hasCUDA())
     throw InputError("--device " + device + ": this build of kvscope has no CUDA (LibTorch is CPU-only)");
+  if (dev->is_cuda() && dev->has_index()) {
+    const int64_t n = at::detail::getCUDAHooks().getNumGPUs();
+    if (dev->index() < 0 || dev->index() >= n)
+      throw InputError("--device " + device + ": this machine has " + std::to_string(n) + " CUDA device" +
+                       (n == 1 ? "" : "s") + (n > 0 ? " (cuda:0 to cuda:" + std::to_string(n - 1) + ")" : ""));
+  }
   return LoadOptions{*dev, parse_dtype(dtype), tokenizer};
+}
+
+namespace {
+
+constexpr int64_t kMaxPromptFileBytes = int64_t{64} << 20;
+
+/// Offset of the first byte of `text` that is not part of well-formed UTF-8, or npos.
+size_t first_invalid_utf8(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[pos + i]); };
+    const unsigned char lead = byte(0);
+    size_t len = 0;
+    char32_t cp = 0;
+    if (lead < 0x80)
+      len = 1, cp = lead;
+    else if ((lead & 0xE0) == 0xC0)
+      len = 2, cp = lead & 0x1F;
+    else if ((lead & 0xF0) == 0xE0)
+      len = 3, cp = lead & 0x0F;
+    else if ((lead & 0xF8) == 0xF0)
+      len = 4, cp = lead & 0x07;
+    else
+      return pos;
+    if (pos + len > text.size()) return pos;
+    for (size_t i = 1; i < len; ++i) {
+      if ((byte(i) & 0xC0) != 0x80) return pos;
+      cp = (cp << 6) | (byte(i) & 0x3F);
+    }
+    static constexpr char32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return pos;
+    pos += len;
+  }
+  return std::string_view::npos;
+}
+
+/// "stories260K", "pycode-16m": the model's name for messages.
+std::string model_label(const Model& model) {
+  std::filesystem::path p = model.source;
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.extension() == ".bin") return p.stem().string();
+  if (p.filename() == "config.json") return p.string();
+  return p.filename().string();
+}
+
+}  // namespace
+
+std::string read_prompt_file(const std::string& path) {
+  // open() + fstat() of the opened file: no gap between the checks and the read, and a symlink
+  // loop or a missing file is one errno, not an exception from std::filesystem.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw InputError(path, std::string("cannot open the prompt file: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw InputError(path, std::string("cannot read the prompt file: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw InputError(path, "a directory, not a prompt file");
+  if (!S_ISREG(st.st_mode))
+    throw InputError(path, "not a regular file (a device, pipe or socket): give the prompt as a text file");
+  if (st.st_size > kMaxPromptFileBytes)
+    throw InputError(path, "the prompt file is " + std::to_string(st.st_size) + " bytes, more than the limit of " +
+                               std::to_string(kMaxPromptFileBytes >> 20) + " MiB");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(path, std::string("cannot read the prompt file: ") + std::strerror(errno));
+    if (n == 0) break;  // shrank while being read
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw InputError(path, "not a text file: a NUL byte at offset " + std::to_string(nul) + " (of " +
+                               std::to_string(text.size()) + " bytes)");
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
+    throw InputError(path, "not a text file: not valid UTF-8 at byte offset " + std::to_string(bad) + " (of " +
+                               std::to_string(text.size()) + " bytes)");
+  return text;
+}
+
+std::string error_message(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = torch_error ? torch_error->what_without_backtrace() : e.what();
+  if (const size_t end = text.find('\n'); end != std::string::npos) text.resize(end);
+  return text;
+}
+
+int64_t context_positions(const GenerateRequest& req) {
+  const int64_t n_new = std::max<int64_t>(req.max_new_tokens, 0);
+  int64_t n = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
+  for (const auto& t : req.follow_up_turns) n += static_cast<int64_t>(t.size()) + 1 + n_new;
+  return n;
 }
 
 std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const RunOptions& options) {
@@ -50,6 +166,20 @@ GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const
   if (!options.follow_up_turns.empty() && !model.tokenizer)
     throw InputError(model.source, "the model has no tokenizer: cannot encode the follow-up turns");
   for (const auto& t : options.follow_up_turns) req.follow_up_turns.push_back(model.tokenizer->encode(t));
+  // A token the embedding has no row for fails deep in LibTorch (an index error): a tokenizer of
+  // another model (--tokenizer) or a config whose vocab_size is too small.
+  const int64_t vocab = model.config.vocab_size;
+  auto check_ids = [&](const std::vector<int32_t>& ids, const std::string& what) {
+    for (int32_t id : ids)
+      if (id < 0 || id >= vocab)
+        throw InputError(model.source, what + " has token id " + std::to_string(id) +
+                                           ", but the model's vocabulary is " + std::to_string(vocab) +
+                                           " tokens (ids 0 to " + std::to_string(vocab - 1) +
+                                           "): the tokenizer does not belong to this model");
+  };
+  check_ids(req.prompt_ids, "the prompt");
+  for (size_t i = 0; i < req.follow_up_turns.size(); ++i)
+    check_ids(req.follow_up_turns[i], "turn " + std::to_string(i + 2));
   req.max_new_tokens = options.max_new_tokens;
   req.sampling = options.sampling;
   req.stop_ids = model.stop_token_ids;
@@ -59,6 +189,23 @@ GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const
   req.reference_full = options.reference_full && pipeline != nullptr;
   req.capture = options.capture;
   req.capture_window = options.capture_window;
+  // Positions past the context the model was trained on give output that looks fine and is not
+  // (RoPE goes on rotating; nothing fails): refuse unless the user asks for it.
+  const int64_t needed = context_positions(req), context = model.config.max_position_embeddings;
+  if (needed > context && !options.allow_beyond_context) {
+    const int64_t n_turns = static_cast<int64_t>(req.follow_up_turns.size());
+    const int64_t given = needed - (n_turns + 1) * req.max_new_tokens;
+    const std::string n_new = std::to_string(req.max_new_tokens);
+    const std::string asked =
+        n_turns == 0 ? "the prompt is " + std::to_string(given) + " tokens and --max-new-tokens " + n_new +
+                           " asks for " + n_new + " more"
+                     : "the prompt and " + std::to_string(n_turns) + " later turn" + (n_turns == 1 ? "" : "s") +
+                           " are " + std::to_string(given) + " tokens (each turn with the token before it) and " +
+                           "--max-new-tokens " + n_new + " asks for " + n_new + " more per turn";
+    throw InputError(asked + ": " + std::to_string(needed) + " > " + model_label(model) + "'s context of " +
+                     std::to_string(context) + " tokens; shorten the prompt, lower --max-new-tokens, or pass " +
+                     "--allow-beyond-context to run past it");
+  }
   return req;
 }
 

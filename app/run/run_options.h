@@ -4,6 +4,7 @@
 // GenerateRequest. The CLI, sweeps and the GUI's run worker all call these (kvscope_run), so a run
 // means the same thing whichever front end started it.
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,7 +41,23 @@ struct RunOptions {
   CaptureLevel capture = CaptureLevel::kOff;
   int64_t capture_window = 32;
   int64_t prefill_chunk = 0;  ///< prefill in blocks of this many tokens; 0 = the whole prompt
+  /// Let the prompt, the turns and max_new_tokens go past the model's context
+  /// (max_position_embeddings, llama2.c seq_len); refused by make_request without it.
+  bool allow_beyond_context = false;
 };
+
+/// The text of a prompt file. Throws InputError naming the file, in one line, for a file that cannot
+/// be opened (missing, a symlink loop, no permission), a directory, something not a regular file
+/// (/dev/zero, a FIFO), a file over 64 MiB, or one that is not text (a NUL byte, invalid UTF-8).
+std::string read_prompt_file(const std::string& path);
+
+/// The message of `e` for a person, in one line: a LibTorch error (c10::Error) without the stack
+/// trace its what() carries (7-33 lines), any other message up to its first line break.
+std::string error_message(const std::exception& e);
+
+/// Token positions generate() gives `req` at most: the prompt and max_new_tokens, and per later
+/// turn the last token fed back, the turn and max_new_tokens again.
+int64_t context_positions(const GenerateRequest& req);
 
 /// The pipeline of `options` built with `registry` (null for the full cache), its budget checked:
 /// InputError for a bad SPEC, a pipeline that uses a budget given none ("give --compression-ratio R
@@ -52,7 +69,9 @@ std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const Ru
 /// The request of `options` for `model` under `pipeline` (from make_pipeline; may be null): prompt
 /// tokens (BOS per options.bos; a model without a tokenizer gets its BOS id alone), follow-up turns,
 /// sampling, stop tokens, budget, reference, capture and prefill chunking. Throws InputError for a
-/// model without a tokenizer given follow-up turns.
+/// model without a tokenizer given follow-up turns, a token id the model has no embedding for (a
+/// tokenizer of another model), and a run longer than the model's context (context_positions >
+/// max_position_embeddings) unless options.allow_beyond_context, with the numbers.
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options);
 
 }  // namespace kvscope::run

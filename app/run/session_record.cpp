@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include "run_options.h"
+
 namespace kvscope::run {
 namespace {
 
@@ -135,12 +137,16 @@ GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& 
                                    const std::optional<std::string>& sweep_key, int64_t& run_id,
                                    const std::function<void(int32_t)>& on_token) {
   run_id = store.begin_run(run_info(engine.model(), pipeline, registry, req, prompt_text, name, sweep_key));
+  // A run allowed past the model's context (--allow-beyond-context; make_request refuses it
+  // otherwise) says so, so its numbers are not read as those of an ordinary run.
+  const int64_t beyond = context_positions(req) - engine.model().config.max_position_embeddings;
+  if (beyond > 0) store.set_summary(run_id, "beyond_context_tokens", double(beyond));
   try {
     GenerateResult res = generate(engine, req, on_token);
     record_results(store, run_id, engine.model(), req, res);
     return res;
   } catch (const std::exception& e) {
-    store.fail_run(run_id, e.what());
+    store.fail_run(run_id, error_message(e));  // one line: no LibTorch stack trace in the database
     throw;
   }
 }

@@ -23,7 +23,9 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
                     const GenerateResult& res);
 
 /// begin_run, generate, record_results (or fail_run and rethrow). Returns the result; `run_id` is set
-/// as soon as the run exists in the database.
+/// as soon as the run exists in the database. A run that may go past the model's context (allowed by
+/// RunOptions::allow_beyond_context) gets the summary metric "beyond_context_tokens" (how many
+/// positions past it) when it begins.
 GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& engine, const Pipeline* pipeline,
                                    const PolicyRegistry& registry, const GenerateRequest& req,
                                    const std::string& prompt_text, const std::string& name,

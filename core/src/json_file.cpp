@@ -4,12 +4,13 @@
 #include <sstream>
 
 #include "kvscope/core/errors.h"
+#include "text_file.h"
 
 namespace kvscope {
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, std::filesystem::exists(path) ? "cannot be read" : "no such file");
+  if (!in) throw InputError(path, missing_file_problem(path));
   std::stringstream ss;
   ss << in.rdbuf();
   try {

@@ -55,6 +55,16 @@ ModelConfig parse_llama2c_header(std::span<const uint8_t> bytes, const std::file
                               " bytes, the header implies " +
                               (huge ? std::string("more than 2^64") : std::to_string(static_cast<uint64_t>(need))));
   }
+  // More bytes than the header implies: its n_layers (or another size) is smaller than the weights'
+  // (llama2.c's run.c would read them at the wrong offsets; export.py writes the exact size).
+  if (bytes.size() > need)
+    throw InputError(
+        bin, "llama2.c checkpoint of " + std::to_string(bytes.size()) + " bytes, " +
+                 std::to_string(bytes.size() - static_cast<uint64_t>(need)) + " more than its header implies (dim " +
+                 std::to_string(h[0]) + ", hidden_dim " + std::to_string(h[1]) + ", n_layers " + std::to_string(h[2]) +
+                 ", n_heads " + std::to_string(h[3]) + ", n_kv_heads " + std::to_string(h[4]) + ", vocab_size " +
+                 std::to_string(h[5]) + ", seq_len " + std::to_string(h[6]) + " -> " +
+                 std::to_string(static_cast<uint64_t>(need)) + " bytes): the header does not match its weights");
   return c;
 }
 

@@ -1,4 +1,8 @@
 // Hugging Face Llama / Mistral / Qwen2 checkpoints (config.json + safetensors + tokenizer).
+#include <algorithm>
+#include <set>
+#include <string>
+
 #include <ATen/ATen.h>
 
 #include "json_file.h"
@@ -33,6 +37,62 @@ LayerWeights load_layer(const SafetensorsCheckpoint& ckpt, const ModelConfig& c,
 
 std::vector<int32_t> stop_ids(const ModelConfig& c) { return c.eos_token_ids; }
 
+/// "0-7", "0-3, 5, 9-11": a set of layer indices as ranges.
+std::string ranges_str(const std::set<int64_t>& s) {
+  std::string out;
+  for (auto it = s.begin(); it != s.end();) {
+    const int64_t first = *it;
+    int64_t last = first;
+    while (++it != s.end() && *it == last + 1) ++last;
+    out += (out.empty() ? "" : ", ") + std::to_string(first) + (last > first ? "-" + std::to_string(last) : "");
+  }
+  return out;
+}
+
+/// num_hidden_layers must match the layers the checkpoint holds weights for ("model.layers.<i>."):
+/// a layer without weights would fail later naming only one tensor, and weights for layers past
+/// the count would be silently unused (transformers only warns), giving a truncated model's output.
+void check_layer_count(const SafetensorsCheckpoint& ckpt, const ModelConfig& c, const std::filesystem::path& config) {
+  static const std::string prefix = "model.layers.";
+  std::set<int64_t> held;
+  for (const auto& name : ckpt.names()) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const size_t dot = name.find('.', prefix.size());
+    const std::string index = name.substr(prefix.size(), dot == std::string::npos ? dot : dot - prefix.size());
+    if (index.empty() || index.size() > 9 ||
+        !std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      continue;
+    held.insert(std::stoll(index));
+  }
+  const std::string has = ckpt.source().string() + " holds weights for " + std::to_string(held.size()) + " layer" +
+                          (held.size() == 1 ? "" : "s") + (held.empty() ? "" : " (" + ranges_str(held) + ")");
+  // The layers below n_layer without weights, as ranges (n_layer may be huge: walk the gaps).
+  std::string missing;
+  int64_t next = 0, n_missing = 0;
+  auto gap = [&](int64_t end) {  // layers [next, end) are missing
+    if (end <= next) return;
+    missing +=
+        (missing.empty() ? "" : ", ") + std::to_string(next) + (end - 1 > next ? "-" + std::to_string(end - 1) : "");
+    n_missing += end - next;
+  };
+  std::set<int64_t> extra;
+  for (int64_t i : held) {
+    if (i >= c.n_layer) {
+      extra.insert(i);
+      continue;
+    }
+    gap(i);
+    next = i + 1;
+  }
+  gap(c.n_layer);
+  const std::string head = "num_hidden_layers is " + std::to_string(c.n_layer) + " but " + has;
+  if (n_missing > 0)
+    throw InputError(config, head + ": no weights for layer" + (n_missing == 1 ? " " : "s ") + missing);
+  if (!extra.empty())
+    throw InputError(config, head + ": layer" + (extra.size() == 1 ? " " : "s ") + ranges_str(extra) +
+                                 " would be unused (to run fewer layers, write a checkpoint without them)");
+}
+
 /// Whether the checkpoint's tokenizer adds BOS by itself: tokenizer_config.json `add_bos_token`,
 /// else a TemplateProcessing post-processor that starts with a special token (Llama 3).
 bool tokenizer_adds_bos(const std::filesystem::path& dir) {
@@ -66,6 +126,7 @@ Model load_hf_model(const std::filesystem::path& dir, const LoadOptions& options
   m.config = parse_hf_config(dir / "config.json");
   const ModelConfig& c = m.config;
   SafetensorsCheckpoint ckpt(dir);
+  check_layer_count(ckpt, c, dir / "config.json");
   m.weights.embed = to_target(ckpt.tensor("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}), options);
   m.weights.final_norm = to_target(ckpt.tensor("model.norm.weight", {c.hidden_size}), options);
   if (c.tie_word_embeddings || !ckpt.contains("lm_head.weight")) {

@@ -36,8 +36,11 @@ std::string dtype_name(c10::ScalarType dtype) {
 
 Model load_model(const std::filesystem::path& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
-  if (!fs::exists(path)) throw InputError(path, "no such file or directory");
-  if (fs::is_directory(path)) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);  // a symlink loop is an error, not an exception
+  if (ec && ec != std::errc::no_such_file_or_directory) throw InputError(path, "cannot be opened: " + ec.message());
+  if (!fs::exists(st)) throw InputError(path, "no such file or directory");
+  if (fs::is_directory(st)) {
     if (fs::exists(path / "config.json")) return load_hf_model(path, options);
     std::vector<fs::path> bins;
     for (const auto& e : fs::directory_iterator(path)) {

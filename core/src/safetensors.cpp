@@ -1,5 +1,7 @@
 #include "kvscope/core/safetensors.h"
 
+#include <cstring>
+
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -46,15 +48,24 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   const at::ScalarType st = scalar_type_of(e.dtype);
   auto keep = map_;
   void* ptr = const_cast<uint8_t*>(data_ + e.begin);
+  const auto options = at::TensorOptions().dtype(st);
+  if (reinterpret_cast<uintptr_t>(ptr) % safetensors_dtype_size(e.dtype) != 0) {
+    // Offsets inside the data section are aligned (parse_safetensors_header), but a header length
+    // that is not a multiple of 8 shifts the whole section: reading a float from it is undefined.
+    at::Tensor copy = at::empty(e.shape, options);
+    if (e.end > e.begin) std::memcpy(copy.data_ptr(), ptr, e.end - e.begin);
+    return copy;
+  }
   // The mapping is PROT_READ: views must never be written; callers convert/copy before use.
   return at::from_blob(
-      ptr, e.shape, [keep](void*) {}, at::TensorOptions().dtype(st));
+      ptr, e.shape, [keep](void*) {}, options);
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir) : dir_(dir) {
   const auto index = dir / "model.safetensors.index.json";
   const auto single = dir / "model.safetensors";
   if (std::filesystem::exists(index)) {
+    source_ = index;
     std::map<std::string, size_t> shard_of_file;
     for (const auto& [name, f] : parse_safetensors_index(read_text_file(index), index)) {
       auto [it, fresh] = shard_of_file.emplace(f, shards_.size());
@@ -65,6 +76,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir) :
       where_[name] = it->second;
     }
   } else if (std::filesystem::exists(single)) {
+    source_ = single;
     shards_.push_back(std::make_unique<SafetensorsFile>(single));
     for (const auto& [name, e] : shards_[0]->entries()) where_[name] = 0;
   } else {

@@ -1,6 +1,8 @@
 // Safetensors header and sharded-index parsing: bytes in, validated entries out (no ATen, no I/O).
 #include <algorithm>
 #include <cstring>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +17,47 @@ std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+std::string range_str(const SafetensorsEntry& e) {
+  return "bytes [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
+}
+
+/// The data section must be the tensors back to back, as the reference implementation (the
+/// safetensors crate's Metadata::validate) requires: sorted by offset, each begins where the one
+/// before it ends, the first at 0, the last at the end of the file. So no two tensors share bytes
+/// (a file could otherwise load one tensor's weights as another's) and no bytes belong to none.
+/// Each tensor must also begin at a multiple of its element size (the crate's writer puts larger
+/// dtypes first, so its files always do).
+void check_layout(const std::map<std::string, SafetensorsEntry>& entries, uint64_t data_size,
+                  const std::filesystem::path& path) {
+  std::vector<const std::pair<const std::string, SafetensorsEntry>*> order;
+  for (const auto& kv : entries) order.push_back(&kv);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->second.begin, a->second.end, a->first) < std::tie(b->second.begin, b->second.end, b->first);
+  });
+  uint64_t covered = 0;
+  const std::pair<const std::string, SafetensorsEntry>* prev = nullptr;
+  for (const auto* kv : order) {
+    const auto& [name, e] = *kv;
+    if (prev && e.begin < covered)
+      throw InputError(path, "tensors '" + prev->first + "' (" + range_str(prev->second) + ") and '" + name + "' (" +
+                                 range_str(e) + ") overlap: a safetensors data section holds each tensor once");
+    if (e.begin > covered)
+      throw InputError(path, "bytes [" + std::to_string(covered) + ", " + std::to_string(e.begin) +
+                                 ") of the data section belong to no tensor (the next is '" + name + "', " +
+                                 range_str(e) + "): safetensors tensors lie back to back");
+    if (e.begin % safetensors_dtype_size(e.dtype) != 0)
+      throw InputError(path, "tensor '" + name + "' (" + range_str(e) + ") begins at byte " + std::to_string(e.begin) +
+                                 ", not a multiple of its element size " +
+                                 std::to_string(safetensors_dtype_size(e.dtype)) + " (" + e.dtype + ")");
+    covered = e.end;
+    prev = kv;
+  }
+  if (covered != data_size)
+    throw InputError(path, "the tensors end at byte " + std::to_string(covered) + " of the " +
+                               std::to_string(data_size) + "-byte data section: the last " +
+                               std::to_string(data_size - covered) + " bytes belong to no tensor");
 }
 
 }  // namespace
@@ -87,6 +130,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const
                                  " of a " + std::to_string(data_size) + "-byte data section");
     out.entries.emplace(name, std::move(entry));
   }
+  check_layout(out.entries, data_size, path);
   return out;
 }
 

@@ -26,6 +26,11 @@ inline CliResult run_cli(const std::string& args, bool merge = false) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+/// Runs kvscope-cli with `args`; its stderr alone (stdout is discarded).
+inline CliResult run_cli_stderr(const std::string& args) {
+  return run_cli(args + " 2>&1 >/dev/null #", false);  // '#' comments out run_cli's own redirection
+}
+
 inline std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
 
 }  // namespace kvscope::test

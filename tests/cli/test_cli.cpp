@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "../core/test_support.h"
 #include "cli_support.h"
@@ -188,6 +191,213 @@ TEST(CliRun, UnknownParameterListsTheValidOnes) {
   const Result u = cli(textwrap_run("snapkvv", "--compression-ratio 0.5"), true);
   EXPECT_NE(u.exit_code, 0);
   EXPECT_NE(u.out.find("unknown policy 'snapkvv' (known: "), std::string::npos) << u.out;
+}
+
+/// Runs and files made by one test in its own temporary folder (issue 28: no silent wrong results,
+/// and every refusal one line on stderr with a documented exit code).
+class CliInputs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("kvscope_cli_inputs_" + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    test::remove_tree(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { test::remove_tree(dir_); }
+  std::filesystem::path write(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+    return dir_ / name;
+  }
+  /// Asserts `r` failed with `exit_code` and exactly one line on stderr holding each of `parts`.
+  static void expect_one_line(const Result& r, int exit_code, const std::vector<std::string>& parts) {
+    EXPECT_EQ(r.exit_code, exit_code) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_TRUE(!r.out.empty() && r.out.back() == '\n') << r.out;
+    EXPECT_EQ(r.out.rfind("kvscope-cli: error: ", 0), 0u) << r.out;
+    for (const auto& p : parts) EXPECT_NE(r.out.find(p), std::string::npos) << "missing '" << p << "' in: " << r.out;
+  }
+  /// Prompt tokens of `prompt_file` for stories260K (BOS included).
+  static int64_t prompt_tokens(const std::filesystem::path& prompt_file) {
+    const Result r = cli("generate --model " + q(test::stories_dir()) + " --prompt-file " + q(prompt_file) +
+                         " --max-new-tokens 0 --json");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.exit_code == 0 ? int64_t(nlohmann::json::parse(r.out)["input_ids"].size()) : -1;
+  }
+  std::filesystem::path dir_;
+};
+
+std::string once_upon(int times) {
+  std::string s;
+  for (int i = 0; i < times; ++i) s += "Once upon a time there was a cat. ";
+  return s;
+}
+
+// A prompt and --max-new-tokens past the model's context (stories260K: seq_len 512) ran on with
+// RoPE positions it was never trained at: plausible-looking output, no error. Now refused before
+// the prefill with the numbers; the boundary itself (exactly 512) runs.
+TEST_F(CliInputs, PromptAndNewTokensBeyondTheContextAreRefusedWithTheNumbers) {
+  const auto prompt = write("story.txt", once_upon(30));
+  const int64_t n = prompt_tokens(prompt);
+  ASSERT_GT(n, 100);
+  ASSERT_LT(n, 500);
+  const std::string base = "generate --model " + q(test::stories_dir()) + " --prompt-file " + q(prompt);
+  const std::string over = std::to_string(512 - n + 1), fits = std::to_string(512 - n);
+  expect_one_line(test::run_cli_stderr(base + " --max-new-tokens " + over), 2,
+                  {"the prompt is " + std::to_string(n) + " tokens and --max-new-tokens " + over + " asks for " + over +
+                   " more: 513 > stories260K's context of 512 tokens; shorten the prompt, lower --max-new-tokens, "
+                   "or pass --allow-beyond-context to run past it"});
+  // run (any pipeline) is refused the same way: the check is in run::make_request.
+  expect_one_line(test::run_cli_stderr("run --pipeline snapkv --compression-ratio 0.5 " + base.substr(9) +
+                                       " --max-new-tokens " + over),
+                  2, {": 513 > stories260K's context of 512 tokens"});
+  const Result ok = cli(base + " --max-new-tokens " + fits + " --json");
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  // Multi-turn: every turn counts, with the token fed back before it and its own new tokens.
+  expect_one_line(test::run_cli_stderr(base + " --turn 'And then' --max-new-tokens " + std::to_string((512 - n) / 2)),
+                  2, {"the prompt and 1 later turn are ", "more per turn: ", " > stories260K's context of 512 tokens"});
+}
+
+// --allow-beyond-context runs past the context on purpose, and the session says so; a sweep grid
+// asks for it with allow_beyond_context = true (without it, the item fails with the same message).
+TEST_F(CliInputs, AllowBeyondContextRunsAndIsRecordedInTheSession) {
+  const auto prompt = write("story.txt", once_upon(30));
+  const int64_t n = prompt_tokens(prompt);
+  ASSERT_GT(n, 100);
+  const auto db = dir_ / "runs.db";
+  const std::string run = "run --model " + q(test::stories_dir()) + " --prompt-file " + q(prompt) +
+                          " --pipeline snapkv --compression-ratio 0.5 --db " + q(db) + " --max-new-tokens ";
+  const std::string over = std::to_string(512 - n + 10);
+  expect_one_line(test::run_cli_stderr(run + over), 2, {"> stories260K's context of 512 tokens"});
+  EXPECT_FALSE(std::filesystem::exists(db)) << "refused before the database is opened";
+  Result r = cli(run + over + " --allow-beyond-context");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = cli(run + "8");  // within the context: nothing recorded about it
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = cli("inspect " + q(db));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::istringstream lines(r.out);
+  std::vector<std::string> runs;
+  for (std::string l; std::getline(lines, l);) runs.push_back(l);
+  ASSERT_EQ(runs.size(), 2u) << r.out;
+  EXPECT_NE(runs[0].find("  complete  "), std::string::npos) << runs[0];
+  EXPECT_NE(runs[0].find("beyond_context_tokens=10"), std::string::npos) << runs[0];
+  EXPECT_EQ(runs[1].find("beyond_context_tokens"), std::string::npos) << runs[1];
+
+  auto grid = [&](const std::string& extra) {
+    write("grid.toml", "models = [\"" + (test::stories_dir() / "stories260K.bin").string() +
+                           "\"]\nprompts = [\"story.txt\"]\npipelines = [\"snapkv\"]\nmax_new_tokens = " + over + "\n" +
+                           extra + "[budget]\nunit = \"ratio\"\nvalues = [0.5]\n");
+  };
+  const auto sweep_db = dir_ / "sweep.db";
+  grid("");
+  r = cli("sweep " + q(dir_ / "grid.toml") + " --db " + q(sweep_db), true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("> stories260K's context of 512 tokens"), std::string::npos) << r.out;
+  grid("allow_beyond_context = true\n");
+  r = cli("sweep " + q(dir_ / "grid.toml") + " --db " + q(sweep_db), true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = cli("inspect " + q(sweep_db));
+  EXPECT_NE(r.out.find("  complete  "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("beyond_context_tokens=10"), std::string::npos) << r.out;
+  grid("allow_beyond_context = \"yes\"\n");
+  r = cli("sweep " + q(dir_ / "grid.toml") + " --db " + q(sweep_db), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("'allow_beyond_context' must be true or false"), std::string::npos) << r.out;
+}
+
+// Prompt files that are not text: a 200 KB binary file was tokenized byte by byte into a huge
+// prompt; /dev/zero was read forever; a directory or a symlink loop gave messages without the
+// file. Each is now one line naming the file, exit code 2.
+TEST_F(CliInputs, PromptFilesThatAreNotTextFailInOneLineNamingTheFile) {
+  std::string binary(200 * 1024, '\0');
+  for (size_t i = 0; i < binary.size(); ++i) binary[i] = char((i * 7 + i / 256) % 256);
+  const auto bin = write("weights.bin", binary);
+  const auto latin1 = write("latin1.txt", "caf\xe9 au lait");
+  const auto big = write("big.txt", "");
+  std::filesystem::resize_file(big, (int64_t{64} << 20) + 1);  // sparse
+  std::filesystem::create_directory(dir_ / "folder");
+  std::filesystem::create_symlink(dir_ / "loop_b", dir_ / "loop_a");
+  std::filesystem::create_symlink(dir_ / "loop_a", dir_ / "loop_b");
+  const std::vector<std::pair<std::filesystem::path, std::string>> cases = {
+      {bin, "not a text file: a NUL byte at offset 0 (of 204800 bytes)"},
+      {latin1, "not a text file: not valid UTF-8 at byte offset 3 (of 12 bytes)"},
+      {big, "the prompt file is 67108865 bytes, more than the limit of 64 MiB"},
+      {dir_ / "folder", "a directory, not a prompt file"},
+      {"/dev/zero", "not a regular file (a device, pipe or socket)"},
+      {dir_ / "loop_a", "cannot open the prompt file: Too many levels of symbolic links"},
+      {dir_ / "missing.txt", "cannot open the prompt file: No such file or directory"},
+  };
+  for (const auto& [file, problem] : cases) {
+    SCOPED_TRACE(file.string());
+    expect_one_line(test::run_cli_stderr("generate --model " + q(test::stories_dir()) + " --prompt-file " + q(file)), 2,
+                    {file.string() + ": " + problem});
+  }
+  expect_one_line(test::run_cli_stderr("generate --model " + q(dir_ / "loop_a") + " --prompt x"), 2,
+                  {(dir_ / "loop_a").string() + ": cannot be opened: Too many levels of symbolic links"});
+  // The same checks in a sweep: the item fails naming the file.
+  write("grid.toml", "models = [\"" + (test::stories_dir() / "stories260K.bin").string() +
+                         "\"]\nprompts = [\"weights.bin\"]\npipelines = [\"snapkv\"]\n[budget]\nvalues = [0.5]\n");
+  const Result r = cli("sweep " + q(dir_ / "grid.toml") + " --db " + q(dir_ / "s.db"), true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find(bin.string() + ": not a text file"), std::string::npos) << r.out;
+}
+
+// --device values that are no device, and devices this machine does not have: one line naming the
+// option and the value, exit 2 (a CPU build has no cuda:99; a CUDA build checks the device count).
+TEST_F(CliInputs, DevicesThatDoNotExistAreRefusedNamingTheOption) {
+  for (const std::string device : {"cuda:-7", "cuda:abc", "cuda:99", "cpu:3", "tpu", "meta", "mps"}) {
+    SCOPED_TRACE(device);
+    expect_one_line(
+        test::run_cli_stderr("generate --model " + q(test::stories_dir()) + " --prompt x --device " + device), 2,
+        {"--device", device});
+  }
+}
+
+// A LibTorch error (c10::Error) printed its message and 12-33 lines of C++ stack trace; now the
+// message alone, one line, exit 1 (a run failed).
+TEST_F(CliInputs, LibTorchErrorsPrintOneLineWithoutTheStackTrace) {
+  ::setenv("KVSCOPE_TEST_FAULT", "torch@prefill", 1);
+  const Result r = test::run_cli_stderr("generate --model " + q(test::stories_dir()) + " --prompt Once");
+  ::unsetenv("KVSCOPE_TEST_FAULT");
+  expect_one_line(r, 1, {"kvscope-cli: error: index out of range in self"});
+  EXPECT_EQ(r.out.find("Exception raised from"), std::string::npos) << r.out;
+  // The failed run's error in the session database is the same one line.
+  const auto db = dir_ / "runs.db";
+  ::setenv("KVSCOPE_TEST_FAULT", "torch@prefill", 1);
+  const Result run =
+      test::run_cli_stderr("run --model " + q(test::stories_dir()) + " --prompt Once --pipeline snapkv " +
+                           "--compression-ratio 0.5 --db " + q(db));
+  ::unsetenv("KVSCOPE_TEST_FAULT");
+  expect_one_line(run, 1, {"index out of range in self"});
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no sqlite3 to read the database";
+  FILE* p = ::popen(("sqlite3 " + q(db) + " 'SELECT status, error FROM runs'").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string rows;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) rows.append(buf.data(), n);
+  ::pclose(p);
+  EXPECT_EQ(rows, "failed|index out of range in self\n");
+}
+
+// A tokenizer whose ids exceed the model's vocabulary (pycode-16m's 8192 tokens on stories260K's
+// 512) failed deep in LibTorch with an index error; now refused naming the id and the vocabulary.
+TEST_F(CliInputs, TokenIdsBeyondTheModelsVocabularyAreRefused) {
+  const auto model = test::stories_dir() / "stories260K.bin";
+  const Result r = test::run_cli_stderr("generate --model " + q(model) + " --tokenizer " +
+                                        q(test::pycode_dir() / "tokenizer.json") + " --prompt 'def main(): return 42'");
+  expect_one_line(r, 2,
+                  {model.string() + ": the prompt has token id ",
+                   ", but the model's vocabulary is 512 tokens (ids 0 to 511): the tokenizer does not belong to this "
+                   "model"});
+}
+
+// CLI11's usage errors exited 105-114 with two lines; now one line and exit 2 like every bad input.
+TEST_F(CliInputs, UsageErrorsAreOneLineWithExitCode2) {
+  const std::string model = " --model " + q(test::stories_dir()) + " --prompt x";
+  expect_one_line(test::run_cli_stderr("generate --bogus" + model), 2, {"--bogus", "(run with --help for usage)"});
+  expect_one_line(test::run_cli_stderr("run" + model), 2, {"--pipeline is required"});
+  expect_one_line(test::run_cli_stderr("generate --max-new-tokens -1" + model), 2, {"--max-new-tokens: -1"});
+  EXPECT_EQ(cli("generate --help").exit_code, 0);
 }
 
 }  // namespace

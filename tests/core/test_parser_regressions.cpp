@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include <ATen/ATen.h>
+
 #include "kvscope/core/errors.h"
 #include "kvscope/core/head_pattern.h"
 #include "kvscope/core/model.h"
@@ -248,6 +250,116 @@ TEST_F(ParserRegressions, PipelineIntegerBeyondInt64) {
       EXPECT_NE(std::string(e.what()).find("is outside [0, 1]"), std::string::npos) << e.what();
     }
   }
+}
+
+// Overlapping byte ranges were accepted: two tensors read the same bytes, so a damaged or crafted
+// file loaded one tensor's weights as another's with no error. The reference implementation (the
+// safetensors crate) requires the tensors back to back from byte 0 to the end of the file.
+TEST_F(ParserRegressions, SafetensorsTensorsWhoseBytesOverlapAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+       "tensors 'a' (bytes [0, 16)) and 'b' (bytes [0, 16)) overlap"},  // fully
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       "tensors 'a' (bytes [0, 16)) and 'b' (bytes [8, 16)) overlap"},  // partly, b inside a
+      {R"({"a":{"dtype":"U8","shape":[9],"data_offsets":[0,9]},"b":{"dtype":"U8","shape":[8],"data_offsets":[8,16]}})",
+       "tensors 'a' (bytes [0, 9)) and 'b' (bytes [8, 16)) overlap"},  // by one byte
+  };
+  for (const auto& [header, problem] : cases) {
+    const auto f = write_safetensors("model.safetensors", header, 16);
+    expect_input_error([&] { SafetensorsFile{f}; }, f, problem);
+  }
+  // The same tensors back to back load.
+  const auto ok = write_safetensors(
+      "ok.safetensors",
+      R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[8,16]}})",
+      16);
+  EXPECT_EQ(SafetensorsFile(ok).entries().size(), 2u);
+}
+
+// A tensor beginning at an offset that is not a multiple of its element size was accepted and
+// viewed through a misaligned pointer (undefined behaviour for F32 / BF16 data).
+TEST_F(ParserRegressions, SafetensorsMisalignedTensorIsRefused) {
+  const auto f = write_safetensors(
+      "model.safetensors",
+      R"({"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},"b":{"dtype":"F32","shape":[2],"data_offsets":[3,11]}})",
+      11);
+  expect_input_error([&] { SafetensorsFile{f}; }, f,
+                     "tensor 'b' (bytes [3, 11)) begins at byte 3, not a multiple of its element size 4 (F32)");
+}
+
+// Bytes that belong to no tensor (a hole between two, or after the last) were accepted; the
+// safetensors crate refuses both (InvalidOffset, MetadataIncompleteBuffer).
+TEST_F(ParserRegressions, SafetensorsBytesBelongingToNoTensorAreRefused) {
+  const auto hole = write_safetensors(
+      "hole.safetensors",
+      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+      12);
+  expect_input_error([&] { SafetensorsFile{hole}; }, hole,
+                     "bytes [4, 8) of the data section belong to no tensor (the next is 'b', bytes [8, 12))");
+  const auto first =
+      write_safetensors("first.safetensors", R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
+  expect_input_error([&] { SafetensorsFile{first}; }, first, "bytes [0, 4) of the data section belong to no tensor");
+  const auto trailing =
+      write_safetensors("trailing.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12);
+  expect_input_error([&] { SafetensorsFile{trailing}; }, trailing,
+                     "the tensors end at byte 4 of the 12-byte data section: the last 8 bytes belong to no tensor");
+}
+
+// A header length that is not a multiple of 8 (files written before the header was padded) leaves
+// the data section itself misaligned in the mapping: such tensors are copied, not viewed.
+TEST_F(ParserRegressions, SafetensorsWithAnUnpaddedHeaderReadsTheRightValues) {
+  std::string header = R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})";
+  while (header.size() % 8 != 1) header += ' ';
+  const float values[3] = {1.5f, -2.0f, 3.25f};
+  std::string bytes(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  const auto f = write("model.safetensors", bytes + header + std::string(reinterpret_cast<const char*>(values), 12));
+  const at::Tensor t = SafetensorsFile(f).tensor("w");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 4, 0u);
+  ASSERT_EQ(t.numel(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(t[i].item<float>(), values[i]);
+}
+
+// num_hidden_layers below the checkpoint's layers ran a truncated model silently (the extra
+// layers' weights unused); above it, the load failed naming only the first missing tensor.
+TEST_F(ParserRegressions, LayerCountThatDoesNotMatchTheWeightsIsRefused) {
+  fs::create_symlink(test::pycode_dir() / "model.safetensors", dir_ / "model.safetensors");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::create_symlink(test::pycode_dir() / f, dir_ / f);
+  auto j = test::read_json(test::pycode_dir() / "config.json");
+  ASSERT_EQ(j["num_hidden_layers"], 8);
+  const std::string weights = (dir_ / "model.safetensors").string();
+  j["num_hidden_layers"] = 10;
+  auto config = write("config.json", j.dump());
+  expect_input_error(
+      [&] { load_model(dir_, LoadOptions{}); }, config,
+      "num_hidden_layers is 10 but " + weights + " holds weights for 8 layers (0-7): no weights for layers 8-9");
+  j["num_hidden_layers"] = 6;
+  config = write("config.json", j.dump());
+  expect_input_error(
+      [&] { load_model(dir_, LoadOptions{}); }, config,
+      "num_hidden_layers is 6 but " + weights + " holds weights for 8 layers (0-7): layers 6-7 would be unused");
+  j["num_hidden_layers"] = 8;
+  write("config.json", j.dump());
+  EXPECT_EQ(load_model(dir_, LoadOptions{}).weights.layers.size(), 8u);
+}
+
+// A llama2.c header whose n_layers is below the weights' (or a file with bytes appended) loaded the
+// first layers and silently ignored the rest; now the file must be exactly the size the header implies.
+TEST_F(ParserRegressions, Llama2cHeaderThatDoesNotMatchItsWeightsIsRefused) {
+  const std::string original = test::read_text(test::stories_dir() / "stories260K.bin");
+  ASSERT_EQ(original.size(), 1056540u);
+  std::string fewer = original;
+  const int32_t four = 4;
+  std::memcpy(fewer.data() + 8, &four, 4);  // n_layers 5 -> 4
+  const auto f = write("fewer.bin", fewer);
+  expect_input_error([&] { load_model(f, LoadOptions{}); }, f,
+                     "llama2.c checkpoint of 1056540 bytes, 181760 more than its header implies (dim 64, hidden_dim "
+                     "172, n_layers 4, n_heads 8, n_kv_heads 4, vocab_size 512, seq_len 512 -> 874780 bytes): the "
+                     "header does not match its weights");
+  const auto g = write("appended.bin", original + std::string(8, '\0'));
+  expect_input_error([&] { load_model(g, LoadOptions{}); }, g, "1056548 bytes, 8 more than its header implies");
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ using kvscope::sessions::SessionStore;
 const std::string& database() {
   static const std::string path = [] {
     const char* tmp = std::getenv("TMPDIR");
-    std::string p = std::string(tmp && *tmp ? tmp : "/tmp") + "/kvscope_fuzz_blob_" + std::to_string(::getpid()) + ".db";
+    std::string p =
+        std::string(tmp && *tmp ? tmp : "/tmp") + "/kvscope_fuzz_blob_" + std::to_string(::getpid()) + ".db";
     for (const char* suffix : {"", "-wal", "-shm"}) std::remove((p + suffix).c_str());
     auto store = SessionStore::open(p);
     kvscope::sessions::RunInfo info;

@@ -32,8 +32,11 @@ struct SafetensorsHeader {
 size_t safetensors_dtype_size(const std::string& dtype);
 
 /// Parses and validates the first bytes of a safetensors file (`bytes` = the whole file): header
-/// length, JSON, dtypes, shapes (no overflow), offsets inside `bytes`, byte sizes matching shapes.
-/// Throws InputError(source, ...) on any problem. SafetensorsFile uses it on the mapped file.
+/// length, JSON, dtypes, shapes (no overflow), offsets inside `bytes`, byte sizes matching shapes,
+/// and the layout the reference implementation requires: the tensors back to back from byte 0 to
+/// the end of the file (none overlapping, no bytes belonging to none), each beginning at a multiple
+/// of its element size. Throws InputError(source, ...) on any problem, naming the tensors and byte
+/// ranges involved. SafetensorsFile uses it on the mapped file.
 SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, const std::filesystem::path& source);
 
 /// Parses model.safetensors.index.json text: its "weight_map" (tensor name -> shard file name).
@@ -52,7 +55,9 @@ class SafetensorsFile {
   const std::filesystem::path& path() const { return path_; }
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
-  /// CPU tensor viewing the mapped bytes (dtype as stored). Throws InputError if `name` is absent.
+  /// CPU tensor viewing the mapped bytes (dtype as stored); a copy where the data section itself is
+  /// not aligned to the element size (a header length that is not a multiple of 8, as in files
+  /// written before the header was padded). Throws InputError if `name` is absent.
   at::Tensor tensor(const std::string& name) const;
 
  private:
@@ -75,9 +80,11 @@ class SafetensorsCheckpoint {
   /// Same, and checks the shape. Throws InputError(file, "tensor 'x' has shape [..], expected [..]").
   at::Tensor tensor(const std::string& name, const std::vector<int64_t>& expected_shape) const;
   std::vector<std::string> names() const;
+  /// The file that lists the tensors: model.safetensors.index.json, else model.safetensors.
+  const std::filesystem::path& source() const { return source_; }
 
  private:
-  std::filesystem::path dir_;
+  std::filesystem::path dir_, source_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::map<std::string, size_t> where_;  // tensor name -> shard index
 };
