@@ -42,6 +42,7 @@ run::RunOptions run_options(const PolicyRegistry& registry, const RunRequest& re
   if (!req.pipeline_spec.empty() && pipeline_uses_budget(resolve_pipeline(registry.catalog(), req.pipeline_spec)))
     o.budget = BudgetSpec{parse_budget_unit(req.budget_unit), req.budget_value};
   o.max_new_tokens = req.max_new_tokens;
+  o.allow_beyond_context = req.allow_beyond_context;
   o.sampling.greedy = req.greedy;
   o.sampling.temperature = req.temperature;
   o.sampling.top_p = req.top_p;

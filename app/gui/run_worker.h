@@ -32,8 +32,9 @@ struct RunRequest {
   std::string device = "cpu";  ///< cpu | cuda | cuda:i
   std::string dtype = "fp32";  ///< fp32 | bf16 | fp16
   std::int64_t max_new_tokens = 32;
-  bool reference_full = true;    ///< also decode with the full cache: per-step KL / top-1
-  std::string capture = "full";  ///< off | summary | full
+  bool allow_beyond_context = false;  ///< run past the model's context (recorded in the session)
+  bool reference_full = true;         ///< also decode with the full cache: per-step KL / top-1
+  std::string capture = "full";       ///< off | summary | full
   std::int64_t capture_window = 32;
   bool greedy = true;
   double temperature = 1.0, top_p = 1.0;

@@ -3,11 +3,13 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include <algorithm>
 #include <array>
 
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <memory>
 
 namespace kvscope::sessions::detail {
 
@@ -64,15 +66,42 @@ std::optional<std::vector<uint8_t>> zstd_decompress(const std::vector<uint8_t>& 
     error = "zstd frame holds " + std::to_string(size) + " bytes, expected " + std::to_string(expected);
     return std::nullopt;
   }
-  std::vector<uint8_t> out(expected);
-  const size_t got = ZSTD_decompress(out.data(), out.size(), frame.data(), frame.size());
-  if (ZSTD_isError(got)) {
-    error = ZSTD_getErrorCode(got) == ZSTD_error_checksum_wrong ? std::string("checksum mismatch")
-                                                                : std::string("zstd: ") + ZSTD_getErrorName(got);
+  if (size == ZSTD_CONTENTSIZE_UNKNOWN) {  // kvscope records it in every frame (zstd_compress)
+    error = "zstd frame does not record its size";
     return std::nullopt;
   }
-  if (got != expected) {
-    error = "zstd frame holds " + std::to_string(got) + " bytes, expected " + std::to_string(expected);
+  // Streamed in steps of 1 MiB, so memory follows what the frame really holds: a damaged or
+  // crafted row whose shape and frame header both claim 181 GB gets an error, not the allocation.
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  std::vector<uint8_t> out;
+  out.reserve(std::min<size_t>(expected, size_t(64) << 20));
+  std::vector<uint8_t> step(std::min<size_t>(std::max<size_t>(expected, 1), size_t(1) << 20));
+  ZSTD_inBuffer in{frame.data(), frame.size(), 0};
+  for (;;) {
+    ZSTD_outBuffer o{step.data(), step.size(), 0};
+    const size_t left = ZSTD_decompressStream(dctx.get(), &o, &in);
+    if (ZSTD_isError(left)) {
+      error = ZSTD_getErrorCode(left) == ZSTD_error_checksum_wrong ? std::string("checksum mismatch")
+                                                                   : std::string("zstd: ") + ZSTD_getErrorName(left);
+      return std::nullopt;
+    }
+    if (o.pos > expected - out.size()) {
+      error = "zstd frame holds more than the " + std::to_string(expected) + " bytes expected";
+      return std::nullopt;
+    }
+    out.insert(out.end(), step.begin(), step.begin() + static_cast<std::ptrdiff_t>(o.pos));
+    if (left == 0) break;                       // the frame is complete
+    if (in.pos == in.size && o.pos < o.size) {  // input used up, the frame unfinished
+      error = "zstd: truncated frame";
+      return std::nullopt;
+    }
+  }
+  if (in.pos != in.size) {
+    error = "zstd frame followed by " + std::to_string(in.size - in.pos) + " stray bytes";
+    return std::nullopt;
+  }
+  if (out.size() != expected) {
+    error = "zstd frame holds " + std::to_string(out.size()) + " bytes, expected " + std::to_string(expected);
     return std::nullopt;
   }
   return out;

@@ -334,12 +334,14 @@ TEST_F(CliInputs, PromptFilesThatAreNotTextFailInOneLineNamingTheFile) {
   }
   expect_one_line(test::run_cli_stderr("generate --model " + q(dir_ / "loop_a") + " --prompt x"), 2,
                   {(dir_ / "loop_a").string() + ": cannot be opened: Too many levels of symbolic links"});
-  // The same checks in a sweep: the item fails naming the file.
+  // The same checks in a sweep, before the first run: the grid's file and line, then the prompt's.
   write("grid.toml", "models = [\"" + (test::stories_dir() / "stories260K.bin").string() +
                          "\"]\nprompts = [\"weights.bin\"]\npipelines = [\"snapkv\"]\n[budget]\nvalues = [0.5]\n");
   const Result r = cli("sweep " + q(dir_ / "grid.toml") + " --db " + q(dir_ / "s.db"), true);
-  EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_NE(r.out.find(bin.string() + ": not a text file"), std::string::npos) << r.out;
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find((dir_ / "grid.toml").string() + ":2: " + bin.string() + ": not a text file"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "s.db"));
 }
 
 // --device values that are no device, and devices this machine does not have: one line naming the

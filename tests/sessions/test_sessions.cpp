@@ -1090,6 +1090,31 @@ TEST(SessionChecks, AShapeBeyondAnyTensorIsRefusedNotMultipliedPastInt64) {
   EXPECT_EQ(s.load_blobs(id, "attention").at(0).numel(), 4);
 }
 
+TEST(SessionChecks, AFrameClaimingMoreThanItHoldsFailsWithoutAllocatingWhatItClaims) {
+  // A 38-byte row (fuzz_session_blob, 2026-11-26): shape [204, 222063333] x f32 and a zstd frame
+  // header claiming those 181 GB. The reader allocated the claimed size before decoding (an
+  // out-of-memory abort); now it decodes in 1 MiB steps and the frame's 4 bytes end it.
+  TempDir dir;
+  const std::string path = dir.file("f.db");
+  SessionStore s = SessionStore::open(path);
+  const int64_t id = s.begin_run(sample_info("r"));
+  s.add_blob(id, Blob::of<float>("attention", 0, -1, {4}, noise(4, 1)));
+  const uint64_t claimed = uint64_t(204) * 222063333 * 4;
+  std::vector<uint8_t> frame = {0x28, 0xB5, 0x2F, 0xFD, 0xE0};  // magic; single segment, 8-byte content size
+  for (int i = 0; i < 8; ++i) frame.push_back(uint8_t(claimed >> (8 * i)));
+  for (uint8_t b : {0x21, 0x00, 0x00, 1, 2, 3, 4}) frame.push_back(b);  // one raw last block of 4 bytes
+  RawDb raw(path);
+  raw.exec("UPDATE blobs SET shape = '[204,222063333]', raw_size = NULL, checksum = NULL");
+  raw.exec_with_blob("UPDATE blobs SET data = ?1", frame);
+  const std::string err = error_of([&] { s.load_blobs(id, "attention"); });
+  EXPECT_NE(err.find("blob 'attention' layer 0 of run 1 is damaged (zstd: "), std::string::npos) << err;
+  // And a frame that does not record its size (kvscope always records it) is refused.
+  raw.exec_with_blob("UPDATE blobs SET data = ?1",
+                     std::vector<uint8_t>{0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x00, 0x21, 0x00, 0x00, 1, 2, 3, 4});
+  EXPECT_NE(error_of([&] { s.load_blobs(id, "attention"); }).find("zstd frame does not record its size"),
+            std::string::npos);
+}
+
 TEST(SessionChecks, ZstdFrameChecksumCatchesDamageWhereTheChecksumColumnIsMissing) {
   // A blob of a running run edited behind the store's back (triggers let running runs change):
   // with its checksum column the CRC catches it, without one (rows written before v4) the zstd

@@ -61,6 +61,12 @@ void run(AppState& s, Ui& ui) {
   f.max_new_tokens = std::clamp<std::int64_t>(f.max_new_tokens, 0, 1 << 20);
   ImGui::SameLine();
   ImGui::Checkbox("greedy", &f.greedy);
+  ImGui::SameLine();
+  ImGui::Checkbox("beyond context", &f.allow_beyond_context);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Run even when prompt + max new tokens exceed the model's context\n(refused otherwise; recorded in "
+        "the session as beyond_context_tokens)");
   if (!f.greedy) {
     ImGui::SetNextItemWidth(90);
     ImGui::InputDouble("temperature", &f.temperature, 0, 0, "%.2f");
