@@ -5,12 +5,13 @@
 #
 #   tools/fuzz-campaign.sh pack PACK.tar.gz               (here: build-fuzz/ binaries, seeds, corpus)
 #   tools/fuzz-campaign.sh run PACK.tar.gz SECONDS OUT    (there: fuzz, minimise, report)
+#   tools/fuzz-campaign.sh keep OUT/corpus.tar.gz          (here: into tests/fuzz/corpus, to commit)
 #
 # `pack` builds the targets (tools/fuzz.sh 0), and packs them with the seeds, the committed corpus
-# (tests/fuzz/corpus) and the local growing corpus (build-fuzz/fuzz-corpus). `run` writes
-# OUT/corpus.tar.gz (the minimised corpus, one folder per target: unpack into tests/fuzz/corpus to
-# commit it), OUT/report.tsv (target, cores, seconds, executions, final coverage and features,
-# corpus files, findings) and OUT/artifacts.tar.gz (crashes, leaks, timeouts; empty if none).
+# (tests/fuzz/corpus/<target>.tar.gz) and the local growing corpus (build-fuzz/fuzz-corpus). `run`
+# writes OUT/corpus.tar.gz (the minimised corpus, one folder per target; `keep` packs each as
+# tests/fuzz/corpus/<target>.tar.gz), OUT/report.tsv (target, cores, seconds, executions, final
+# coverage and features, corpus files, findings) and OUT/artifacts.tar.gz (crashes, leaks, timeouts; empty if none).
 # Exit 1 if any target found something.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +25,10 @@ if [[ $mode == pack ]]; then
   for t in "$root"/build-fuzz/tests/fuzz/fuzz_*; do [[ -x $t && -f $t ]] && cp "$t" "$stage/bin/"; done
   for lib in $(ldd "$stage"/bin/fuzz_session_open | awk '/sqlite|zstd/ {print $3}'); do cp -L "$lib" "$stage/lib/"; done
   cp -r "$root/build-fuzz/fuzz-seeds" "$stage/seeds"
-  for d in "$root"/tests/fuzz/corpus/* "$root"/build-fuzz/fuzz-corpus/*; do
+  for a in "$root"/tests/fuzz/corpus/*.tar.gz; do
+    mkdir -p "$stage/corpus/$(basename "$a" .tar.gz)" && tar -C "$stage/corpus/$(basename "$a" .tar.gz)" -xzf "$a"
+  done
+  for d in "$root"/build-fuzz/fuzz-corpus/*; do
     [[ -d $d ]] || continue
     mkdir -p "$stage/corpus/$(basename "$d")" && cp -n "$d"/* "$stage/corpus/$(basename "$d")/" 2>/dev/null || true
   done
@@ -35,7 +39,18 @@ if [[ $mode == pack ]]; then
   exit 0
 fi
 
-[[ $mode == run ]] || { echo "usage: $0 pack PACK | run PACK SECONDS OUT" >&2; exit 2; }
+if [[ $mode == keep ]]; then
+  from=$(mktemp -d)
+  tar -C "$from" -xzf "${2:?OUT/corpus.tar.gz}"
+  for d in "$from"/fuzz_*; do  # reproducible archives: sorted, no owners, no times
+    tar -C "$d" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - . |
+      gzip -9n >"$root/tests/fuzz/corpus/$(basename "$d").tar.gz"
+  done
+  rm -rf "$from"
+  exit 0
+fi
+
+[[ $mode == run ]] || { echo "usage: $0 pack PACK | run PACK SECONDS OUT | keep CORPUS" >&2; exit 2; }
 pack=$(realpath "${2:?PACK.tar.gz}") seconds=${3:?SECONDS} out=$(realpath -m "${4:?OUT}")
 work=$(mktemp -d)
 mkdir -p "$out" && tar -C "$work" -xzf "$pack"
@@ -83,7 +98,7 @@ for t in "${targets[@]}"; do
   printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$t" "${share[$t]}" "$seconds" "${execs:-0}" "$cov" "$ft" \
     "$(ls "$work/min/$t" | wc -l)" "$findings" >>"$out/report.tsv"
 done
-tar -C "$work/min" -czf "$out/corpus.tar.gz" .
+tar -C "$work/min" -czf "$out/corpus.tar.gz" .  # commit: one tests/fuzz/corpus/<target>.tar.gz per folder
 tar -C "$work" -czf "$out/artifacts.tar.gz" artifacts
 column -t "$out/report.tsv"
 rm -rf "$work"

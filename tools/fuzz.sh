@@ -4,7 +4,7 @@
 #   tools/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s each, every target)
 #
 # CI runs 20 s per target (tools/test.sh). A campaign over many cores: tools/fuzz-campaign.sh. Past
-# campaigns' minimised corpus, tests/fuzz/corpus/<target>, is read as seeds.
+# campaigns' minimised corpus, tests/fuzz/corpus/<target>.tar.gz, is read as seeds.
 # SECONDS 0: build the targets and the seeds only.
 # Builds build-fuzz/ (clang), seeds from the real files in assets/ (tests/fuzz/make_seeds.py), and
 # keeps the growing corpus in build-fuzz/fuzz-corpus/<target>. A crash, UB report, leak, timeout
@@ -55,8 +55,9 @@ for t in "${targets[@]}"; do
   case $t in fuzz_safetensors_* | fuzz_config_json | fuzz_tokenizer_json | fuzz_head_pattern) dict=(-dict="$root/tests/fuzz/json.dict") ;; esac
   echo "== $t: ${seconds}s"
   rc=0
-  committed=$root/tests/fuzz/corpus/$t  # the minimised corpus of past campaigns (read only)
-  mkdir -p "$committed"
+  committed=$out/fuzz-committed/$t  # the minimised corpus of past campaigns, tests/fuzz/corpus/<target>.tar.gz
+  rm -rf "$committed" && mkdir -p "$committed"
+  [[ -f $root/tests/fuzz/corpus/$t.tar.gz ]] && tar -C "$committed" -xzf "$root/tests/fuzz/corpus/$t.tar.gz"
   "$out/tests/fuzz/$t" -max_total_time="$seconds" -seed="${KVSCOPE_FUZZ_SEED:-0}" -timeout=10 -rss_limit_mb=2048 -max_len=$max_len \
     -artifact_prefix="$artifacts" -print_final_stats=1 "${dict[@]}" "$corpus" "$seeds/$t" "$committed" >"$log" 2>&1 || rc=$?
   execs=$(grep -m1 -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$log" || echo 0)

@@ -757,9 +757,17 @@ class StripDecoder final : public Decoder {
  public:
   StripDecoder(const json& spec, const fs::path& file)
       : content_(spec.at("content").get<std::string>()),
-        start_(spec.value("start", size_t{0})),
-        stop_(spec.value("stop", size_t{0})) {
+        start_(count(spec, "start", file)),
+        stop_(count(spec, "stop", file)) {
     if (content_.empty()) throw InputError(file, "Strip decoder with an empty 'content'");
+  }
+  /// `spec[key]` (0 if absent) as a count of characters; a float, a negative number or one past
+  /// 2^31 is refused (nlohmann's get<size_t> cast 1.9e19 to an integer: undefined behaviour).
+  static size_t count(const json& spec, const char* key, const fs::path& file) {
+    if (!spec.contains(key)) return 0;
+    const auto v = json_integer(spec.at(key), 0, INT32_MAX);
+    if (!v) throw InputError(file, std::string("Strip decoder '") + key + "' must be an integer in [0, 2^31)");
+    return static_cast<size_t>(*v);
   }
   void apply(std::vector<std::string>& tokens, DecodeMode mode) const override {
     if (mode == DecodeMode::kDisplay) return;

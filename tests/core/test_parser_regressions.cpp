@@ -110,6 +110,22 @@ TEST_F(ParserRegressions, TokenizerIdFarBeyondAnyVocabulary) {
   expect_input_error([&] { load_hf_tokenizer(g); }, g, "token id 2000000000 for '<x>' is beyond");
 }
 
+// fuzz_tokenizer_json (the 16-core campaign, 2026-11-26): a Strip decoder's "start" of 1.92234e+19
+// went through nlohmann's value<size_t>, a float-to-integer cast out of range (undefined behaviour).
+TEST_F(ParserRegressions, StripDecoderCountsThatAreNoCount) {
+  for (const std::string start : {"1.92234e+19", "-1", "0.5", "\"2\""}) {
+    SCOPED_TRACE(start);
+    const auto f = write("tokenizer.json", R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
+        "decoder":{"type":"Strip","content":" ","start":)" +
+                                               start + R"(,"stop":0}})");
+    expect_input_error([&] { load_hf_tokenizer(f); }, f, "Strip decoder 'start' must be an integer in [0, 2^31)");
+  }
+  const auto ok = write("ok.json", R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
+      "decoder":{"type":"Strip","content":"a","start":1,"stop":0}})");
+  const std::vector<int32_t> ids = {0, 0};
+  EXPECT_EQ(load_hf_tokenizer(ok)->decode(ids), "");  // each token "a" loses its one leading "a"
+}
+
 // fuzz_tokenizer_json (the CI fuzz stage): nlohmann's get<int>() of the float 1.98922e+24 is a
 // float-to-int cast out of range, undefined behaviour. The same cast sat in every integer field
 // read with get<> / value<>: safetensors shapes and offsets, config.json sizes, head patterns.
