@@ -8,7 +8,7 @@ structure of the embedded models' files: the pycode-16m safetensors header with 
 tiny shapes, its config.json and a vocabulary-trimmed tokenizer.json, stories260K's header (and a
 tiny consistent one) and tok512.bin, the presets and README pipelines, assets/sweeps/*.toml, and a
 session database (SESSION_DB if given, e.g. one written by the test suite; else an empty file).
-Nothing generated is committed.
+Nothing generated is committed (the committed, minimised corpus of campaigns is tests/fuzz/corpus).
 """
 import json
 import os
