@@ -3,9 +3,14 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include "../core/test_support.h"
 
 namespace kvscope::test {
 
@@ -32,5 +37,23 @@ inline CliResult run_cli_stderr(const std::string& args) {
 }
 
 inline std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+/// A test with a fresh folder of its own (dir_, named after the suite, the process and the test,
+/// removed afterwards) holding story.txt (a short stories260K prompt); db_ = dir_ / "runs.db".
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           (std::string("kvscope_") + info->test_suite_name() + "_" + std::to_string(::getpid()) + "_" + info->name());
+    remove_tree(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "story.txt")
+        << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+    db_ = dir_ / "runs.db";
+  }
+  void TearDown() override { remove_tree(dir_); }
+  std::filesystem::path dir_, db_;
+};
 
 }  // namespace kvscope::test

@@ -195,15 +195,8 @@ TEST(CliRun, UnknownParameterListsTheValidOnes) {
 
 /// Runs and files made by one test in its own temporary folder (issue 28: no silent wrong results,
 /// and every refusal one line on stderr with a documented exit code).
-class CliInputs : public ::testing::Test {
+class CliInputs : public test::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("kvscope_cli_inputs_" + std::to_string(::getpid()) + "_" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    test::remove_tree(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { test::remove_tree(dir_); }
   std::filesystem::path write(const std::string& name, const std::string& bytes) {
     std::ofstream(dir_ / name, std::ios::binary) << bytes;
     return dir_ / name;
@@ -223,7 +216,6 @@ class CliInputs : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.out;
     return r.exit_code == 0 ? int64_t(nlohmann::json::parse(r.out)["input_ids"].size()) : -1;
   }
-  std::filesystem::path dir_;
 };
 
 std::string once_upon(int times) {

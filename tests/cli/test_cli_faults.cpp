@@ -31,19 +31,8 @@ class InjectedFault {
   ~InjectedFault() { ::unsetenv("KVSCOPE_TEST_FAULT"); }
 };
 
-class CliFaults : public ::testing::Test {
+class CliFaults : public test::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvscope_cli_faults_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    test::remove_tree(dir_);
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "story.txt")
-        << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
-    db_ = dir_ / "runs.db";
-  }
-  void TearDown() override { test::remove_tree(dir_); }
-
   void write_grid(const std::string& pipelines, const std::string& budgets, int max_new_tokens = 6) {
     std::ofstream(dir_ / "grid.toml") << "models = [\"" << (test::stories_dir() / "stories260K.bin").string()
                                       << "\"]\nprompts = [\"story.txt\"]\npipelines = [" << pipelines
@@ -63,7 +52,6 @@ class CliFaults : public ::testing::Test {
     for (std::string l; std::getline(in, l);) n += std::regex_search(l, line);
     return n;
   }
-  fs::path dir_, db_;
 };
 
 TEST_F(CliFaults, OutOfMemoryAtPrefillFailsClearlyAndTheRunIsNotComplete) {

@@ -52,24 +52,14 @@ Limited run_limited(const std::string& limit, const std::string& args) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
-class CliLimits : public ::testing::Test {
+class CliLimits : public test::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvscope_cli_limits_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    test::remove_tree(dir_);
-    fs::create_directories(dir_);
-    db_ = dir_ / "runs.db";
-  }
-  void TearDown() override { test::remove_tree(dir_); }
-
   std::string run_args(const std::string& name) const {
     return "run --model " + quote(test::stories_dir()) +
            " --prompt 'Once upon a time' --pipeline snapkv:window=4 --compression-ratio 0.5 --max-new-tokens 12"
            " --capture full --name " +
            name + " --db " + quote(db_);
   }
-  fs::path dir_, db_;
 };
 
 TEST_F(CliLimits, FileSizeLimitWhileWritingASessionFailsClearlyAndKeepsEarlierRuns) {

@@ -22,25 +22,17 @@ namespace fs = std::filesystem;
 using test::quote;
 using test::run_cli;
 
-class CliSessions : public ::testing::Test {
+class CliSessions : public test::CliTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvscope_cli_sessions_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    test::remove_tree(dir_);
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "story.txt")
-        << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+    CliTest::SetUp();
     std::ofstream(dir_ / "grid.toml")
         << "models = [\"" << (test::stories_dir() / "stories260K.bin").string()
         << "\"]\nprompts = [\"story.txt\"]\n"
            "pipelines = [\"snapkv:window=8\", \"streamingllm:sink=4\", \"keydiff\", \"snapkv:window=8+adakv\"]\n"
            "max_new_tokens = 6\ncapture = \"full\"\n[budget]\nunit = \"ratio\"\nvalues = [0.25, 0.5, 0.75]\n";
-    db_ = dir_ / "runs.db";
   }
-  void TearDown() override { test::remove_tree(dir_); }
   int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
-  fs::path dir_, db_;
 };
 
 TEST_F(CliSessions, RunRecordsASessionAndPrintsItsId) {

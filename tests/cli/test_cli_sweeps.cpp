@@ -23,19 +23,8 @@ namespace fs = std::filesystem;
 using test::quote;
 using test::run_cli;
 
-class CliSweeps : public ::testing::Test {
+class CliSweeps : public test::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvscope_cli_sweeps_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    test::remove_tree(dir_);
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "story.txt")
-        << "Once upon a time, there was a little girl named Lily. She loved to play outside.";
-    db_ = dir_ / "runs.db";
-  }
-  void TearDown() override { test::remove_tree(dir_); }
-
   static std::string model() { return (test::stories_dir() / "stories260K.bin").string(); }
   /// A grid of stories260K x story.txt x `pipelines` x `budgets`; `extra` goes before [budget].
   static std::string grid_text(const std::string& pipelines, const std::string& budgets, const std::string& extra = "",
@@ -69,7 +58,6 @@ class CliSweeps : public ::testing::Test {
     for (std::string l; std::getline(in, l);) n += std::regex_search(l, line);
     return n;
   }
-  fs::path dir_, db_;
 };
 
 TEST_F(CliSweeps, BudgetsThatPrintedAlikeAreSeparateRuns) {
