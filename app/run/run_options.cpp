@@ -13,6 +13,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/utf8.h"
 
 namespace kvscope::run {
 
@@ -48,36 +49,6 @@ LoadOptions load_options(const std::string& device, const std::string& dtype, co
 namespace {
 
 constexpr int64_t kMaxPromptFileBytes = int64_t{64} << 20;
-
-/// Offset of the first byte of `text` that is not part of well-formed UTF-8, or npos.
-size_t first_invalid_utf8(std::string_view text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[pos + i]); };
-    const unsigned char lead = byte(0);
-    size_t len = 0;
-    char32_t cp = 0;
-    if (lead < 0x80)
-      len = 1, cp = lead;
-    else if ((lead & 0xE0) == 0xC0)
-      len = 2, cp = lead & 0x1F;
-    else if ((lead & 0xF0) == 0xE0)
-      len = 3, cp = lead & 0x0F;
-    else if ((lead & 0xF8) == 0xF0)
-      len = 4, cp = lead & 0x07;
-    else
-      return pos;
-    if (pos + len > text.size()) return pos;
-    for (size_t i = 1; i < len; ++i) {
-      if ((byte(i) & 0xC0) != 0x80) return pos;
-      cp = (cp << 6) | (byte(i) & 0x3F);
-    }
-    static constexpr char32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return pos;
-    pos += len;
-  }
-  return std::string_view::npos;
-}
 
 /// "stories260K", "pycode-16m": the model's name for messages.
 std::string model_label(const Model& model) {
@@ -134,13 +105,6 @@ std::string error_message(const std::exception& e) {
   return text;
 }
 
-int64_t context_positions(const GenerateRequest& req) {
-  const int64_t n_new = std::max<int64_t>(req.max_new_tokens, 0);
-  int64_t n = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
-  for (const auto& t : req.follow_up_turns) n += static_cast<int64_t>(t.size()) + 1 + n_new;
-  return n;
-}
-
 std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const RunOptions& options) {
   if (options.pipeline.empty()) {
     if (options.budget) throw InputError("a budget was given without a pipeline: the full cache takes no budget");
@@ -191,7 +155,7 @@ GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const
   req.capture_window = options.capture_window;
   // Positions past the context the model was trained on give output that looks fine and is not
   // (RoPE goes on rotating; nothing fails): refuse unless the user asks for it.
-  const int64_t needed = context_positions(req), context = model.config.max_position_embeddings;
+  const int64_t needed = positions_needed(req), context = model.config.max_position_embeddings;
   if (needed > context && !options.allow_beyond_context) {
     const int64_t n_turns = static_cast<int64_t>(req.follow_up_turns.size());
     const int64_t given = needed - (n_turns + 1) * req.max_new_tokens;

@@ -55,10 +55,6 @@ std::string read_prompt_file(const std::string& path);
 /// trace its what() carries (7-33 lines), any other message up to its first line break.
 std::string error_message(const std::exception& e);
 
-/// Token positions generate() gives `req` at most: the prompt and max_new_tokens, and per later
-/// turn the last token fed back, the turn and max_new_tokens again.
-int64_t context_positions(const GenerateRequest& req);
-
 /// The pipeline of `options` built with `registry` (null for the full cache), its budget checked:
 /// InputError for a bad SPEC, a pipeline that uses a budget given none ("give --compression-ratio R
 /// or --budget N"), a budget given to a pipeline that uses none (a head pattern or channel pruning
@@ -70,7 +66,7 @@ std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const Ru
 /// tokens (BOS per options.bos; a model without a tokenizer gets its BOS id alone), follow-up turns,
 /// sampling, stop tokens, budget, reference, capture and prefill chunking. Throws InputError for a
 /// model without a tokenizer given follow-up turns, a token id the model has no embedding for (a
-/// tokenizer of another model), and a run longer than the model's context (context_positions >
+/// tokenizer of another model), and a run longer than the model's context (positions_needed >
 /// max_position_embeddings) unless options.allow_beyond_context, with the numbers.
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options);
 

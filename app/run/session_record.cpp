@@ -139,7 +139,7 @@ GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& 
   run_id = store.begin_run(run_info(engine.model(), pipeline, registry, req, prompt_text, name, sweep_key));
   // A run allowed past the model's context (--allow-beyond-context; make_request refuses it
   // otherwise) says so, so its numbers are not read as those of an ordinary run.
-  const int64_t beyond = context_positions(req) - engine.model().config.max_position_embeddings;
+  const int64_t beyond = positions_needed(req) - engine.model().config.max_position_embeddings;
   if (beyond > 0) store.set_summary(run_id, "beyond_context_tokens", double(beyond));
   try {
     GenerateResult res = generate(engine, req, on_token);

@@ -70,14 +70,19 @@ void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp) {
 }
 }  // namespace
 
+int64_t positions_needed(const GenerateRequest& req, int64_t min_new_tokens) {
+  const int64_t n_new = std::max(req.max_new_tokens, min_new_tokens);
+  int64_t n = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
+  for (const auto& t : req.follow_up_turns) n += static_cast<int64_t>(t.size()) + 1 + n_new;
+  return n;
+}
+
 GenerateResult generate(const Engine& engine, const GenerateRequest& req,
                         const std::function<void(int32_t)>& on_token) {
   if (req.prompt_ids.empty()) throw InputError("the prompt is empty (give text or use --bos always)");
   GenerateResult res;
   Sampler sampler(req.sampling);
-  const int64_t n_new = std::max<int64_t>(req.max_new_tokens, 1);
-  int64_t capacity = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
-  for (const auto& t : req.follow_up_turns) capacity += static_cast<int64_t>(t.size()) + 1 + n_new;
+  const int64_t capacity = positions_needed(req, 1);
   const std::string where_cache =
       "while allocating the KV cache for " + std::to_string(capacity) + " tokens on " + engine.model().device.str();
   KvCache cache = out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); });

@@ -36,6 +36,7 @@
 #include "json_integers.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/tokenizer.h"
+#include "kvscope/core/utf8.h"
 #include "text_file.h"
 
 namespace kvscope {
@@ -47,35 +48,6 @@ using nlohmann::json;
 // ------------------------------------------------------------------------------------------------
 // UTF-8
 // ------------------------------------------------------------------------------------------------
-
-/// Length of the well-formed UTF-8 sequence at text[pos], or 0 if it is not well formed.
-size_t valid_utf8_length(std::string_view text, size_t pos) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[pos + i]); };
-  const unsigned char lead = byte(0);
-  if (lead < 0x80) return 1;
-  size_t len = 0;
-  char32_t cp = 0;
-  if ((lead & 0xE0) == 0xC0) {
-    len = 2;
-    cp = lead & 0x1F;
-  } else if ((lead & 0xF0) == 0xE0) {
-    len = 3;
-    cp = lead & 0x0F;
-  } else if ((lead & 0xF8) == 0xF0) {
-    len = 4;
-    cp = lead & 0x07;
-  } else {
-    return 0;
-  }
-  if (pos + len > text.size()) return 0;
-  for (size_t i = 1; i < len; ++i) {
-    if ((byte(i) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i) & 0x3F);
-  }
-  static constexpr char32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
 
 /// Byte length of the character at text[pos]; an invalid byte counts as a character of its own.
 size_t char_length(std::string_view text, size_t pos) { return std::max<size_t>(1, valid_utf8_length(text, pos)); }

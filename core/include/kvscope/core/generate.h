@@ -67,6 +67,11 @@ struct GenerateResult {
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
 };
 
+/// Token positions generate() gives `request` at most: the prompt and max_new_tokens (at least
+/// `min_new_tokens`), and per later turn the last token fed back, the turn and max_new_tokens again.
+/// generate() sizes its caches with min_new_tokens 1; the context check counts with 0.
+int64_t positions_needed(const GenerateRequest& request, int64_t min_new_tokens = 0);
+
 /// Runs `request` on a fresh cache. `on_token` (optional) sees each emitted id as it is chosen.
 GenerateResult generate(const Engine& engine, const GenerateRequest& request,
                         const std::function<void(int32_t)>& on_token = {});
