@@ -33,8 +33,9 @@ struct Plan {
   std::string unit;   ///< canonical budget unit name
   std::string dtype;  ///< canonical dtype name
   uint64_t per_model_prompt = 0;
-  std::vector<uint64_t> first;  ///< index of each pipeline's first run within a (model, prompt) block
-  uint64_t size = 0;            ///< runs in the grid
+  std::vector<uint64_t> first;            ///< index of each pipeline's first run within a (model, prompt) block
+  uint64_t size = 0;                      ///< runs in the grid
+  std::vector<std::string> prompt_texts;  ///< the text of each prompt file, read (and checked) once
 };
 
 /// One run of the grid (indices into its lists).
@@ -132,7 +133,7 @@ int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, 
     const std::string& prompt = g.prompts[it.prompt];
     try {
       run::RunOptions options;
-      options.prompt_text = run::read_prompt_file(prompt);
+      options.prompt_text = plan.prompt_texts[it.prompt];
       options.bos = run::parse_bos_mode(g.bos);
       options.pipeline = plan.pipelines[it.pipeline].spec;
       if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), g.budgets[*it.budget]};
@@ -206,9 +207,10 @@ Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_
   check("device", [&] { run::load_options(g.device, g.dtype); });
   for (const auto& d : devices) run::load_options(d, g.dtype);
   check_grid_files(g);
-  // Every prompt is text a run can read (no NUL bytes, UTF-8, a regular file under the size cap).
+  // Every prompt read once, here: text a run can use (no NUL bytes, UTF-8, a regular file under the
+  // size cap). The runs take their text from the plan.
   for (size_t i = 0; i < g.prompts.size(); ++i) try {
-      run::read_prompt_file(g.prompts[i]);
+      p.prompt_texts.push_back(run::read_prompt_file(g.prompts[i]));
     } catch (const InputError& e) {
       throw InputError(g.where(g.prompt_lines[i]), e.what());
     }
