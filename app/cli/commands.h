@@ -16,6 +16,7 @@ Runner add_inspect(CLI::App& app);
 Runner add_compare(CLI::App& app);
 Runner add_merge(CLI::App& app);
 Runner add_check(CLI::App& app);
+Runner add_timeline(CLI::App& app);
 Runner add_sweep(CLI::App& app);
 Runner add_export(CLI::App& app);  // only with KVSCOPE_WITH_VIZ
 Runner add_learn_heads(CLI::App& app);

@@ -43,6 +43,9 @@ void CompressionOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--db", db, "Record the run as a session in this SQLite database (created if missing)");
   cmd.add_option("--capture", capture, "Per-head statistics to record: off | summary | full")
       ->check(CLI::IsMember({"off", "summary", "full"}));
+  cmd.add_option("--pin", pin,
+                 "L:H[,L:H...]: KV heads (layer:head, 0-based) whose decode-time selections the timeline records "
+                 "per token (the others per page)");
   cmd.add_option("--name", name, "Name of the recorded session");
 }
 
@@ -54,6 +57,7 @@ void CompressionOptions::apply_to(run::RunOptions& run) const {
     run.budget = BudgetSpec{parse_budget_unit(budget_unit), budget};
   run.reference_full = reference == "full";
   if (!db.empty()) run.capture = parse_capture_level(capture);
+  if (!pin.empty()) run.pinned_heads = run::parse_pinned_heads(pin);
 }
 
 int execute_generation(const ModelOptions& opts, const CompressionOptions* comp) {

@@ -15,6 +15,7 @@ struct CompressionOptions {
   std::string reference;  ///< "" | "full"
   std::string db;         ///< session database to record the run in ("" = none)
   std::string capture = "summary";
+  std::string pin;  ///< "L:H[,L:H...]": heads whose selections the timeline records per token
   std::string name;
 
   void add_to(CLI::App& cmd);

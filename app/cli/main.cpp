@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   reg(kvscope::cli::add_compare(app));
   reg(kvscope::cli::add_merge(app));
   reg(kvscope::cli::add_check(app));
+  reg(kvscope::cli::add_timeline(app));
   reg(kvscope::cli::add_learn_heads(app));
 #ifdef KVSCOPE_HAVE_VIZ
   reg(kvscope::cli::add_export(app));

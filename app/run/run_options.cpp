@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 
@@ -98,6 +99,30 @@ std::string read_prompt_file(const std::string& path) {
   return text;
 }
 
+std::vector<std::pair<int64_t, int64_t>> parse_pinned_heads(std::string_view text) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  auto number = [&](std::string_view part) {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || v < 0 || v > (int64_t(1) << 20))
+      throw InputError("--pin '" + std::string(text) + "': '" + std::string(part) +
+                       "' is not a layer or KV head number (expected L:H[,L:H...], e.g. 3:1,7:0)");
+    return v;
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    const size_t colon = item.find(':');
+    if (colon == std::string_view::npos)
+      throw InputError("--pin '" + std::string(text) + "': '" + std::string(item) +
+                       "' is not L:H (expected L:H[,L:H...], e.g. 3:1,7:0)");
+    out.emplace_back(number(item.substr(0, colon)), number(item.substr(colon + 1)));
+    start = comma + 1;
+  }
+  return out;
+}
+
 std::string error_message(const std::exception& e) {
   const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
   std::string text = torch_error ? torch_error->what_without_backtrace() : e.what();
@@ -153,6 +178,13 @@ GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const
   req.reference_full = options.reference_full && pipeline != nullptr;
   req.capture = options.capture;
   req.capture_window = options.capture_window;
+  for (const auto& [l, h] : options.pinned_heads)
+    if (l >= model.config.n_layer || h >= model.config.n_head_kv)
+      throw InputError("--pin " + std::to_string(l) + ":" + std::to_string(h) + ": " + model_label(model) + " has " +
+                       std::to_string(model.config.n_layer) + " layers (0 to " +
+                       std::to_string(model.config.n_layer - 1) + ") of " + std::to_string(model.config.n_head_kv) +
+                       " KV heads (0 to " + std::to_string(model.config.n_head_kv - 1) + ")");
+  req.pinned_heads = options.pinned_heads;
   // Positions past the context the model was trained on give output that looks fine and is not
   // (RoPE goes on rotating; nothing fails): refuse unless the user asks for it.
   const int64_t needed = positions_needed(req), context = model.config.max_position_embeddings;

@@ -40,11 +40,17 @@ struct RunOptions {
   bool reference_full = false;  ///< also decode with the full cache: per-step KL and top-1 agreement
   CaptureLevel capture = CaptureLevel::kOff;
   int64_t capture_window = 32;
+  /// (layer, KV head) pairs whose decode-time selections the timeline records per token.
+  std::vector<std::pair<int64_t, int64_t>> pinned_heads;
   int64_t prefill_chunk = 0;  ///< prefill in blocks of this many tokens; 0 = the whole prompt
   /// Let the prompt, the turns and max_new_tokens go past the model's context
   /// (max_position_embeddings, llama2.c seq_len); refused by make_request without it.
   bool allow_beyond_context = false;
 };
+
+/// "L:H[,L:H...]" (layer and KV head, 0-based) as pairs. Throws InputError("--pin: ...") for
+/// anything else.
+std::vector<std::pair<int64_t, int64_t>> parse_pinned_heads(std::string_view text);
 
 /// The text of a prompt file. Throws InputError naming the file, in one line, for a file that cannot
 /// be opened (missing, a symlink loop, no permission), a directory, something not a regular file
@@ -67,7 +73,8 @@ std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const Ru
 /// sampling, stop tokens, budget, reference, capture and prefill chunking. Throws InputError for a
 /// model without a tokenizer given follow-up turns, a token id the model has no embedding for (a
 /// tokenizer of another model), and a run longer than the model's context (positions_needed >
-/// max_position_embeddings) unless options.allow_beyond_context, with the numbers.
+/// max_position_embeddings) unless options.allow_beyond_context, with the numbers, and a pinned head
+/// outside the model.
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options);
 
 }  // namespace kvscope::run

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include "kvscope/sessions/timeline_blobs.h"
 #include "run_options.h"
 
 namespace kvscope::run {
@@ -102,6 +103,7 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
                             "topk_unique", -1, -1, t.sizes().vec(),
                             std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel())));
   }
+  for (const sessions::Blob& b : sessions::timeline_blobs(res.timeline)) store.add_blob(run, b);
   auto mean = [](const auto& v) {
     return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
   };

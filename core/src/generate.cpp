@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/errors.h"
+#include "kvscope/core/timeline_recorder.h"
 
 namespace kvscope {
 namespace {
@@ -99,29 +101,34 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   std::optional<TopkUnion> topk;
   if (req.capture == CaptureLevel::kFull)
     topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256);
-  // Recall of sparse selections (HSA, Quest, SparQ, RocketKV-MT) against the exact top-k of the same size:
-  // per step, the mean over layers and KV heads of |selected ∩ exact top-|selected|| / |selected|.
-  // Policies that do not select rows return no selection (DecodeAttentionPolicy::last_selection).
-  double step_recall = 0;
-  int64_t recall_terms = 0;
+  // The time-resolved record (timeline.h): evictions from the cache's host state, the decode
+  // policy's selections per step and, at capture full, their recall of the exact top-k.
+  std::optional<TimelineRecorder> recorder;
+  if (req.capture != CaptureLevel::kOff) {
+    TimelineOptions o;
+    o.pinned = req.pinned_heads;
+    o.recall = req.capture == CaptureLevel::kFull;
+    if (decode_attention) {
+      const ParamValues params = decode_attention->params();
+      if (auto it = params.find("page"); it != params.end() && std::atoll(it->second.c_str()) > 0)
+        o.page = std::atoll(it->second.c_str());
+    }
+    const int64_t turns = 1 + static_cast<int64_t>(req.follow_up_turns.size());
+    recorder.emplace(engine.model().config.n_layer, engine.model().config.n_head_kv, capacity,
+                     turns * (std::max<int64_t>(req.max_new_tokens, 0) + 1), o);
+  }
+  int64_t step_no = 0;  // Timeline's step: decode forward passes and later turns' prefills
   const LayerObserver count_bytes = [&](const LayerEvent& ev) {
     if (decode_attention) step_bytes += decode_attention->bytes_read_last();
     if (topk) topk->add(ev.layer, ev.q[0], ev.cache);
-    if (decode_attention && req.capture != CaptureLevel::kOff) {
-      const auto rows = decode_attention->last_selection();
-      const int64_t Hkv = ev.cache.n_head_kv(), G = ev.q.size(1) / Hkv;
-      for (int64_t h = 0; h < Hkv && h < int64_t(rows.size()); ++h) {
-        const at::Tensor sel = rows[h][0].to(at::kCPU);  // the group's (or first head's) rows
-        const int64_t k = sel.numel(), n = ev.cache.layer(ev.layer).length[h];
-        if (k == 0 || k >= n) continue;
-        at::Tensor logits =
-            at::matmul(ev.q[0].narrow(0, h * G, G).to(at::kFloat), ev.cache.head_keys(ev.layer, h).to(at::kFloat).t())
-                .sum(0);
-        at::Tensor exact = std::get<1>(logits.topk(k)).to(at::kCPU);
-        step_recall += at::isin(sel, exact).sum().item<double>() / double(k);
-        ++recall_terms;
+    if (recorder) {
+      recorder->after_layer(ev.cache, ev.layer, ev.cache.next_position());
+      if (decode_attention) {
+        const auto rows = decode_attention->last_selection();
+        if (!rows.empty()) recorder->on_selection(ev.cache, ev.layer, rows, ev.q[0]);
       }
     }
+    if (req.decode_probe) req.decode_probe(ev, step_no);
   };
   double reference_ms = 0;
   at::Tensor full_logits;
@@ -145,6 +152,11 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
       compress = [&, n_kept, reserve](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, reserve); };
     }
+    if (turn > 0) {
+      ++step_no;
+      if (recorder) recorder->begin_step();
+    }
+    const int64_t first_position = cache.next_position();
     if (!res.captures.empty() && turn == 0)  // capture sees the layer before compression
       compress = [&, then = compress](const LayerEvent& ev) {
         if (ev.cache.layer(ev.layer).uniform()) {
@@ -162,6 +174,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
         req, "prefill", int64_t(turn), "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
         [&] { return engine.prefill(cache, block, chunk, false, compress); });
     const at::Tensor block_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
+    if (recorder) recorder->after_prefill(cache, first_position, static_cast<int64_t>(block.size()));
     if (turn == 0) {
       res.last_logits = block_logits;
       res.prefill_ms = ms_since(t0);
@@ -170,7 +183,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       res.cache_bytes_allocated = cache.bytes_allocated();
       if (decode_attention) res.side_store_bytes = decode_attention->side_store_bytes();
     }
-    if (req.max_new_tokens <= 0) return res;
+    if (req.max_new_tokens <= 0) break;
     if (full)
       full_logits = out_of_memory_guard(
           req, "prefill", int64_t(turn),
@@ -185,7 +198,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     // decode-time selection policies (stage S5) step eagerly while capture wants their recall.
     std::unique_ptr<DecodeGraph> graph;
     const bool selects = decode_attention && decode_attention->stage() == Stage::kDecodeSelection;
-    const bool telemetry = topk || (selects && req.capture != CaptureLevel::kOff);
+    const bool telemetry = topk || (selects && recorder) || req.decode_probe;
     if (!telemetry && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
         (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens)))
       graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention);
@@ -199,6 +212,8 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       const int32_t tok[1] = {next};
       step_bytes = 0;
       const int64_t step = res.decode_steps;
+      ++step_no;
+      if (recorder) recorder->begin_step();
       logits =
           out_of_memory_guard(req, "decode", step, "at decode step " + std::to_string(step) + " on " + device, [&] {
             if (graph) {
@@ -206,13 +221,14 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
               if (decode_attention) step_bytes = decode_attention->after_graph_step(cache);
               return lg;
             }
-            return engine.forward(cache, tok, false, decode_attention || topk ? count_bytes : LayerObserver{},
-                                  decode_attention);
+            const bool observe = topk || req.decode_probe || (recorder && decode_attention);
+            return engine.forward(cache, tok, false, observe ? count_bytes : LayerObserver{}, decode_attention);
           });
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
-      if (recall_terms > 0) res.selection_recall.push_back(step_recall / double(recall_terms));
-      step_recall = 0;
-      recall_terms = 0;
+      if (recorder) {
+        recorder->after_decode(cache, cache.next_position() - 1);
+        if (auto recall = recorder->step_recall_mean()) res.selection_recall.push_back(*recall);
+      }
       ++res.decode_steps;
       next = sampler.next(logits);  // reads the result back: the step is complete
       if (full) {
@@ -232,7 +248,8 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   }
   res.decode_ms -= reference_ms;
   if (topk) res.topk_unique = topk->unique_counts();
-  res.output_ids = res.turn_output_ids.front();
+  if (recorder) res.timeline = recorder->finish(cache.next_position());
+  if (!res.turn_output_ids.empty()) res.output_ids = res.turn_output_ids.front();
   return res;
 }
 

@@ -93,9 +93,9 @@ TEST_F(CudaDecodeGraph, Fp32FullCacheMatchesEagerSteps) { compare_paths(at::kFlo
 TEST_F(CudaDecodeGraph, Fp32RaggedCacheMatchesEagerSteps) { compare_paths(at::kFloat, true, 1e-3); }
 TEST_F(CudaDecodeGraph, Bf16RaggedCacheMatchesEagerSteps) { compare_paths(at::kBFloat16, true, 0.25); }
 
-/// A sparse-decode pipeline run twice through generate(): with capture on (telemetry: the eager
-/// fused path, attend_fused) and off (CUDA graph, attend_device). Greedy tokens and bytes per step
-/// agree.
+/// A sparse-decode pipeline run twice through generate(): at capture full (telemetry: the eager
+/// fused path, attend_fused; per-step recall) and off (CUDA graph, attend_device). Greedy tokens
+/// and bytes per step agree.
 void compare_generate(const std::string& spec, int64_t budget) {
   const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kFloat, {}});
   const Engine engine(model);
@@ -107,7 +107,7 @@ void compare_generate(const std::string& spec, int64_t budget) {
   req.max_new_tokens = 24;
   req.pipeline = &pipeline;
   req.budget = BudgetSpec{BudgetSpec::Unit::kFetched, double(budget)};
-  req.capture = CaptureLevel::kSummary;
+  req.capture = CaptureLevel::kFull;
   const GenerateResult eager = generate(engine, req);
   req.capture = CaptureLevel::kOff;
   const GenerateResult graphed = generate(engine, req);

@@ -12,6 +12,7 @@
 #include "kvscope/core/engine.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/sampling.h"
+#include "kvscope/core/timeline.h"
 
 namespace kvscope {
 
@@ -33,6 +34,12 @@ struct GenerateRequest {
   std::vector<std::vector<int32_t>> follow_up_turns;
   CaptureLevel capture = CaptureLevel::kOff;  ///< per-head statistics of the prefill (capture.h)
   int64_t capture_window = 32;                ///< observation window of the attention statistics
+  /// With capture on: (layer, KV head) pairs whose decode-time selections the timeline records per
+  /// token (the others per page; every head per token when the run is small, timeline_recorder.h).
+  std::vector<std::pair<int64_t, int64_t>> pinned_heads;
+  /// Test probe: called in every decode step for every layer, after its attention, with the step
+  /// (1-based, as Timeline counts: a later turn's prefill is a step too). Forces the eager path.
+  std::function<void(const LayerEvent& ev, int64_t step)> decode_probe;
   /// Fault injection for tests: called before the prefill ("prefill", turn) and before each decode
   /// step ("decode", step). What it throws is handled like the engine's own errors, so a test can
   /// throw c10::Error("CUDA out of memory ...") to check the out-of-memory path on CPU.
@@ -58,9 +65,11 @@ struct GenerateResult {
   int64_t cache_bytes_allocated = 0;  ///< including the decode reserve
   int64_t side_store_bytes = 0;       ///< decode-time policy side stores (page min/max, channel masks, ...)
   std::vector<int64_t> bytes_read;    ///< per decode step: K/V/side-store bytes attention read, all layers
-  /// Sparse decode selection (HSA/Quest/SparQ/Exact-TopK) with capture on: per decode step, the mean
-  /// over layers and KV heads of the share of the exact top-|selection| (group-summed logits) selected.
+  /// Sparse decode selection (HSA/Quest/SparQ/Exact-TopK) at capture full: per decode step, the mean
+  /// over layers and KV heads of Timeline::recall (the share of the exact top-|selection| selected).
   std::vector<double> selection_recall;
+  /// With capture on: every cache decision over time (evictions per position, selections per step).
+  Timeline timeline;
   Fidelity fidelity;                   ///< filled when reference_full
   std::vector<LayerCapture> captures;  ///< per layer, when capture != kOff (first turn's prefill)
   at::Tensor topk_unique;  ///< capture full: int64 [n_layer, n_head] distinct Exact-TopK(256) picks over decode
