@@ -13,7 +13,7 @@ Runner add_export(CLI::App& app) {
   auto* cmd = app.add_subcommand("export", "Write a figure of a run as PNG, SVG, PDF or CSV");
   struct Args {
     std::string db, figure, out, metric = "tokens95_frac";
-    int64_t run = 0, layer = 0, head = 0, width = 0, height = 0;
+    int64_t run = 0, layer = -1, head = -1, width = 0, height = 0;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("FILE", a->db, "Session database")->required();
@@ -22,8 +22,9 @@ Runner add_export(CLI::App& app) {
   for (const auto& n : figures::figure_names()) names += (names.empty() ? "" : " | ") + n;
   cmd->add_option("--figure", a->figure, names + " (see below)")->required();
   cmd->add_option("--out", a->out, "Output file: .png, .svg, .pdf or .csv")->required();
-  cmd->add_option("--layer", a->layer, "Layer of per-layer figures");
-  cmd->add_option("--head", a->head, "KV head of per-head figures");
+  cmd->add_option("--layer", a->layer, "Layer of per-layer figures (default 0; timeline: with --head, one head)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--head", a->head, "KV head of per-head figures (default 0)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--metric", a->metric, figures::metric_help());
   cmd->add_option("--width", a->width, "Figure width in px");
   cmd->add_option("--height", a->height, "Figure height in px");

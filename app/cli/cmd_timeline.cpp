@@ -23,8 +23,8 @@ struct Args {
 Timeline load(const sessions::SessionStore& store, const Args& a) {
   auto t = sessions::load_timeline(store, a.run);
   if (!t)
-    throw InputError(a.db, "run " + std::to_string(a.run) +
-                               " has no timeline: record runs with --db and --capture summary or full");
+    throw InputError(
+        a.db, "run " + std::to_string(a.run) + " has no timeline: record runs with --db and --capture summary or full");
   return std::move(*t);
 }
 
@@ -39,8 +39,8 @@ nlohmann::json head_json(const Timeline& t, int64_t layer, int64_t head) {
   std::vector<std::string> by(evicted.size());
   for (int64_t p = 0; p < t.n_positions; ++p) {
     evicted[p] = t.evicted_step(layer, head, p);
-    by[p] = to_string(
-        static_cast<EvictionCause>(t.evicted_by[static_cast<size_t>((layer * t.n_head_kv + head) * t.n_positions + p)]));
+    by[p] = to_string(static_cast<EvictionCause>(
+        t.evicted_by[static_cast<size_t>((layer * t.n_head_kv + head) * t.n_positions + p)]));
   }
   j["evicted_at"] = evicted;
   j["evicted_by"] = by;
@@ -65,8 +65,9 @@ nlohmann::json head_json(const Timeline& t, int64_t layer, int64_t head) {
 void overview(const Timeline& t, int64_t run) {
   std::printf("run %lld: %lld positions, %lld steps, selection pages of %lld\n", static_cast<long long>(run),
               static_cast<long long>(t.n_positions), static_cast<long long>(t.n_steps), static_cast<long long>(t.page));
-  std::printf("layer head  live_end  evicted_prefill  evicted_ring  evicted_turn  steps_selected  mean_selected  "
-              "mean_recall\n");
+  std::printf(
+      "layer head  live_end  evicted_prefill  evicted_ring  evicted_turn  steps_selected  mean_selected  "
+      "mean_recall\n");
   for (int64_t l = 0; l < t.n_layer; ++l)
     for (int64_t h = 0; h < t.n_head_kv; ++h) {
       int64_t count[5] = {0, 0, 0, 0, 0};
@@ -96,11 +97,13 @@ void overview(const Timeline& t, int64_t run) {
 
 Runner add_timeline(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "timeline", "A run's cache decisions over time: per position the step it was evicted, per step what was selected");
+      "timeline",
+      "A run's cache decisions over time: per position the step it was evicted, per step what was selected");
   auto a = std::make_shared<Args>();
   cmd->add_option("FILE", a->db, "Session database")->required();
   cmd->add_option("RUN", a->run, "Run id")->required();
-  auto* layer = cmd->add_option("--layer", a->layer, "Layer of the head to print (0-based)")->check(CLI::NonNegativeNumber);
+  auto* layer =
+      cmd->add_option("--layer", a->layer, "Layer of the head to print (0-based)")->check(CLI::NonNegativeNumber);
   auto* head = cmd->add_option("--head", a->head, "KV head of that layer (0-based)")->check(CLI::NonNegativeNumber);
   layer->needs(head);
   head->needs(layer);
@@ -117,8 +120,8 @@ Runner add_timeline(CLI::App& app) {
     }
     if (a->layer >= t.n_layer || a->head >= t.n_head_kv)
       throw InputError(a->db, "run " + std::to_string(a->run) + " has " + std::to_string(t.n_layer) + " layers of " +
-                                  std::to_string(t.n_head_kv) + " KV heads: no head " + std::to_string(a->layer) +
-                                  ":" + std::to_string(a->head));
+                                  std::to_string(t.n_head_kv) + " KV heads: no head " + std::to_string(a->layer) + ":" +
+                                  std::to_string(a->head));
     const nlohmann::json j = head_json(t, a->layer, a->head);
     if (a->json) {
       std::cout << j.dump() << "\n";
@@ -127,12 +130,12 @@ Runner add_timeline(CLI::App& app) {
     int64_t kinds[5] = {0, 0, 0, 0, 0};
     for (const std::string& b : j["evicted_by"].get<std::vector<std::string>>())
       for (int c = 0; c < 5; ++c) kinds[c] += b == to_string(static_cast<EvictionCause>(c));
-    std::printf("run %lld layer %lld head %lld: %lld positions, %lld steps; live at the end %lld, evicted at prefill "
-                "%lld, by the ring %lld, by later turns %lld\n",
-                static_cast<long long>(a->run), static_cast<long long>(a->layer), static_cast<long long>(a->head),
-                static_cast<long long>(t.n_positions), static_cast<long long>(t.n_steps),
-                static_cast<long long>(kinds[0]), static_cast<long long>(kinds[1]), static_cast<long long>(kinds[2]),
-                static_cast<long long>(kinds[3]));
+    std::printf(
+        "run %lld layer %lld head %lld: %lld positions, %lld steps; live at the end %lld, evicted at prefill "
+        "%lld, by the ring %lld, by later turns %lld\n",
+        static_cast<long long>(a->run), static_cast<long long>(a->layer), static_cast<long long>(a->head),
+        static_cast<long long>(t.n_positions), static_cast<long long>(t.n_steps), static_cast<long long>(kinds[0]),
+        static_cast<long long>(kinds[1]), static_cast<long long>(kinds[2]), static_cast<long long>(kinds[3]));
     if (j.contains("selected"))
       for (const auto& [step, pos] : j["selected"].items())
         std::printf("step %s: %zu selected (%s)\n", step.c_str(), pos.size(),

@@ -15,17 +15,21 @@ namespace {
 // Decodes `parts` of `layer`, or throws naming the first one the run did not store.
 void need(const sessions::SessionStore& store, const RunData& r, PartSet parts, std::int64_t layer) {
   for (Part p : parts.parts()) {
-    if (!r.stored(p, layer) || (p == Part::kKept && !r.has_kept))
+    const std::int64_t l = run_level(p) ? 0 : layer;
+    if (p == Part::kTimeline && !r.stored(p, l))
+      throw std::invalid_argument("run " + std::to_string(r.ref.run) +
+                                  " has no timeline (record runs with --db and --capture summary or full)");
+    if (!r.stored(p, l) || (p == Part::kKept && !r.has_kept))
       throw std::invalid_argument("run " + std::to_string(r.ref.run) + " has no '" + std::string(part_blob(p)) +
-                                  "' data for layer " + std::to_string(layer) +
+                                  "' data for layer " + std::to_string(l) +
                                   (p == Part::kKept ? "" : " (record it with --capture full)"));
-    load_part(store, r, p, layer);
+    load_part(store, r, p, l);
   }
 }
 
 // Decodes the parts a figure can use when they are stored (the figure notes what is absent).
 void want(const sessions::SessionStore& store, const RunData& r, PartSet parts, std::int64_t layer) {
-  for (Part p : parts.parts()) load_part(store, r, p, layer);
+  for (Part p : parts.parts()) load_part(store, r, p, run_level(p) ? 0 : layer);
 }
 
 }  // namespace
@@ -145,14 +149,16 @@ viz::Figure build_figure(const sessions::SessionStore& store, std::int64_t run, 
   if (q.token_text) text = [&q](std::int32_t id) { return std::optional<std::string>(q.token_text(id)); };
   const auto r = load_run_data(store, run, text);
   const bool per_layer = e.scope == FigureScope::kLayer || e.scope == FigureScope::kHead;
-  if (per_layer && (q.layer < 0 || q.layer >= r->n_layer))
-    throw std::out_of_range("run " + std::to_string(run) + " has no layer " + std::to_string(q.layer));
-  if (e.scope == FigureScope::kHead && (q.head < 0 || q.head >= r->n_head_kv))
-    throw std::out_of_range("run " + std::to_string(run) + " has no KV head " + std::to_string(q.head));
-  if (per_layer) {
-    need(store, *r, e.needs, q.layer);
-    want(store, *r, e.uses, q.layer);
+  if (per_layer) {  // not given: the first layer / head
+    in.sel.layer = std::max<std::int64_t>(q.layer, 0);
+    in.sel.head = std::max<std::int64_t>(q.head, 0);
   }
+  if (per_layer && (in.sel.layer >= r->n_layer))
+    throw std::out_of_range("run " + std::to_string(run) + " has no layer " + std::to_string(q.layer));
+  if (e.scope == FigureScope::kHead && in.sel.head >= r->n_head_kv)
+    throw std::out_of_range("run " + std::to_string(run) + " has no KV head " + std::to_string(q.head));
+  need(store, *r, e.needs, std::max<std::int64_t>(in.sel.layer, 0));
+  want(store, *r, e.uses, std::max<std::int64_t>(in.sel.layer, 0));
   in.run = r.get();
   return e.build(in);
 }

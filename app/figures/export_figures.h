@@ -19,9 +19,9 @@ const std::vector<std::string>& figure_names();
 
 /// What a figure is drawn for.
 struct FigureRequest {
-  std::string name;                                     ///< one of figure_names()
-  std::int64_t layer = 0, head = 0;                     ///< for per-layer / per-head figures
-  std::string metric = "tokens95_frac";                 ///< "heads": a heads_metric_names() entry; "grid": a run metric
+  std::string name;                      ///< one of figure_names()
+  std::int64_t layer = -1, head = -1;    ///< per-layer / per-head figures (-1: 0); timeline: -1 = every head
+  std::string metric = "tokens95_frac";  ///< "heads": a heads_metric_names() entry; "grid": a run metric
   std::function<std::string(std::int32_t)> token_text;  ///< display text of a token id (may be empty: "#id")
   int width = 0;  ///< px, for figures reduced to their width (0: the default width)
 };

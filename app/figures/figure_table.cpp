@@ -8,6 +8,7 @@
 #include "export_figures.h"
 #include "figures.h"
 #include "head_pattern_figure.h"
+#include "timeline_figure.h"
 
 namespace kvscope::figures {
 namespace {
@@ -83,6 +84,11 @@ viz::Figure head_pattern(const FigureInput& in) {
   viz::Figure f = head_pattern_figure(std::filesystem::path(resolve_head_pattern_file(r, file)));
   f.caption = "pattern " + file + "; run: " + r.caption() + ". " + f.caption;
   return f;
+}
+
+viz::Figure timeline(const FigureInput& in) {
+  // No --layer/--head (sel.layer < 0): the layer x KV head grid.
+  return timeline_figure(*in.run, {}, in.sel, in.width > 0 ? in.width : viz::Figure{}.width);
 }
 
 // ---- "export all" variants ------------------------------------------------------------------------
@@ -176,6 +182,13 @@ constexpr FigureEntry kFigures[] = {
      .scope = kDatabase,
      .about = "a sweep's prompt length x budget grid of one run metric (--metric; default mean_kl)",
      .metric = "a run metric (mean_kl, top1_agreement, ...)"},
+    {.name = "timeline",
+     .build = timeline,
+     .needs = {Part::kTimeline},
+     .recording = kTimeline,
+     .about = "kept / selected / evicted per token position and decode step: one KV head with --layer and --head, "
+              "else every head",
+     .all = one_variant},
     {.name = "head-pattern",
      .build = head_pattern,
      .recording = kHeadsStage,
@@ -206,6 +219,8 @@ const char* recording_note(Recording r) {
       return " (needs --reference full)";
     case kHeadsStage:
       return " (needs a heads:pattern=FILE pipeline)";
+    case kTimeline:
+      return " (needs --capture summary or full)";
   }
   return "";
 }

@@ -49,6 +49,7 @@ enum class Recording {
   kFullCapture,  ///< --capture full: attention, key cosines and PCA, channel statistics, top-k record
   kReference,    ///< --reference full: per-step KL and top-1 agreement
   kHeadsStage,   ///< a pipeline with a "heads" stage (--pipeline heads:pattern=FILE)
+  kTimeline,     ///< --capture summary or full: the time-resolved record of cache decisions
 };
 
 /// What a builder draws from.

@@ -1,5 +1,7 @@
 #include "run_data.h"
 
+#include "kvscope/sessions/timeline_blobs.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -110,8 +112,14 @@ const std::vector<std::uint32_t>* RunData::keep_count() const {
   return p ? &p->counts : nullptr;
 }
 
+const Timeline* RunData::timeline() const {
+  const LayerPart* p = part(Part::kTimeline, 0);
+  return p ? p->timeline.get() : nullptr;
+}
+
 bool RunData::stored(Part p, std::int64_t layer) const {
   if (p == Part::kKeepCount) return n_layer > 0;
+  if (p == Part::kTimeline) return has_timeline;
   if (layer < 0 || layer >= n_layer) return false;
   return stored_parts[static_cast<std::size_t>(static_cast<std::int64_t>(p) * n_layer + layer)] != 0;
 }
@@ -178,6 +186,8 @@ std::string_view part_blob(Part p) {
     case Part::kKept:
     case Part::kKeepCount:
       return "kept_positions";
+    case Part::kTimeline:
+      return "timeline.info";
     case Part::kAttention:
       return "attention";
     case Part::kCos:
@@ -208,6 +218,8 @@ const char* part_label(Part p) {
       return "channel CV";
     case Part::kKeepCount:
       return "keep rate over all heads";
+    case Part::kTimeline:
+      return "timeline";
   }
   return "";
 }
@@ -294,6 +306,8 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
       mark(Part::kChannelCv, b.layer);
     } else if (b.name == "topk_unique") {
       any_topk = true;
+    } else if (b.name.rfind("timeline.", 0) == 0) {
+      d->has_timeline = d->has_timeline || b.name == "timeline.info";
     } else {
       d->other_blobs.push_back(b);
     }
@@ -366,6 +380,13 @@ void load_part(const sessions::SessionStore& store, const RunData& run, Part p, 
   if (run.ready(p, layer)) return;
   if (p == Part::kKept) {
     run.parts->put(p, layer, decode_kept(store, run, layer));
+    return;
+  }
+  if (p == Part::kTimeline) {
+    LayerPart t;
+    if (auto tl = sessions::load_timeline(store, run.ref.run))
+      t.timeline = std::make_shared<const Timeline>(std::move(*tl));
+    run.parts->put(p, 0, std::move(t));
     return;
   }
   if (p == Part::kKeepCount) {

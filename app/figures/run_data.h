@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvscope/core/timeline.h"
 #include "kvscope/sessions/session_store.h"
 
 namespace kvscope::figures {
@@ -44,10 +45,13 @@ struct RunRef {
 
 /// The heavy per-layer arrays of a run, decoded on demand. kKeepCount is one array for the whole
 /// run (slot of layer 0), derived from every layer's kKept.
-enum class Part : int { kKept, kAttention, kCos, kPca, kChannelMean, kChannelCv, kKeepCount };
-inline constexpr int kPartCount = 7;
+/// kTimeline is the run's Timeline (kvscope/sessions/timeline_blobs.h; slot of layer 0).
+enum class Part : int { kKept, kAttention, kCos, kPca, kChannelMean, kChannelCv, kKeepCount, kTimeline };
+inline constexpr int kPartCount = 8;
+/// True for the parts of the whole run (kKeepCount, kTimeline), held in the slot of layer 0.
+constexpr bool run_level(Part p) { return p == Part::kKeepCount || p == Part::kTimeline; }
 /// Blob name of a part ("kept_positions", "attention", "cos_to_mean", "keys_pca", "channel_mean",
-/// "channel_cv"; "kept_positions" for kKeepCount).
+/// "channel_cv"; "kept_positions" for kKeepCount; "timeline.info" for kTimeline).
 std::string_view part_blob(Part p);
 /// Short label for "loading" messages ("kept sets", "attention", ...).
 const char* part_label(Part p);
@@ -61,6 +65,8 @@ struct LayerPart {
   std::vector<float> values;
   /// kKeepCount: per prompt position, how many (layer, KV head) pairs kept it.
   std::vector<std::uint32_t> counts;
+  /// kTimeline: the run's record of cache decisions over time (null: the stored one is unreadable).
+  std::shared_ptr<const Timeline> timeline;
 };
 
 /// Write-once slots of decoded parts, [Part][layer]. get() is lock-free; put() keeps the first value.
@@ -96,7 +102,7 @@ struct RunData {
 
   /// What the run stored (from the blob listing; nothing decoded).
   bool has_kept = false, has_summary = false, has_attention = false, has_cos = false, has_channels = false,
-       has_pca = false;
+       has_pca = false, has_timeline = false;
   /// Entries kept per [layer * n_head_kv + kv head], from the kept_positions blob shapes.
   std::vector<std::int64_t> kept_sizes;
 
@@ -150,6 +156,8 @@ struct RunData {
   const float* pca_row(std::int64_t layer, std::int64_t head) const;
   /// Per prompt position, (layer, KV head) pairs that kept it [n_tok], or nullptr when not decoded.
   const std::vector<std::uint32_t>* keep_count() const;
+  /// The decoded timeline, or nullptr (not recorded, not decoded yet, or unreadable).
+  const Timeline* timeline() const;
   /// Summary metric value, NaN when absent.
   double summary_metric(const std::string& name) const;
   /// One line: "#id name · pipeline · budget".

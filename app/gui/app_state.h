@@ -19,6 +19,7 @@
 #include "run_data.h"
 #include "run_worker.h"
 #include "textures.h"
+#include "timeline_figure.h"
 #include "tokenizer_cache.h"
 #include "view_table.h"
 #include "view_types.h"
@@ -105,6 +106,10 @@ struct FidelityState {
   FidelityOptions opt;
   FigureView fig;
 };
+struct TimelineState {
+  figures::TimelineOptions opt;
+  FigureView fig;
+};
 struct SelectionState {
   FigureView fig;
 };
@@ -158,6 +163,7 @@ struct AppState {
   BudgetsState budgets;
   FidelityState fidelity;
   SelectionState selection;
+  TimelineState timeline;
   CompareState compare;
   RunState run;
   ExportState exporting;

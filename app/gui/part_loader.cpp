@@ -73,7 +73,7 @@ void PartLoader::loop() {
               std::to_string(job.layer) + ": " + e.what();
       // An empty part: the view shows "not captured" instead of asking again every frame.
       try {
-        job.run->parts->put(job.part, job.part == figures::Part::kKeepCount ? 0 : job.layer, {});
+        job.run->parts->put(job.part, figures::run_level(job.part) ? 0 : job.layer, {});
       } catch (const std::exception&) {
       }
     }

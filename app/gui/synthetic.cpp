@@ -8,6 +8,7 @@
 
 #include "kvscope/core/tokenizer.h"
 #include "kvscope/sessions/session_store.h"
+#include "kvscope/sessions/timeline_blobs.h"
 #include "run_data.h"
 
 namespace kvscope::gui {
@@ -181,6 +182,70 @@ sessions::RunInfo info_for(const SyntheticSpec& sp, const std::vector<std::int32
 
 }  // namespace
 
+/// A timeline consistent with per-head kept sets: positions a head did not keep leave at the
+/// prefill; `ring` heads then evict their oldest non-sink entry (4 sinks) at every decode step, as a
+/// StreamingLLM ring does; the others read about half their pages per step (head (0, 0) per token).
+static Timeline synthetic_timeline(const std::vector<std::vector<std::vector<std::int64_t>>>& kept, std::int64_t T,
+                                   std::int64_t n_steps, bool ring, std::uint64_t seed) {
+  Timeline t;
+  t.n_layer = static_cast<std::int64_t>(kept.size());
+  t.n_head_kv = kept.empty() ? 0 : static_cast<std::int64_t>(kept[0].size());
+  t.n_positions = T + n_steps;
+  t.n_steps = n_steps;
+  t.page = 16;
+  for (std::int64_t p = 0; p < t.n_positions; ++p)
+    t.entered_at.push_back(static_cast<std::int32_t>(p < T ? 0 : p - T + 1));
+  t.evicted_at.assign(static_cast<std::size_t>(t.n_layer * t.n_head_kv * t.n_positions), -1);
+  t.evicted_by.assign(t.evicted_at.size(), 0);
+  for (std::int64_t l = 0; l < t.n_layer; ++l)
+    for (std::int64_t h = 0; h < t.n_head_kv; ++h) {
+      const std::size_t base = static_cast<std::size_t>((l * t.n_head_kv + h) * t.n_positions);
+      const auto& k = kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)];
+      std::vector<bool> in(static_cast<std::size_t>(T), false);
+      for (std::int64_t p : k) in[static_cast<std::size_t>(p)] = true;
+      for (std::int64_t p = 0; p < T; ++p)
+        if (!in[static_cast<std::size_t>(p)]) {
+          t.evicted_at[base + p] = 0;
+          t.evicted_by[base + p] = static_cast<std::uint8_t>(EvictionCause::kPrefill);
+        }
+      if (!ring) continue;
+      std::vector<std::int64_t> order(k.begin(), k.end());  // oldest non-sink first
+      std::size_t next = 0;
+      while (next < order.size() && order[next] < 4) ++next;
+      for (std::int64_t s = 1; s <= n_steps && next < order.size(); ++s, ++next) {
+        t.evicted_at[base + order[next]] = static_cast<std::int32_t>(s);
+        t.evicted_by[base + order[next]] = static_cast<std::uint8_t>(EvictionCause::kRing);
+        order.push_back(T + s - 1);
+      }
+    }
+  if (ring) return t;
+  t.pages.resize(static_cast<std::size_t>(t.n_layer));
+  t.tokens.resize(static_cast<std::size_t>(t.n_layer));
+  std::mt19937_64 r(seed);
+  for (std::int64_t s = 1; s <= n_steps; ++s)
+    for (std::int64_t l = 0; l < t.n_layer; ++l)
+      for (std::int64_t h = 0; h < t.n_head_kv; ++h) {
+        const std::int64_t n =
+            static_cast<std::int64_t>(kept[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)].size()) + s;
+        const std::int64_t pages = (n + t.page - 1) / t.page;
+        std::vector<std::int64_t> chosen;
+        for (std::int64_t pg = 0; pg < pages; ++pg)
+          if (pg == pages - 1 || r() % 2 == 0) chosen.push_back(pg);
+        t.pages[static_cast<std::size_t>(l)].append(pages, chosen);
+        if (l == 0 && h == 0) {
+          std::vector<std::int64_t> ranks;
+          for (std::int64_t pg : chosen)
+            for (std::int64_t k = pg * t.page; k < std::min(n, (pg + 1) * t.page); ++k) ranks.push_back(k);
+          t.tokens[0].append(n, ranks);
+        } else {
+          t.tokens[static_cast<std::size_t>(l)].pad_to(t.tokens[static_cast<std::size_t>(l)].entries() + 1);
+        }
+      }
+  t.recall.assign(static_cast<std::size_t>(n_steps * t.n_layer * t.n_head_kv), 0.0f);
+  for (float& v : t.recall) v = 0.7f + 0.3f * static_cast<float>(r() % 1000) / 1000.0f;
+  return t;
+}
+
 SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSpec& sp, const Tokenizer* tokenizer) {
   using sessions::ParamType;
   const std::int64_t T = std::max<std::int64_t>(sp.n_tok, 8), H = sp.n_head_kv, D = sp.head_dim;
@@ -243,10 +308,13 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
   const std::int64_t avg =
       std::clamp<std::int64_t>(static_cast<std::int64_t>(sp.keep_fraction * static_cast<double>(T)), 1, T);
   double kept_a = 0, kept_b = 0;
+  std::vector<std::vector<std::vector<std::int64_t>>> all_a, all_b;
   for (std::int64_t l = 0; l < sp.n_layer; ++l) {
     const Layer L = make_layer(spec, l, importance);
     const auto ka = adakv_select(L, H, T, avg);
     const auto kb = streaming_select(T, avg);
+    all_a.emplace_back(ka.begin(), ka.end());
+    all_b.emplace_back(H, std::vector<std::int64_t>(kb.begin(), kb.end()));
     for (std::int64_t h = 0; h < H; ++h) {
       const auto& a = ka[static_cast<std::size_t>(h)];
       store.add_blob(runs.snapkv,
@@ -267,6 +335,10 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
       }
     }
   }
+  for (const auto& b : sessions::timeline_blobs(synthetic_timeline(all_a, T, sp.n_steps, false, sp.seed)))
+    store.add_blob(runs.snapkv, b);
+  for (const auto& b : sessions::timeline_blobs(synthetic_timeline(all_b, T, sp.n_steps, true, sp.seed)))
+    store.add_blob(runs.streaming, b);
   {
     std::vector<std::int64_t> uniq;
     auto r = rng_for(sp.seed, 2000, 0);

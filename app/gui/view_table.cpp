@@ -17,6 +17,7 @@ constexpr ViewEntry kViews[] = {
     {"channels", "Channels", panels::channels, [](AppState& s) { return &s.channels.fig; }},
     {"budgets", "Budgets", panels::budgets, [](AppState& s) { return &s.budgets.fig; }},
     {"fidelity", "Fidelity", panels::fidelity, [](AppState& s) { return &s.fidelity.fig; }},
+    {"timeline", "Timeline", panels::timeline, [](AppState& s) { return &s.timeline.fig; }},
     {"selection", "Selection", panels::selection, [](AppState& s) { return &s.selection.fig; }},
     {"compare", "Compare", panels::compare, [](AppState& s) { return &s.compare.fig; }},
 };

@@ -21,7 +21,8 @@ std::vector<T> slice(const std::vector<T>& v, size_t begin, size_t n) {
 std::vector<Blob> timeline_blobs(const Timeline& t) {
   std::vector<Blob> out;
   if (t.empty()) return out;
-  out.push_back(Blob::of<int64_t>("timeline.info", -1, -1, {4}, std::vector<int64_t>{kFormat, t.n_steps, t.n_positions, t.page}));
+  out.push_back(
+      Blob::of<int64_t>("timeline.info", -1, -1, {4}, std::vector<int64_t>{kFormat, t.n_steps, t.n_positions, t.page}));
   out.push_back(Blob::of<int32_t>("timeline.entered_at", -1, -1, {t.n_positions}, t.entered_at));
   if (!t.recall.empty())
     out.push_back(Blob::of<float>("timeline.recall", -1, -1, {t.n_steps, t.n_layer, t.n_head_kv}, t.recall));

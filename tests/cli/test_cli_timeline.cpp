@@ -81,7 +81,8 @@ TEST_F(CliTimeline, BadRequestsExitWithTwoAndOneLine) {
   r = run_cli_stderr("timeline " + quote(db_) + " 1 --layer 0 --head 0 --json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("has no timeline"), std::string::npos) << r.out;
-  ASSERT_EQ(run_cli(run_args() + " --pipeline quest --budget 64 --budget-unit fetched --max-new-tokens 3").exit_code, 0);
+  ASSERT_EQ(run_cli(run_args() + " --pipeline quest --budget 64 --budget-unit fetched --max-new-tokens 3").exit_code,
+            0);
   r = run_cli_stderr("timeline " + quote(db_) + " 2 --json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("--layer L --head H"), std::string::npos) << r.out;

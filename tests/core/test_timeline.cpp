@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 /// What the test probe saw in one layer of one decode step: the queries and each KV head's live
 /// keys (fp64, storage order) with their positions.
 struct StepLayer {
-  at::Tensor q;                        // [n_head, D] fp64
-  std::vector<at::Tensor> keys;        // per KV head [n, D] fp64
+  at::Tensor q;                           // [n_head, D] fp64
+  std::vector<at::Tensor> keys;           // per KV head [n, D] fp64
   std::vector<std::vector<int64_t>> pos;  // per KV head, storage order
 };
 using Probe = std::map<std::pair<int64_t, int64_t>, StepLayer>;  // (step, layer)
@@ -260,7 +260,8 @@ TEST_F(Timelines, RecordedSelectionsEqualBruteForcePerStepAndHead) {
         std::vector<int64_t> live = s.pos[h];
         std::sort(live.begin(), live.end());
         std::set<int64_t> want_pages;
-        for (int64_t pos : want) want_pages.insert((std::lower_bound(live.begin(), live.end(), pos) - live.begin()) / t.page);
+        for (int64_t pos : want)
+          want_pages.insert((std::lower_bound(live.begin(), live.end(), pos) - live.begin()) / t.page);
         std::vector<int64_t> page_positions;
         for (int64_t pg : want_pages)
           for (int64_t rank = pg * t.page; rank < std::min<int64_t>(live.size(), (pg + 1) * t.page); ++rank)

@@ -26,12 +26,9 @@ using testing::remove_tree;
 
 TEST(ViewTable, NamesTitlesAndTabOrderAreThoseOfTheCommandLine) {
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"sessions", "Sessions"},   {"run", "Run"},
-      {"heads", "Heads"},         {"tokens", "Tokens"},
-      {"attention", "Attention"}, {"keys", "Key geometry"},
-      {"channels", "Channels"},   {"budgets", "Budgets"},
-      {"fidelity", "Fidelity"},   {"selection", "Selection"},
-      {"compare", "Compare"}};
+      {"sessions", "Sessions"},   {"run", "Run"},           {"heads", "Heads"},         {"tokens", "Tokens"},
+      {"attention", "Attention"}, {"keys", "Key geometry"}, {"channels", "Channels"},   {"budgets", "Budgets"},
+      {"fidelity", "Fidelity"},   {"timeline", "Timeline"}, {"selection", "Selection"}, {"compare", "Compare"}};
   ASSERT_EQ(view_table().size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(view_table()[i].name, expected[i].first);
@@ -42,7 +39,7 @@ TEST(ViewTable, NamesTitlesAndTabOrderAreThoseOfTheCommandLine) {
   EXPECT_EQ(kAllViews.size(), view_table().size());
   for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], view_table()[i].view());
   EXPECT_EQ(view_names(),
-            "sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, selection, compare");
+            "sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, timeline, selection, compare");
 }
 
 TEST(ViewTable, EveryEntryRoundTripsThroughItsName) {
@@ -242,9 +239,9 @@ TEST_F(FigureTable, ExportAllWritesTheEntriesVariantsUnderTheNamesOfBefore) {
   const auto store = sessions::SessionStore::open((dir_ / "full.db").string(), sessions::OpenMode::kReadOnly);
   const auto a = load_run_data(store, full_.snapkv, {}), b = load_run_data(store, full_.streaming, {});
   for (int p = 0; p < kPartCount; ++p)
-    load_part(store, *a, static_cast<Part>(p), p == static_cast<int>(Part::kKeepCount) ? 0 : 1);
+    load_part(store, *a, static_cast<Part>(p), run_level(static_cast<Part>(p)) ? 0 : 1);
   std::set<std::string> expected = {"heads",    "tokens_kept", "tokens_keep_rate", "attention", "keys",
-                                    "channels", "budgets",     "fidelity",         "selection"};
+                                    "channels", "budgets",     "fidelity",         "selection", "timeline"};
   for (const char* m : heads_metric_names()) expected.insert(std::string("heads_") + m);
   const Selection sel{1, 2, -1};
   std::set<std::string> names;

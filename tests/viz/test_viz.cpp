@@ -645,6 +645,46 @@ TEST(Export, CsvValuesRoundTrip) {
   EXPECT_EQ(lines[5], "0,heatmap,value,1,1,110,1,5e-08,L0 H1|");
 }
 
+TEST(Export, CategoricalHeatmapColoursKeysAndCsv) {
+  // A timeline-like map: 4 steps x 3000 positions, NaN = not in the cache, 0 kept, 1 selected,
+  // 2 evicted at that step. Reduced to 300 px, a pixel shows its highest category.
+  Heatmap h;
+  h.rows = 4;
+  h.cols = 3000;
+  h.values.assign(4 * 3000, 0.0f);
+  for (int c = 0; c < 100; ++c) h.values[static_cast<size_t>(c)] = std::nanf("");
+  h.values[static_cast<size_t>(1 * 3000 + 1234)] = 1;
+  h.values[static_cast<size_t>(2 * 3000 + 2000)] = 2;
+  h.categories = {
+      {"kept", Color::hex(0x00ff00)}, {"selected", Color::hex(0x0000ff)}, {"evicted", Color::hex(0xff0000)}};
+  h.aggregate = Aggregate::Mean;  // ignored: categories reduce by their highest index
+  const Image img = heatmap_image(h, {0, 3}, 300, 4, Color::hex(0xffffff));
+  const auto px = [&](int x, int y) { return img.pixels[static_cast<size_t>(y * img.width + x)]; };
+  EXPECT_EQ(px(0, 0), Color::hex(0xffffff)) << "NaN: the missing colour";
+  EXPECT_EQ(px(1234 * 300 / 3000, 1), Color::hex(0x0000ff)) << "one selected cell wins its pixel";
+  EXPECT_EQ(px(2000 * 300 / 3000, 2), Color::hex(0xff0000));
+  EXPECT_EQ(px(200, 3), Color::hex(0x00ff00));
+  // Keys under the plot instead of a colour bar; CSV labels are the category names.
+  TempDir dir;
+  const Figure f = figure_of(h);
+  Heatmap small = h;
+  small.rows = 1;
+  small.cols = 3;
+  small.values = {0, 2, std::nanf("")};
+  export_csv(figure_of(small), dir.path() / "c.csv");
+  const auto lines = read_lines(dir.path() / "c.csv");
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[2], "0,heatmap,value,0,1,1,0,2,evicted");
+  EXPECT_EQ(lines[3], "0,heatmap,value,0,2,2,0,nan,");
+  export_figure(f, dir.path() / "c.png");
+  EXPECT_GT(fs::file_size(dir.path() / "c.png"), 100u);
+  Heatmap bad = small;
+  bad.values[0] = 3;
+  EXPECT_THROW(validate(figure_of(bad)), std::invalid_argument) << "3 is not a category of 3";
+  bad.values[0] = 0.5f;
+  EXPECT_THROW(validate(figure_of(bad)), std::invalid_argument);
+}
+
 TEST(Export, ErrorsNameTheFile) {
   TempDir dir;
   const Figure f = figure_of(bar_chart());

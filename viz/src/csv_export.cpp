@@ -100,8 +100,10 @@ void export_csv(const Figure& figure, const std::filesystem::path& out) {
                            const auto i = static_cast<std::size_t>(r * h.cols + c);
                            const auto k = static_cast<std::size_t>(c);
                            if (pass == 1 && h.mask[i] == 0) continue;
-                           w.row(pi, kind, series, rs, cs[k], xs[k], ys, pass == 0 ? num(h.values[i]) : "1",
-                                 labelled ? rl + "|" + cl[k] : none);
+                           std::string label = labelled ? rl + "|" + cl[k] : none;
+                           if (pass == 0 && !h.categories.empty() && std::isfinite(h.values[i]))
+                             label = detail::valid_utf8(h.categories[static_cast<std::size_t>(h.values[i])].name);
+                           w.row(pi, kind, series, rs, cs[k], xs[k], ys, pass == 0 ? num(h.values[i]) : "1", label);
                          }
                        }
                      }

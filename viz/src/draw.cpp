@@ -237,7 +237,14 @@ void draw_heatmap(Ctx& c, const Heatmap& h, const PanelLayout& L) {
     c.m.pop_clip();
   }
   draw_axes(c, L, h.x, h.y);
-  draw_colorbar(c, L, colormap(h.colormap), h.colorbar_label);
+  for (std::size_t k = 0; k < L.category_keys.size() && k < h.categories.size(); ++k) {
+    const Rect& r = L.category_keys[k];
+    c.m.fill_rect(r, h.categories[k].color.value_or(categorical(k)));
+    c.m.rect(r, Stroke{c.th.foreground, 0.6});
+    c.m.text({r.right() + 4, r.y + r.h / 2}, detail::clean_line(h.categories[k].name), c.legend, c.th.foreground,
+             HAlign::Left, VAlign::Middle);
+  }
+  if (h.categories.empty()) draw_colorbar(c, L, colormap(h.colormap), h.colorbar_label);
   if (!L.mask_key.empty()) {
     c.m.fill_rect(L.mask_key, colormap(h.colormap).at(0.5));
     mark_rect(c.m, L.mask_key, h.mask_style, h.mask_color);
@@ -466,11 +473,14 @@ Image heatmap_image(const Heatmap& h, Range range, std::int64_t max_w, std::int6
   std::vector<float> reduced;
   std::span<const float> vals(h.values);
   if (ow != h.cols || oh != h.rows) {
-    reduced = downsample(h.values, h.rows, h.cols, oh, ow, h.aggregate);
+    reduced = downsample(h.values, h.rows, h.cols, oh, ow, h.categories.empty() ? h.aggregate : Aggregate::Max);
     vals = reduced;
   }
   const Colormap& cm = colormap(h.colormap);
   const double scale = 255.0 / (range.hi - range.lo);
+  std::vector<Color> palette;
+  for (std::size_t k = 0; k < h.categories.size(); ++k)
+    palette.push_back(h.categories[k].color.value_or(categorical(k)));
   img.width = static_cast<int>(ow);
   img.height = static_cast<int>(oh);
   img.pixels.resize(static_cast<std::size_t>(ow * oh));
@@ -481,6 +491,10 @@ Image heatmap_image(const Heatmap& h, Range range, std::int64_t max_w, std::int6
       const double v = in[j];
       if (!std::isfinite(v)) {
         out[j] = missing;
+        continue;
+      }
+      if (!palette.empty()) {
+        out[j] = palette[std::min(palette.size() - 1, static_cast<std::size_t>(std::max(0.0, v)))];
         continue;
       }
       const double t = std::clamp((v - range.lo) * scale, 0.0, 255.0);

@@ -104,6 +104,11 @@ void validate(const Figure& figure) {
               check_axis(h.y, "y", where);
               check_colormap(h.colormap, where);
               check_value_range(h.value_range, where);
+              if (!h.categories.empty())
+                for (float v : h.values)
+                  if (!std::isnan(v) && !(v >= 0 && v < static_cast<float>(h.categories.size()) && v == std::floor(v)))
+                    throw std::invalid_argument(where + "value " + std::to_string(v) +
+                                                " is not a category index (0 .. " + sz(h.categories.size() - 1) + ")");
             },
             [&](const LinePlot& p) {
               check_axis(p.x, "x", where);

@@ -592,11 +592,14 @@ PanelLayout layout_heatmap(Ctx& c, const Heatmap& h, Rect cell) {
   PanelLayout L;
   L.cell = cell;
   Rect inner = inset(cell, 4);
-  const bool key = !h.mask.empty() && !h.mask_label.empty();
+  const bool categorical = !h.categories.empty();
+  const bool key = (!h.mask.empty() && !h.mask_label.empty()) || categorical;
   L.title = take_title(c, inner, h.title, false);
   const Colormap& cm = colormap(h.colormap);
-  L.value_range = color_range(h.values, h.value_range, cm);
-  const auto cbp = plan_colorbar(c, L.value_range, h.colorbar_label, inner.h * 0.8);
+  L.value_range =
+      categorical ? Range{0, static_cast<double>(h.categories.size())} : color_range(h.values, h.value_range, cm);
+  auto cbp = plan_colorbar(c, L.value_range, h.colorbar_label, inner.h * 0.8);
+  if (categorical) cbp.width = 0;
 
   AxesSpec s;
   s.x = &h.x;
@@ -613,11 +616,22 @@ PanelLayout layout_heatmap(Ctx& c, const Heatmap& h, Rect cell) {
   s.right_reserve = cbp.width;
   s.key_row = key;
   layout_axes(c, L, inner, s);
+  const double row_y = L.plot.bottom() + kTickLen + 3 + c.tick_h + 4;
+  const double key_y = row_y + (std::max(c.label_h, c.legend_h) - 10) / 2;
+  if (categorical) {
+    // Swatches right-aligned in the x-label row, in category order.
+    double x = L.plot.right();
+    for (auto it = h.categories.rbegin(); it != h.categories.rend(); ++it) {
+      x -= c.m.measure(detail::clean_line(it->name), c.legend).width + 4 + 16;
+      L.category_keys.insert(L.category_keys.begin(), Rect{x, key_y, 16, 10});
+      x -= 12;
+    }
+    return L;
+  }
   if (key) {
     // Right-aligned in the x-label row, under the plot.
     const double tw = c.m.measure(detail::clean_line(h.mask_label), c.legend).width;
-    const double row_y = L.plot.bottom() + kTickLen + 3 + c.tick_h + 4;
-    L.mask_key = {L.plot.right() - tw - 4 - 16, row_y + (std::max(c.label_h, c.legend_h) - 10) / 2, 16, 10};
+    L.mask_key = {L.plot.right() - tw - 4 - 16, key_y, 16, 10};
   }
   place_colorbar(L, cbp, L.value_range, {L.plot.right() + kColorbarGap, L.plot.y, kColorbarW, L.plot.h});
   return L;

@@ -73,7 +73,7 @@ bool await_parts(AppState& s, std::initializer_list<const std::shared_ptr<const 
     const auto* run = *r;
     if (!run || !*run) continue;
     for (auto p = std::rbegin(parts); p != std::rend(parts); ++p) {
-      const std::int64_t l = *p == Part::kKeepCount ? 0 : layer;
+      const std::int64_t l = figures::run_level(*p) ? 0 : layer;
       if ((*run)->ready(*p, l)) continue;
       s.loader.request(*run, *p, l);
       missing = std::string(figures::part_label(*p)) + (missing.empty() ? "" : ", ") + missing;

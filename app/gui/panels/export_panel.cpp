@@ -57,7 +57,7 @@ void export_dialog(AppState& s, Ui&) {
   if (s.a)
     for (Part p : {Part::kKept, Part::kAttention, Part::kCos, Part::kPca, Part::kChannelMean, Part::kChannelCv,
                    Part::kKeepCount}) {
-      const std::int64_t l = p == Part::kKeepCount ? 0 : s.sel.layer;
+      const std::int64_t l = figures::run_level(p) ? 0 : s.sel.layer;
       if (!s.a->ready(p, l)) s.loader.request(s.a, p, l), decoded = false;
     }
   ImGui::BeginDisabled(!decoded);

@@ -14,6 +14,7 @@ void keys(AppState& s, Ui& ui);
 void channels(AppState& s, Ui& ui);
 void budgets(AppState& s, Ui& ui);
 void fidelity(AppState& s, Ui& ui);
+void timeline(AppState& s, Ui& ui);
 void selection(AppState& s, Ui& ui);
 void compare(AppState& s, Ui& ui);
 /// The export dialog (a popup; opened by s.exporting.open).

@@ -11,11 +11,16 @@ namespace kvscope {
 
 std::string_view to_string(EvictionCause c) {
   switch (c) {
-    case EvictionCause::kNone: return "none";
-    case EvictionCause::kPrefill: return "prefill";
-    case EvictionCause::kRing: return "ring";
-    case EvictionCause::kTurn: return "turn";
-    case EvictionCause::kDecode: return "decode";
+    case EvictionCause::kNone:
+      return "none";
+    case EvictionCause::kPrefill:
+      return "prefill";
+    case EvictionCause::kRing:
+      return "ring";
+    case EvictionCause::kTurn:
+      return "turn";
+    case EvictionCause::kDecode:
+      return "decode";
   }
   return "unknown";
 }
@@ -87,22 +92,37 @@ bool Timeline::has_tokens(int64_t layer, int64_t head, int64_t step) const {
   return tokens[layer].size((step - 1) * n_head_kv + head) > 0;
 }
 
-std::optional<std::vector<int64_t>> Timeline::selected_positions(int64_t layer, int64_t head, int64_t step,
-                                                                 const std::vector<int64_t>* live) const {
+std::optional<std::vector<std::pair<int64_t, int64_t>>> Timeline::selected_ranks(int64_t layer, int64_t head,
+                                                                                 int64_t step, int64_t n_live,
+                                                                                 bool* token) const {
   check_index(*this, layer, head, 0, step);
   if (step < 1) return std::nullopt;
   const int64_t e = (step - 1) * n_head_kv + head;
-  const bool token = has_tokens(layer, head, step);
-  const SelectionBits* s = token ? &tokens[layer] : (pages.empty() ? nullptr : &pages[layer]);
+  const bool per_token = has_tokens(layer, head, step);
+  if (token) *token = per_token;
+  const SelectionBits* s = per_token ? &tokens[layer] : (pages.empty() ? nullptr : &pages[layer]);
   if (!s || s->size(e) == 0) return std::nullopt;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t u : set_bits(s->bits.data() + s->offsets[e], s->size(e))) {
+    const int64_t a = per_token ? u : u * page, b = std::min(n_live, per_token ? u + 1 : (u + 1) * page);
+    if (a >= b) continue;
+    if (!out.empty() && out.back().second == a)
+      out.back().second = b;
+    else
+      out.emplace_back(a, b);
+  }
+  return out;
+}
+
+std::optional<std::vector<int64_t>> Timeline::selected_positions(int64_t layer, int64_t head, int64_t step,
+                                                                 const std::vector<int64_t>* live) const {
   std::vector<int64_t> own;
   if (!live) live = &(own = live_positions(layer, head, step));
-  const int64_t n_live = static_cast<int64_t>(live->size());
+  const auto ranges = selected_ranks(layer, head, step, static_cast<int64_t>(live->size()));
+  if (!ranges) return std::nullopt;
   std::vector<int64_t> out;
-  for (int64_t u : set_bits(s->bits.data() + s->offsets[e], s->size(e))) {
-    const int64_t first = token ? u : u * page, last = token ? u + 1 : std::min(n_live, (u + 1) * page);
-    for (int64_t r = first; r < last && r < n_live; ++r) out.push_back((*live)[r]);
-  }
+  for (const auto& [a, b] : *ranges)
+    for (int64_t r = a; r < b; ++r) out.push_back((*live)[r]);
   return out;
 }
 
@@ -122,9 +142,11 @@ std::string Timeline::check() const {
     return "evicted_at / evicted_by hold " + std::to_string(evicted_at.size()) + " / " +
            std::to_string(evicted_by.size()) + " values, expected " + std::to_string(cells);
   for (int32_t e : entered_at)
-    if (e < 0 || e > n_steps) return "entered_at step " + std::to_string(e) + " outside 0 .. " + std::to_string(n_steps);
+    if (e < 0 || e > n_steps)
+      return "entered_at step " + std::to_string(e) + " outside 0 .. " + std::to_string(n_steps);
   for (int32_t e : evicted_at)
-    if (e < -1 || e > n_steps) return "evicted_at step " + std::to_string(e) + " outside -1 .. " + std::to_string(n_steps);
+    if (e < -1 || e > n_steps)
+      return "evicted_at step " + std::to_string(e) + " outside -1 .. " + std::to_string(n_steps);
   for (const auto* sel : {&pages, &tokens}) {
     if (!sel->empty() && static_cast<int64_t>(sel->size()) != n_layer) return "selections not one per layer";
     for (const SelectionBits& b : *sel) {
@@ -145,7 +167,8 @@ TimelineCursor::TimelineCursor(const Timeline& t, int64_t layer, int64_t head)
   const size_t base = row_base(t, layer, head);
   for (int64_t p = 0; p < t.n_positions; ++p) {
     const int32_t in = t.entered_at[p], out = t.evicted_at[base + p];
-    if (out == in || in < 0 || in > t.n_steps || out > t.n_steps) continue;  // never live, or not a valid record  // entered and dropped in the same step: never live
+    if (out == in || in < 0 || in > t.n_steps || out > t.n_steps)
+      continue;  // never live, or not a valid record  // entered and dropped in the same step: never live
     enter_[in].push_back(p);
     if (out >= 0) leave_[out].push_back(p);
   }

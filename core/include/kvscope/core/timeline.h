@@ -49,12 +49,12 @@ struct SelectionBits {
 /// The whole record. Array layouts are row-major; positions are true token positions.
 struct Timeline {
   int64_t n_layer = 0, n_head_kv = 0;
-  int64_t n_positions = 0;  ///< positions the run saw (prompt + fed-back tokens + later turns)
-  int64_t n_steps = 0;      ///< steps after the first prefill (decode steps + later turns' prefills)
-  int64_t page = 16;        ///< ranks per page of `pages`
-  std::vector<int32_t> entered_at;  ///< [n_positions]: step at which the position entered the cache
-  std::vector<int32_t> evicted_at;  ///< [n_layer, n_head_kv, n_positions]: step it left; -1 = never
-  std::vector<uint8_t> evicted_by;  ///< [n_layer, n_head_kv, n_positions]: EvictionCause
+  int64_t n_positions = 0;            ///< positions the run saw (prompt + fed-back tokens + later turns)
+  int64_t n_steps = 0;                ///< steps after the first prefill (decode steps + later turns' prefills)
+  int64_t page = 16;                  ///< ranks per page of `pages`
+  std::vector<int32_t> entered_at;    ///< [n_positions]: step at which the position entered the cache
+  std::vector<int32_t> evicted_at;    ///< [n_layer, n_head_kv, n_positions]: step it left; -1 = never
+  std::vector<uint8_t> evicted_by;    ///< [n_layer, n_head_kv, n_positions]: EvictionCause
   std::vector<SelectionBits> pages;   ///< [n_layer]: per step and head, selected pages (empty: none)
   std::vector<SelectionBits> tokens;  ///< [n_layer]: per step and head, selected ranks (pinned heads)
   /// Per decode step, per (layer, KV head): share of the exact top-k (k = entries selected,
@@ -75,6 +75,11 @@ struct Timeline {
   /// selection. `live` (optional) = live_positions(layer, head, step), to skip recomputing it.
   std::optional<std::vector<int64_t>> selected_positions(int64_t layer, int64_t head, int64_t step,
                                                          const std::vector<int64_t>* live = nullptr) const;
+  /// What (layer, head) selected at decode step `step` as half-open rank ranges [a, b) over its
+  /// live positions (consecutive ranks merged), for a head with `n_live` live entries then; nullopt
+  /// when the step has no selection. `*token` (optional) says whether the record is per token.
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> selected_ranks(int64_t layer, int64_t head, int64_t step,
+                                                                         int64_t n_live, bool* token = nullptr) const;
   /// Recall at (step, layer, head); NaN when absent.
   float recall_at(int64_t step, int64_t layer, int64_t head) const;
   /// Checks sizes against n_layer, n_head_kv, n_positions and n_steps. Returns the first problem,

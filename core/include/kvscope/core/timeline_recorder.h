@@ -60,9 +60,9 @@ class TimelineRecorder {
   TimelineOptions o_;
   int64_t step_ = 0, cap_positions_ = 0;
   bool all_tokens_ = false;
-  std::vector<uint8_t> pinned_;                     // [layer * n_head_kv + head]
-  std::vector<std::vector<std::vector<int32_t>>> rows_;  // [layer][head]: position of each storage row
-  std::vector<int64_t> layer_step_;                 // last step whose append a layer recorded
+  std::vector<uint8_t> pinned_;                                // [layer * n_head_kv + head]
+  std::vector<std::vector<std::vector<int32_t>>> rows_;        // [layer][head]: position of each storage row
+  std::vector<int64_t> layer_step_;                            // last step whose append a layer recorded
   std::vector<std::pair<size_t, at::Tensor>> pending_recall_;  // recall index, 0-d fp32 tensor
   std::vector<double> step_recall_;
 };

@@ -52,6 +52,12 @@ enum class MaskStyle {
   Shade,    // a translucent veil over marked cells
 };
 
+/// A named category of a TokenStrip or a categorical Heatmap (e.g. kept, evicted, sink, window).
+struct TokenCategory {
+  std::string name;
+  std::optional<Color> color;  // nullopt: categorical(index of the category)
+};
+
 /// A rows x cols matrix drawn as coloured cells with a colour bar, e.g. attention (queries x keys),
 /// per-head statistics (layers x heads), channel saliency (heads x channels).
 /// Axes: with labels, the axis is categorical (one label per row/column, thinned to fit); without,
@@ -77,7 +83,12 @@ struct Heatmap {
   Aggregate aggregate = Aggregate::Max;
   std::vector<std::uint8_t> mask;  // empty, or row-major [rows, cols]; nonzero = marked
   MaskStyle mask_style = MaskStyle::Hatch;
-  std::string mask_label;           // key text under the plot, right-aligned (e.g. "pruned")
+  std::string mask_label;  // key text under the plot, right-aligned (e.g. "pruned")
+  /// Non-empty: a categorical map. values are category indices (0 .. n - 1; NaN = none), drawn in
+  /// the category's colour with a key under the plot instead of a colour bar; a pixel holding several
+  /// cells shows the highest index among them (order categories by priority; `aggregate` ignored).
+  /// colormap and value_range are ignored; the CSV value is the index, its label the name.
+  std::vector<TokenCategory> categories;
   std::optional<Color> mask_color;  // hatch/outline colour; nullopt: dark-under-light lines
                                     // that show on any colormap (Shade: always a white veil)
 };
@@ -129,12 +140,6 @@ struct ScatterPlot {
   std::vector<ScatterGroup> groups;
   std::vector<Highlight> highlights;
   LegendPos legend = LegendPos::Auto;
-};
-
-/// A named token category of a TokenStrip (e.g. kept, evicted, sink, window).
-struct TokenCategory {
-  std::string name;
-  std::optional<Color> color;  // nullopt: categorical(index of the category)
 };
 
 /// Tokens of a prompt in reading order, each coloured by its category or value (e.g. kept=green,

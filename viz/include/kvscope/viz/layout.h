@@ -88,7 +88,8 @@ struct PanelLayout {
   Range value_range;  // heatmap / token values coloured over this range
   LegendLayout legend;
   TokenStripLayout tokens;
-  Rect mask_key;  // heatmap mask key swatch, label to its right (empty: none)
+  Rect mask_key;                    // heatmap mask key swatch, label to its right (empty: none)
+  std::vector<Rect> category_keys;  // categorical heatmap: one swatch per category, name to its right
 };
 
 struct FigureLayout {

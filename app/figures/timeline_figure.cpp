@@ -1,0 +1,198 @@
+#include "timeline_figure.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "figures.h"
+
+namespace kvscope::figures {
+namespace {
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr viz::Color kSelectedColor = viz::Color::hex(0x0072b2);  // Okabe-Ito blue
+constexpr viz::Color kEvictedNowColor = viz::Color::hex(0xd55e00);  // Okabe-Ito vermillion
+
+void mark(float& cell, TimelineCell v) {
+  if (!(cell >= static_cast<float>(v))) cell = static_cast<float>(v);  // NaN or lower priority
+}
+
+viz::Figure no_timeline(const RunData& a, const std::string& why) {
+  viz::Figure f;
+  f.title = "Timeline: " + a.title();
+  viz::Heatmap h;
+  h.title = why;
+  f.panels.push_back(std::move(h));
+  f.caption = a.caption();
+  return f;
+}
+}  // namespace
+
+std::vector<viz::TokenCategory> timeline_categories() {
+  return {{"kept", kKeptColor}, {"selected at this step", kSelectedColor}, {"evicted at this step", kEvictedNowColor}};
+}
+
+TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64_t head, std::int64_t max_rows,
+                               std::int64_t max_cols, bool exact) {
+  TimelineCursor cursor(t, layer, head);  // checks the head
+  TimelineRaster r;
+  const std::int64_t S = t.n_steps + 1, N = std::max<std::int64_t>(t.n_positions, 1);
+  r.rows = std::clamp<std::int64_t>(max_rows, 1, S);
+  r.cols = std::clamp<std::int64_t>(max_cols, 1, N);
+  r.cells.assign(static_cast<std::size_t>(r.rows * r.cols), kNaN);
+  auto row = [&](std::int64_t s) { return s * r.rows / S; };
+  auto col = [&](std::int64_t p) { return p * r.cols / N; };
+  auto cell = [&](std::int64_t rr, std::int64_t cc) -> float& {
+    return r.cells[static_cast<std::size_t>(rr * r.cols + cc)];
+  };
+  // Kept from entry to eviction; evicted at its step.
+  const std::size_t base = static_cast<std::size_t>((layer * t.n_head_kv + head) * t.n_positions);
+  for (std::int64_t p = 0; p < t.n_positions; ++p) {
+    const std::int64_t in = t.entered_at[static_cast<std::size_t>(p)], out = t.evicted_at[base + p];
+    const std::int64_t last = out < 0 ? t.n_steps : out - 1, c = col(p);
+    for (std::int64_t rr = row(in); in <= last && rr <= row(last); ++rr) mark(cell(rr, c), kCellKept);
+    if (out >= 0) mark(cell(row(out), c), kCellEvicted);
+  }
+  // Selections, walking the live set step by step.
+  r.live.assign(static_cast<std::size_t>(S), 0.0);
+  r.selected.assign(static_cast<std::size_t>(S), std::nan(""));
+  for (std::int64_t s = 0; s <= t.n_steps; ++s) {
+    cursor.advance_to(s);
+    const auto& live = cursor.live();
+    r.live[static_cast<std::size_t>(s)] = static_cast<double>(live.size());
+    const auto ranges = t.selected_ranks(layer, head, s, static_cast<std::int64_t>(live.size()));
+    if (!ranges) continue;
+    double n = 0;
+    const std::int64_t rr = row(s);
+    for (const auto& [a, b] : *ranges) {
+      n += static_cast<double>(b - a);
+      if (exact) {
+        for (std::int64_t k = a; k < b; ++k) mark(cell(rr, col(live[static_cast<std::size_t>(k)])), kCellSelected);
+      } else {  // page by page: the columns from its first to its last position (one by one when sparse)
+        for (std::int64_t k = a; k < b; k += t.page) {
+          const std::int64_t e = std::min(b, k + t.page);
+          const std::int64_t p0 = live[static_cast<std::size_t>(k)], p1 = live[static_cast<std::size_t>(e - 1)];
+          if (p1 - p0 > 4 * (e - k)) {
+            for (std::int64_t j = k; j < e; ++j) mark(cell(rr, col(live[static_cast<std::size_t>(j)])), kCellSelected);
+          } else {
+            for (std::int64_t c = col(p0); c <= col(p1); ++c) mark(cell(rr, c), kCellSelected);
+          }
+        }
+      }
+    }
+    r.selected[static_cast<std::size_t>(s)] = n;
+  }
+  return r;
+}
+
+namespace {
+
+viz::Figure head_figure(const RunData& a, const Timeline& t, const Selection& sel, int width_px) {
+  const std::int64_t layer = std::clamp<std::int64_t>(sel.layer, 0, t.n_layer - 1);
+  const std::int64_t head = std::clamp<std::int64_t>(sel.head, 0, t.n_head_kv - 1);
+  const TimelineRaster r = timeline_raster(t, layer, head, 1024, std::clamp(width_px, 64, 2048));
+  viz::Figure f;
+  f.title = "Timeline of layer " + std::to_string(layer) + ", KV head " + std::to_string(head) + ": " + a.title();
+  viz::Heatmap h;
+  h.title = "kept / selected / evicted per step (" + std::to_string(t.n_positions) + " positions x " +
+            std::to_string(t.n_steps + 1) + " steps, step 0 = prefill)";
+  h.rows = r.rows;
+  h.cols = r.cols;
+  h.values = r.cells;
+  h.categories = timeline_categories();
+  h.x_step = static_cast<double>(std::max<std::int64_t>(t.n_positions, 1)) / static_cast<double>(r.cols);
+  h.x_origin = h.x_step / 2 - 0.5;
+  h.y_step = static_cast<double>(t.n_steps + 1) / static_cast<double>(r.rows);
+  h.y_origin = h.y_step / 2 - 0.5;
+  h.x.label = "token position";
+  h.y.label = "decode step";
+  f.panels.push_back(std::move(h));
+
+  viz::LinePlot counts;
+  counts.title = "entries per step";
+  std::vector<double> steps(r.live.size());
+  for (std::size_t s = 0; s < steps.size(); ++s) steps[s] = static_cast<double>(s);
+  counts.series.push_back({"live in the cache", steps, r.live, kKeptColor});
+  bool any_selected = false;
+  for (double v : r.selected) any_selected = any_selected || !std::isnan(v);
+  if (any_selected) counts.series.push_back({"selected (read)", steps, r.selected, kSelectedColor});
+  counts.x.label = "decode step";
+  counts.y.label = "entries";
+  f.panels.push_back(std::move(counts));
+  bool any_recall = false;
+  for (std::int64_t s = 1; s <= t.n_steps; ++s) any_recall = any_recall || !std::isnan(t.recall_at(s, layer, head));
+  if (any_recall) {
+    viz::LinePlot recall;
+    recall.title = "recall of the exact top-k";
+    std::vector<double> x, y;
+    for (std::int64_t s = 1; s <= t.n_steps; ++s) {
+      x.push_back(static_cast<double>(s));
+      y.push_back(t.recall_at(s, layer, head));
+    }
+    recall.series.push_back({"this head", x, y, kSelectedColor});
+    recall.x.label = "decode step";
+    recall.y.label = "recall";
+    recall.y.range = viz::Range{0, 1};
+    f.panels.push_back(std::move(recall));
+  }
+  f.columns = 1;
+  f.row_weights.assign(f.panels.size(), 1.0);
+  f.row_weights[0] = 3.0;
+  f.caption = a.caption();
+  return f;
+}
+
+viz::Figure grid_figure(const RunData& a, const Timeline& t, int width_px) {
+  const std::int64_t L = t.n_layer, H = t.n_head_kv;
+  const std::int64_t cb = std::clamp<std::int64_t>(width_px / std::max<std::int64_t>(H, 1) - 1, 4, 128);
+  const std::int64_t rb = std::clamp<std::int64_t>(720 / std::max<std::int64_t>(L, 1) - 1, 3, 64);
+  viz::Heatmap h;
+  h.title = "every layer x KV head: position across, decode step down (" + std::to_string(t.n_positions) +
+            " positions x " + std::to_string(t.n_steps + 1) + " steps)";
+  h.categories = timeline_categories();
+  std::int64_t rbin = 0, cbin = 0;
+  for (std::int64_t l = 0; l < L; ++l)
+    for (std::int64_t k = 0; k < H; ++k) {
+      const TimelineRaster r = timeline_raster(t, l, k, rb, cb, false);
+      if (h.values.empty()) {
+        rbin = r.rows;
+        cbin = r.cols;
+        h.rows = L * (rbin + 1) - 1;
+        h.cols = H * (cbin + 1) - 1;
+        h.values.assign(static_cast<std::size_t>(h.rows * h.cols), kNaN);
+      }
+      for (std::int64_t i = 0; i < r.rows; ++i)
+        for (std::int64_t j = 0; j < r.cols; ++j)
+          h.values[static_cast<std::size_t>((l * (rbin + 1) + i) * h.cols + k * (cbin + 1) + j)] =
+              r.cells[static_cast<std::size_t>(i * r.cols + j)];
+    }
+  for (std::int64_t k = 0; k < H; ++k) {
+    h.x.ticks.push_back(static_cast<double>(k * (cbin + 1)) + static_cast<double>(cbin - 1) / 2);
+    h.x.tick_labels.push_back(std::to_string(k));
+  }
+  for (std::int64_t l = 0; l < L; ++l) {
+    h.y.ticks.push_back(static_cast<double>(l * (rbin + 1)) + static_cast<double>(rbin - 1) / 2);
+    h.y.tick_labels.push_back(std::to_string(l));
+  }
+  h.x.label = "KV head";
+  h.y.label = "layer";
+  h.x.grid = h.y.grid = false;
+  viz::Figure f;
+  f.title = "Timeline of every head: " + a.title();
+  f.panels.push_back(std::move(h));
+  f.caption = a.caption();
+  return f;
+}
+
+}  // namespace
+
+viz::Figure timeline_figure(const RunData& a, const TimelineOptions& o, const Selection& sel, int width_px) {
+  if (!a.has_timeline)
+    return no_timeline(a, "no timeline: record runs with --capture summary or full (the Run view's default)");
+  const Timeline* t = a.timeline();
+  if (!t) return no_timeline(a, "timeline not decoded (or unreadable)");
+  if (t->n_layer < 1 || t->n_head_kv < 1) return no_timeline(a, "empty timeline");
+  return o.grid || sel.layer < 0 ? grid_figure(a, *t, width_px) : head_figure(a, *t, sel, width_px);
+}
+
+}  // namespace kvscope::figures

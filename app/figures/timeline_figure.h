@@ -1,0 +1,48 @@
+#pragma once
+// The Timeline figure (GUI view "Timeline", kvscope-cli export --figure timeline): the run's cache
+// decisions over time (kvscope/core/timeline.h) as token position x decode step maps, coloured kept
+// / selected at this step / evicted at this step, reduced to at most a few thousand cells a side
+// (a pixel shows the highest-priority state it holds: evicted > selected > kept), whatever the
+// run's length: 32K positions x 2,000 steps is a 2048 x 1024 map.
+#include <cstdint>
+#include <vector>
+
+#include "figure_options.h"
+#include "kvscope/core/timeline.h"
+#include "kvscope/viz/figure.h"
+#include "run_data.h"
+
+namespace kvscope::figures {
+
+/// Cell values of a timeline map (viz categorical heatmap indices); NaN = not in the cache.
+enum TimelineCell : int { kCellKept = 0, kCellSelected = 1, kCellEvicted = 2 };
+/// Their categories, in index order.
+std::vector<viz::TokenCategory> timeline_categories();
+
+/// One head's map: rows = steps 0 .. n_steps in `rows` equal bins, cols = positions 0 .. n_positions
+/// - 1 in `cols` equal bins (step s is row s * rows / (n_steps + 1), position p column
+/// p * cols / n_positions).
+struct TimelineRaster {
+  std::int64_t rows = 0, cols = 0;
+  std::vector<float> cells;  ///< [rows, cols] TimelineCell or NaN
+  /// Live and selected entries per step (n_steps + 1 values; selected NaN where nothing was recorded).
+  std::vector<double> live, selected;
+};
+/// The map of (layer, head) with at most max_rows x max_cols cells. `exact` expands every selected
+/// position (a page's positions one by one); otherwise a selected page marks the columns from its
+/// first to its last live position (what the layer x head grid uses). Throws std::out_of_range
+/// outside the record.
+TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64_t head, std::int64_t max_rows,
+                               std::int64_t max_cols, bool exact = true);
+
+/// Options of the Timeline view.
+struct TimelineOptions {
+  bool grid = false;  ///< every layer x KV head as a small map, instead of the selected head
+};
+
+/// The selected head's map with its live / selected entries and recall per step, or (o.grid or
+/// sel.layer < 0) the layer x KV head grid of small maps. Needs Part::kTimeline decoded; panel
+/// titles say when the run has none. width_px: the map's column budget.
+viz::Figure timeline_figure(const RunData& a, const TimelineOptions& o, const Selection& sel, int width_px);
+
+}  // namespace kvscope::figures
