@@ -10,7 +10,7 @@
 namespace kvscope::figures {
 namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr viz::Color kSelectedColor = viz::Color::hex(0x0072b2);  // Okabe-Ito blue
+constexpr viz::Color kSelectedColor = viz::Color::hex(0x0072b2);    // Okabe-Ito blue
 constexpr viz::Color kEvictedNowColor = viz::Color::hex(0xd55e00);  // Okabe-Ito vermillion
 
 void mark(float& cell, TimelineCell v) {

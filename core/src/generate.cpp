@@ -198,10 +198,15 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     // decode-time selection policies (stage S5) step eagerly while capture wants their recall.
     std::unique_ptr<DecodeGraph> graph;
     const bool selects = decode_attention && decode_attention->stage() == Stage::kDecodeSelection;
-    const bool telemetry = topk || (selects && recorder) || req.decode_probe;
+    // A timeline of a selection policy keeps the graph when the policy records its selections in
+    // it (graph_selections); per-step recall (capture full) needs the step's queries: eager.
+    const bool eager_selection = selects && recorder && (req.capture == CaptureLevel::kFull);
+    const bool telemetry = topk || eager_selection || req.decode_probe;
     if (!telemetry && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
         (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens)))
       graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention);
+    if (graph && selects && recorder && decode_attention->graph_selections().empty()) graph.reset();
+    res.decode_graph = res.decode_graph || graph != nullptr;
     int32_t next = sampler.next(block_logits);
     t0 = std::chrono::steady_clock::now();
     step_reference(logits);
@@ -227,6 +232,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
       if (recorder) {
         recorder->after_decode(cache, cache.next_position() - 1);
+        if (graph && selects) {
+          const auto rows = decode_attention->graph_selections();
+          for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) recorder->on_selection(cache, l, rows[l], {});
+        }
         if (auto recall = recorder->step_recall_mean()) res.selection_recall.push_back(*recall);
       }
       ++res.decode_steps;

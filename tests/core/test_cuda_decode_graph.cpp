@@ -114,6 +114,24 @@ void compare_generate(const std::string& spec, int64_t budget) {
   EXPECT_FALSE(eager.selection_recall.empty()) << spec << ": the eager run should have recorded selections";
   EXPECT_EQ(eager.output_ids, graphed.output_ids) << spec;
   EXPECT_EQ(eager.bytes_read, graphed.bytes_read) << spec;
+  EXPECT_FALSE(eager.decode_graph);
+  EXPECT_TRUE(graphed.decode_graph);
+  // Capture summary keeps the graph and records the same timeline as the eager steps.
+  req.capture = CaptureLevel::kSummary;
+  const GenerateResult summary = generate(engine, req);
+  EXPECT_TRUE(summary.decode_graph) << spec << ": a timeline must not cost the CUDA graph";
+  EXPECT_EQ(summary.output_ids, eager.output_ids) << spec;
+  const Timeline &a = eager.timeline, &b = summary.timeline;
+  ASSERT_EQ(a.check(), "");
+  ASSERT_EQ(b.check(), "");
+  EXPECT_EQ(a.n_steps, b.n_steps);
+  EXPECT_EQ(a.evicted_at, b.evicted_at) << spec;
+  ASSERT_EQ(a.pages.size(), b.pages.size());
+  ASSERT_FALSE(a.pages.empty());
+  for (size_t l = 0; l < a.pages.size(); ++l) {
+    EXPECT_EQ(a.pages[l].bits, b.pages[l].bits) << spec << " layer " << l;
+    EXPECT_EQ(a.pages[l].offsets, b.pages[l].offsets) << spec << " layer " << l;
+  }
 }
 
 /// B prompts of n_prompt random tokens, each prefilled into its own cache (room for `steps` more).

@@ -30,8 +30,9 @@ void head_tooltip(const RunData& a, const Timeline& t, std::int64_t layer, std::
     const auto cause = static_cast<EvictionCause>(
         t.evicted_by[static_cast<std::size_t>((layer * t.n_head_kv + head) * t.n_positions + p0)]);
     ImGui::Text("entered at step %d; %s", t.entered_at[static_cast<std::size_t>(p0)],
-                out < 0 ? "never evicted"
-                        : ("evicted at step " + std::to_string(out) + " (" + std::string(to_string(cause)) + ")").c_str());
+                out < 0
+                    ? "never evicted"
+                    : ("evicted at step " + std::to_string(out) + " (" + std::string(to_string(cause)) + ")").c_str());
     if (s0 == s1) {
       const auto live = t.live_positions(layer, head, s0);
       const auto it = std::lower_bound(live.begin(), live.end(), p0);
@@ -72,13 +73,13 @@ void timeline(AppState& s, Ui& ui) {
   const Timeline* t = a.timeline();
   if (t) {
     ImGui::SameLine();
-    ImGui::TextDisabled("   %lld positions x %lld decode steps; selections per page of %lld%s", static_cast<long long>(t->n_positions),
-                        static_cast<long long>(t->n_steps), static_cast<long long>(t->page),
-                        t->tokens.empty() ? "" : " (pinned heads per token)");
+    ImGui::TextDisabled("   %lld positions x %lld decode steps; selections per page of %lld%s",
+                        static_cast<long long>(t->n_positions), static_cast<long long>(t->n_steps),
+                        static_cast<long long>(t->page), t->tokens.empty() ? "" : " (pinned heads per token)");
   }
   const ImVec2 size = figure_size();
-  const std::string key = run_key(&a) + "|" + (st.opt.grid ? "grid" : std::to_string(s.sel.layer) + "," +
-                                                                         std::to_string(s.sel.head));
+  const std::string key =
+      run_key(&a) + "|" + (st.opt.grid ? "grid" : std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head));
   st.fig.draw(
       key, size, [&] { return figures::timeline_figure(a, st.opt, s.sel, static_cast<int>(size.x)); }, ui.fonts,
       ui.textures);

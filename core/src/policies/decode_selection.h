@@ -152,6 +152,8 @@ class PagedSelectionBase : public DecodeSelectionBase {
   at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
                            const at::Tensor& length_dev) override;
   int64_t after_graph_step(const KvCache& cache) override;
+  /// The page_select outputs attend_device captured per layer (index int32 [Hkv, S], count [Hkv]).
+  std::vector<std::vector<at::Tensor>> graph_selections() const override;
 
  protected:
   /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =
@@ -175,6 +177,8 @@ class PagedSelectionBase : public DecodeSelectionBase {
   /// the gather attention; record: keep the selection for the step's telemetry.
   at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
                             const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record);
+  /// Per layer, the selection buffers of the captured graph (index, count); undefined before capture.
+  std::vector<std::pair<at::Tensor, at::Tensor>> graph_selection_;
 };
 
 }  // namespace kvscope::policies

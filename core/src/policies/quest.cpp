@@ -173,6 +173,10 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
       ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
                        pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep, kv.k, offset_dev);
   if (record) record_fused_selection(index, count);
+  if (!record) {  // a graph capture: these buffers hold every replay's selection
+    if (static_cast<int64_t>(graph_selection_.size()) < cache.n_layer()) graph_selection_.resize(cache.n_layer());
+    graph_selection_[layer] = {index, count};
+  }
   return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
 }
 
@@ -203,6 +207,28 @@ at::Tensor PagedSelectionBase::attend_device(int64_t layer, const at::Tensor& q,
                                              const at::Tensor& offset_dev, const at::Tensor& length_dev) {
   return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1),
                         kernel_plan(cache.head_dim()).width, false);
+}
+
+std::vector<std::vector<at::Tensor>> PagedSelectionBase::graph_selections() const {
+  std::vector<at::Tensor> flat;
+  for (const auto& [index, count] : graph_selection_) {
+    if (!index.defined()) return {};
+    flat.push_back(index.to(at::kLong).flatten());
+    flat.push_back(count.to(at::kLong).flatten());
+  }
+  if (flat.empty()) return {};
+  const at::Tensor host = at::cat(flat).to(at::kCPU);  // one read for every layer
+  std::vector<std::vector<at::Tensor>> out;
+  int64_t at = 0;
+  for (const auto& [index, count] : graph_selection_) {
+    const int64_t H = index.size(0), S = index.size(1);
+    const at::Tensor idx = host.narrow(0, at, H * S).view({H, S}), n = host.narrow(0, at + H * S, H);
+    at += H * S + H;
+    std::vector<at::Tensor>& layer = out.emplace_back();
+    for (int64_t h = 0; h < H; ++h)
+      layer.push_back(idx[h].narrow(0, 0, std::clamp<int64_t>(n[h].item<int64_t>(), 0, S)).unsqueeze(0));
+  }
+  return out;
 }
 
 int64_t PagedSelectionBase::after_graph_step(const KvCache& cache) {

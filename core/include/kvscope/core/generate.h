@@ -58,7 +58,8 @@ struct GenerateResult {
   at::Tensor last_logits;                             ///< fp32 [vocab] on CPU: logits at the last prompt position
   double prefill_ms = 0;
   double decode_ms = 0;
-  int64_t decode_steps = 0;  ///< forward passes of one token each
+  int64_t decode_steps = 0;   ///< forward passes of one token each
+  bool decode_graph = false;  ///< decode replayed a CUDA graph per step (DecodeGraph), not the eager path
   /// After prefill (and compression): true prompt positions kept, [layer][kv head] -> sorted list.
   std::vector<std::vector<std::vector<int64_t>>> kept;
   int64_t cache_bytes_live = 0;       ///< K+V bytes held after prefill (all layers and heads)

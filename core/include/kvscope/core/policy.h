@@ -121,6 +121,11 @@ class DecodeAttentionPolicy : public Policy {
   /// Host bookkeeping after a replayed step (the cache's host lengths are committed). Returns the
   /// K/V and side-store bytes the step read, all layers.
   virtual int64_t after_graph_step(const class KvCache& cache) { return 0; }
+  /// After a replayed step: the rows each layer's attend_device read, [layer][KV head] as
+  /// last_selection() gives them, fetched in one device read (the graph writes them into buffers
+  /// captured with it). Empty when this policy records no selection inside a graph; generate()
+  /// then steps eagerly while a timeline is recorded.
+  virtual std::vector<std::vector<at::Tensor>> graph_selections() const { return {}; }
 };
 
 /// The catalogue of policies (policy_catalog.h) with a factory per policy. Built once in main by
