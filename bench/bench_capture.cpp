@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   kvscope::PolicyRegistry registry;
   kvscope::register_builtin_policies(registry);
   const std::string scratch =
-      (std::filesystem::temp_directory_path() / ("kvscope_bench_capture_" + std::to_string(::getpid()) + ".db")).string();
+      (std::filesystem::temp_directory_path() / ("kvscope_bench_capture_" + std::to_string(::getpid()) + ".db"))
+          .string();
   const std::vector<Case> cases = {{"snapkv", "snapkv", kvscope::BudgetSpec::Unit::kStored},
                                    {"rocketkv", "rocketkv", kvscope::BudgetSpec::Unit::kFetched},
                                    {"quest", "quest", kvscope::BudgetSpec::Unit::kFetched}};
@@ -114,13 +115,14 @@ int main(int argc, char** argv) {
         req.capture = level;
         return kvscope::generate(engine, req);
       };
-      run(kvscope::CaptureLevel::kOff);  // warm-up (kernels, allocator)
+      for (auto level : {kvscope::CaptureLevel::kOff, kvscope::CaptureLevel::kSummary, kvscope::CaptureLevel::kFull})
+        run(level);  // warm-up of each path (kernels, allocator, first-use initialisation)
       double base_prefill = 0, base_decode = 0;
       for (auto level : {kvscope::CaptureLevel::kOff, kvscope::CaptureLevel::kSummary, kvscope::CaptureLevel::kFull}) {
         const kvscope::GenerateResult r = run(level);
         const char* name = level == kvscope::CaptureLevel::kOff       ? "off"
                            : level == kvscope::CaptureLevel::kSummary ? "summary"
-                                                                       : "full";
+                                                                      : "full";
         if (level == kvscope::CaptureLevel::kOff) {
           base_prefill = r.prefill_ms;
           base_decode = r.decode_tokens_per_s();

@@ -39,22 +39,31 @@ LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel 
   at::Tensor tokens95 = ((cum < 0.95).sum(-1).to(at::kFloat) + 1).clamp_max(n) / n;
   at::Tensor entropy = -(a * (a.clamp_min(1e-30)).log()).sum(-1);
   at::Tensor sink = a.narrow(-1, 0, std::min<int64_t>(4, n)).sum(-1);
-  // Key geometry: cosine to the mean of the normalised keys (KeyDiff's anchor).
-  at::Tensor k = in.keys.to(at::kFloat);
-  at::Tensor kn = k / k.norm(2, {-1}, true).clamp_min(1e-12);
-  at::Tensor cos =
-      (kn * (kn.mean(1, true) / kn.mean(1, true).norm(2, {-1}, true).clamp_min(1e-12))).sum(-1);  // [Hkv, n]
-  // Channel saliency w_tj = |q̄_j|·|k_tj| with q̄ the window-mean query, group mean of |q̄| (SPARK §4.2).
-  const int64_t T = in.queries.size(0), H = in.queries.size(1), D = k.size(2), w = std::min(window, T);
+  // Key geometry and channel saliency in one pass over the keys, no [Hkv, n, D] fp32 copy:
+  //   cos_mean   = mean_t cos(k_t, m̂) with m̂ the mean normalised key = ‖mean_t k_t/‖k_t‖‖ (KeyDiff Eq. 8)
+  //   channel_cv = mean_j std_t(w_tj) / mean_t(w_tj), w_tj = |q̄_j|·|k_tj| (SPARK §4.2): |q̄_j| cancels,
+  //                CV_j = sqrt(E[k_j²] - E[|k_j|]²) / E[|k_j|] (0 where q̄_j = 0)
+  const int64_t T = in.queries.size(0), H = in.queries.size(1), D = in.keys.size(2), w = std::min(window, T);
+  const at::Tensor& keys = in.keys;
+  const at::Tensor inv_norm = at::linalg_vector_norm(keys, 2, {-1}, false, at::kFloat).clamp_min(1e-12).reciprocal();
+  const at::Tensor mean_kn =
+      at::bmm(inv_norm.to(keys.scalar_type()).unsqueeze(1), keys).squeeze(1).to(at::kFloat) / double(n);  // [Hkv, D]
+  const at::Tensor cos_mean = at::linalg_vector_norm(mean_kn, 2, {-1}, false, at::kFloat);
+  const at::Tensor abs_mean = at::linalg_vector_norm(keys, 1, {1}, false, at::kFloat) / double(n);  // [Hkv, D]
+  const at::Tensor sq_mean = at::linalg_vector_norm(keys, 2, {1}, false, at::kFloat).square() / double(n);
   at::Tensor qbar =
       in.queries.narrow(0, T - w, w).to(at::kFloat).mean(0).abs().view({Hkv, H / Hkv, D}).mean(1);  // [Hkv, D]
-  at::Tensor sal = qbar.unsqueeze(1) * k.abs();                                                     // [Hkv, n, D]
-  at::Tensor ch_mean = sal.mean(1), ch_cv = sal.std(1, /*unbiased=*/false) / ch_mean.clamp_min(1e-12);
+  const at::Tensor ch_mean = qbar * abs_mean;
+  const at::Tensor ch_cv =
+      at::where(ch_mean > 1e-12, (sq_mean - abs_mean.square()).clamp_min(0).sqrt() / abs_mean.clamp_min(1e-30),
+                at::zeros_like(ch_mean));
   out.summary =
-      at::stack({entropy, mass_at(0.01), mass_at(0.05), tokens95, sink, cos.mean(-1), ch_cv.mean(-1)}, 1).to(at::kCPU);
+      at::stack({entropy, mass_at(0.01), mass_at(0.05), tokens95, sink, cos_mean, ch_cv.mean(-1)}, 1).to(at::kCPU);
   if (level == CaptureLevel::kFull) {
+    const at::Tensor k = keys.to(at::kFloat);
+    const at::Tensor kn = k * inv_norm.unsqueeze(-1);
     out.attention = a.to(at::kCPU);
-    out.cos_to_mean = cos.to(at::kCPU);
+    out.cos_to_mean = (kn * (mean_kn / mean_kn.norm(2, {-1}, true).clamp_min(1e-12)).unsqueeze(1)).sum(-1).to(at::kCPU);
     out.channel_mean = ch_mean.to(at::kCPU);
     out.channel_cv = ch_cv.to(at::kCPU);
     // 2-D PCA per KV head: top-2 eigenvectors of the key covariance.
@@ -71,33 +80,40 @@ LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel 
 
 namespace kvscope {
 
+TopkUnion::TopkUnion(int64_t n_layer, int64_t n_head, int64_t k, int64_t max_positions, c10::Device device) : k_(k) {
+  for (int64_t l = 0; l < n_layer; ++l)
+    seen_.push_back(
+        at::zeros({n_head, std::max<int64_t>(max_positions, 1)}, at::TensorOptions(device).dtype(at::kBool)));
+}
+
 void TopkUnion::add(int64_t layer, const at::Tensor& q, const KvCache& cache) {
   const LayerKv& L = cache.layer(layer);
-  const int64_t H = q.size(0), Hkv = cache.n_head_kv(), G = H / Hkv;
+  const int64_t H = q.size(0), Hkv = cache.n_head_kv(), G = H / Hkv, D = q.size(1);
+  at::Tensor& seen = seen_.at(layer);
+  if (L.uniform()) {  // every KV head at once, in the cache's dtype
+    const at::Tensor keys = cache.keys(layer), pos = cache.positions(layer);  // [Hkv, n, D], [Hkv, n]
+    const int64_t n = keys.size(1), k = std::min(k_, n);
+    if (k == 0) return;
+    const at::Tensor logits = at::bmm(q.view({Hkv, G, D}).to(keys.scalar_type()), keys.transpose(1, 2));  // [Hkv, G, n]
+    const at::Tensor idx = std::get<1>(logits.topk(k, -1)).reshape({Hkv, G * k});
+    const at::Tensor picked = pos.gather(1, idx).reshape({H, k}).to(seen.device());
+    seen.scatter_(1, picked.clamp_max(seen.size(1) - 1), true);
+    return;
+  }
   for (int64_t h = 0; h < Hkv; ++h) {
     const at::Tensor keys = cache.head_keys(layer, h), pos = cache.head_positions(layer, h);
     const int64_t n = keys.size(0), k = std::min(k_, n);
     if (k == 0) continue;
     at::Tensor logits = at::matmul(q.narrow(0, h * G, G).to(at::kFloat), keys.to(at::kFloat).t());  // [G, n]
-    at::Tensor picked = pos.index_select(0, std::get<1>(logits.topk(k, -1)).flatten()).view({G, k}).to(at::kCPU);
-    const int64_t max_pos = picked.max().item<int64_t>() + 1;
-    at::Tensor& seen = seen_[layer];
-    if (!seen.defined() || seen.size(1) < max_pos) {
-      at::Tensor grown =
-          at::zeros({n_head_, std::max<int64_t>(max_pos, 2 * (seen.defined() ? seen.size(1) : 0))}, at::kBool);
-      if (seen.defined()) grown.narrow(1, 0, seen.size(1)).copy_(seen);
-      seen = grown;
-    }
-    seen.narrow(0, h * G, G).scatter_(1, picked, true);
+    at::Tensor picked = pos.index_select(0, std::get<1>(logits.topk(k, -1)).flatten()).view({G, k});
+    seen.narrow(0, h * G, G).scatter_(1, picked.to(seen.device()).clamp_max(seen.size(1) - 1), true);
   }
-  (void)L;
 }
 
 at::Tensor TopkUnion::unique_counts() const {
-  at::Tensor out = at::zeros({int64_t(seen_.size()), n_head_}, at::kLong);
-  for (size_t l = 0; l < seen_.size(); ++l)
-    if (seen_[l].defined()) out[int64_t(l)].copy_(seen_[l].sum(1));
-  return out;
+  std::vector<at::Tensor> rows;
+  for (const at::Tensor& s : seen_) rows.push_back(s.sum(1));
+  return at::stack(rows).to(at::kCPU, at::kLong);
 }
 
 }  // namespace kvscope

@@ -100,7 +100,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   int64_t step_bytes = 0;
   std::optional<TopkUnion> topk;
   if (req.capture == CaptureLevel::kFull)
-    topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256);
+    topk.emplace(engine.model().config.n_layer, engine.model().config.n_head, 256, capacity, engine.model().device);
   // The time-resolved record (timeline.h): evictions from the cache's host state, the decode
   // policy's selections per step and, at capture full, their recall of the exact top-k.
   std::optional<TimelineRecorder> recorder;
@@ -226,16 +226,13 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
               if (decode_attention) step_bytes = decode_attention->after_graph_step(cache);
               return lg;
             }
-            const bool observe = topk || req.decode_probe || (recorder && decode_attention);
+            const bool observe = decode_attention || topk || req.decode_probe;
             return engine.forward(cache, tok, false, observe ? count_bytes : LayerObserver{}, decode_attention);
           });
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
       if (recorder) {
         recorder->after_decode(cache, cache.next_position() - 1);
-        if (graph && selects) {
-          const auto rows = decode_attention->graph_selections();
-          for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) recorder->on_selection(cache, l, rows[l], {});
-        }
+        if (graph && selects) recorder->on_selections(cache, decode_attention->graph_selections());
         if (auto recall = recorder->step_recall_mean()) res.selection_recall.push_back(*recall);
       }
       ++res.decode_steps;

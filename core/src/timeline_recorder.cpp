@@ -73,30 +73,32 @@ void TimelineRecorder::after_prefill(const KvCache& cache, int64_t first, int64_
   grow_positions(first + n);
   for (int64_t p = first; p < first + n; ++p) t_.entered_at[p] = static_cast<int32_t>(step_);
   const int64_t L = t_.n_layer, H = t_.n_head_kv;
-  // Every head's live positions in storage order, in one device read.
+  // Every head's live positions in storage order, in one device read (int32: half the bytes).
   std::vector<at::Tensor> parts;
   for (int64_t l = 0; l < L; ++l) {
     const LayerKv& kv = cache.layer(l);
     for (int64_t h = 0; h < H; ++h) parts.push_back(kv.pos.narrow(0, kv.offset[h], kv.length[h]));
   }
-  const std::vector<int64_t> all = to_vector(at::cat(parts));
+  const at::Tensor all = at::cat(parts).to(at::kInt).to(at::kCPU).contiguous();
+  const int32_t* pos = all.data_ptr<int32_t>();
   const EvictionCause cause = step_ == 0 ? EvictionCause::kPrefill : EvictionCause::kTurn;
-  std::vector<uint8_t> live(static_cast<size_t>(first + n));
-  size_t at = 0;
+  std::vector<uint8_t> live;
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t len = cache.layer(l).length[h];
-      std::vector<int32_t> now(all.begin() + static_cast<std::ptrdiff_t>(at),
-                               all.begin() + static_cast<std::ptrdiff_t>(at + len));
-      at += static_cast<size_t>(len);
-      std::fill(live.begin(), live.end(), 0);
-      for (int32_t p : now)
-        if (p >= 0 && p < first + n) live[p] = 1;
-      for (int32_t p : rows_[l][h])
-        if (!live[p]) evict(l, h, p, cause);
-      for (int64_t p = first; p < first + n; ++p)
-        if (!live[p]) evict(l, h, p, cause);
-      rows_[l][h] = std::move(now);
+      std::vector<int32_t>& rows = rows_[l][h];
+      // The live set is drawn from what was live and the block: as large as both, nothing left.
+      if (len != static_cast<int64_t>(rows.size()) + n) {
+        live.assign(static_cast<size_t>(first + n), 0);
+        for (int64_t i = 0; i < len; ++i)
+          if (pos[i] >= 0 && pos[i] < first + n) live[pos[i]] = 1;
+        for (int32_t p : rows)
+          if (!live[p]) evict(l, h, p, cause);
+        for (int64_t p = first; p < first + n; ++p)
+          if (!live[p]) evict(l, h, p, cause);
+      }
+      rows.assign(pos, pos + len);
+      pos += len;
     }
     layer_step_[l] = step_;
   }
@@ -125,44 +127,63 @@ void TimelineRecorder::after_decode(const KvCache& cache, int64_t position) {
   for (int64_t l = 0; l < t_.n_layer; ++l) after_layer(cache, l, position);
 }
 
+void TimelineRecorder::record_head(const KvCache& cache, int64_t layer, int64_t h, std::vector<int64_t>& sel) {
+  const int64_t H = t_.n_head_kv;
+  const std::vector<int32_t>& map = rows_[layer][h];
+  const int64_t n = static_cast<int64_t>(map.size());
+  if (cache.layer(layer).ring_window[h] > 0) {  // ring slots -> ranks of their positions
+    std::vector<int64_t> order(static_cast<size_t>(n)), rank(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return map[a] < map[b]; });
+    for (int64_t r = 0; r < n; ++r) rank[order[r]] = r;
+    for (int64_t& s : sel) s = rank.at(static_cast<size_t>(s));
+    std::sort(sel.begin(), sel.end());
+  }
+  std::vector<int64_t> page_set;
+  for (int64_t r : sel) {
+    if (r < 0 || r >= n) throw std::logic_error("timeline: selected row outside the head's cache");
+    if (page_set.empty() || page_set.back() != r / t_.page) page_set.push_back(r / t_.page);
+  }
+  t_.pages[layer].append((n + t_.page - 1) / t_.page, page_set);
+  if (all_tokens_ || pinned_[static_cast<size_t>(layer * H + h)])
+    t_.tokens[layer].append(n, sel);
+  else
+    t_.tokens[layer].pad_to(t_.tokens[layer].entries() + 1);
+}
+
+void TimelineRecorder::on_selections(const KvCache& cache, const StepSelections& s) {
+  if (step_ < 1 || s.empty() || s.n_head_kv != t_.n_head_kv) return;
+  const int64_t H = t_.n_head_kv;
+  std::vector<int64_t> sel;
+  for (int64_t l = 0; l < std::min(s.n_layer, t_.n_layer); ++l) {
+    t_.pages[l].pad_to((step_ - 1) * H);
+    t_.tokens[l].pad_to((step_ - 1) * H);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t i = l * H + h;
+      sel.assign(s.rows.begin() + s.offsets[i], s.rows.begin() + s.offsets[i + 1]);
+      record_head(cache, l, h, sel);
+    }
+  }
+}
+
 void TimelineRecorder::on_selection(const KvCache& cache, int64_t layer, const std::vector<at::Tensor>& rows,
                                     const at::Tensor& q) {
   if (step_ < 1) return;
   const int64_t H = t_.n_head_kv, G = q.defined() ? q.size(0) / H : 1;
   const int64_t entry = (step_ - 1) * H;
-  SelectionBits& pages = t_.pages[layer];
-  SelectionBits& tokens = t_.tokens[layer];
-  pages.pad_to(entry);
-  tokens.pad_to(entry);
+  t_.pages[layer].pad_to(entry);
+  t_.tokens[layer].pad_to(entry);
   for (int64_t h = 0; h < H; ++h) {
-    const std::vector<int32_t>& map = rows_[layer][h];
-    const int64_t n = static_cast<int64_t>(map.size());
+    const int64_t n = static_cast<int64_t>(rows_[layer][h].size());
     if (h >= static_cast<int64_t>(rows.size()) || !rows[h].defined()) {
-      pages.pad_to(entry + h + 1);
-      tokens.pad_to(entry + h + 1);
+      t_.pages[layer].pad_to(entry + h + 1);
+      t_.tokens[layer].pad_to(entry + h + 1);
       continue;
     }
     std::vector<int64_t> sel = to_vector(rows[h]);  // [1, k] or [G, k]: the union is what was read
     std::sort(sel.begin(), sel.end());
     sel.erase(std::unique(sel.begin(), sel.end()), sel.end());
-    if (cache.layer(layer).ring_window[h] > 0) {  // ring slots -> ranks of their positions
-      std::vector<int64_t> order(static_cast<size_t>(n)), rank(static_cast<size_t>(n));
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return map[a] < map[b]; });
-      for (int64_t r = 0; r < n; ++r) rank[order[r]] = r;
-      for (int64_t& s : sel) s = rank.at(static_cast<size_t>(s));
-      std::sort(sel.begin(), sel.end());
-    }
-    std::vector<int64_t> page_set;
-    for (int64_t r : sel) {
-      if (r < 0 || r >= n) throw std::logic_error("timeline: selected row outside the head's cache");
-      if (page_set.empty() || page_set.back() != r / t_.page) page_set.push_back(r / t_.page);
-    }
-    pages.append((n + t_.page - 1) / t_.page, page_set);
-    if (all_tokens_ || pinned_[static_cast<size_t>(layer * H + h)])
-      tokens.append(n, sel);
-    else
-      tokens.pad_to(entry + h + 1);
+    record_head(cache, layer, h, sel);
 
     // Recall of the exact top-k over the head's live keys (k = entries selected).
     const int64_t k = rows[h].size(-1);

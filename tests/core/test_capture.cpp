@@ -48,6 +48,21 @@ TEST(Capture, SummaryMatchesBruteForce) {
     EXPECT_NEAR(cap.summary[h][4].item<double>(), sink, 1e-5);
     EXPECT_NEAR(cap.attention[h].sum().item<double>(), 1.0, 1e-5);
   }
+  // cos_mean: mean over tokens of the cosine to the mean normalised key; channel_cv: mean over
+  // channels of std/mean of w = |q̄|·|k|, both from their definitions.
+  {
+    at::Tensor kd = k.to(at::kDouble), kn = kd / kd.norm(2, {-1}, true);
+    at::Tensor m = kn.mean(1, true);
+    at::Tensor cos = (kn * (m / m.norm(2, {-1}, true))).sum(-1);
+    at::Tensor qb = q.narrow(0, n - w, w).to(at::kDouble).mean(0).abs().view({2, 3, 8}).mean(1);
+    at::Tensor sal = qb.unsqueeze(1) * kd.abs();
+    at::Tensor cv = sal.std(1, false) / sal.mean(1);
+    for (int64_t h = 0; h < 2; ++h) {
+      EXPECT_NEAR(cap.summary[h][5].item<double>(), cos[h].mean().item<double>(), 1e-5);
+      EXPECT_NEAR(cap.summary[h][6].item<double>(), cv[h].mean().item<double>(), 1e-4);
+      EXPECT_TRUE(at::allclose(cap.cos_to_mean[h].to(at::kDouble), cos[h], 1e-5, 1e-5));
+    }
+  }
   // Channel CV of w = |q̄|·|k| for head 0, channel 3.
   at::Tensor qbar = q.narrow(0, n - w, w).mean(0).abs().view({2, 3, 8}).mean(1);
   at::Tensor wj = qbar[0][3] * k[0].select(1, 3).abs();

@@ -355,6 +355,32 @@ TEST_F(Timelines, RecallEqualsBruteForcePerHead) {
   for (size_t i = 0; i < step_mean.size(); ++i) EXPECT_NEAR(r.selection_recall[i], step_mean[i], 1e-5);
 }
 
+TEST_F(Timelines, TopkUnionCountsDistinctExactTopKPositionsPerQueryHead) {
+  // RocketKV Fig. 2's statistic (capture full): per (layer, query head), the distinct positions
+  // Exact-TopK(256) picks over the decode steps, against a brute-force union from the probe.
+  Probe probe;
+  GenerateRequest req = request(nullptr, {}, 6);
+  req.prompt_ids.resize(300);
+  req.capture = CaptureLevel::kFull;
+  const GenerateResult r = run_probed(req, probe);
+  ASSERT_TRUE(r.topk_unique.defined());
+  const int64_t H = model_->config.n_head, G = H / model_->config.n_head_kv;
+  std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> seen;
+  for (const auto& [key, s] : probe)
+    for (int64_t hq = 0; hq < H; ++hq) {
+      const int64_t h = hq / G;
+      for (int64_t row : topk_ref(logits_of(s.keys[h], s.q[hq]), 256)) seen[{key.second, hq}].insert(s.pos[h][row]);
+    }
+  int64_t exact = 0;
+  for (const auto& [lh, set] : seen) {
+    const int64_t got = r.topk_unique[lh.first][lh.second].item<int64_t>();
+    EXPECT_NEAR(got, static_cast<int64_t>(set.size()), 2) << "layer " << lh.first << " head " << lh.second;
+    exact += got == static_cast<int64_t>(set.size());
+  }
+  EXPECT_GE(exact, static_cast<int64_t>(seen.size()) * 9 / 10) << "fp32 vs fp64 boundary ties only";
+  EXPECT_GT(r.topk_unique.max().item<int64_t>(), 256) << "the steps pick different positions";
+}
+
 TEST_F(Timelines, LaterTurnsAreStepsOfTheirOwn) {
   const Pipeline snap(*registry_, "snapkv:window=16");
   GenerateRequest req = request(&snap, {BudgetSpec::Unit::kStored, 80}, 4);
@@ -384,7 +410,10 @@ TEST_F(Timelines, CaptureOffRecordsNothingAndBadPinsAreRefused) {
   const Pipeline p(*registry_, "quest");
   GenerateRequest req = request(&p, {BudgetSpec::Unit::kFetched, 64}, 3);
   req.capture = CaptureLevel::kOff;
-  EXPECT_TRUE(generate(Engine(*model_), req).timeline.empty());
+  const GenerateResult off = generate(Engine(*model_), req);
+  EXPECT_TRUE(off.timeline.empty());
+  ASSERT_EQ(off.bytes_read.size(), 2u);
+  for (int64_t b : off.bytes_read) EXPECT_GT(b, 0) << "without capture the policy still counts what it read";
   req.capture = CaptureLevel::kSummary;
   req.pinned_heads = {{8, 0}};
   EXPECT_THROW(generate(Engine(*model_), req), InputError);

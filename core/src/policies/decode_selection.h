@@ -153,7 +153,7 @@ class PagedSelectionBase : public DecodeSelectionBase {
                            const at::Tensor& length_dev) override;
   int64_t after_graph_step(const KvCache& cache) override;
   /// The page_select outputs attend_device captured per layer (index int32 [Hkv, S], count [Hkv]).
-  std::vector<std::vector<at::Tensor>> graph_selections() const override;
+  StepSelections graph_selections() const override;
 
  protected:
   /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =

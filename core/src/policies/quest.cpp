@@ -209,7 +209,7 @@ at::Tensor PagedSelectionBase::attend_device(int64_t layer, const at::Tensor& q,
                         kernel_plan(cache.head_dim()).width, false);
 }
 
-std::vector<std::vector<at::Tensor>> PagedSelectionBase::graph_selections() const {
+StepSelections PagedSelectionBase::graph_selections() const {
   std::vector<at::Tensor> flat;
   for (const auto& [index, count] : graph_selection_) {
     if (!index.defined()) return {};
@@ -217,16 +217,21 @@ std::vector<std::vector<at::Tensor>> PagedSelectionBase::graph_selections() cons
     flat.push_back(count.to(at::kLong).flatten());
   }
   if (flat.empty()) return {};
-  const at::Tensor host = at::cat(flat).to(at::kCPU);  // one read for every layer
-  std::vector<std::vector<at::Tensor>> out;
-  int64_t at = 0;
+  const at::Tensor host = at::cat(flat).to(at::kCPU).contiguous();  // one read for every layer
+  const int64_t* p = host.data_ptr<int64_t>();
+  StepSelections out;
+  out.n_layer = static_cast<int64_t>(graph_selection_.size());
+  out.n_head_kv = graph_selection_.front().first.size(0);
+  out.offsets.push_back(0);
   for (const auto& [index, count] : graph_selection_) {
     const int64_t H = index.size(0), S = index.size(1);
-    const at::Tensor idx = host.narrow(0, at, H * S).view({H, S}), n = host.narrow(0, at + H * S, H);
-    at += H * S + H;
-    std::vector<at::Tensor>& layer = out.emplace_back();
-    for (int64_t h = 0; h < H; ++h)
-      layer.push_back(idx[h].narrow(0, 0, std::clamp<int64_t>(n[h].item<int64_t>(), 0, S)).unsqueeze(0));
+    const int64_t* n = p + H * S;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t k = std::clamp<int64_t>(n[h], 0, S);
+      out.rows.insert(out.rows.end(), p + h * S, p + h * S + k);
+      out.offsets.push_back(static_cast<int64_t>(out.rows.size()));
+    }
+    p += H * S + H;
   }
   return out;
 }

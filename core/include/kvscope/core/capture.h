@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "kvscope/core/policy.h"
 
@@ -42,8 +43,10 @@ struct LayerCapture {
 /// that Exact-TopK (k entries) picks over all decode steps. Fed by the decode loop at capture full.
 class TopkUnion {
  public:
-  TopkUnion(int64_t n_layer, int64_t n_head, int64_t k) : k_(k), seen_(n_layer), n_head_(n_head) {}
-  /// One decode step of one layer: q [n_head, D] post-RoPE, the layer's live keys/positions.
+  /// Positions up to `max_positions` (generate(): positions_needed), flags kept on `device`.
+  TopkUnion(int64_t n_layer, int64_t n_head, int64_t k, int64_t max_positions, c10::Device device);
+  /// One decode step of one layer: q [n_head, D] post-RoPE, the layer's live keys/positions. Reads
+  /// nothing back (the picks stay on the device): one batched top-k per uniform layer.
   void add(int64_t layer, const at::Tensor& q, const class KvCache& cache);
   /// int64 [n_layer, n_head]: distinct positions picked so far.
   at::Tensor unique_counts() const;
@@ -51,8 +54,7 @@ class TopkUnion {
 
  private:
   int64_t k_;
-  std::vector<at::Tensor> seen_;  // per layer: bool [n_head, max position + 1]
-  int64_t n_head_;
+  std::vector<at::Tensor> seen_;  // per layer: bool [n_head, max_positions] on the device
 };
 
 /// Computes a layer's capture from the prefill inputs (queries, keys before eviction).

@@ -32,6 +32,16 @@ struct LayerPrefill {
   at::Tensor values;   ///< [n_head_kv, n_tok, head_dim]
 };
 
+/// The cache rows a decode step's selection read, on the host, for every layer: KV head h of
+/// layer l read the storage rows rows[offsets[l * n_head_kv + h] .. offsets[l * n_head_kv + h + 1]),
+/// ascending (what last_selection() gives per layer, flattened).
+struct StepSelections {
+  int64_t n_layer = 0, n_head_kv = 0;
+  std::vector<int64_t> rows;
+  std::vector<int64_t> offsets;  ///< n_layer * n_head_kv + 1 entries, or none
+  bool empty() const { return offsets.empty(); }
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -121,11 +131,10 @@ class DecodeAttentionPolicy : public Policy {
   /// Host bookkeeping after a replayed step (the cache's host lengths are committed). Returns the
   /// K/V and side-store bytes the step read, all layers.
   virtual int64_t after_graph_step(const class KvCache& cache) { return 0; }
-  /// After a replayed step: the rows each layer's attend_device read, [layer][KV head] as
-  /// last_selection() gives them, fetched in one device read (the graph writes them into buffers
-  /// captured with it). Empty when this policy records no selection inside a graph; generate()
-  /// then steps eagerly while a timeline is recorded.
-  virtual std::vector<std::vector<at::Tensor>> graph_selections() const { return {}; }
+  /// After a replayed step: the rows each layer's attend_device read, fetched in one device read
+  /// (the graph writes them into buffers captured with it). Empty when this policy records no
+  /// selection inside a graph; generate() then steps eagerly while a timeline is recorded.
+  virtual StepSelections graph_selections() const { return {}; }
 };
 
 /// The catalogue of policies (policy_catalog.h) with a factory per policy. Built once in main by

@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "kvscope/core/kv_cache.h"
+#include "kvscope/core/policy.h"
 #include "kvscope/core/timeline.h"
 
 namespace kvscope {
@@ -46,6 +47,9 @@ class TimelineRecorder {
   /// last_selection: per KV head int64 [1, n] or [G, n] storage rows), with the step's post-RoPE
   /// queries q [n_head, head_dim] for the recall. Call after after_layer(layer).
   void on_selection(const KvCache& cache, int64_t layer, const std::vector<at::Tensor>& rows, const at::Tensor& q);
+  /// The same for every layer of a step from host rows (DecodeAttentionPolicy::graph_selections:
+  /// one selection per KV head, ascending), without recall. Call after after_decode().
+  void on_selections(const KvCache& cache, const StepSelections& s);
   /// Mean of the current step's recall values over (layer, KV head), nullopt when none (reads the
   /// pending device values back).
   std::optional<double> step_recall_mean();
@@ -56,6 +60,9 @@ class TimelineRecorder {
   void grow_positions(int64_t n);
   void evict(int64_t layer, int64_t head, int64_t position, EvictionCause cause);
   void flush_recall();
+  /// Appends head h's entries of the current step: `sel` = its storage rows, ascending and unique
+  /// (turned into ranks here).
+  void record_head(const KvCache& cache, int64_t layer, int64_t h, std::vector<int64_t>& sel);
   Timeline t_;
   TimelineOptions o_;
   int64_t step_ = 0, cap_positions_ = 0;
