@@ -205,7 +205,8 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     if (!telemetry && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
         (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens)))
       graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention);
-    if (graph && selects && recorder && decode_attention->graph_selections().empty()) graph.reset();
+    if (graph && selects && recorder && !decode_attention->stages_graph_selections()) graph.reset();
+    bool staged = false;  // a replayed step's selections wait in pinned memory (recorded after the next launch)
     res.decode_graph = res.decode_graph || graph != nullptr;
     int32_t next = sampler.next(block_logits);
     t0 = std::chrono::steady_clock::now();
@@ -218,12 +219,17 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       step_bytes = 0;
       const int64_t step = res.decode_steps;
       ++step_no;
-      if (recorder) recorder->begin_step();
+      if (recorder && !graph) recorder->begin_step();
       logits =
           out_of_memory_guard(req, "decode", step, "at decode step " + std::to_string(step) + " on " + device, [&] {
             if (graph) {
               at::Tensor lg = graph->step(next);
               if (decode_attention) step_bytes = decode_attention->after_graph_step(cache);
+              if (recorder) {  // the previous step's selections, recorded while this one runs
+                if (staged) recorder->on_selections(cache, decode_attention->staged_graph_selections());
+                staged = false;
+                recorder->begin_step();
+              }
               return lg;
             }
             const bool observe = decode_attention || topk || req.decode_probe;
@@ -232,7 +238,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());
       if (recorder) {
         recorder->after_decode(cache, cache.next_position() - 1);
-        if (graph && selects) recorder->on_selections(cache, decode_attention->graph_selections());
+        if (graph && selects) {
+          decode_attention->stage_graph_selections();
+          staged = true;
+        }
         if (auto recall = recorder->step_recall_mean()) res.selection_recall.push_back(*recall);
       }
       ++res.decode_steps;
@@ -246,6 +255,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
         step_reference(logits);
       }
     }
+    if (staged) recorder->on_selections(cache, decode_attention->staged_graph_selections());  // synchronised above
     res.decode_ms += ms_since(t0);
     if (turn < req.follow_up_turns.size()) {
       block.assign(1, next);  // the last chosen token has not been run yet

@@ -152,8 +152,11 @@ class PagedSelectionBase : public DecodeSelectionBase {
   at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
                            const at::Tensor& length_dev) override;
   int64_t after_graph_step(const KvCache& cache) override;
-  /// The page_select outputs attend_device captured per layer (index int32 [Hkv, S], count [Hkv]).
-  StepSelections graph_selections() const override;
+  /// attend_device copies each layer's page_select output (index int32 [Hkv, S], count [Hkv]) into
+  /// a staging buffer allocated by prepare_graph (on CUDA), so the graph carries the copies.
+  bool stages_graph_selections() const override { return stage_dev_.defined(); }
+  void stage_graph_selections() override;
+  StepSelections staged_graph_selections() const override;
 
  protected:
   /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =
@@ -168,7 +171,7 @@ class PagedSelectionBase : public DecodeSelectionBase {
   void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
   at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override;
   PageMinMax pages_;
-  int64_t n_head_ = 0;
+  int64_t n_head_ = 0, n_head_kv_ = 0;
 
  private:
   /// head_dim 64 / 128 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
@@ -177,8 +180,10 @@ class PagedSelectionBase : public DecodeSelectionBase {
   /// the gather attention; record: keep the selection for the step's telemetry.
   at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
                             const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record);
-  /// Per layer, the selection buffers of the captured graph (index, count); undefined before capture.
-  std::vector<std::pair<at::Tensor, at::Tensor>> graph_selection_;
+  /// Staging of graph selections: per layer n_head_kv rows of stage_width_ + 1 int32 (the rows
+  /// read, then the count), on the device (written inside the graph) and pinned on the host.
+  at::Tensor stage_dev_, stage_host_;
+  int64_t stage_width_ = 0;
 };
 
 }  // namespace kvscope::policies

@@ -173,9 +173,12 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
       ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
                        pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep, kv.k, offset_dev);
   if (record) record_fused_selection(index, count);
-  if (!record) {  // a graph capture: these buffers hold every replay's selection
-    if (static_cast<int64_t>(graph_selection_.size()) < cache.n_layer()) graph_selection_.resize(cache.n_layer());
-    graph_selection_[layer] = {index, count};
+  if (!record && stage_dev_.defined()) {  // the graph path: copies captured with the step
+    const int64_t H = index.size(0), W = std::min(index.size(1), stage_width_);
+    at::Tensor slot =
+        stage_dev_.narrow(0, layer * H * (stage_width_ + 1), H * (stage_width_ + 1)).view({H, stage_width_ + 1});
+    slot.narrow(1, 0, W).copy_(index.narrow(1, 0, W));
+    slot.select(1, stage_width_).copy_(count.clamp_max(W));
   }
   return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
 }
@@ -200,6 +203,14 @@ at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, 
 bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
   if (!configured_ || !kernels_fit(cache)) return false;
   for (int64_t l = 0; l < cache.n_layer(); ++l) pages_.prepare(l, cache, steps);
+  const at::Tensor& k = cache.layer(0).k;
+  if (k.is_cuda()) {  // the staging buffers the captured step writes its selections into
+    stage_width_ = kernel_plan(cache.head_dim()).width;
+    n_head_kv_ = cache.n_head_kv();
+    const int64_t n = cache.n_layer() * n_head_kv_ * (stage_width_ + 1);
+    stage_dev_ = at::zeros({n}, k.options().dtype(at::kInt));
+    stage_host_ = at::zeros({n}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  }
   return true;
 }
 
@@ -209,29 +220,22 @@ at::Tensor PagedSelectionBase::attend_device(int64_t layer, const at::Tensor& q,
                         kernel_plan(cache.head_dim()).width, false);
 }
 
-StepSelections PagedSelectionBase::graph_selections() const {
-  std::vector<at::Tensor> flat;
-  for (const auto& [index, count] : graph_selection_) {
-    if (!index.defined()) return {};
-    flat.push_back(index.to(at::kLong).flatten());
-    flat.push_back(count.to(at::kLong).flatten());
-  }
-  if (flat.empty()) return {};
-  const at::Tensor host = at::cat(flat).to(at::kCPU).contiguous();  // one read for every layer
-  const int64_t* p = host.data_ptr<int64_t>();
+void PagedSelectionBase::stage_graph_selections() {
+  if (stage_dev_.defined()) stage_host_.copy_(stage_dev_, /*non_blocking=*/true);
+}
+
+StepSelections PagedSelectionBase::staged_graph_selections() const {
   StepSelections out;
-  out.n_layer = static_cast<int64_t>(graph_selection_.size());
-  out.n_head_kv = graph_selection_.front().first.size(0);
+  if (!stage_host_.defined()) return out;
+  const int64_t W = stage_width_, row = W + 1;
+  out.n_head_kv = n_head_kv_;
+  out.n_layer = stage_host_.numel() / (n_head_kv_ * row);
+  const int32_t* p = stage_host_.data_ptr<int32_t>();
   out.offsets.push_back(0);
-  for (const auto& [index, count] : graph_selection_) {
-    const int64_t H = index.size(0), S = index.size(1);
-    const int64_t* n = p + H * S;
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t k = std::clamp<int64_t>(n[h], 0, S);
-      out.rows.insert(out.rows.end(), p + h * S, p + h * S + k);
-      out.offsets.push_back(static_cast<int64_t>(out.rows.size()));
-    }
-    p += H * S + H;
+  for (int64_t i = 0; i < out.n_layer * out.n_head_kv; ++i, p += row) {
+    const int64_t k = std::clamp<int64_t>(p[W], 0, W);
+    out.rows.insert(out.rows.end(), p, p + k);
+    out.offsets.push_back(static_cast<int64_t>(out.rows.size()));
   }
   return out;
 }

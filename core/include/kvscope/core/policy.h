@@ -131,10 +131,17 @@ class DecodeAttentionPolicy : public Policy {
   /// Host bookkeeping after a replayed step (the cache's host lengths are committed). Returns the
   /// K/V and side-store bytes the step read, all layers.
   virtual int64_t after_graph_step(const class KvCache& cache) { return 0; }
-  /// After a replayed step: the rows each layer's attend_device read, fetched in one device read
-  /// (the graph writes them into buffers captured with it). Empty when this policy records no
-  /// selection inside a graph; generate() then steps eagerly while a timeline is recorded.
-  virtual StepSelections graph_selections() const { return {}; }
+  // Timelines on the graph path: the captured step also writes each layer's selection into a
+  // staging buffer of the graph; after a replay the caller stages it to pinned host memory (no
+  // wait) and reads it once the stream has passed the copy (after the next sync), so recording
+  // overlaps the next step. A policy that cannot makes generate() step eagerly instead.
+  /// True when attend_device writes its selections into the graph's staging buffer (after
+  /// prepare_graph).
+  virtual bool stages_graph_selections() const { return false; }
+  /// Enqueues the copy of the last replay's selections to pinned host memory; returns at once.
+  virtual void stage_graph_selections() {}
+  /// The staged selections; valid once the stream has passed the copy (any later sync).
+  virtual StepSelections staged_graph_selections() const { return {}; }
 };
 
 /// The catalogue of policies (policy_catalog.h) with a factory per policy. Built once in main by
