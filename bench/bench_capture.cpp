@@ -73,9 +73,17 @@ int main(int argc, char** argv) {
   app.add_option("--budget", budget, "SnapKV stored / RocketKV and Quest fetched entries");
   app.add_option("--decode-steps", steps);
   app.add_option("--json", json_out);
-  std::string only;
+  std::string only, levels_arg = "off,summary,full";
   app.add_option("--pipelines", only, "comma-separated labels to run (default: snapkv,rocketkv,quest)");
+  app.add_option("--levels", levels_arg, "capture levels to time, off first (default: off,summary,full)");
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
+  std::vector<kvscope::CaptureLevel> levels;
+  {
+    std::stringstream ls(levels_arg);
+    std::string l;
+    while (std::getline(ls, l, ',')) levels.push_back(kvscope::parse_capture_level(l));
+  }
 
   const c10::Device dev(device);
   const kvscope::LoadOptions lo{dev, kvscope::parse_dtype(dtype), {}};
@@ -115,10 +123,9 @@ int main(int argc, char** argv) {
         req.capture = level;
         return kvscope::generate(engine, req);
       };
-      for (auto level : {kvscope::CaptureLevel::kOff, kvscope::CaptureLevel::kSummary, kvscope::CaptureLevel::kFull})
-        run(level);  // warm-up of each path (kernels, allocator, first-use initialisation)
+      for (auto level : levels) run(level);  // warm-up of each path (kernels, allocator, first-use initialisation)
       double base_prefill = 0, base_decode = 0;
-      for (auto level : {kvscope::CaptureLevel::kOff, kvscope::CaptureLevel::kSummary, kvscope::CaptureLevel::kFull}) {
+      for (auto level : levels) {
         const kvscope::GenerateResult r = run(level);
         const char* name = level == kvscope::CaptureLevel::kOff       ? "off"
                            : level == kvscope::CaptureLevel::kSummary ? "summary"
