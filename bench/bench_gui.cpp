@@ -1,7 +1,7 @@
 // bench_gui: time to open a large session and CPU frame time of every view (ImGui context without
 // a window: NewFrame + panels + Render, i.e. everything but the GPU draw), on a synthetic session
 // of 32 layers x 32 KV heads x 32K prompt tokens with full capture by default.
-//   bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--frames N]
+//   bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--steps S] [--frames N]
 //             [--size WxH] [--db PATH (reused when it exists)]
 // Open time: from opening the database to the first frame of the heaviest view (keys) drawn with
 // its data (the run's light part is read on the UI thread, the layer's parts decoded on the
@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
       spec.n_tok = std::stoll(next());
     else if (a == "--head-dim")
       spec.head_dim = std::stoll(next());
+    else if (a == "--steps")
+      spec.n_steps = std::stoll(next());
     else if (a == "--frames")
       frames = std::stoi(next());
     else if (a == "--db")
@@ -81,7 +83,8 @@ int main(int argc, char** argv) {
       height = std::stoi(v.substr(v.find('x') + 1));
     } else {
       std::fprintf(stderr,
-                   "usage: bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--frames N] "
+                   "usage: bench_gui [--layers L] [--kv-heads K] [--heads H] [--tokens T] [--head-dim D] [--steps S] "
+                   "[--frames N] "
                    "[--size WxH] [--db PATH]\n");
       return 2;
     }

@@ -29,7 +29,7 @@ viz::Figure no_timeline(const RunData& a, const std::string& why) {
 }  // namespace
 
 std::vector<viz::TokenCategory> timeline_categories() {
-  return {{"kept", kKeptColor}, {"selected at this step", kSelectedColor}, {"evicted at this step", kEvictedNowColor}};
+  return {{"kept", kKeptColor}, {"selected", kSelectedColor}, {"evicted", kEvictedNowColor}};
 }
 
 TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64_t head, std::int64_t max_rows,
@@ -87,14 +87,15 @@ TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64
 
 namespace {
 
-viz::Figure head_figure(const RunData& a, const Timeline& t, const Selection& sel, int width_px) {
+viz::Figure head_figure(const std::string& title, const std::string& caption, const Timeline& t, const Selection& sel,
+                        int width_px) {
   const std::int64_t layer = std::clamp<std::int64_t>(sel.layer, 0, t.n_layer - 1);
   const std::int64_t head = std::clamp<std::int64_t>(sel.head, 0, t.n_head_kv - 1);
   const TimelineRaster r = timeline_raster(t, layer, head, 1024, std::clamp(width_px, 64, 2048));
   viz::Figure f;
-  f.title = "Timeline of layer " + std::to_string(layer) + ", KV head " + std::to_string(head) + ": " + a.title();
+  f.title = "Timeline of layer " + std::to_string(layer) + ", KV head " + std::to_string(head) + ": " + title;
   viz::Heatmap h;
-  h.title = "kept / selected / evicted per step (" + std::to_string(t.n_positions) + " positions x " +
+  h.title = "kept, selected and evicted at each step (" + std::to_string(t.n_positions) + " positions x " +
             std::to_string(t.n_steps + 1) + " steps, step 0 = prefill)";
   h.rows = r.rows;
   h.cols = r.cols;
@@ -138,11 +139,11 @@ viz::Figure head_figure(const RunData& a, const Timeline& t, const Selection& se
   f.columns = 1;
   f.row_weights.assign(f.panels.size(), 1.0);
   f.row_weights[0] = 3.0;
-  f.caption = a.caption();
+  f.caption = caption;
   return f;
 }
 
-viz::Figure grid_figure(const RunData& a, const Timeline& t, int width_px) {
+viz::Figure grid_figure(const std::string& title, const std::string& caption, const Timeline& t, int width_px) {
   const std::int64_t L = t.n_layer, H = t.n_head_kv;
   const std::int64_t cb = std::clamp<std::int64_t>(width_px / std::max<std::int64_t>(H, 1) - 1, 4, 128);
   const std::int64_t rb = std::clamp<std::int64_t>(720 / std::max<std::int64_t>(L, 1) - 1, 3, 64);
@@ -178,9 +179,9 @@ viz::Figure grid_figure(const RunData& a, const Timeline& t, int width_px) {
   h.y.label = "layer";
   h.x.grid = h.y.grid = false;
   viz::Figure f;
-  f.title = "Timeline of every head: " + a.title();
+  f.title = "Timeline of every head: " + title;
   f.panels.push_back(std::move(h));
-  f.caption = a.caption();
+  f.caption = caption;
   return f;
 }
 
@@ -191,8 +192,21 @@ viz::Figure timeline_figure(const RunData& a, const TimelineOptions& o, const Se
     return no_timeline(a, "no timeline: record runs with --capture summary or full (the Run view's default)");
   const Timeline* t = a.timeline();
   if (!t) return no_timeline(a, "timeline not decoded (or unreadable)");
-  if (t->n_layer < 1 || t->n_head_kv < 1) return no_timeline(a, "empty timeline");
-  return o.grid || sel.layer < 0 ? grid_figure(a, *t, width_px) : head_figure(a, *t, sel, width_px);
+  return timeline_figure(*t, a.title(), a.caption(), o, sel, width_px);
+}
+
+viz::Figure timeline_figure(const Timeline& t, const std::string& title, const std::string& caption,
+                            const TimelineOptions& o, const Selection& sel, int width_px) {
+  if (t.n_layer < 1 || t.n_head_kv < 1) {
+    viz::Figure f;
+    f.title = "Timeline: " + title;
+    viz::Heatmap h;
+    h.title = "empty timeline";
+    f.panels.push_back(std::move(h));
+    return f;
+  }
+  return o.grid || sel.layer < 0 ? grid_figure(title, caption, t, width_px)
+                                 : head_figure(title, caption, t, sel, width_px);
 }
 
 }  // namespace kvscope::figures

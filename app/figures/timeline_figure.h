@@ -5,6 +5,7 @@
 // (a pixel shows the highest-priority state it holds: evicted > selected > kept), whatever the
 // run's length: 32K positions x 2,000 steps is a 2048 x 1024 map.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "figure_options.h"
@@ -44,5 +45,8 @@ struct TimelineOptions {
 /// sel.layer < 0) the layer x KV head grid of small maps. Needs Part::kTimeline decoded; panel
 /// titles say when the run has none. width_px: the map's column budget.
 viz::Figure timeline_figure(const RunData& a, const TimelineOptions& o, const Selection& sel, int width_px);
+/// The same from a Timeline alone (a run in progress), with the given title and caption.
+viz::Figure timeline_figure(const Timeline& t, const std::string& title, const std::string& caption,
+                            const TimelineOptions& o, const Selection& sel, int width_px);
 
 }  // namespace kvscope::figures

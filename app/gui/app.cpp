@@ -34,6 +34,14 @@ void poll_worker(AppState& s, Ui& ui) {
         st.output += u.text;
         st.tokens = u.tokens;
         break;
+      case RunUpdate::Kind::kProgress:
+        st.live = u.live;
+        if (u.live)
+          s.status = "decoding: step " + std::to_string(u.live->decode_steps) + ", " +
+                     format_num(u.live->decode_tokens_per_s, "%.1f") + " tok/s" +
+                     (u.live->decode_graph ? " (CUDA graph)" : "") + ", KV cache " +
+                     format_bytes(static_cast<double>(u.live->cache_bytes_live));
+        break;
       case RunUpdate::Kind::kFinished: {
         st.log.push_back(u.text);
         st.last_run = u.run_id;

@@ -128,6 +128,8 @@ struct RunState {
   std::string output;  ///< streamed text of the current run
   std::vector<std::string> log;
   std::int64_t tokens = 0;
+  std::shared_ptr<const LiveRun> live;  ///< the latest snapshot of the run in progress (or the last run)
+  FigureView live_fig;                  ///< its timeline, drawn in the Run view
   bool running = false;
   std::int64_t last_run = -1;
   std::string last_db;

@@ -1,5 +1,12 @@
 #include "gui_options.h"
 
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "run_worker.h"
+
 #include <stdexcept>
 
 #include "view_table.h"
@@ -46,7 +53,10 @@ std::string gui_usage() {
          "  --layer/--head/--token   initial selection\n"
          "  --screenshot F   render headless and write the last frame to F (PNG), then exit\n"
          "  --frames N       frames to render before the screenshot (default 5)\n"
-         "  --size WxH       window size (default 1600x1000)\n";
+         "  --size WxH       window size (default 1600x1000)\n"
+         "  --start-run F    start a run at launch from a JSON file of the Run view's fields\n"
+         "                   (model_path, prompt_file, pipeline_spec, budget_unit, budget_value, device, ...)\n"
+         "  --screenshot-at-step N   with --start-run: shoot when the run reaches decode step N\n";
 }
 
 GuiOptions parse_gui_options(const std::vector<std::string>& args) {
@@ -91,6 +101,11 @@ GuiOptions parse_gui_options(const std::vector<std::string>& args) {
       o.height = static_cast<int>(to_int("--size", v.substr(x + 1)));
       if (o.width < 200 || o.height < 150 || o.width > 16384 || o.height > 16384)
         throw std::invalid_argument("--size: " + v + " is outside 200x150 .. 16384x16384");
+    } else if (a == "--start-run") {
+      o.start_run = value();
+    } else if (a == "--screenshot-at-step") {
+      o.screenshot_at_step = to_int("--screenshot-at-step", value());
+      if (o.screenshot_at_step < 0) throw std::invalid_argument("--screenshot-at-step: must be >= 0");
     } else if (a == "--layer") {
       o.layer = to_int("--layer", value());
     } else if (a == "--head") {
@@ -102,6 +117,70 @@ GuiOptions parse_gui_options(const std::vector<std::string>& args) {
     }
   }
   return o;
+}
+
+void read_run_request(const std::string& path, RunRequest& req) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(path + ": cannot open the run request");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(path + ": not JSON (" + std::string(e.what()).substr(0, 120) + ")");
+  }
+  if (!j.is_object()) throw std::invalid_argument(path + ": expected a JSON object of the Run view's fields");
+  auto text = [&](const std::string& key, const nlohmann::json& v) {
+    if (!v.is_string()) throw std::invalid_argument(path + ": '" + key + "' must be a string");
+    return v.get<std::string>();
+  };
+  auto number = [&](const std::string& key, const nlohmann::json& v) {
+    if (!v.is_number()) throw std::invalid_argument(path + ": '" + key + "' must be a number");
+    return v.get<double>();
+  };
+  auto flag = [&](const std::string& key, const nlohmann::json& v) {
+    if (!v.is_boolean()) throw std::invalid_argument(path + ": '" + key + "' must be true or false");
+    return v.get<bool>();
+  };
+  for (const auto& [key, v] : j.items()) {
+    if (key == "model_path")
+      req.model_path = text(key, v);
+    else if (key == "tokenizer_path")
+      req.tokenizer_path = text(key, v);
+    else if (key == "prompt")
+      req.prompt = text(key, v);
+    else if (key == "prompt_file") {
+      std::ifstream f(text(key, v), std::ios::binary);
+      if (!f) throw std::invalid_argument(path + ": prompt_file '" + v.get<std::string>() + "' cannot be read");
+      req.prompt.assign(std::istreambuf_iterator<char>(f), {});
+    } else if (key == "bos")
+      req.bos = text(key, v);
+    else if (key == "pipeline_spec")
+      req.pipeline_spec = text(key, v);
+    else if (key == "budget_unit")
+      req.budget_unit = text(key, v);
+    else if (key == "budget_value")
+      req.budget_value = number(key, v);
+    else if (key == "device")
+      req.device = text(key, v);
+    else if (key == "dtype")
+      req.dtype = text(key, v);
+    else if (key == "max_new_tokens")
+      req.max_new_tokens = static_cast<std::int64_t>(number(key, v));
+    else if (key == "allow_beyond_context")
+      req.allow_beyond_context = flag(key, v);
+    else if (key == "reference_full")
+      req.reference_full = flag(key, v);
+    else if (key == "capture")
+      req.capture = text(key, v);
+    else if (key == "capture_window")
+      req.capture_window = static_cast<std::int64_t>(number(key, v));
+    else if (key == "db_path")
+      req.db_path = text(key, v);
+    else if (key == "name")
+      req.name = text(key, v);
+    else
+      throw std::invalid_argument(path + ": unknown key '" + key + "'");
+  }
 }
 
 }  // namespace kvscope::gui

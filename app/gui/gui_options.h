@@ -1,11 +1,14 @@
 #pragma once
 // Command line of the desktop app:
 //   kvscope [--open DB]... [--run ID[,ID...]] [--view NAME] [--model PATH]
-//           [--screenshot FILE.png [--frames N] [--size WxH]]
+//           [--start-run REQUEST.json] [--screenshot FILE.png [--frames N] [--size WxH]
+//           [--screenshot-at-step N]]
 // --run: run ids of the first database: the first is A, the others are compare runs (default: the
 // newest run). --view: a view name of view_table.cpp (sessions, run, heads, tokens, attention, keys,
 // channels, budgets, fidelity, selection, compare). --screenshot renders N frames (default 5) headless at WxH (default
-// 1600x1000) and writes the last one as PNG.
+// 1600x1000) and writes the last one as PNG. --start-run starts a run at launch from a JSON file of
+// the Run view's fields (read_run_request); with --screenshot the shot waits for that run: taken
+// once its live snapshot reaches decode step N (--screenshot-at-step), else when it ends.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,6 +28,8 @@ struct GuiOptions {
   int width = 1600, height = 1000;
   /// Selection to start with (-1: keep the default / view state).
   std::int64_t layer = -1, head = -1, token = -1;
+  std::string start_run;                 ///< JSON file of a RunRequest to start at launch ("" = none)
+  std::int64_t screenshot_at_step = -1;  ///< with start_run: shoot once the run reaches this step
   bool help = false;
 };
 
@@ -32,5 +37,13 @@ struct GuiOptions {
 GuiOptions parse_gui_options(const std::vector<std::string>& args);
 /// The --help text.
 std::string gui_usage();
+
+struct RunRequest;
+/// Fills `req` from the JSON object in `path`: any of model_path, tokenizer_path, prompt (text) or
+/// prompt_file, bos, pipeline_spec, budget_unit, budget_value, device, dtype, max_new_tokens,
+/// allow_beyond_context, reference_full, capture, capture_window, db_path, name; others keep their
+/// value. Throws std::invalid_argument naming the file and the key for an unknown key, a value of
+/// the wrong type, or a file that is not a JSON object.
+void read_run_request(const std::string& path, RunRequest& req);
 
 }  // namespace kvscope::gui

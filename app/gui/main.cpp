@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #define GLFW_INCLUDE_NONE
@@ -177,6 +178,20 @@ int main(int argc, char** argv) {
       if (headless) rc = 1;
     }
     if (s.run.form.db_path.empty()) s.run.form.db_path = "kvscope-sessions.db";
+    if (rc == 0 && !opt.start_run.empty()) {
+      try {
+        read_run_request(opt.start_run, s.run.form);
+        s.run.spec_text = s.run.form.pipeline_spec;  // the editor shows the run's pipeline
+        s.run.pipeline_initialised = false;
+        if (!opt.view) s.view = View::kRun, s.select_view = true;
+        s.run.log.push_back("run: " +
+                            (s.run.form.pipeline_spec.empty() ? std::string("full cache") : s.run.form.pipeline_spec));
+        worker.start(s.run.form);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kvscope: error: %s\n", e.what());
+        rc = 1;
+      }
+    }
 
     int frame = 0;
     double timed_ms = 0;  // headless: frames after the first two, GPU work included (glFinish)
@@ -217,6 +232,12 @@ int main(int argc, char** argv) {
       // and draw another frame (at most 20 more).
       if (headless && frame >= opt.frames && s.loader.busy() && frame < opt.frames + 20) {
         s.loader.wait_idle();
+        continue;
+      }
+      // --start-run: the shot waits for the run (its step, or its end).
+      if (headless && frame >= opt.frames && !opt.start_run.empty() && worker.busy() &&
+          !(opt.screenshot_at_step >= 0 && s.run.live && s.run.live->decode_steps >= opt.screenshot_at_step)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
       if (headless && frame >= opt.frames) {

@@ -78,7 +78,19 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
     }
     const Model& model = *slot.model;
     if (!model.tokenizer) throw InputError(req.model_path, "the model has no tokenizer: cannot encode the prompt");
-    const GenerateRequest g = run::make_request(model, pipeline.get(), options);
+    GenerateRequest g = run::make_request(model, pipeline.get(), options);
+    g.on_progress = [&](const GenerateProgress& p) {
+      auto live = std::make_shared<LiveRun>();
+      live->decode_steps = p.decode_steps;
+      live->decode_tokens_per_s = p.decode_tokens_per_s;
+      live->cache_bytes_live = p.cache_bytes_live;
+      live->decode_graph = p.decode_graph;
+      live->kl = p.kl;
+      live->timeline = p.timeline;
+      RunUpdate u{RunUpdate::Kind::kProgress, {}, req.db_path, run_id, n};
+      u.live = std::move(live);
+      emit(u);
+    };
     if (cancel) throw RunCancelled();
 
     auto store = sessions::SessionStore::open(req.db_path);

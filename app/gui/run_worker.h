@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kvscope/core/timeline.h"
+
 namespace kvscope {
 class PolicyRegistry;
 }
@@ -33,8 +35,8 @@ struct RunRequest {
   std::string dtype = "fp32";  ///< fp32 | bf16 | fp16
   std::int64_t max_new_tokens = 32;
   bool allow_beyond_context = false;  ///< run past the model's context (recorded in the session)
-  bool reference_full = true;         ///< also decode with the full cache: per-step KL / top-1
-  std::string capture = "full";       ///< off | summary | full
+  bool reference_full = false;        ///< also decode with the full cache (eagerly): per-step KL / top-1
+  std::string capture = "summary";    ///< off | summary | full (summary keeps the CUDA graph)
   std::int64_t capture_window = 32;
   bool greedy = true;
   double temperature = 1.0, top_p = 1.0;
@@ -43,14 +45,25 @@ struct RunRequest {
   std::string name;     ///< session name
 };
 
+/// A run in progress as the views show it (core GenerateProgress, torch-free).
+struct LiveRun {
+  std::int64_t decode_steps = 0;
+  double decode_tokens_per_s = 0;
+  std::int64_t cache_bytes_live = 0;
+  bool decode_graph = false;
+  std::vector<double> kl;
+  std::shared_ptr<const Timeline> timeline;  ///< null without capture
+};
+
 /// One message from the worker.
 struct RunUpdate {
-  enum class Kind { kStatus, kStarted, kToken, kFinished, kFailed, kCancelled };
+  enum class Kind { kStatus, kStarted, kToken, kProgress, kFinished, kFailed, kCancelled };
   Kind kind = Kind::kStatus;
-  std::string text;          ///< status line, token text, or error message
-  std::string db;            ///< kStarted / kFinished / kFailed / kCancelled: the database
-  std::int64_t run_id = -1;  ///< set once the run exists in the database
-  std::int64_t tokens = 0;   ///< tokens generated so far
+  std::string text;                     ///< status line, token text, or error message
+  std::string db;                       ///< kStarted / kFinished / kFailed / kCancelled: the database
+  std::int64_t run_id = -1;             ///< set once the run exists in the database
+  std::int64_t tokens = 0;              ///< tokens generated so far
+  std::shared_ptr<const LiveRun> live;  ///< kProgress: the run so far
 };
 
 /// Runs `req` synchronously on this thread: progress goes to `emit`, `cancel` is checked between

@@ -132,6 +132,25 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   };
   double reference_ms = 0;
   at::Tensor full_logits;
+  // Live snapshots (GenerateRequest::on_progress).
+  auto last_progress = std::chrono::steady_clock::now();
+  auto decode_start = last_progress;
+  auto progress = [&](bool force) {
+    if (!req.on_progress) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && std::chrono::duration<double, std::milli>(now - last_progress).count() < req.progress_interval_ms)
+      return;
+    last_progress = now;
+    GenerateProgress p;
+    p.decode_steps = res.decode_steps;
+    const double ms = std::chrono::duration<double, std::milli>(now - decode_start).count() - reference_ms;
+    p.decode_tokens_per_s = ms > 0 ? res.decode_steps * 1000.0 / ms : 0.0;
+    p.cache_bytes_live = cache.bytes_live();
+    p.decode_graph = res.decode_graph;
+    p.kl = res.fidelity.kl;
+    if (recorder) p.timeline = std::make_shared<const Timeline>(recorder->snapshot(cache.next_position()));
+    req.on_progress(p);
+  };
   auto step_reference = [&](const at::Tensor& comp_logits) {
     if (!full) return;
     const auto r0 = std::chrono::steady_clock::now();
@@ -183,6 +202,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       res.cache_bytes_allocated = cache.bytes_allocated();
       if (decode_attention) res.side_store_bytes = decode_attention->side_store_bytes();
     }
+    if (turn == 0) progress(true);
     if (req.max_new_tokens <= 0) break;
     if (full)
       full_logits = out_of_memory_guard(
@@ -210,6 +230,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     res.decode_graph = res.decode_graph || graph != nullptr;
     int32_t next = sampler.next(block_logits);
     t0 = std::chrono::steady_clock::now();
+    if (turn == 0) decode_start = t0;
     step_reference(logits);
     while (!is_stop(next)) {
       out.push_back(next);
@@ -246,6 +267,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       }
       ++res.decode_steps;
       next = sampler.next(logits);  // reads the result back: the step is complete
+      progress(false);
       if (full) {
         const auto r0 = std::chrono::steady_clock::now();
         full_logits = out_of_memory_guard(
@@ -264,6 +286,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   }
   res.decode_ms -= reference_ms;
   if (topk) res.topk_unique = topk->unique_counts();
+  progress(true);
   if (recorder) res.timeline = recorder->finish(cache.next_position());
   if (!res.turn_output_ids.empty()) res.output_ids = res.turn_output_ids.front();
   return res;

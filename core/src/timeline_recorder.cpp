@@ -225,29 +225,37 @@ std::optional<double> TimelineRecorder::step_recall_mean() {
 Timeline TimelineRecorder::finish(int64_t n_positions) {
   flush_recall();
   grow_positions(n_positions);
-  Timeline out = std::move(t_);
+  return compact(std::move(t_), n_positions);
+}
+
+Timeline TimelineRecorder::snapshot(int64_t n_positions) const {
+  Timeline t = t_;
+  if (n_positions > cap_positions_) n_positions = cap_positions_;
+  if (!t.recall.empty()) t.recall.resize(static_cast<size_t>(step_ * t.n_layer * t.n_head_kv));
+  return compact(std::move(t), n_positions);
+}
+
+Timeline TimelineRecorder::compact(Timeline out, int64_t n_positions) const {
   out.n_positions = n_positions;
   out.n_steps = step_;
   const int64_t LH = out.n_layer * out.n_head_kv;
   std::vector<int32_t> at(static_cast<size_t>(LH * n_positions));
   std::vector<uint8_t> by(at.size());
-  for (int64_t i = 0; i < LH; ++i)
-    for (int64_t p = 0; p < n_positions; ++p) {
-      at[i * n_positions + p] = out.evicted_at[i * cap_positions_ + p];
-      by[i * n_positions + p] = out.evicted_by[i * cap_positions_ + p];
-    }
+  for (int64_t i = 0; i < LH; ++i) {
+    std::copy_n(out.evicted_at.begin() + i * cap_positions_, n_positions, at.begin() + i * n_positions);
+    std::copy_n(out.evicted_by.begin() + i * cap_positions_, n_positions, by.begin() + i * n_positions);
+  }
   out.evicted_at.swap(at);
   out.evicted_by.swap(by);
   out.entered_at.resize(static_cast<size_t>(n_positions));
-  bool any_tokens = false;
+  bool any_tokens = false, any_pages = false;
   for (int64_t l = 0; l < out.n_layer; ++l) {
     out.pages[l].pad_to(step_ * out.n_head_kv);
     out.tokens[l].pad_to(step_ * out.n_head_kv);
     any_tokens = any_tokens || !out.tokens[l].bits.empty();
+    any_pages = any_pages || !out.pages[l].bits.empty();
   }
   if (!any_tokens) out.tokens.clear();
-  bool any_pages = false;
-  for (const auto& p : out.pages) any_pages = any_pages || !p.bits.empty();
   if (!any_pages) out.pages.clear();
   return out;
 }

@@ -478,6 +478,43 @@ TEST(GuiOptionsTest, ParsesTheCommandLine) {
   for (View v : kAllViews) EXPECT_EQ(parse_view(view_name(v)), v);
 }
 
+TEST(GuiOptionsTest, StartRunReadsTheRunViewFieldsFromJson) {
+  const auto o = parse_gui_options({"--start-run", "r.json", "--screenshot-at-step", "12"});
+  EXPECT_EQ(o.start_run, "r.json");
+  EXPECT_EQ(o.screenshot_at_step, 12);
+  EXPECT_THROW(parse_gui_options({"--screenshot-at-step", "-1"}), std::invalid_argument);
+  const auto dir = make_temp_dir("gui_start_run");
+  const auto file = (dir / "r.json").string();
+  std::ofstream(dir / "p.txt") << "def f():";
+  std::ofstream(file) << R"({"model_path": "m", "prompt_file": ")" << (dir / "p.txt").string()
+                      << R"(", "pipeline_spec": "quest", "budget_unit": "fetched", "budget_value": 128,
+                          "max_new_tokens": 9, "capture": "summary", "reference_full": false, "db_path": "x.db"})";
+  RunRequest r;
+  read_run_request(file, r);
+  EXPECT_EQ(r.model_path, "m");
+  EXPECT_EQ(r.prompt, "def f():");
+  EXPECT_EQ(r.pipeline_spec, "quest");
+  EXPECT_EQ(r.budget_unit, "fetched");
+  EXPECT_EQ(r.budget_value, 128);
+  EXPECT_EQ(r.max_new_tokens, 9);
+  EXPECT_FALSE(r.reference_full);
+  EXPECT_EQ(r.db_path, "x.db");
+  auto error_of = [&](const std::string& body) {
+    std::ofstream(file) << body;
+    try {
+      read_run_request(file, r);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error_of(R"({"max_new_token": 3})").find(file + ": unknown key 'max_new_token'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"budget_value": "high"})").find("'budget_value' must be a number"), std::string::npos);
+  EXPECT_NE(error_of("[1, 2]").find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(error_of("{oops").find("not JSON"), std::string::npos);
+  remove_tree(dir);
+}
+
 TEST(GuiOptionsTest, MissingDatabaseIsReported) {
   AppState s;
   s.headless = true;

@@ -52,6 +52,23 @@ TEST(RunWorker, RecordsASessionTheViewsCanOpen) {
   for (const auto& u : seen) tokens += u.kind == RunUpdate::Kind::kToken;
   EXPECT_EQ(tokens, done.tokens);
   EXPECT_GT(tokens, 0);
+  // Live snapshots: one after the prefill (no decode step yet, the prefill's evictions recorded),
+  // one at the end with every decode step; the timeline grows, never shrinks.
+  std::vector<std::shared_ptr<const LiveRun>> live;
+  for (const auto& u : seen)
+    if (u.kind == RunUpdate::Kind::kProgress) live.push_back(u.live);
+  ASSERT_GE(live.size(), 2u);
+  ASSERT_TRUE(live.front()->timeline);
+  EXPECT_EQ(live.front()->decode_steps, 0);
+  EXPECT_EQ(live.front()->timeline->n_steps, 0);
+  EXPECT_EQ(live.front()->timeline->check(), "");
+  EXPECT_GT(live.front()->cache_bytes_live, 0);
+  EXPECT_EQ(live.back()->decode_steps, done.tokens - 1);
+  EXPECT_EQ(live.back()->timeline->n_steps, done.tokens - 1);
+  EXPECT_EQ(live.back()->timeline->check(), "");
+  EXPECT_EQ(live.back()->kl.size(), static_cast<size_t>(done.tokens));
+  EXPECT_EQ(live.front()->timeline->evicted_at.size() / live.front()->timeline->n_positions,
+            live.back()->timeline->evicted_at.size() / live.back()->timeline->n_positions);
 
   AppState s;
   s.headless = true;

@@ -8,6 +8,7 @@
 #include "../ui_util.h"
 #include "kvscope/core/budget.h"
 #include "panels.h"
+#include "timeline_figure.h"
 
 namespace kvscope::gui::panels {
 namespace {
@@ -144,6 +145,7 @@ void run(AppState& s, Ui& ui) {
       req.pipeline_spec = ui.catalog ? to_spec(st.pipeline, *ui.catalog) : std::string();
       st.output.clear();
       st.tokens = 0;
+      st.live.reset();
       st.log.push_back("run: " + (req.pipeline_spec.empty() ? std::string("full cache") : req.pipeline_spec));
       if (!ui.worker->start(req)) st.log.push_back("a run is already in progress");
     }
@@ -167,13 +169,35 @@ void run(AppState& s, Ui& ui) {
   ImGui::BeginChild("run_output", {0, 0}, true);
   ImGui::TextUnformatted("Output");
   ImGui::Separator();
-  ImGui::BeginChild("stream", {0, ImGui::GetContentRegionAvail().y * 0.6f}, false);
+  const bool live = st.live && st.live->timeline;
+  ImGui::BeginChild("stream", {0, ImGui::GetContentRegionAvail().y * (live ? 0.25f : 0.6f)}, false);
   ImGui::PushTextWrapPos(0);
   ImGui::TextDisabled("%s", ellipsize(f.prompt, 2000).c_str());
   ImGui::TextUnformatted(st.output.c_str());
   ImGui::PopTextWrapPos();
   if (busy) ImGui::SetScrollHereY(1.0f);
   ImGui::EndChild();
+  if (live) {
+    // The run so far: the selected head's timeline (or every head), refreshed with each snapshot.
+    const LiveRun& l = *st.live;
+    ImGui::Separator();
+    ImGui::Text("live: step %lld, %.1f tok/s%s, KV cache %s", static_cast<long long>(l.decode_steps),
+                l.decode_tokens_per_s, l.decode_graph ? " (CUDA graph)" : "",
+                format_bytes(static_cast<double>(l.cache_bytes_live)).c_str());
+    ImGui::SameLine();
+    ImGui::Checkbox("every head##live", &s.timeline.opt.grid);
+    const ImVec2 size{ImGui::GetContentRegionAvail().x, ImGui::GetContentRegionAvail().y * 0.7f};
+    const std::string key =
+        "live|" + std::to_string(l.decode_steps) + "|" + std::to_string(l.timeline->n_positions) + "|" +
+        (s.timeline.opt.grid ? "grid" : std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head));
+    st.live_fig.draw(
+        key, size,
+        [&] {
+          return figures::timeline_figure(*l.timeline, busy ? "run in progress" : "last run", f.pipeline_spec,
+                                          s.timeline.opt, s.sel, static_cast<int>(size.x));
+        },
+        ui.fonts, ui.textures);
+  }
   ImGui::Separator();
   ImGui::TextUnformatted("Log");
   ImGui::BeginChild("log", {0, 0}, false);

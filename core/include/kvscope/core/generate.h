@@ -2,6 +2,7 @@
 // The generation loop: prefill, then decode until a stop token or the token limit.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,16 @@ namespace kvscope {
 
 /// How to add the model's BOS token in front of the prompt.
 enum class BosMode { kAuto, kAlways, kNever };
+
+/// A run in progress (GenerateRequest::on_progress): what a live view shows.
+struct GenerateProgress {
+  int64_t decode_steps = 0;                  ///< forward passes so far
+  double decode_tokens_per_s = 0;            ///< so far
+  int64_t cache_bytes_live = 0;              ///< K+V bytes held now
+  bool decode_graph = false;                 ///< decode replays a CUDA graph
+  std::vector<double> kl;                    ///< per-step KL so far (reference full)
+  std::shared_ptr<const Timeline> timeline;  ///< the record so far (capture on), else null
+};
 
 struct GenerateRequest {
   std::vector<int32_t> prompt_ids;  ///< already including any BOS
@@ -37,6 +48,10 @@ struct GenerateRequest {
   /// With capture on: (layer, KV head) pairs whose decode-time selections the timeline records per
   /// token (the others per page; every head per token when the run is small, timeline_recorder.h).
   std::vector<std::pair<int64_t, int64_t>> pinned_heads;
+  /// Called after the first prefill and then at most every progress_interval_ms during decode
+  /// (and once when generation ends) with a snapshot; copying the timeline costs O(its size).
+  std::function<void(const GenerateProgress&)> on_progress;
+  double progress_interval_ms = 500;
   /// Test probe: called in every decode step for every layer, after its attention, with the step
   /// (1-based, as Timeline counts: a later turn's prefill is a step too). Forces the eager path.
   std::function<void(const LayerEvent& ev, int64_t step)> decode_probe;

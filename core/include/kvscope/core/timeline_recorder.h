@@ -55,11 +55,15 @@ class TimelineRecorder {
   std::optional<double> step_recall_mean();
   /// The record (the recorder is spent).
   Timeline finish(int64_t n_positions);
+  /// A copy of the record so far, as finish() would give it (for live views).
+  Timeline snapshot(int64_t n_positions) const;
 
  private:
   void grow_positions(int64_t n);
   void evict(int64_t layer, int64_t head, int64_t position, EvictionCause cause);
   void flush_recall();
+  /// finish()'s compaction of `t` (a copy or the record itself) to n_positions and step_ steps.
+  Timeline compact(Timeline t, int64_t n_positions) const;
   /// Appends head h's entries of the current step: `sel` = its storage rows, ascending and unique
   /// (turned into ranks here).
   void record_head(const KvCache& cache, int64_t layer, int64_t h, std::vector<int64_t>& sel);
