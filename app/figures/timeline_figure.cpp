@@ -45,14 +45,28 @@ TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64
   auto cell = [&](std::int64_t rr, std::int64_t cc) -> float& {
     return r.cells[static_cast<std::size_t>(rr * r.cols + cc)];
   };
-  // Kept from entry to eviction; evicted at its step.
+  // Kept from entry to eviction, evicted at its step: per column, the union of its positions' row
+  // intervals (merged, so a column costs its rows once, not once per position).
   const std::size_t base = static_cast<std::size_t>((layer * t.n_head_kv + head) * t.n_positions);
-  for (std::int64_t p = 0; p < t.n_positions; ++p) {
-    const std::int64_t in = t.entered_at[static_cast<std::size_t>(p)], out = t.evicted_at[base + p];
-    const std::int64_t last = out < 0 ? t.n_steps : out - 1, c = col(p);
-    for (std::int64_t rr = row(in); in <= last && rr <= row(last); ++rr) mark(cell(rr, c), kCellKept);
-    if (out >= 0) mark(cell(row(out), c), kCellEvicted);
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  for (std::int64_t p0 = 0; p0 < t.n_positions;) {
+    const std::int64_t c = col(p0);
+    std::int64_t p1 = p0;
+    spans.clear();
+    for (; p1 < t.n_positions && col(p1) == c; ++p1) {
+      const std::int64_t in = t.entered_at[static_cast<std::size_t>(p1)], out = t.evicted_at[base + p1];
+      const std::int64_t last = out < 0 ? t.n_steps : out - 1;
+      if (in <= last) spans.emplace_back(row(in), row(last));
+    }
+    std::sort(spans.begin(), spans.end());
+    std::int64_t filled = -1;  // rows up to here are marked
+    for (const auto& [a, b] : spans)
+      for (std::int64_t rr = std::max(a, filled + 1); rr <= b; ++rr, filled = rr - 1) mark(cell(rr, c), kCellKept);
+    for (std::int64_t p = p0; p < p1; ++p)
+      if (const std::int64_t out = t.evicted_at[base + p]; out >= 0) mark(cell(row(out), c), kCellEvicted);
+    p0 = p1;
   }
+  exact = exact && r.cols == N;  // binned columns: a selected page marks its span
   // Selections, walking the live set step by step.
   r.live.assign(static_cast<std::size_t>(S), 0.0);
   r.selected.assign(static_cast<std::size_t>(S), std::nan(""));

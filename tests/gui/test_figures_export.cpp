@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -14,7 +15,9 @@
 #include "export_figures.h"
 #include "figures.h"
 #include "gui_test_support.h"
+#include "kvscope/sessions/timeline_blobs.h"
 #include "kvscope/viz/cairo_export.h"
+#include "timeline_figure.h"
 
 namespace kvscope::figures {
 namespace {
@@ -111,6 +114,70 @@ TEST_F(FiguresExport, PartsAreDecodedOnceAndOnlyWhenStored) {
   EXPECT_EQ(run->parts->put(Part::kKept, 0, std::move(other)), first);  // write-once
   EXPECT_THROW(load_part(store, *run, Part::kKept, 3), std::out_of_range);
   EXPECT_THROW(run->parts->put(Part::kCos, -1, {}), std::out_of_range);
+}
+
+/// The full-resolution cell of step s, position p: evicted at s > selected at s > live > NaN.
+float timeline_cell(const Timeline& t, std::int64_t l, std::int64_t h, std::int64_t s, std::int64_t p,
+                    const std::vector<std::int64_t>& live, const std::vector<std::int64_t>* selected) {
+  if (t.evicted_step(l, h, p) == s) return kCellEvicted;
+  if (selected && std::binary_search(selected->begin(), selected->end(), p)) return kCellSelected;
+  if (std::binary_search(live.begin(), live.end(), p)) return kCellKept;
+  return std::nanf("");
+}
+
+TEST_F(FiguresExport, TimelineRasterEqualsACellByCellRecomputation) {
+  const auto store = sessions::SessionStore::open((dir_ / "full.db").string(), sessions::OpenMode::kReadOnly);
+  for (std::int64_t run : {full_.snapkv, full_.streaming}) {  // selections per page; a ring buffer
+    const auto t = sessions::load_timeline(store, run);
+    ASSERT_TRUE(t.has_value());
+    const std::int64_t S = t->n_steps + 1, N = t->n_positions;
+    for (std::int64_t l : {std::int64_t(0), t->n_layer - 1})
+      for (std::int64_t h : {std::int64_t(0), t->n_head_kv - 1}) {
+        SCOPED_TRACE("run " + std::to_string(run) + " head " + std::to_string(l) + ":" + std::to_string(h));
+        std::vector<std::vector<float>> full(static_cast<std::size_t>(S));
+        for (std::int64_t st = 0; st < S; ++st) {
+          const auto live = t->live_positions(l, h, st);
+          const auto sel = t->selected_positions(l, h, st, &live);
+          for (std::int64_t p = 0; p < N; ++p)
+            full[st].push_back(timeline_cell(*t, l, h, st, p, live, sel ? &*sel : nullptr));
+        }
+        // Full resolution: cell for cell.
+        const TimelineRaster exact = timeline_raster(*t, l, h, S, N);
+        ASSERT_EQ(exact.rows, S);
+        ASSERT_EQ(exact.cols, N);
+        for (std::int64_t st = 0; st < S; ++st)
+          for (std::int64_t p = 0; p < N; ++p) {
+            const float want = full[st][p], got = exact.cells[static_cast<std::size_t>(st * N + p)];
+            ASSERT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << "step " << st << " position " << p;
+          }
+        // Binned 3 x 7: kept and evicted are the maximum over the bin; a bin holding a selected
+        // cell shows at least "selected" (a selected page marks its whole span).
+        const TimelineRaster binned = timeline_raster(*t, l, h, 3, 7);
+        for (std::int64_t r = 0; r < 3; ++r)
+          for (std::int64_t c = 0; c < 7; ++c) {
+            float want_max = std::nanf("");
+            bool any_selected = false;
+            for (std::int64_t st = 0; st < S; ++st)
+              for (std::int64_t p = 0; p < N; ++p)
+                if (st * 3 / S == r && p * 7 / N == c) {
+                  const float v = full[st][p];
+                  any_selected = any_selected || v == kCellSelected;
+                  if (!std::isnan(v) && v != kCellSelected && !(want_max >= v)) want_max = v;
+                }
+            const float got = binned.cells[static_cast<std::size_t>(r * 7 + c)];
+            if (any_selected) {
+              EXPECT_GE(got, static_cast<float>(kCellSelected)) << r << "," << c;
+              if (want_max == kCellEvicted) EXPECT_EQ(got, kCellEvicted);
+            } else if (!std::isnan(want_max)) {
+              EXPECT_GE(got, want_max) << r << "," << c;
+              if (want_max == kCellEvicted) EXPECT_EQ(got, kCellEvicted) << r << "," << c;
+            } else {
+              EXPECT_TRUE(std::isnan(got) || got == kCellSelected) << r << "," << c;
+            }
+          }
+        EXPECT_EQ(exact.live, binned.live);
+      }
+  }
 }
 
 class HeadPatternFigures : public ::testing::Test {
