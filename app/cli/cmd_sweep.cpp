@@ -140,6 +140,7 @@ int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, 
       options.max_new_tokens = g.max_new_tokens;
       options.reference_full = g.reference_full;
       options.capture = parse_capture_level(g.capture);
+      if (!g.pin.empty()) options.pinned_heads = run::parse_pinned_heads(g.pin);
       options.allow_beyond_context = g.allow_beyond_context;
       const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
       auto& model = models[model_path];
@@ -204,6 +205,7 @@ Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_
   };
   check("dtype", [&] { p.dtype = dtype_name(parse_dtype(g.dtype)); });
   check("capture", [&] { parse_capture_level(g.capture); });
+  if (!g.pin.empty()) check("pin", [&] { run::parse_pinned_heads(g.pin); });
   check("device", [&] { run::load_options(g.device, g.dtype); });
   for (const auto& d : devices) run::load_options(d, g.dtype);
   check_grid_files(g);

@@ -42,6 +42,7 @@ constexpr std::string_view kTopKeys[] = {"models",
                                          "device",
                                          "dtype",
                                          "capture",
+                                         "pin",
                                          "reference",
                                          "allow_prompts_outside_grid",
                                          "allow_beyond_context"};
@@ -344,6 +345,7 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
   g.device = string_or(t, "device", "cpu", g);  // device, dtype and capture: checked by cmd_sweep (LibTorch)
   g.dtype = string_or(t, "dtype", "fp32", g);
   g.capture = string_or(t, "capture", "summary", g);
+  g.pin = string_or(t, "pin", "", g);  // checked by cmd_sweep (run::parse_pinned_heads)
   const std::string reference = string_or(t, "reference", "full", g);
   if (reference != "full" && reference != "off")
     throw InputError(g.where("reference"), "'reference' must be \"full\" or \"off\" (got \"" + reference + "\")");

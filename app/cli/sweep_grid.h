@@ -27,6 +27,7 @@ struct Grid {
   std::vector<double> budgets;
   int64_t max_new_tokens = 32;
   std::string bos = "auto", device = "cpu", dtype = "fp32", capture = "summary";
+  std::string pin;  ///< "L:H,...": heads whose selections the timeline records per token ("" = none)
   bool reference_full = true;
   bool allow_beyond_context = false;        ///< runs may go past a model's context (--allow-beyond-context)
   bool allow_prompts_outside_grid = false;  ///< prompts may lie outside the grid's folder

@@ -151,6 +151,7 @@ TEST_F(CliSweeps, BadValuesOfEveryAxisAreRefusedBeforeTheFirstRun) {
       {grid_text(p2, "0.5", "dtype = \"fp33\"\n"), ":5: 'dtype': unknown dtype 'fp33'"},
       {grid_text(p2, "0.5", "device = \"gpu\"\n"), ":5: 'device': --device: 'gpu' is not a device"},
       {grid_text(p2, "0.5", "capture = \"ful\"\n"), ":5: 'capture': unknown --capture level 'ful'"},
+      {grid_text(p2, "0.5", "pin = \"1-2\"\n"), ":5: 'pin': --pin '1-2': '1-2' is not L:H"},
       {grid_text(p2, "0.5", "bos = \"sometimes\"\n"), ":5: 'bos' must be \"auto\", \"always\" or \"never\""},
       {std::regex_replace(grid_text(p2, "0.5"), std::regex("max_new_tokens = 2"), "max_new_tokens = 0"),
        ":4: 'max_new_tokens' must be an integer >= 1"},
@@ -167,8 +168,8 @@ TEST_F(CliSweeps, BadValuesOfEveryAxisAreRefusedBeforeTheFirstRun) {
     EXPECT_NE(r.out.find(grid.string() + problem), std::string::npos) << text << r.out;
     EXPECT_FALSE(fs::exists(db_)) << "nothing runs: " << text << r.out;
   }
-  // The same grids without the bad value run.
-  const auto ok = sweep(write(grid_text(p2, "0.25, 0.5", "dtype = \"float32\"\n"), dir_ / "grid.toml"));
+  // The same grids without the bad value run (a pinned head records its selections per token).
+  const auto ok = sweep(write(grid_text(p2, "0.25, 0.5", "dtype = \"float32\"\npin = \"0:0\"\n"), dir_ / "grid.toml"));
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
   EXPECT_NE(ok.out.find("4 runs recorded"), std::string::npos) << ok.out;
 }

@@ -31,6 +31,7 @@
 #include "policies/decode_selection.h"
 #include "small_config.h"
 #include "test_support.h"
+#include "topk_reference.h"
 
 namespace kvscope {
 namespace {
@@ -208,15 +209,7 @@ std::vector<int64_t> to_vec(const at::Tensor& t) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-/// Indices of the k largest values of x (fp64 vector), sorted ascending.
-std::vector<int64_t> topk_ref(const std::vector<double>& x, int64_t k) {
-  std::vector<int64_t> idx(x.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return x[a] > x[b]; });
-  idx.resize(std::min<size_t>(static_cast<size_t>(k), idx.size()));
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
+using test::topk_ref;
 
 RunBudget fetched(double t, int64_t n_prompt = 300, int64_t n_gen = 8) {
   return RunBudget{BudgetSpec{BudgetSpec::Unit::kFetched, t}, n_prompt, n_gen};

@@ -19,6 +19,7 @@
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/timeline_recorder.h"
 #include "pycode_fixture.h"
+#include "topk_reference.h"
 
 namespace kvscope {
 namespace {
@@ -38,15 +39,7 @@ std::vector<int64_t> to_vec(const at::Tensor& t) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-/// Indices of the k largest x, ties to the lower index, sorted ascending.
-std::vector<int64_t> topk_ref(const std::vector<double>& x, int64_t k) {
-  std::vector<int64_t> idx(x.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return x[a] > x[b]; });
-  idx.resize(std::min<size_t>(static_cast<size_t>(k), idx.size()));
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
+using test::topk_ref;
 
 std::vector<double> logits_of(const at::Tensor& K, const at::Tensor& q) {
   const at::Tensor s = at::mv(K, q).contiguous();
