@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "figures.h"
@@ -221,6 +222,88 @@ viz::Figure timeline_figure(const Timeline& t, const std::string& title, const s
   }
   return o.grid || sel.layer < 0 ? grid_figure(title, caption, t, width_px)
                                  : head_figure(title, caption, t, sel, width_px);
+}
+
+TimelineRaster timeline_diff_raster(const Timeline& a, const Timeline& b, std::int64_t layer, std::int64_t head,
+                                    std::int64_t max_rows, std::int64_t max_cols) {
+  for (const Timeline* t : {&a, &b})
+    if (layer < 0 || layer >= t->n_layer || head < 0 || head >= t->n_head_kv)
+      throw std::out_of_range("timeline: no head " + std::to_string(layer) + ":" + std::to_string(head));
+  TimelineRaster r;
+  const std::int64_t steps = std::min(a.n_steps, b.n_steps), S = steps + 1;
+  const std::int64_t N = std::max<std::int64_t>(std::min(a.n_positions, b.n_positions), 1);
+  r.rows = std::clamp<std::int64_t>(max_rows, 1, S);
+  r.cols = std::clamp<std::int64_t>(max_cols, 1, N);
+  r.cells.assign(static_cast<std::size_t>(r.rows * r.cols), kNaN);
+  auto row = [&](std::int64_t s) { return s * r.rows / S; };
+  auto col = [&](std::int64_t p) { return p * r.cols / N; };
+  // Live interval [in, last] of p in a record, clipped to the shared steps; empty when in > last.
+  auto interval = [&](const Timeline& t, std::int64_t p) {
+    const std::int64_t in = t.entered_at[static_cast<std::size_t>(p)];
+    const std::int64_t out = t.evicted_at[static_cast<std::size_t>((layer * t.n_head_kv + head) * t.n_positions + p)];
+    return std::pair<std::int64_t, std::int64_t>{in, std::min(steps, out < 0 ? steps : out - 1)};
+  };
+  auto mark_span = [&](std::int64_t c, std::int64_t s0, std::int64_t s1, TimelineDiffCell v) {
+    for (std::int64_t rr = row(s0); s0 <= s1 && rr <= row(s1); ++rr) {
+      float& cell = r.cells[static_cast<std::size_t>(rr * r.cols + c)];
+      if (!(cell >= static_cast<float>(v))) cell = static_cast<float>(v);
+    }
+  };
+  for (std::int64_t p = 0; p < std::min(a.n_positions, b.n_positions); ++p) {
+    const auto [ia, la] = interval(a, p);
+    const auto [ib, lb] = interval(b, p);
+    const std::int64_t c = col(p), lo = std::max(ia, ib), hi = std::min(la, lb);
+    mark_span(c, lo, hi, kDiffBoth);
+    // A's interval outside B's: before lo and after hi (and the whole of it when they do not meet).
+    if (lo > hi) {
+      mark_span(c, ia, la, kDiffOnlyA);
+      mark_span(c, ib, lb, kDiffOnlyB);
+      continue;
+    }
+    mark_span(c, ia, lo - 1, ia < ib ? kDiffOnlyA : kDiffBoth);
+    mark_span(c, ib, lo - 1, ib < ia ? kDiffOnlyB : kDiffBoth);
+    mark_span(c, hi + 1, la, kDiffOnlyA);
+    mark_span(c, hi + 1, lb, kDiffOnlyB);
+  }
+  return r;
+}
+
+viz::Figure timeline_diff_figure(const RunData& a, const RunData& b, const Selection& sel, int width_px) {
+  viz::Figure f;
+  f.title = "Timeline A - B: #" + std::to_string(a.ref.run) + " vs #" + std::to_string(b.ref.run);
+  f.caption = "A: " + a.caption() + "  B: " + b.caption();
+  viz::Heatmap h;
+  const Timeline *ta = a.timeline(), *tb = b.timeline();
+  if (!ta || !tb || a.record.info.prompt.tokens != b.record.info.prompt.tokens) {
+    h.title = !ta || !tb ? "both runs need a timeline (record them with capture summary or full)"
+                         : "the runs have different prompts: nothing to compare position by position";
+    f.panels.push_back(std::move(h));
+    return f;
+  }
+  const std::int64_t layer = std::clamp<std::int64_t>(sel.layer, 0, ta->n_layer - 1);
+  const std::int64_t head = std::clamp<std::int64_t>(sel.head, 0, ta->n_head_kv - 1);
+  if (layer >= tb->n_layer || head >= tb->n_head_kv) {
+    h.title = "B has no head " + std::to_string(layer) + ":" + std::to_string(head);
+    f.panels.push_back(std::move(h));
+    return f;
+  }
+  const TimelineRaster r = timeline_diff_raster(*ta, *tb, layer, head, 1024, std::clamp(width_px, 64, 2048));
+  const std::int64_t N = std::max<std::int64_t>(std::min(ta->n_positions, tb->n_positions), 1);
+  const std::int64_t S = std::min(ta->n_steps, tb->n_steps) + 1;
+  h.title = "layer " + std::to_string(layer) + ", KV head " + std::to_string(head) +
+            ": in the cache of both / only B / only A";
+  h.rows = r.rows;
+  h.cols = r.cols;
+  h.values = r.cells;
+  h.categories = {{"both", kKeptColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}};
+  h.x_step = static_cast<double>(N) / static_cast<double>(r.cols);
+  h.x_origin = h.x_step / 2 - 0.5;
+  h.y_step = static_cast<double>(S) / static_cast<double>(r.rows);
+  h.y_origin = h.y_step / 2 - 0.5;
+  h.x.label = "token position";
+  h.y.label = "decode step";
+  f.panels.push_back(std::move(h));
+  return f;
 }
 
 }  // namespace kvscope::figures

@@ -38,8 +38,19 @@ TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64
 
 /// Options of the Timeline view.
 struct TimelineOptions {
-  bool grid = false;  ///< every layer x KV head as a small map, instead of the selected head
+  bool grid = false;     ///< every layer x KV head as a small map, instead of the selected head
+  Side side = Side::kA;  ///< with a compare run: A, B, or where their caches differ (A - B)
 };
+
+/// Cells of an A - B map: in both caches, only in B's, only in A's (NaN: in neither).
+enum TimelineDiffCell : int { kDiffBoth = 0, kDiffOnlyB = 1, kDiffOnlyA = 2 };
+/// A - B of one head: whether each position is in A's and B's cache at each step, over the steps
+/// and positions both runs have, reduced like timeline_raster (a pixel shows only-A over only-B
+/// over both). Throws std::out_of_range for a head outside either record.
+TimelineRaster timeline_diff_raster(const Timeline& a, const Timeline& b, std::int64_t layer, std::int64_t head,
+                                    std::int64_t max_rows, std::int64_t max_cols);
+/// The A - B map of the selected head (runs on one prompt), or a figure whose title says why not.
+viz::Figure timeline_diff_figure(const RunData& a, const RunData& b, const Selection& sel, int width_px);
 
 /// The selected head's map with its live / selected entries and recall per step, or (o.grid or
 /// sel.layer < 0) the layer x KV head grid of small maps. Needs Part::kTimeline decoded; panel

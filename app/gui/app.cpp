@@ -361,7 +361,8 @@ bool apply_options(AppState& s, const GuiOptions& o) {
       open_run(s, db_index(s, s.a->ref.db), b, true);
   // A compare opened from the command line starts the per-run views on the A - B side.
   if (o.runs.size() >= 2 && !s.others.empty())
-    s.tokens.opt.side = s.attention.opt.side = s.keys.opt.side = s.channels.opt.side = Side::kDiff;
+    s.tokens.opt.side = s.attention.opt.side = s.keys.opt.side = s.channels.opt.side = s.timeline.opt.side =
+        Side::kDiff;
   if (o.layer >= 0) s.sel.layer = o.layer;
   if (o.head >= 0) s.sel.head = o.head;
   if (o.token >= 0) s.sel.token = s.tokens.scroll_to = o.token;

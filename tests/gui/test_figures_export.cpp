@@ -180,6 +180,37 @@ TEST_F(FiguresExport, TimelineRasterEqualsACellByCellRecomputation) {
   }
 }
 
+TEST_F(FiguresExport, TimelineDiffMarksWhereTheCachesOfAAndBDiffer) {
+  // A ring of 2 sinks + 6 against a head that keeps everything: positions the ring dropped are
+  // "only B" from the step they left; a run against itself is "both" wherever it is live.
+  Timeline a;
+  a.n_layer = a.n_head_kv = 1;
+  a.n_positions = 14;
+  a.n_steps = 4;
+  for (std::int64_t p = 0; p < 14; ++p) a.entered_at.push_back(static_cast<std::int32_t>(p < 10 ? 0 : p - 9));
+  a.evicted_at.assign(14, -1);
+  a.evicted_by.assign(14, 0);
+  Timeline b = a;
+  for (std::int64_t p = 2; p < 14; ++p) {
+    const std::int64_t s = p + 6 - 10 + 1;
+    if (s <= 4) a.evicted_at[p] = static_cast<std::int32_t>(std::max<std::int64_t>(s, 0));
+  }
+  const TimelineRaster d = timeline_diff_raster(a, b, 0, 0, 5, 14);
+  for (std::int64_t st = 0; st <= 4; ++st)
+    for (std::int64_t p = 0; p < 14; ++p) {
+      const bool in_b = b.entered_at[p] <= st;
+      const bool in_a = in_b && (a.evicted_at[p] < 0 || a.evicted_at[p] > st);
+      const float got = d.cells[static_cast<std::size_t>(st * 14 + p)];
+      if (!in_b)
+        EXPECT_TRUE(std::isnan(got)) << st << "," << p;
+      else
+        EXPECT_EQ(got, in_a ? kDiffBoth : kDiffOnlyB) << st << "," << p;
+    }
+  const TimelineRaster self = timeline_diff_raster(a, a, 0, 0, 5, 14);
+  for (float v : self.cells) EXPECT_TRUE(std::isnan(v) || v == kDiffBoth);
+  EXPECT_THROW(timeline_diff_raster(a, b, 0, 1, 5, 14), std::out_of_range);
+}
+
 class HeadPatternFigures : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -60,8 +60,22 @@ void head_tooltip(const RunData& a, const Timeline& t, std::int64_t layer, std::
 void timeline(AppState& s, Ui& ui) {
   if (no_run(s)) return;
   TimelineState& st = s.timeline;
-  const RunData& a = *s.a;
+  const RunData* b = s.b();
+  if (st.opt.side == Side::kDiff && b) {  // where the caches of A and B differ, step by step
+    side_selector(s, st.opt.side);
+    if (!await_parts(s, {&s.a, &shown_run(s, Side::kB)}, {Part::kTimeline}, 0, figure_size())) return;
+    const ImVec2 size = figure_size();
+    const std::string key =
+        run_key(s.a.get()) + run_key(b) + "|diff|" + std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+    st.fig.draw(
+        key, size, [&] { return figures::timeline_diff_figure(*s.a, *b, s.sel, static_cast<int>(size.x)); }, ui.fonts,
+        ui.textures);
+    return;
+  }
+  const RunData& a = *shown_run(s, st.opt.side);
   if (!a.has_timeline) {
+    ImGui::TextUnformatted("Timeline");
+    side_selector(s, st.opt.side);
     ImGui::TextDisabled("Run #%lld has no timeline: record runs with capture summary or full (the Run view's default).",
                         static_cast<long long>(a.ref.run));
     return;
@@ -69,7 +83,8 @@ void timeline(AppState& s, Ui& ui) {
   ImGui::Checkbox("every head", &st.opt.grid);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("every layer x KV head as a small map; click one to open it (else the selected head)");
-  if (!await_parts(s, {&s.a}, {Part::kTimeline}, 0, figure_size())) return;
+  side_selector(s, st.opt.side);
+  if (!await_parts(s, {&shown_run(s, st.opt.side)}, {Part::kTimeline}, 0, figure_size())) return;
   const Timeline* t = a.timeline();
   if (t) {
     ImGui::SameLine();
