@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
   std::string only, levels_arg = "off,summary,full";
   app.add_option("--pipelines", only, "comma-separated labels to run (default: snapkv,rocketkv,quest)");
   app.add_option("--levels", levels_arg, "capture levels to time, off first (default: off,summary,full)");
+  bool live = false;
+  app.add_flag("--live", live,
+               "also publish live snapshots as the GUI's Run view does (GenerateRequest::on_progress, a no-op "
+               "receiver): their cost is then part of every row");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   std::vector<kvscope::CaptureLevel> levels;
@@ -121,6 +125,7 @@ int main(int argc, char** argv) {
         req.pipeline = &p;
         req.budget = {c.unit, double(budget)};
         req.capture = level;
+        if (live) req.on_progress = [](const kvscope::GenerateProgress&) {};
         return kvscope::generate(engine, req);
       };
       for (auto level : levels) run(level);  // warm-up of each path (kernels, allocator, first-use initialisation)

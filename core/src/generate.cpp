@@ -135,11 +135,11 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   // Live snapshots (GenerateRequest::on_progress).
   auto last_progress = std::chrono::steady_clock::now();
   auto decode_start = last_progress;
+  double progress_gap_ms = req.progress_interval_ms;  // grows so snapshots take at most ~5% of the time
   auto progress = [&](bool force) {
     if (!req.on_progress) return;
     const auto now = std::chrono::steady_clock::now();
-    if (!force && std::chrono::duration<double, std::milli>(now - last_progress).count() < req.progress_interval_ms)
-      return;
+    if (!force && std::chrono::duration<double, std::milli>(now - last_progress).count() < progress_gap_ms) return;
     last_progress = now;
     GenerateProgress p;
     p.decode_steps = res.decode_steps;
@@ -150,6 +150,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     p.kl = res.fidelity.kl;
     if (recorder) p.timeline = std::make_shared<const Timeline>(recorder->snapshot(cache.next_position()));
     req.on_progress(p);
+    progress_gap_ms = std::max(req.progress_interval_ms, 20.0 * ms_since(now));
   };
   auto step_reference = [&](const at::Tensor& comp_logits) {
     if (!full) return;
