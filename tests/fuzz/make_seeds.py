@@ -157,6 +157,19 @@ def session_seeds(out, db):
     write(out, "fuzz_session_blob", "raw", b"u8\n[3]\n3\nabc")
     write(out, "fuzz_session_open", "header-only", b"SQLite format 3\x00" + bytes(84))
 
+def timeline_seeds(out):
+    # fuzz_timeline: layers-1, heads-1, positions, steps, page, then entered_at + 1, evicted_at + 2,
+    # evicted_by, the pages / tokens flags and the selection entries (tests/fuzz/fuzz_timeline.cpp).
+    n, steps = 10, 3
+    entered = [1] * 8 + [2, 3]  # 8 prompt positions at step 0, then steps 1 and 2
+    evicted = [1] * 3 + [2] * 5 + [1, 1]  # -1 (never) for most, 0 at the prefill for 5
+    body = bytes([0, 0, n, steps, 4]) + bytes(entered) + bytes(evicted) + bytes([1] * n) + bytes([1, 0])
+    body += bytes([1])  # the layer's entry count as it should be
+    for _ in range(steps):  # one entry per step: one byte of page bits, its offset as it should be
+        body += bytes([1, 0b11, 1])
+    write(out, "fuzz_timeline", "pages", body)
+    write(out, "fuzz_timeline", "empty", bytes([0, 0, 0, 0, 1, 0, 0]))
+
 
 def main():
     if len(sys.argv) < 2:
@@ -168,6 +181,7 @@ def main():
     llama2c_seeds(out)
     pipeline_seeds(out)
     sweep_seeds(out)
+    timeline_seeds(out)
     head_pattern_seeds(out)
     session_seeds(out, sys.argv[2] if len(sys.argv) > 2 else None)
 

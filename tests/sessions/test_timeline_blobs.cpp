@@ -113,6 +113,10 @@ TEST(Timeline, CheckNamesWhatIsWrong) {
   t.evicted_at[3] = 9;
   EXPECT_NE(t.check().find("evicted_at step 9"), std::string::npos);
   t = sample();
+  t.evicted_at[12] = 1;  // position 12 of layer 0, head 0 entered at step 3
+  EXPECT_NE(t.check().find("position 12 evicted at step 1 before it entered at step 3"), std::string::npos)
+      << t.check();
+  t = sample();
   t.pages[1].offsets.pop_back();
   EXPECT_NE(t.check().find("every step and head"), std::string::npos);
   t = sample();

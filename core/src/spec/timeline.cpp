@@ -50,7 +50,7 @@ void check_index(const Timeline& t, int64_t layer, int64_t head, int64_t positio
     throw std::out_of_range("timeline: layer " + std::to_string(layer) + " head " + std::to_string(head) +
                             " outside the record (" + std::to_string(t.n_layer) + " layers x " +
                             std::to_string(t.n_head_kv) + " KV heads)");
-  if (position >= t.n_positions)
+  if (position >= 0 && position >= t.n_positions)  // -1: no position to check
     throw std::out_of_range("timeline: position " + std::to_string(position) + " outside the record (" +
                             std::to_string(t.n_positions) + " positions)");
   if (step < 0 || step > t.n_steps)
@@ -76,7 +76,7 @@ int32_t Timeline::evicted_step(int64_t layer, int64_t head, int64_t position) co
 }
 
 std::vector<int64_t> Timeline::live_positions(int64_t layer, int64_t head, int64_t step) const {
-  check_index(*this, layer, head, 0, step);
+  check_index(*this, layer, head, -1, step);
   const size_t base = row_base(*this, layer, head);
   std::vector<int64_t> out;
   for (int64_t p = 0; p < n_positions; ++p) {
@@ -87,7 +87,7 @@ std::vector<int64_t> Timeline::live_positions(int64_t layer, int64_t head, int64
 }
 
 bool Timeline::has_tokens(int64_t layer, int64_t head, int64_t step) const {
-  check_index(*this, layer, head, 0, step);
+  check_index(*this, layer, head, -1, step);
   if (step < 1 || tokens.empty()) return false;
   return tokens[layer].size((step - 1) * n_head_kv + head) > 0;
 }
@@ -95,7 +95,7 @@ bool Timeline::has_tokens(int64_t layer, int64_t head, int64_t step) const {
 std::optional<std::vector<std::pair<int64_t, int64_t>>> Timeline::selected_ranks(int64_t layer, int64_t head,
                                                                                  int64_t step, int64_t n_live,
                                                                                  bool* token) const {
-  check_index(*this, layer, head, 0, step);
+  check_index(*this, layer, head, -1, step);
   if (step < 1) return std::nullopt;
   const int64_t e = (step - 1) * n_head_kv + head;
   const bool per_token = has_tokens(layer, head, step);
@@ -144,9 +144,14 @@ std::string Timeline::check() const {
   for (int32_t e : entered_at)
     if (e < 0 || e > n_steps)
       return "entered_at step " + std::to_string(e) + " outside 0 .. " + std::to_string(n_steps);
-  for (int32_t e : evicted_at)
+  for (size_t i = 0; i < evicted_at.size(); ++i) {
+    const int32_t e = evicted_at[i], in = entered_at[i % static_cast<size_t>(n_positions)];
     if (e < -1 || e > n_steps)
       return "evicted_at step " + std::to_string(e) + " outside -1 .. " + std::to_string(n_steps);
+    if (e >= 0 && e < in)
+      return "position " + std::to_string(i % static_cast<size_t>(n_positions)) + " evicted at step " +
+             std::to_string(e) + " before it entered at step " + std::to_string(in);
+  }
   for (const auto* sel : {&pages, &tokens}) {
     if (!sel->empty() && static_cast<int64_t>(sel->size()) != n_layer) return "selections not one per layer";
     for (const SelectionBits& b : *sel) {
@@ -163,7 +168,7 @@ std::string Timeline::check() const {
 
 TimelineCursor::TimelineCursor(const Timeline& t, int64_t layer, int64_t head)
     : t_(t), layer_(layer), head_(head), enter_(t.n_steps + 1), leave_(t.n_steps + 1) {
-  check_index(t, layer, head, 0, 0);
+  check_index(t, layer, head, -1, 0);
   const size_t base = row_base(t, layer, head);
   for (int64_t p = 0; p < t.n_positions; ++p) {
     const int32_t in = t.entered_at[p], out = t.evicted_at[base + p];
