@@ -20,12 +20,14 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::vector<std::vector<std::vector<int64_t>>> kept_positions(const KvCache& cache) {
-  std::vector<std::vector<std::vector<int64_t>>> out(cache.n_layer());
-  for (int64_t l = 0; l < cache.n_layer(); ++l)
-    for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
-      at::Tensor p = std::get<0>(cache.head_positions(l, h).to(at::kCPU).sort()).contiguous();
-      out[l].emplace_back(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+/// Sorted kept positions per [layer][KV head] from KvCache::host_positions.
+std::vector<std::vector<std::vector<int64_t>>> kept_positions(
+    const std::vector<std::vector<std::vector<int32_t>>>& host_positions) {
+  std::vector<std::vector<std::vector<int64_t>>> out(host_positions.size());
+  for (size_t l = 0; l < host_positions.size(); ++l)
+    for (const auto& head : host_positions[l]) {
+      std::vector<int64_t>& k = out[l].emplace_back(head.begin(), head.end());
+      std::sort(k.begin(), k.end());
     }
   return out;
 }
@@ -194,11 +196,14 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
         req, "prefill", int64_t(turn), "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
         [&] { return engine.prefill(cache, block, chunk, false, compress); });
     const at::Tensor block_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
-    if (recorder) recorder->after_prefill(cache, first_position, static_cast<int64_t>(block.size()));
+    // Every head's live positions, read once: the kept sets and the timeline both come from them.
+    std::vector<std::vector<std::vector<int32_t>>> live_positions;
+    if (recorder || turn == 0) live_positions = cache.host_positions();
+    if (recorder) recorder->after_prefill(live_positions, first_position, static_cast<int64_t>(block.size()));
     if (turn == 0) {
       res.last_logits = block_logits;
       res.prefill_ms = ms_since(t0);
-      res.kept = kept_positions(cache);
+      res.kept = kept_positions(live_positions);
       res.cache_bytes_live = cache.bytes_live();
       res.cache_bytes_allocated = cache.bytes_allocated();
       if (decode_attention) res.side_store_bytes = decode_attention->side_store_bytes();

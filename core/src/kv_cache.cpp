@@ -131,6 +131,22 @@ void KvCache::assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, 
   L.ring_next.assign(n_head_kv_, 0);
 }
 
+std::vector<std::vector<std::vector<int32_t>>> KvCache::host_positions() const {
+  std::vector<at::Tensor> parts;
+  for (const LayerKv& L : layers_)
+    for (int64_t h = 0; h < n_head_kv_; ++h) parts.push_back(L.pos.narrow(0, L.offset[h], L.length[h]));
+  const at::Tensor all = at::cat(parts).to(at::kInt).to(at::kCPU).contiguous();
+  const int32_t* p = all.data_ptr<int32_t>();
+  std::vector<std::vector<std::vector<int32_t>>> out(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l)
+    for (int64_t h = 0; h < n_head_kv_; ++h) {
+      const int64_t n = layers_[l].length[h];
+      out[l].emplace_back(p, p + n);
+      p += n;
+    }
+  return out;
+}
+
 void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
   LayerKv& L = layers_[l];
   if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)

@@ -69,36 +69,28 @@ void TimelineRecorder::begin_step() {
   if (o_.recall) t_.recall.resize(t_.recall.size() + static_cast<size_t>(t_.n_layer * t_.n_head_kv), kNaN);
 }
 
-void TimelineRecorder::after_prefill(const KvCache& cache, int64_t first, int64_t n) {
+void TimelineRecorder::after_prefill(const std::vector<std::vector<std::vector<int32_t>>>& live_positions,
+                                     int64_t first, int64_t n) {
   grow_positions(first + n);
   for (int64_t p = first; p < first + n; ++p) t_.entered_at[p] = static_cast<int32_t>(step_);
   const int64_t L = t_.n_layer, H = t_.n_head_kv;
-  // Every head's live positions in storage order, in one device read (int32: half the bytes).
-  std::vector<at::Tensor> parts;
-  for (int64_t l = 0; l < L; ++l) {
-    const LayerKv& kv = cache.layer(l);
-    for (int64_t h = 0; h < H; ++h) parts.push_back(kv.pos.narrow(0, kv.offset[h], kv.length[h]));
-  }
-  const at::Tensor all = at::cat(parts).to(at::kInt).to(at::kCPU).contiguous();
-  const int32_t* pos = all.data_ptr<int32_t>();
   const EvictionCause cause = step_ == 0 ? EvictionCause::kPrefill : EvictionCause::kTurn;
   std::vector<uint8_t> live;
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t h = 0; h < H; ++h) {
-      const int64_t len = cache.layer(l).length[h];
+      const std::vector<int32_t>& now = live_positions.at(l).at(h);
       std::vector<int32_t>& rows = rows_[l][h];
       // The live set is drawn from what was live and the block: as large as both, nothing left.
-      if (len != static_cast<int64_t>(rows.size()) + n) {
+      if (static_cast<int64_t>(now.size()) != static_cast<int64_t>(rows.size()) + n) {
         live.assign(static_cast<size_t>(first + n), 0);
-        for (int64_t i = 0; i < len; ++i)
-          if (pos[i] >= 0 && pos[i] < first + n) live[pos[i]] = 1;
+        for (int32_t p : now)
+          if (p >= 0 && p < first + n) live[p] = 1;
         for (int32_t p : rows)
           if (!live[p]) evict(l, h, p, cause);
         for (int64_t p = first; p < first + n; ++p)
           if (!live[p]) evict(l, h, p, cause);
       }
-      rows.assign(pos, pos + len);
-      pos += len;
+      rows = now;
     }
     layer_step_[l] = step_;
   }

@@ -279,7 +279,7 @@ TEST_F(Timelines, PinnedHeadsAloneArePerTokenInALargeRecord) {
   TimelineRecorder rec(model_->config.n_layer, model_->config.n_head_kv, 600, 4, o);
   KvCache cache = Engine(*model_).new_cache(600);
   Engine(*model_).prefill(cache, req.prompt_ids);
-  rec.after_prefill(cache, 0, static_cast<int64_t>(req.prompt_ids.size()));
+  rec.after_prefill(cache.host_positions(), 0, static_cast<int64_t>(req.prompt_ids.size()));
   rec.begin_step();
   const int32_t tok[1] = {5};
   auto policy = registry_->make("quest", {{"page", "16"}, {"k", "32"}});

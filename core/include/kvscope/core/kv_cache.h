@@ -79,6 +79,10 @@ class KvCache {
   /// is applied, so overwriting in place is exact. Throws std::invalid_argument otherwise.
   void set_window(int64_t l, int64_t h, int64_t sink, int64_t window);
 
+  /// Every head's live positions on the host, in storage order ([layer][KV head]), fetched in one
+  /// device read (int32: positions stay below 2^31).
+  std::vector<std::vector<std::vector<int32_t>>> host_positions() const;
+
   /// Position the next appended token gets (one past the largest position seen).
   int64_t next_position() const { return next_position_; }
   void advance_position(int64_t n) { next_position_ += n; }

@@ -34,10 +34,10 @@ class TimelineRecorder {
   int64_t step() const { return step_; }
   /// Starts the next step (a decode forward pass, or a later turn's prefill).
   void begin_step();
-  /// After a prefill block of positions [first, first + n) and its compression: reads every head's
-  /// live positions (one device copy), records what entered and what left (EvictionCause kPrefill at
-  /// step 0, kTurn later).
-  void after_prefill(const KvCache& cache, int64_t first, int64_t n);
+  /// After a prefill block of positions [first, first + n) and its compression, given every head's
+  /// live positions (KvCache::host_positions): records what entered and what left (EvictionCause
+  /// kPrefill at step 0, kTurn later).
+  void after_prefill(const std::vector<std::vector<std::vector<int32_t>>>& live_positions, int64_t first, int64_t n);
   /// During a decode step, after layer `layer` appended `position`: records the append (and a ring
   /// buffer's overwrite). after_decode() does it for the layers not seen.
   void after_layer(const KvCache& cache, int64_t layer, int64_t position);
