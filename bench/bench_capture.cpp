@@ -52,7 +52,7 @@ TimelineBytes timeline_bytes(const kvscope::Timeline& t, const std::string& db) 
     out.stored += double(b.stored_bytes);
     out.raw += double(b.raw_bytes);
     const bool per_step = b.name.rfind("timeline.pages", 0) == 0 || b.name.rfind("timeline.tokens", 0) == 0 ||
-                          b.name == "timeline.recall";
+                          b.name.rfind("timeline.exact", 0) == 0 || b.name == "timeline.recall";
     if (per_step && t.n_steps > 0) out.stored_per_step += double(b.stored_bytes) / double(t.n_steps);
   }
   std::filesystem::remove(db);

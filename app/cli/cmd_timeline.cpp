@@ -1,8 +1,10 @@
 // kvscope-cli timeline: a run's time-resolved record of cache decisions (kvscope/core/timeline.h),
 // one head as JSON (the contract of README "CLI") or an overview of every head as text.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -46,10 +48,11 @@ nlohmann::json head_json(const Timeline& t, int64_t layer, int64_t head) {
   j["evicted_by"] = by;
   if (t.pages.empty() && t.tokens.empty()) return j;
   nlohmann::json selected = nlohmann::json::object(), granularity = nlohmann::json::object(),
-                 recall = nlohmann::json::object();
+                 recall = nlohmann::json::object(), exact = nlohmann::json::object();
   TimelineCursor cursor(t, layer, head);
   for (int64_t s = 1; s <= t.n_steps; ++s) {
     cursor.advance_to(s);
+    if (auto ex = t.exact_positions(layer, head, s, &cursor.live())) exact[std::to_string(s)] = std::move(*ex);
     const auto sel = t.selected_positions(layer, head, s, &cursor.live());
     if (!sel) continue;
     selected[std::to_string(s)] = *sel;
@@ -59,6 +62,7 @@ nlohmann::json head_json(const Timeline& t, int64_t layer, int64_t head) {
   j["selected"] = selected;
   j["granularity"] = granularity;
   if (!t.recall.empty()) j["recall"] = recall;
+  if (!t.exact.empty()) j["exact"] = exact;
   return j;
 }
 
@@ -67,13 +71,13 @@ void overview(const Timeline& t, int64_t run) {
               static_cast<long long>(t.n_positions), static_cast<long long>(t.n_steps), static_cast<long long>(t.page));
   std::printf(
       "layer head  live_end  evicted_prefill  evicted_ring  evicted_turn  steps_selected  mean_selected  "
-      "mean_recall\n");
+      "mean_recall  steps_exact\n");
   for (int64_t l = 0; l < t.n_layer; ++l)
     for (int64_t h = 0; h < t.n_head_kv; ++h) {
       int64_t count[5] = {0, 0, 0, 0, 0};
       for (int64_t p = 0; p < t.n_positions; ++p)
         ++count[t.evicted_by[static_cast<size_t>((l * t.n_head_kv + h) * t.n_positions + p)] % 5];
-      int64_t steps = 0;
+      int64_t steps = 0, steps_exact = 0;
       double selected = 0, recall = 0;
       int64_t n_recall = 0;
       TimelineCursor cursor(t, l, h);
@@ -84,12 +88,14 @@ void overview(const Timeline& t, int64_t run) {
           selected += double(sel->size());
         }
         if (const float r = t.recall_at(s, l, h); !std::isnan(r)) recall += r, ++n_recall;
+        steps_exact += t.has_exact(l, h, s);
       }
-      std::printf("%5lld %4lld  %8lld  %15lld  %12lld  %12lld  %14lld  %13s  %11s\n", static_cast<long long>(l),
+      std::printf("%5lld %4lld  %8lld  %15lld  %12lld  %12lld  %14lld  %13s  %11s  %11lld\n", static_cast<long long>(l),
                   static_cast<long long>(h), static_cast<long long>(count[0]), static_cast<long long>(count[1]),
                   static_cast<long long>(count[2]), static_cast<long long>(count[3]), static_cast<long long>(steps),
                   steps ? std::to_string(std::lround(selected / double(steps))).c_str() : "-",
-                  n_recall ? std::to_string(recall / double(n_recall)).substr(0, 5).c_str() : "-");
+                  n_recall ? std::to_string(recall / double(n_recall)).substr(0, 5).c_str() : "-",
+                  static_cast<long long>(steps_exact));
     }
 }
 
@@ -109,7 +115,8 @@ Runner add_timeline(CLI::App& app) {
   head->needs(layer);
   cmd->add_flag("--json", a->json,
                 "Print one head as JSON: n_positions, n_steps, evicted_at (step, 0 = prefill, -1 = never), "
-                "selected {step: positions}");
+                "selected {step: positions}, recall {step: value} and exact {step: positions of the exact top-k} "
+                "when recorded (--capture full)");
   return [a]() {
     const auto store = sessions::SessionStore::open(a->db, sessions::OpenMode::kReadOnly);
     const Timeline t = load(store, *a);
@@ -136,10 +143,50 @@ Runner add_timeline(CLI::App& app) {
         static_cast<long long>(a->run), static_cast<long long>(a->layer), static_cast<long long>(a->head),
         static_cast<long long>(t.n_positions), static_cast<long long>(t.n_steps), static_cast<long long>(kinds[0]),
         static_cast<long long>(kinds[1]), static_cast<long long>(kinds[2]), static_cast<long long>(kinds[3]));
-    if (j.contains("selected"))
-      for (const auto& [step, pos] : j["selected"].items())
-        std::printf("step %s: %zu selected (%s)\n", step.c_str(), pos.size(),
-                    j["granularity"][step].get<std::string>().c_str());
+    if (!j.contains("selected")) return 0;
+    // Recall (per step, of the exact top-k) and how much of the recorded exact top-k was selected.
+    double recall_sum = 0;
+    int64_t n_recall = 0, n_exact = 0, exact_total = 0, exact_hit = 0;
+    std::vector<std::string> lines;
+    for (int64_t s = 1; s <= t.n_steps; ++s) {  // in step order (the JSON object's keys sort as text)
+      const std::string step = std::to_string(s);
+      if (!j["selected"].contains(step)) continue;
+      const nlohmann::json& pos = j["selected"][step];
+      std::string line = "step " + step + ": " + std::to_string(pos.size()) + " selected (" +
+                         j["granularity"][step].get<std::string>() + ")";
+      if (j.contains("recall") && j["recall"].contains(step)) {
+        const double r = j["recall"][step].get<double>();
+        recall_sum += r, ++n_recall;
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.3f", r);
+        line += ", recall " + std::string(buf);
+      }
+      if (j.contains("exact") && j["exact"].contains(step)) {
+        const auto ex = j["exact"][step].get<std::vector<int64_t>>();
+        const auto sel = pos.get<std::vector<int64_t>>();
+        std::vector<int64_t> both;
+        std::set_intersection(sel.begin(), sel.end(), ex.begin(), ex.end(), std::back_inserter(both));
+        ++n_exact, exact_total += static_cast<int64_t>(ex.size()), exact_hit += static_cast<int64_t>(both.size());
+        line += ", exact top-k " + std::to_string(ex.size()) + " (" + std::to_string(both.size()) + " selected)";
+      }
+      lines.push_back(std::move(line));
+    }
+    const int64_t n_sel = static_cast<int64_t>(j["selected"].size());
+    if (n_recall)
+      std::printf("mean recall of the exact top-k: %.3f over %lld of %lld selecting steps\n",
+                  recall_sum / double(n_recall), static_cast<long long>(n_recall), static_cast<long long>(n_sel));
+    else
+      std::printf("no recall recorded (record with --capture full)\n");
+    if (n_exact)
+      std::printf(
+          "exact top-k recorded at %lld of %lld selecting steps: the selection held %lld of its %lld entries "
+          "(%.1f%%)\n",
+          static_cast<long long>(n_exact), static_cast<long long>(n_sel), static_cast<long long>(exact_hit),
+          static_cast<long long>(exact_total), 100.0 * double(exact_hit) / double(std::max<int64_t>(exact_total, 1)));
+    else
+      std::printf("no exact top-k recorded for this head (record with --capture full and --pin %lld:%lld)\n",
+                  static_cast<long long>(a->layer), static_cast<long long>(a->head));
+    for (const std::string& line : lines) std::printf("%s\n", line.c_str());
     return 0;
   };
 }

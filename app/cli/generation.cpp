@@ -45,7 +45,7 @@ void CompressionOptions::add_to(CLI::App& cmd) {
       ->check(CLI::IsMember({"off", "summary", "full"}));
   cmd.add_option("--pin", pin,
                  "L:H[,L:H...]: KV heads (layer:head, 0-based) whose decode-time selections the timeline records "
-                 "per token (the others per page)");
+                 "per token (the others per page), with the exact top-k they are measured against at --capture full");
   cmd.add_option("--name", name, "Name of the recorded session");
 }
 

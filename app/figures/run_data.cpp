@@ -112,6 +112,13 @@ const std::vector<std::uint32_t>* RunData::keep_count() const {
   return p ? &p->counts : nullptr;
 }
 
+const std::string* RunData::position_text(std::int64_t p) const {
+  if (p >= 0 && p < n_tok) return &token_text[static_cast<std::size_t>(p)];
+  if (p >= n_tok && p - n_tok < static_cast<std::int64_t>(output_text.size()))
+    return &output_text[static_cast<std::size_t>(p - n_tok)];
+  return nullptr;
+}
+
 const Timeline* RunData::timeline() const {
   const LayerPart* p = part(Part::kTimeline, 0);
   return p ? p->timeline.get() : nullptr;
@@ -271,6 +278,10 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
     auto t = token_text ? token_text(ids[i]) : std::nullopt;
     any_text |= t.has_value();
     d->token_text[i] = t ? std::move(*t) : "#" + std::to_string(ids[i]);
+  }
+  for (std::int32_t id : d->record.outputs.tokens) {
+    auto t = token_text ? token_text(id) : std::nullopt;
+    d->output_text.push_back(t ? std::move(*t) : "#" + std::to_string(id));
   }
   d->tokens_from_tokenizer = token_text && (any_text || ids.empty());
   if (!d->tokens_from_tokenizer) d->tokenizer_note = std::move(tokenizer_note);

@@ -97,6 +97,8 @@ struct RunData {
   std::int64_t n_tok = 0;  ///< prompt tokens
 
   std::vector<std::string> token_text;  ///< display text per prompt token ("#id" without a tokenizer)
+  /// The same per generated token of the first turn (record.outputs.tokens; position n_tok + i).
+  std::vector<std::string> output_text;
   bool tokens_from_tokenizer = false;
   std::string tokenizer_note;  ///< why ids are shown (tokenizer not found, ...)
 
@@ -158,6 +160,9 @@ struct RunData {
   const std::vector<std::uint32_t>* keep_count() const;
   /// The decoded timeline, or nullptr (not recorded, not decoded yet, or unreadable).
   const Timeline* timeline() const;
+  /// Text of the token at true position `p` (a prompt token, or a first-turn generated one fed back
+  /// at n_tok + i), or nullptr (a later turn's, or outside the run).
+  const std::string* position_text(std::int64_t p) const;
   /// Summary metric value, NaN when absent.
   double summary_metric(const std::string& name) const;
   /// One line: "#id name · pipeline · budget".

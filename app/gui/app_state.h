@@ -18,6 +18,7 @@
 #include "pipeline_editor.h"
 #include "run_data.h"
 #include "run_worker.h"
+#include "selection_steps_figure.h"
 #include "textures.h"
 #include "timeline_figure.h"
 #include "tokenizer_cache.h"
@@ -109,9 +110,16 @@ struct FidelityState {
 struct TimelineState {
   figures::TimelineOptions opt;
   FigureView fig;
+  /// The decode step in focus: set by clicking a step of the one-head map, moved by the Selection
+  /// view's step control (shared, so both views show the same step); -1 = none yet (the last step).
+  std::int64_t step = -1;
 };
 struct SelectionState {
   FigureView fig;
+  FigureView steps;  ///< one step's selection against the exact top-k (selection_steps_figure.h)
+  /// steps' classification, for hover: of step_key = run, layer, head, step.
+  std::string step_key;
+  figures::SelectionStep step;
 };
 struct CompareState {
   int b_index = 0;  ///< which compare run is B

@@ -144,6 +144,8 @@ void read_run_request(const std::string& path, RunRequest& req) {
   for (const auto& [key, v] : j.items()) {
     if (key == "model_path")
       req.model_path = text(key, v);
+    else if (key == "random_init")
+      req.random_init = text(key, v);
     else if (key == "tokenizer_path")
       req.tokenizer_path = text(key, v);
     else if (key == "prompt")

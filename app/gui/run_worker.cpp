@@ -60,19 +60,24 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
   std::int64_t run_id = -1, n = 0;
   try {
     if (req.db_path.empty()) throw InputError("choose a session database to record the run in");
-    if (req.model_path.empty()) throw InputError("choose a model (Hugging Face directory or llama2.c .bin)");
+    if (req.model_path.empty() && req.random_init.empty())
+      throw InputError("choose a model (Hugging Face directory or llama2.c .bin)");
+    if (!req.random_init.empty() && req.tokenizer_path.empty())
+      throw InputError(req.random_init, "a random-init model needs a tokenizer (tokenizer_path) to encode the prompt");
     const run::RunOptions options = run_options(registry, req);
     const std::unique_ptr<Pipeline> pipeline = run::make_pipeline(registry, options);
-    const std::string key = req.model_path + "|" + req.device + "|" + req.dtype + "|" + req.tokenizer_path;
+    const std::string source = req.random_init.empty() ? req.model_path : "random-init:" + req.random_init;
+    const std::string key = source + "|" + req.device + "|" + req.dtype + "|" + req.tokenizer_path;
     if (slot.key != key || !slot.model) {
-      emit({RunUpdate::Kind::kStatus,
-            "loading " + req.model_path + " on " + req.device + " (" + req.dtype + ")",
-            {},
-            -1,
-            0});
+      emit({RunUpdate::Kind::kStatus, "loading " + source + " on " + req.device + " (" + req.dtype + ")", {}, -1, 0});
       slot = {};
-      slot.model = std::make_unique<Model>(
-          load_model(req.model_path, run::load_options(req.device, req.dtype, req.tokenizer_path)));
+      const LoadOptions lo = run::load_options(req.device, req.dtype, req.tokenizer_path);
+      if (req.random_init.empty()) {
+        slot.model = std::make_unique<Model>(load_model(req.model_path, lo));
+      } else {
+        slot.model = std::make_unique<Model>(random_init_model(req.random_init, lo, req.seed));
+        slot.model->tokenizer = load_tokenizer(req.tokenizer_path);
+      }
       slot.engine = std::make_unique<Engine>(*slot.model);
       slot.key = key;
     }

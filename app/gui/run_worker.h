@@ -24,6 +24,9 @@ namespace kvscope::gui {
 /// Everything a run needs, as typed values from the Run window.
 struct RunRequest {
   std::string model_path;
+  /// Instead of model_path: random weights of this config.json's shape, built on the device (speed
+  /// work on large shapes, as kvscope-cli --random-init); needs tokenizer_path for the prompt.
+  std::string random_init;
   std::string tokenizer_path;  ///< optional override
   std::string prompt;
   std::string bos = "auto";   ///< auto | always | never

@@ -184,7 +184,8 @@ sessions::RunInfo info_for(const SyntheticSpec& sp, const std::vector<std::int32
 
 /// A timeline consistent with per-head kept sets: positions a head did not keep leave at the
 /// prefill; `ring` heads then evict their oldest non-sink entry (4 sinks) at every decode step, as a
-/// StreamingLLM ring does; the others read about half their pages per step (head (0, 0) per token).
+/// StreamingLLM ring does; the others read about half their pages per step (head (0, 0) per token,
+/// with an exact top-k of as many entries holding about 80% of them, and its recall).
 static Timeline synthetic_timeline(const std::vector<std::vector<std::vector<std::int64_t>>>& kept, std::int64_t T,
                                    std::int64_t n_steps, bool ring, std::uint64_t seed) {
   Timeline t;
@@ -221,6 +222,8 @@ static Timeline synthetic_timeline(const std::vector<std::vector<std::vector<std
   if (ring) return t;
   t.pages.resize(static_cast<std::size_t>(t.n_layer));
   t.tokens.resize(static_cast<std::size_t>(t.n_layer));
+  t.exact.resize(static_cast<std::size_t>(t.n_layer));
+  std::vector<float> head0_recall;
   std::mt19937_64 r(seed);
   for (std::int64_t s = 1; s <= n_steps; ++s)
     for (std::int64_t l = 0; l < t.n_layer; ++l)
@@ -237,12 +240,27 @@ static Timeline synthetic_timeline(const std::vector<std::vector<std::vector<std
           for (std::int64_t pg : chosen)
             for (std::int64_t k = pg * t.page; k < std::min(n, (pg + 1) * t.page); ++k) ranks.push_back(k);
           t.tokens[0].append(n, ranks);
+          // The exact top-k (k = |ranks|): ~80% of the selection, the rest from outside it.
+          std::vector<std::uint8_t> in(static_cast<std::size_t>(n), 0);
+          for (std::int64_t k : ranks) in[static_cast<std::size_t>(k)] = 1;
+          std::vector<std::int64_t> exact;
+          for (std::int64_t k : ranks)
+            if (r() % 5 != 0) exact.push_back(k);
+          const std::size_t hits = exact.size();
+          for (std::int64_t k = 0; k < n && exact.size() < ranks.size(); ++k)
+            if (!in[static_cast<std::size_t>(k)] && r() % 3 == 0) exact.push_back(k);
+          t.exact[0].append(n, exact);
+          head0_recall.push_back(static_cast<float>(hits) / static_cast<float>(std::max<std::size_t>(ranks.size(), 1)));
         } else {
           t.tokens[static_cast<std::size_t>(l)].pad_to(t.tokens[static_cast<std::size_t>(l)].entries() + 1);
+          t.exact[static_cast<std::size_t>(l)].pad_to(t.exact[static_cast<std::size_t>(l)].entries() + 1);
         }
       }
   t.recall.assign(static_cast<std::size_t>(n_steps * t.n_layer * t.n_head_kv), 0.0f);
   for (float& v : t.recall) v = 0.7f + 0.3f * static_cast<float>(r() % 1000) / 1000.0f;
+  for (std::int64_t s = 1; s <= n_steps; ++s)
+    t.recall[static_cast<std::size_t>((s - 1) * t.n_layer * t.n_head_kv)] =
+        head0_recall[static_cast<std::size_t>(s - 1)];
   return t;
 }
 

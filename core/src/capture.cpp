@@ -6,6 +6,8 @@
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/kv_cache.h"
+#include "ops/capture_ops.h"
+#include "ops/snapkv_ops.h"
 #include "policies/scoring.h"
 
 namespace kvscope {
@@ -23,13 +25,12 @@ const std::vector<std::string>& summary_metric_names() {
   return names;
 }
 
-LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel level) {
-  LayerCapture out;
-  if (level == CaptureLevel::kOff) return out;
-  const int64_t Hkv = in.keys.size(0), n = in.keys.size(1);
-  // Window-mean attention per KV head (group mean), fp32 [Hkv, n].
-  at::Tensor a = policies::window_attention(in, window).mean(2).mean(1);
-  a = a / a.sum(-1, true).clamp_min(1e-30);
+namespace {
+
+/// Attention statistics (the first five summary columns) of window-mean attention a [Hkv, n]
+/// (fp32, rows summing to 1), by sort and cumulative sum: the LibTorch path and the kernels' reference.
+at::Tensor attention_stats_torch(const at::Tensor& a) {
+  const int64_t n = a.size(1);
   at::Tensor sorted = std::get<0>(a.sort(-1, /*descending=*/true));
   at::Tensor cum = sorted.cumsum(-1);
   auto mass_at = [&](double frac) {
@@ -39,41 +40,93 @@ LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel 
   at::Tensor tokens95 = ((cum < 0.95).sum(-1).to(at::kFloat) + 1).clamp_max(n) / n;
   at::Tensor entropy = -(a * (a.clamp_min(1e-30)).log()).sum(-1);
   at::Tensor sink = a.narrow(-1, 0, std::min<int64_t>(4, n)).sum(-1);
+  return at::stack({entropy, mass_at(0.01), mass_at(0.05), tokens95, sink}, 1);
+}
+
+}  // namespace
+
+LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel level) {
+  LayerCapture out;
+  if (level == CaptureLevel::kOff) return out;
+  const int64_t Hkv = in.keys.size(0), n = in.keys.size(1);
+  const int64_t T = in.queries.size(0), H = in.queries.size(1), D = in.keys.size(2), w = std::min(window, T);
+  const at::Tensor& keys = in.keys;
+  // On CUDA the statistics come from kernels beside the fused SnapKV scorers (kernels/head_stats.h):
+  // the window-voting kernels over every column give a, then one radix-select pass per head and
+  // one pass over the keys; nothing waits on the host. Elsewhere: LibTorch, the same formulas.
+  const at::Tensor window_queries = in.queries.narrow(0, T - w, w);
+  const bool kernels = ops::capture_stats_supported(keys) && ops::window_vote_supported(window_queries, keys);
+  // Window-mean attention per KV head (group mean), fp32 [Hkv, n], rows summing to 1.
+  at::Tensor a = kernels ? ops::window_vote(window_queries, keys, /*all_columns=*/true).mean(1)
+                         : policies::window_attention(in, window).mean(2).mean(1);
+  if (!kernels) a = a / a.sum(-1, true).clamp_min(1e-30);
+  const at::Tensor attention = kernels ? ops::attention_stats(a, 4) : attention_stats_torch(a);
   // Key geometry and channel saliency in one pass over the keys, no [Hkv, n, D] fp32 copy:
   //   cos_mean   = mean_t cos(k_t, m̂) with m̂ the mean normalised key = ‖mean_t k_t/‖k_t‖‖ (KeyDiff Eq. 8)
   //   channel_cv = mean_j std_t(w_tj) / mean_t(w_tj), w_tj = |q̄_j|·|k_tj| (SPARK §4.2): |q̄_j| cancels,
   //                CV_j = sqrt(E[k_j²] - E[|k_j|]²) / E[|k_j|] (0 where q̄_j = 0)
-  const int64_t T = in.queries.size(0), H = in.queries.size(1), D = in.keys.size(2), w = std::min(window, T);
-  const at::Tensor& keys = in.keys;
-  const at::Tensor inv_norm = at::linalg_vector_norm(keys, 2, {-1}, false, at::kFloat).clamp_min(1e-12).reciprocal();
-  const at::Tensor mean_kn =
-      at::bmm(inv_norm.to(keys.scalar_type()).unsqueeze(1), keys).squeeze(1).to(at::kFloat) / double(n);  // [Hkv, D]
+  at::Tensor mean_kn, abs_mean, sq_mean, inv_norm;  // [Hkv, D] fp32
+  if (kernels) {
+    const at::Tensor sums = ops::key_stats(keys) / double(std::max<int64_t>(n, 1));  // [Hkv, 3, D]
+    mean_kn = sums.select(1, 0);
+    abs_mean = sums.select(1, 1);
+    sq_mean = sums.select(1, 2);
+  } else {
+    inv_norm = at::linalg_vector_norm(keys, 2, {-1}, false, at::kFloat).clamp_min(1e-12).reciprocal();
+    mean_kn = at::bmm(inv_norm.to(keys.scalar_type()).unsqueeze(1), keys).squeeze(1).to(at::kFloat) / double(n);
+    abs_mean = at::linalg_vector_norm(keys, 1, {1}, false, at::kFloat) / double(n);
+    sq_mean = at::linalg_vector_norm(keys, 2, {1}, false, at::kFloat).square() / double(n);
+  }
   const at::Tensor cos_mean = at::linalg_vector_norm(mean_kn, 2, {-1}, false, at::kFloat);
-  const at::Tensor abs_mean = at::linalg_vector_norm(keys, 1, {1}, false, at::kFloat) / double(n);  // [Hkv, D]
-  const at::Tensor sq_mean = at::linalg_vector_norm(keys, 2, {1}, false, at::kFloat).square() / double(n);
-  at::Tensor qbar =
-      in.queries.narrow(0, T - w, w).to(at::kFloat).mean(0).abs().view({Hkv, H / Hkv, D}).mean(1);  // [Hkv, D]
+  at::Tensor qbar = window_queries.to(at::kFloat).mean(0).abs().view({Hkv, H / Hkv, D}).mean(1);  // [Hkv, D]
   const at::Tensor ch_mean = qbar * abs_mean;
   const at::Tensor ch_cv =
       at::where(ch_mean > 1e-12, (sq_mean - abs_mean.square()).clamp_min(0).sqrt() / abs_mean.clamp_min(1e-30),
                 at::zeros_like(ch_mean));
-  out.summary =
-      at::stack({entropy, mass_at(0.01), mass_at(0.05), tokens95, sink, cos_mean, ch_cv.mean(-1)}, 1).to(at::kCPU);
+  // Stays on the device: generate() brings every layer's capture to the host once, after the prefill.
+  out.summary = at::cat({attention, cos_mean.unsqueeze(1), ch_cv.mean(-1, true)}, 1);
   if (level == CaptureLevel::kFull) {
     const at::Tensor k = keys.to(at::kFloat);
+    if (!inv_norm.defined())
+      inv_norm = at::linalg_vector_norm(k, 2, {-1}, false, at::kFloat).clamp_min(1e-12).reciprocal();
     const at::Tensor kn = k * inv_norm.unsqueeze(-1);
-    out.attention = a.to(at::kCPU);
-    out.cos_to_mean = (kn * (mean_kn / mean_kn.norm(2, {-1}, true).clamp_min(1e-12)).unsqueeze(1)).sum(-1).to(at::kCPU);
-    out.channel_mean = ch_mean.to(at::kCPU);
-    out.channel_cv = ch_cv.to(at::kCPU);
-    // 2-D PCA per KV head: top-2 eigenvectors of the key covariance.
+    out.attention = kernels ? a / a.sum(-1, true).clamp_min(1e-30) : a;
+    out.cos_to_mean = (kn * (mean_kn / mean_kn.norm(2, {-1}, true).clamp_min(1e-12)).unsqueeze(1)).sum(-1);
+    out.channel_mean = ch_mean;
+    out.channel_cv = ch_cv;
+    // 2-D PCA per KV head: top-2 eigenvectors of the key covariance (on CUDA by the principal_axes
+    // kernel, no host round trip; elsewhere by eigh in fp64).
     at::Tensor centred = k - k.mean(1, true);                                                  // [Hkv, n, D]
     at::Tensor cov = at::bmm(centred.transpose(1, 2), centred) / std::max<int64_t>(n - 1, 1);  // [Hkv, D, D]
-    at::Tensor vecs = std::get<1>(at::linalg_eigh(cov.to(at::kDouble))).to(at::kFloat);        // ascending eigenvalues
-    out.keys_pca = at::bmm(centred, vecs.narrow(2, D - 2, 2).flip({2})).to(at::kCPU);          // [Hkv, n, 2]
+    const at::Tensor axes = kernels ? ops::principal_axes(cov)
+                                    : std::get<1>(at::linalg_eigh(cov.to(at::kDouble)))  // ascending eigenvalues
+                                          .to(at::kFloat)
+                                          .narrow(2, D - 2, 2)
+                                          .flip({2});
+    out.keys_pca = at::bmm(centred, axes);  // [Hkv, n, 2]
   }
-  (void)Hkv;
   return out;
+}
+
+void captures_to_host(std::vector<LayerCapture>& captures) {
+  std::vector<at::Tensor> summaries;
+  for (const LayerCapture& c : captures)
+    if (c.summary.defined()) summaries.push_back(c.summary);
+  if (summaries.empty()) return;
+  // One device-to-host copy for every layer's summary; the full level's arrays one by one.
+  const at::Tensor host = at::stack(summaries).to(at::kCPU);
+  int64_t i = 0;
+  auto cpu = [](at::Tensor& t) {
+    if (t.defined()) t = t.to(at::kCPU);
+  };
+  for (LayerCapture& c : captures) {
+    if (c.summary.defined()) c.summary = host[i++];
+    cpu(c.attention);
+    cpu(c.cos_to_mean);
+    cpu(c.channel_mean);
+    cpu(c.channel_cv);
+    cpu(c.keys_pca);
+  }
 }
 
 }  // namespace kvscope

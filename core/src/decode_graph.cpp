@@ -67,7 +67,8 @@ struct DecodeGraph::Impl {
   }
 };
 
-DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention) {
+DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention,
+                         DeviceLayerHook after_attention) {
   const Model& m = engine.model();
   if (!supported(engine, cache, 1))
     throw std::runtime_error("DecodeGraph: this model/cache cannot run as a CUDA graph");
@@ -77,6 +78,7 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPo
   const auto i64 = at::TensorOptions().device(m.device).dtype(at::kLong);
   s.state.token = at::zeros({cache.n_head_kv() / m.config.n_head_kv}, i64);  // B sequences (see DeviceDecodeState)
   s.state.position = at::zeros({1}, i64);
+  s.state.after_attention = std::move(after_attention);
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     int64_t max_len = 0, total = 0;
     for (int64_t c : cache.layer(l).capacity) {
@@ -130,7 +132,7 @@ at::Tensor DecodeGraph::step(int32_t token) {
 
 struct DecodeGraph::Impl {};
 
-DecodeGraph::DecodeGraph(const Engine&, KvCache&, DecodeAttentionPolicy*) {
+DecodeGraph::DecodeGraph(const Engine&, KvCache&, DecodeAttentionPolicy*, DeviceLayerHook) {
   throw std::runtime_error("DecodeGraph: kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
 }
 DecodeGraph::~DecodeGraph() = default;

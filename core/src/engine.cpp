@@ -91,7 +91,8 @@ Engine::DecodeRows Engine::decode_layer_cuda(int64_t l, const DecodeRows& in, co
                           dev.narrow(0, 3 * Hkv, 1),
                           max_len,
                           total_len,
-                          /*commit=*/true};
+                          /*commit=*/true,
+                          nullptr};
   return fused_decode_layer(l, in, rope, cache, m, decode_attention, observer, next_norm);
 }
 
@@ -132,6 +133,7 @@ Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, c
   else
     attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({B, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
+  if (m.hook && *m.hook) (*m.hook)(l, q, m.offset, m.length);
   // The o and down projections add the residual stream as their bias (one kernel, one rounding).
   const auto [residual, h2] = ops::linear_row_norm_out(attn, w.w_o, x, w.mlp_norm, c.rms_norm_eps);
   const at::Tensor act = ops::linear_row_swiglu(h2, w.w_gate_up);  // gate/up with its SwiGLU: one launch
@@ -153,8 +155,8 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s,
   DecodeRows x{at::embedding(model_.weights.embed, s.token), {}, {}};  // [B, hidden]
   const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const DecodeLayerMeta m{s.meta[l][0],    s.meta[l][1], s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
-                            /*commit=*/false};
+    const DecodeLayerMeta m{s.meta[l][0],     s.meta[l][1],      s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
+                            /*commit=*/false, &s.after_attention};
     x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {}, norm_after(l));
   }
   s.position.add_(1);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -10,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include "decode_oracle.h"
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/timeline_recorder.h"
@@ -196,6 +198,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
         req, "prefill", int64_t(turn), "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
         [&] { return engine.prefill(cache, block, chunk, false, compress); });
     const at::Tensor block_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
+    if (turn == 0) captures_to_host(res.captures);
     // Every head's live positions, read once: the kept sets and the timeline both come from them.
     std::vector<std::vector<std::vector<int32_t>>> live_positions;
     if (recorder || turn == 0) live_positions = cache.host_positions();
@@ -224,15 +227,44 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     // decode-time selection policies (stage S5) step eagerly while capture wants their recall.
     std::unique_ptr<DecodeGraph> graph;
     const bool selects = decode_attention && decode_attention->stage() == Stage::kDecodeSelection;
+    const bool can_graph = !req.decode_probe && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
+                           (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens));
     // A timeline of a selection policy keeps the graph when the policy records its selections in
-    // it (graph_selections); per-step recall (capture full) needs the step's queries: eager.
-    const bool eager_selection = selects && recorder && (req.capture == CaptureLevel::kFull);
-    const bool telemetry = topk || eager_selection || req.decode_probe;
-    if (!telemetry && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
-        (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens)))
-      graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention);
+    // it (graph_selections). Capture full keeps it too when the exact top-k oracle runs inside the
+    // step (DecodeOracle: the union record and the selection's recall from kernels); else eager.
+    std::unique_ptr<DecodeOracle> oracle;
+    if (topk && can_graph && (!selects || decode_attention->stages_graph_selections()) &&
+        DecodeOracle::supported(cache, engine.model().config.n_head))
+      oracle =
+          std::make_unique<DecodeOracle>(cache, engine.model().config.n_head, *topk,
+                                         selects ? decode_attention : nullptr, recorder && recorder->any_per_token());
+    const bool eager_selection = selects && recorder && (req.capture == CaptureLevel::kFull) && !oracle;
+    const bool telemetry = (topk && !oracle) || eager_selection;
+    DeviceLayerHook hook;
+    if (oracle)
+      hook = [&cache, o = oracle.get()](int64_t layer, const at::Tensor& q, const at::Tensor& offset,
+                                        const at::Tensor& length) { o->add(layer, q, cache, offset, length); };
+    if (!telemetry && can_graph) graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention, hook);
     if (graph && selects && recorder && !decode_attention->stages_graph_selections()) graph.reset();
     bool staged = false;  // a replayed step's selections wait in pinned memory (recorded after the next launch)
+    // The previous replay's selections (and, with the oracle, their recall) into the timeline.
+    auto record_staged = [&] {
+      recorder->on_selections(cache, decode_attention->staged_graph_selections());
+      if (!oracle || !oracle->measures_recall()) return;
+      const std::vector<float> recall = oracle->staged_recall();
+      recorder->on_recall(recall);
+      // The exact top-k of the per-token heads (where the step measured one), in head order.
+      const int64_t L = cache.n_layer(), H = cache.n_head_kv();
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t h = 0; h < H; ++h)
+          if (recorder->per_token(l, h) && std::isfinite(recall[static_cast<size_t>(l * H + h)]))
+            recorder->on_exact(cache, l, h, oracle->staged_exact_rows(l, h));
+      double sum = 0;
+      int64_t n = 0;
+      for (float r : recall)
+        if (std::isfinite(r)) sum += r, ++n;
+      if (n > 0) res.selection_recall.push_back(sum / double(n));
+    };
     res.decode_graph = res.decode_graph || graph != nullptr;
     int32_t next = sampler.next(block_logits);
     t0 = std::chrono::steady_clock::now();
@@ -253,7 +285,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
               at::Tensor lg = graph->step(next);
               if (decode_attention) step_bytes = decode_attention->after_graph_step(cache);
               if (recorder) {  // the previous step's selections, recorded while this one runs
-                if (staged) recorder->on_selections(cache, decode_attention->staged_graph_selections());
+                if (staged) record_staged();
                 staged = false;
                 recorder->begin_step();
               }
@@ -267,6 +299,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
         recorder->after_decode(cache, cache.next_position() - 1);
         if (graph && selects) {
           decode_attention->stage_graph_selections();
+          if (oracle) oracle->stage();
           staged = true;
         }
         if (auto recall = recorder->step_recall_mean()) res.selection_recall.push_back(*recall);
@@ -283,7 +316,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
         step_reference(logits);
       }
     }
-    if (staged) recorder->on_selections(cache, decode_attention->staged_graph_selections());  // synchronised above
+    if (staged) record_staged();  // synchronised above
     res.decode_ms += ms_since(t0);
     if (turn < req.follow_up_turns.size()) {
       block.assign(1, next);  // the last chosen token has not been run yet

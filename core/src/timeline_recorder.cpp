@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -38,6 +40,7 @@ TimelineRecorder::TimelineRecorder(int64_t n_layer, int64_t n_head_kv, int64_t m
   layer_step_.assign(static_cast<size_t>(n_layer), 0);
   t_.pages.resize(static_cast<size_t>(n_layer));
   t_.tokens.resize(static_cast<size_t>(n_layer));
+  t_.exact.resize(static_cast<size_t>(n_layer));
   grow_positions(std::max<int64_t>(max_positions, 1));
 }
 
@@ -119,28 +122,52 @@ void TimelineRecorder::after_decode(const KvCache& cache, int64_t position) {
   for (int64_t l = 0; l < t_.n_layer; ++l) after_layer(cache, l, position);
 }
 
-void TimelineRecorder::record_head(const KvCache& cache, int64_t layer, int64_t h, std::vector<int64_t>& sel) {
-  const int64_t H = t_.n_head_kv;
+std::vector<int64_t> TimelineRecorder::ranks_of(int64_t layer, int64_t h, bool ring, std::vector<int64_t> rows) const {
   const std::vector<int32_t>& map = rows_[layer][h];
   const int64_t n = static_cast<int64_t>(map.size());
-  if (cache.layer(layer).ring_window[h] > 0) {  // ring slots -> ranks of their positions
+  for (int64_t r : rows)
+    if (r < 0 || r >= n) throw std::logic_error("timeline: selected row outside the head's cache");
+  if (ring) {  // ring slots -> ranks of their positions
     std::vector<int64_t> order(static_cast<size_t>(n)), rank(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return map[a] < map[b]; });
     for (int64_t r = 0; r < n; ++r) rank[order[r]] = r;
-    for (int64_t& s : sel) s = rank.at(static_cast<size_t>(s));
-    std::sort(sel.begin(), sel.end());
+    for (int64_t& s : rows) s = rank[static_cast<size_t>(s)];
   }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+void TimelineRecorder::record_head(const KvCache& cache, int64_t layer, int64_t h, std::vector<int64_t> sel) {
+  const int64_t n = static_cast<int64_t>(rows_[layer][h].size());
+  sel = ranks_of(layer, h, cache.layer(layer).ring_window[h] > 0, std::move(sel));
   std::vector<int64_t> page_set;
-  for (int64_t r : sel) {
-    if (r < 0 || r >= n) throw std::logic_error("timeline: selected row outside the head's cache");
+  for (int64_t r : sel)
     if (page_set.empty() || page_set.back() != r / t_.page) page_set.push_back(r / t_.page);
-  }
   t_.pages[layer].append((n + t_.page - 1) / t_.page, page_set);
-  if (all_tokens_ || pinned_[static_cast<size_t>(layer * H + h)])
+  if (per_token(layer, h))
     t_.tokens[layer].append(n, sel);
   else
     t_.tokens[layer].pad_to(t_.tokens[layer].entries() + 1);
+}
+
+void TimelineRecorder::on_exact(const KvCache& cache, int64_t layer, int64_t head, std::vector<int64_t> rows) {
+  if (step_ < 1) return;
+  if (layer < 0 || layer >= t_.n_layer || head < 0 || head >= t_.n_head_kv)
+    throw std::logic_error("timeline: exact top-k of a head outside the record");
+  record_exact(layer, head, cache.layer(layer).ring_window[head] > 0, std::move(rows));
+}
+
+void TimelineRecorder::record_exact(int64_t layer, int64_t h, bool ring, std::vector<int64_t> rows) {
+  SelectionBits& b = t_.exact[layer];
+  const int64_t entry = (step_ - 1) * t_.n_head_kv + h;
+  if (b.entries() > entry)
+    throw std::logic_error("timeline: exact top-k of layer " + std::to_string(layer) + " head " + std::to_string(h) +
+                           " given twice (or after a later head) at step " + std::to_string(step_));
+  const std::vector<int64_t> ranks = ranks_of(layer, h, ring, std::move(rows));
+  b.pad_to(entry);
+  b.append(static_cast<int64_t>(rows_[layer][h].size()), ranks);
 }
 
 void TimelineRecorder::on_selections(const KvCache& cache, const StepSelections& s) {
@@ -172,10 +199,7 @@ void TimelineRecorder::on_selection(const KvCache& cache, int64_t layer, const s
       t_.tokens[layer].pad_to(entry + h + 1);
       continue;
     }
-    std::vector<int64_t> sel = to_vector(rows[h]);  // [1, k] or [G, k]: the union is what was read
-    std::sort(sel.begin(), sel.end());
-    sel.erase(std::unique(sel.begin(), sel.end()), sel.end());
-    record_head(cache, layer, h, sel);
+    record_head(cache, layer, h, to_vector(rows[h]));  // [1, k] or [G, k]: the union is what was read
 
     // Recall of the exact top-k over the head's live keys (k = entries selected).
     const int64_t k = rows[h].size(-1);
@@ -184,19 +208,35 @@ void TimelineRecorder::on_selection(const KvCache& cache, int64_t layer, const s
     const at::Tensor logits = at::matmul(q.narrow(0, h * G, G).to(at::kFloat), keys.t());  // [G, n]
     const at::Tensor r = rows[h].to(keys.device(), at::kLong);
     at::Tensor value;
+    at::Tensor exact;
     if (r.size(0) == 1) {
-      const at::Tensor exact = std::get<1>(logits.sum(0).topk(k));
+      exact = std::get<1>(logits.sum(0).topk(k));  // [k]
       value = at::isin(r[0], exact).sum().to(at::kFloat) / float(k);
-    } else {  // one selection per query head: each against its own exact top-k
-      const at::Tensor exact = std::get<1>(logits.topk(k, -1));  // [G, k]
+    } else {
+      // One selection per query head: each against its own exact top-k.
+      exact = std::get<1>(logits.topk(k, -1));  // [G, k]
       value = (r.unsqueeze(-1) == exact.unsqueeze(1)).any(-1).sum().to(at::kFloat) / float(k * r.size(0));
     }
     pending_recall_.emplace_back(static_cast<size_t>(((step_ - 1) * t_.n_layer + layer) * H + h), value);
+    if (per_token(layer, h))
+      pending_exact_.push_back({layer, h, cache.layer(layer).ring_window[h] > 0, exact.reshape({-1})});
   }
 }
 
 void TimelineRecorder::flush_recall() {
   step_recall_.clear();
+  if (!pending_exact_.empty()) {  // one read for every head's top-k, in the order they came
+    std::vector<at::Tensor> v;
+    for (const PendingExact& e : pending_exact_) v.push_back(e.rows);
+    const std::vector<int64_t> host = to_vector(at::cat(v));
+    size_t at = 0;
+    for (const PendingExact& e : pending_exact_) {
+      const size_t n = static_cast<size_t>(e.rows.numel());
+      record_exact(e.layer, e.head, e.ring, std::vector<int64_t>(host.begin() + at, host.begin() + at + n));
+      at += n;
+    }
+    pending_exact_.clear();
+  }
   if (pending_recall_.empty()) return;
   std::vector<at::Tensor> v;
   for (auto& [i, t] : pending_recall_) v.push_back(t.view({1}));
@@ -206,6 +246,15 @@ void TimelineRecorder::flush_recall() {
     step_recall_.push_back(host.data_ptr<float>()[j]);
   }
   pending_recall_.clear();
+}
+
+void TimelineRecorder::on_recall(const std::vector<float>& values) {
+  if (!o_.recall || step_ < 1) return;
+  const int64_t LH = t_.n_layer * t_.n_head_kv;
+  if (static_cast<int64_t>(values.size()) != LH)
+    throw std::invalid_argument("timeline: " + std::to_string(values.size()) + " recall values for " +
+                                std::to_string(LH) + " (layer, KV head) pairs");
+  std::copy(values.begin(), values.end(), t_.recall.begin() + (step_ - 1) * LH);
 }
 
 std::optional<double> TimelineRecorder::step_recall_mean() {
@@ -240,15 +289,18 @@ Timeline TimelineRecorder::compact(Timeline out, int64_t n_positions) const {
   out.evicted_at.swap(at);
   out.evicted_by.swap(by);
   out.entered_at.resize(static_cast<size_t>(n_positions));
-  bool any_tokens = false, any_pages = false;
+  bool any_tokens = false, any_pages = false, any_exact = false;
   for (int64_t l = 0; l < out.n_layer; ++l) {
     out.pages[l].pad_to(step_ * out.n_head_kv);
     out.tokens[l].pad_to(step_ * out.n_head_kv);
+    out.exact[l].pad_to(step_ * out.n_head_kv);
     any_tokens = any_tokens || !out.tokens[l].bits.empty();
     any_pages = any_pages || !out.pages[l].bits.empty();
+    any_exact = any_exact || !out.exact[l].bits.empty();
   }
   if (!any_tokens) out.tokens.clear();
   if (!any_pages) out.pages.clear();
+  if (!any_exact) out.exact.clear();
   return out;
 }
 

@@ -7,9 +7,9 @@
 //   vote_stats: per window row, max and Σ exp over the chunk's columns (causal mask inside the
 //               window: row i sees keys j <= n - w + i); 4 threads per row, merged by shuffles.
 //   vote_merge: merges the chunks' (max, Σ) per row into (max, 1 / Σ).
-//   vote_sum:   recomputes the tiles over the columns j < n - w, turns logits into probabilities
-//               and sums them over the w rows of each query head (runs of rows of one head are
-//               summed in registers, one shared atomic add per run), then divides by w.
+//   vote_sum:   recomputes the tiles over the columns j < n - w (all_columns: j < n, causal),
+//               turns logits into probabilities and sums them over the w rows of each query head (runs of rows of one
+//               head are summed in registers, one shared atomic add per run), then divides by w.
 #include <mma.h>
 
 #include "dtype.cuh"
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
   float* sm_m = S + kTile * kLdS;
   float* sm_inv = sm_m + rows_pad;
   float* colsum = sm_inv + rows_pad;  // [G][64]
-  const int64_t len = a.n - w;
+  const int64_t len = a.all_columns ? a.n : a.n - w;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kChunkCols, c1 = min(len, c0 + kChunkCols);
   load_queries(a, h, rows_pad, Qs);
   for (int r = threadIdx.x; r < rows_pad; r += kThreads) {
@@ -181,6 +181,8 @@ __global__ void __launch_bounds__(kThreads)
       logit_tile(Qs + rt * pitch(D), Ks, D, S);
       __syncthreads();
       const int r0 = rt + part * 16, r1 = min(r0 + 16, R);
+      // Columns inside the window (all_columns): row r sees key j only when j <= n - w + r % w.
+      const int64_t past_first = kt + col - (a.n - w);  // >= 0 for a window column
       if (r0 < r1) {
         int g = r0 / w;
         int g_end = (g + 1) * w;  // first row of the next query head
@@ -192,7 +194,8 @@ __global__ void __launch_bounds__(kThreads)
             g = r / w;
             g_end = (g + 1) * w;
           }
-          acc += __expf(S[(r - rt) * kLdS + col] * a.scale - sm_m[r]) * sm_inv[r];
+          if (past_first < 0 || past_first <= r % w)
+            acc += __expf(S[(r - rt) * kLdS + col] * a.scale - sm_m[r]) * sm_inv[r];
         }
         atomicAdd(&colsum[g * kTile + col], acc);
       }
@@ -235,7 +238,8 @@ template <typename T>
 cudaError_t launch_vote(const WindowVoteArgs& a, int rows_pad, float* ws, cudaStream_t stream) {
   const int R = a.group * a.window;
   const int n_chunks = static_cast<int>((a.n + kChunkCols - 1) / kChunkCols);
-  const int sum_chunks = static_cast<int>((a.n - a.window + kChunkCols - 1) / kChunkCols);
+  const int64_t len = a.all_columns ? a.n : a.n - a.window;
+  const int sum_chunks = static_cast<int>((len + kChunkCols - 1) / kChunkCols);
   float* pm = ws;
   float* pz = pm + static_cast<size_t>(a.n_head_kv) * n_chunks * R;
   float* stat_m = pz + static_cast<size_t>(a.n_head_kv) * n_chunks * R;

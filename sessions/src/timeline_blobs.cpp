@@ -34,6 +34,7 @@ std::vector<Blob> timeline_blobs(const Timeline& t) {
                                     slice(t.evicted_by, l * per_layer, per_layer)));
     if (!t.pages.empty()) add_selection(out, "timeline.pages", l, t.pages[l]);
     if (!t.tokens.empty()) add_selection(out, "timeline.tokens", l, t.tokens[l]);
+    if (!t.exact.empty()) add_selection(out, "timeline.exact", l, t.exact[l]);
   }
   return out;
 }
@@ -67,15 +68,28 @@ std::optional<Timeline> load_timeline(const SessionStore& store, int64_t run) {
   };
   t.entered_at = need("timeline.entered_at", -1, DType::kI32).values<int32_t>();
   if (const auto r = store.load_blob(run, "timeline.recall", -1, -1)) t.recall = r->values<float>();
-  bool pages = false, tokens = false;
+  bool pages = false, tokens = false, exact = false;
   for (const BlobInfo& b : rec.blobs) {
     pages = pages || b.name == "timeline.pages";
     tokens = tokens || b.name == "timeline.tokens";
+    exact = exact || b.name == "timeline.exact";
   }
+  // A selection bitmap of layer l: an entry per decode step and head, offsets within the bits.
   auto selection = [&](const std::string& name, int64_t l) {
     SelectionBits s;
     s.bits = need(name, l, DType::kU8).values<uint8_t>();
     s.offsets = need(name + "_offsets", l, DType::kI64).values<int64_t>();
+    if (s.entries() != t.n_steps * t.n_head_kv)
+      throw bad(name + "_offsets",
+                "layer " + std::to_string(l) + ": " + std::to_string(s.offsets.size()) +
+                    " offsets, expected n_steps x n_head_kv + 1 = " + std::to_string(t.n_steps * t.n_head_kv + 1));
+    for (size_t i = 0; i < s.offsets.size(); ++i)
+      if ((i ? s.offsets[i] < s.offsets[i - 1] : s.offsets[i] != 0) ||
+          s.offsets[i] > static_cast<int64_t>(s.bits.size()) ||
+          (i + 1 == s.offsets.size() && s.offsets[i] != static_cast<int64_t>(s.bits.size())))
+        throw bad(name + "_offsets", "layer " + std::to_string(l) + ": offset " + std::to_string(i) + " (" +
+                                         std::to_string(s.offsets[i]) + ") does not index the " +
+                                         std::to_string(s.bits.size()) + " bytes of '" + name + "' in order");
     return s;
   };
   for (int64_t l = 0; l < t.n_layer; ++l) {
@@ -85,6 +99,7 @@ std::optional<Timeline> load_timeline(const SessionStore& store, int64_t run) {
     t.evicted_by.insert(t.evicted_by.end(), by.begin(), by.end());
     if (pages) t.pages.push_back(selection("timeline.pages", l));
     if (tokens) t.tokens.push_back(selection("timeline.tokens", l));
+    if (exact) t.exact.push_back(selection("timeline.exact", l));
   }
   if (const std::string problem = t.check(); !problem.empty()) throw bad("timeline.*", problem);
   return t;

@@ -1,7 +1,13 @@
 // kvscope-cli timeline and run --pin through the binary on pycode-16m: the JSON contract of README
-// "CLI" (n_positions, n_steps, evicted_at, selected), checked against the ring buffer's formula and
-// the selection policy's budget, and the bad paths (no timeline, no head, a pin outside the model).
+// "CLI" (n_positions, n_steps, evicted_at, selected, exact), checked against the ring buffer's
+// formula, the selection policy's budget and the stored record, and the bad paths (no timeline, no
+// head, a pin outside the model).
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <iterator>
+
+#include "kvscope/sessions/timeline_blobs.h"
 
 #include <nlohmann/json.hpp>
 
@@ -72,6 +78,58 @@ TEST_F(CliTimeline, PinnedHeadSelectionsPerStep) {
   const auto o = run_cli("timeline " + quote(db_) + " 1");
   EXPECT_EQ(o.exit_code, 0);
   EXPECT_NE(o.out.find("steps_selected"), std::string::npos) << o.out;
+}
+
+TEST_F(CliTimeline, PinnedHeadAtCaptureFullPrintsItsExactTopK) {
+  const auto r = run_cli(run_args() + " --pipeline quest:page=16,k=64 --budget 128 --budget-unit fetched" +
+                             " --max-new-tokens 6 --capture full --pin 1:1",
+                         true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = timeline(1, 1, 1);
+  ASSERT_TRUE(j.contains("exact")) << "capture full records the exact top-k of the pinned head";
+  for (const char* key : {"n_positions", "n_steps", "evicted_at", "selected", "granularity", "recall"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  const auto store = kvscope::sessions::SessionStore::open(db_, kvscope::sessions::OpenMode::kReadOnly);
+  const auto t = kvscope::sessions::load_timeline(store, 1);
+  ASSERT_TRUE(t.has_value());
+  const int64_t n_steps = j["n_steps"];
+  ASSERT_EQ(j["exact"].size(), static_cast<size_t>(n_steps));
+  for (int64_t s = 1; s <= n_steps; ++s) {
+    const std::string step = std::to_string(s);
+    const auto ex = j["exact"][step].get<std::vector<int64_t>>();
+    EXPECT_EQ(ex, *t->exact_positions(1, 1, s)) << "step " << s;
+    EXPECT_TRUE(std::is_sorted(ex.begin(), ex.end()));
+    // k = entries selected (Quest: one selection for the group), recall = the share of it selected.
+    const auto sel = j["selected"][step].get<std::vector<int64_t>>();
+    ASSERT_EQ(ex.size(), sel.size()) << "step " << s;
+    std::vector<int64_t> both;
+    std::set_intersection(sel.begin(), sel.end(), ex.begin(), ex.end(), std::back_inserter(both));
+    EXPECT_NEAR(j["recall"][step].get<double>(), double(both.size()) / double(ex.size()), 1e-6) << "step " << s;
+  }
+  // A small run records every head per token, and so every head's exact top-k.
+  const nlohmann::json other = timeline(1, 2, 0);
+  ASSERT_EQ(other["exact"].size(), static_cast<size_t>(n_steps));
+  EXPECT_EQ(other["exact"]["3"].get<std::vector<int64_t>>(), *t->exact_positions(2, 0, 3));
+  // The text summary names the mean recall and how much of the exact top-k was selected.
+  const auto text = run_cli("timeline " + quote(db_) + " 1 --layer 1 --head 1");
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("mean recall of the exact top-k: "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("exact top-k recorded at " + std::to_string(n_steps) + " of " + std::to_string(n_steps)),
+            std::string::npos)
+      << text.out;
+  // At capture summary: no recall, no exact top-k, so no "exact" key.
+  ASSERT_EQ(run_cli(run_args() + " --pipeline quest:page=16,k=64 --budget 128 --budget-unit fetched" +
+                    " --max-new-tokens 4 --pin 1:1")
+                .exit_code,
+            0);
+  const nlohmann::json summary = timeline(2, 1, 1);
+  EXPECT_FALSE(summary.contains("exact"));
+  EXPECT_FALSE(summary.contains("recall"));
+  EXPECT_TRUE(summary.contains("selected"));
+  const auto summary_text = run_cli("timeline " + quote(db_) + " 2 --layer 2 --head 0");
+  EXPECT_NE(summary_text.out.find("no exact top-k recorded for this head (record with --capture full and --pin 2:0)"),
+            std::string::npos)
+      << summary_text.out;
 }
 
 TEST_F(CliTimeline, BadRequestsExitWithTwoAndOneLine) {

@@ -3,6 +3,7 @@
 // (head-wise budget) cache. Skipped without a CUDA device or without the kernels.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <random>
 #include <vector>
@@ -93,9 +94,10 @@ TEST_F(CudaDecodeGraph, Fp32FullCacheMatchesEagerSteps) { compare_paths(at::kFlo
 TEST_F(CudaDecodeGraph, Fp32RaggedCacheMatchesEagerSteps) { compare_paths(at::kFloat, true, 1e-3); }
 TEST_F(CudaDecodeGraph, Bf16RaggedCacheMatchesEagerSteps) { compare_paths(at::kBFloat16, true, 0.25); }
 
-/// A sparse-decode pipeline run twice through generate(): at capture full (telemetry: the eager
-/// fused path, attend_fused; per-step recall) and off (CUDA graph, attend_device). Greedy tokens
-/// and bytes per step agree.
+/// A sparse-decode pipeline through generate(): at capture full on the eager fused path (forced by
+/// a decode probe: attend_fused, per-step recall from LibTorch), at capture full on the CUDA graph
+/// (the exact top-k oracle's kernels inside the step: DecodeOracle), off and summary (graph).
+/// Greedy tokens, bytes per step, the timeline and the full level's recall and union agree.
 void compare_generate(const std::string& spec, int64_t budget) {
   const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kFloat, {}});
   const Engine engine(model);
@@ -108,7 +110,10 @@ void compare_generate(const std::string& spec, int64_t budget) {
   req.pipeline = &pipeline;
   req.budget = BudgetSpec{BudgetSpec::Unit::kFetched, double(budget)};
   req.capture = CaptureLevel::kFull;
+  req.decode_probe = [](const LayerEvent&, int64_t) {};
   const GenerateResult eager = generate(engine, req);
+  req.decode_probe = nullptr;
+  const GenerateResult full = generate(engine, req);
   req.capture = CaptureLevel::kOff;
   const GenerateResult graphed = generate(engine, req);
   EXPECT_FALSE(eager.selection_recall.empty()) << spec << ": the eager run should have recorded selections";
@@ -116,21 +121,58 @@ void compare_generate(const std::string& spec, int64_t budget) {
   EXPECT_EQ(eager.bytes_read, graphed.bytes_read) << spec;
   EXPECT_FALSE(eager.decode_graph);
   EXPECT_TRUE(graphed.decode_graph);
+  // Capture full keeps the graph: recall and the exact top-k union come from the oracle's kernels
+  // (fp32 logits of the same keys: equal up to near-ties at the k-th score).
+  EXPECT_TRUE(full.decode_graph) << spec << ": capture full must not cost the CUDA graph";
+  EXPECT_EQ(full.output_ids, eager.output_ids) << spec;
+  ASSERT_EQ(full.selection_recall.size(), eager.selection_recall.size()) << spec;
+  for (size_t i = 0; i < eager.selection_recall.size(); ++i)
+    EXPECT_NEAR(full.selection_recall[i], eager.selection_recall[i], 0.01) << spec << " step " << i;
+  ASSERT_EQ(full.timeline.recall.size(), eager.timeline.recall.size());
+  int64_t compared = 0;
+  for (size_t i = 0; i < eager.timeline.recall.size(); ++i) {
+    const float e = eager.timeline.recall[i], f = full.timeline.recall[i];
+    EXPECT_EQ(std::isnan(e), std::isnan(f)) << spec << " recall entry " << i;
+    if (std::isnan(e) || std::isnan(f)) continue;
+    EXPECT_NEAR(f, e, 0.02) << spec << " recall entry " << i;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0) << spec;
+  // The exact top-k sets of the per-token heads (every head of this small run): the same sets up
+  // to near-ties at the k-th logit.
+  ASSERT_FALSE(eager.timeline.exact.empty()) << spec;
+  ASSERT_FALSE(full.timeline.exact.empty()) << spec;
+  int64_t same = 0, total = 0;
+  for (int64_t s = 1; s <= eager.timeline.n_steps; ++s)
+    for (int64_t l = 0; l < eager.timeline.n_layer; ++l)
+      for (int64_t h = 0; h < eager.timeline.n_head_kv; ++h) {
+        const auto e = eager.timeline.exact_positions(l, h, s), f = full.timeline.exact_positions(l, h, s);
+        EXPECT_EQ(e.has_value(), f.has_value()) << spec << " step " << s << " head " << l << ":" << h;
+        if (!e || !f) continue;
+        ++total;
+        same += *e == *f;
+      }
+  EXPECT_GE(same, total * 95 / 100) << spec << ": exact top-k sets differ beyond near-ties";
+  ASSERT_TRUE(full.topk_unique.defined() && eager.topk_unique.defined());
+  const at::Tensor du = (full.topk_unique - eager.topk_unique).abs().to(at::kDouble);
+  EXPECT_LE(du.max().item<double>(), 0.02 * eager.topk_unique.max().item<double>() + 2) << spec;
   // Capture summary keeps the graph and records the same timeline as the eager steps.
   req.capture = CaptureLevel::kSummary;
   const GenerateResult summary = generate(engine, req);
   EXPECT_TRUE(summary.decode_graph) << spec << ": a timeline must not cost the CUDA graph";
   EXPECT_EQ(summary.output_ids, eager.output_ids) << spec;
-  const Timeline &a = eager.timeline, &b = summary.timeline;
-  ASSERT_EQ(a.check(), "");
-  ASSERT_EQ(b.check(), "");
-  EXPECT_EQ(a.n_steps, b.n_steps);
-  EXPECT_EQ(a.evicted_at, b.evicted_at) << spec;
-  ASSERT_EQ(a.pages.size(), b.pages.size());
-  ASSERT_FALSE(a.pages.empty());
-  for (size_t l = 0; l < a.pages.size(); ++l) {
-    EXPECT_EQ(a.pages[l].bits, b.pages[l].bits) << spec << " layer " << l;
-    EXPECT_EQ(a.pages[l].offsets, b.pages[l].offsets) << spec << " layer " << l;
+  for (const Timeline* b : {&summary.timeline, &full.timeline}) {
+    const Timeline& a = eager.timeline;
+    ASSERT_EQ(a.check(), "");
+    ASSERT_EQ(b->check(), "");
+    EXPECT_EQ(a.n_steps, b->n_steps);
+    EXPECT_EQ(a.evicted_at, b->evicted_at) << spec;
+    ASSERT_EQ(a.pages.size(), b->pages.size());
+    ASSERT_FALSE(a.pages.empty());
+    for (size_t l = 0; l < a.pages.size(); ++l) {
+      EXPECT_EQ(a.pages[l].bits, b->pages[l].bits) << spec << " layer " << l;
+      EXPECT_EQ(a.pages[l].offsets, b->pages[l].offsets) << spec << " layer " << l;
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // The time-resolved record of cache decisions (timeline.h, timeline_recorder.h) through generate()
 // on pycode-16m: eviction steps against the ring buffer's formula and against the kept sets,
 // per-step selections against a brute-force recomputation of each policy's formula from the step's
-// queries and keys, recall against a brute-force value per head, multi-turn step numbering.
+// queries and keys, recall against a brute-force value per head, the recorded exact top-k against a
+// brute-force top-k of the same logits (and recall as its share selected), multi-turn step numbering.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -276,6 +277,7 @@ TEST_F(Timelines, PinnedHeadsAloneArePerTokenInALargeRecord) {
   o.pinned = req.pinned_heads;
   o.all_tokens_bytes = 0;
   o.page = 16;
+  o.recall = true;  // the exact top-k too, for the pinned head only
   TimelineRecorder rec(model_->config.n_layer, model_->config.n_head_kv, 600, 4, o);
   KvCache cache = Engine(*model_).new_cache(600);
   Engine(*model_).prefill(cache, req.prompt_ids);
@@ -300,6 +302,8 @@ TEST_F(Timelines, PinnedHeadsAloneArePerTokenInALargeRecord) {
   for (int64_t l = 0; l < t.n_layer; ++l)
     for (int64_t h = 0; h < t.n_head_kv; ++h) {
       EXPECT_EQ(t.has_tokens(l, h, 1), l == 2 && h == 1) << l << ":" << h;
+      EXPECT_EQ(t.has_exact(l, h, 1), l == 2 && h == 1) << l << ":" << h;
+      EXPECT_FALSE(std::isnan(t.recall_at(1, l, h))) << "recall of every head, exact top-k of the pinned one";
       ASSERT_TRUE(t.selected_positions(l, h, 1).has_value());
       EXPECT_LE(t.selected_positions(l, h, 1)->size(), 32u) << "ceil(32 / 16) pages";
     }
@@ -307,6 +311,135 @@ TEST_F(Timelines, PinnedHeadsAloneArePerTokenInALargeRecord) {
   Timeline pages_only = t;
   pages_only.tokens.clear();
   EXPECT_EQ(*t.selected_positions(2, 1, 1), *pages_only.selected_positions(2, 1, 1));
+  ASSERT_EQ(t.exact.size(), static_cast<size_t>(t.n_layer));
+  EXPECT_EQ(t.exact_positions(2, 1, 1)->size(), t.selected_positions(2, 1, 1)->size()) << "k = entries selected";
+}
+
+/// The share of `a` (sorted) in `b` (sorted).
+int64_t common(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<int64_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return static_cast<int64_t>(both.size());
+}
+
+TEST_F(Timelines, ExactTopKEqualsBruteForcePerStepAndRecallIsItsShareSelected) {
+  // Capture full records, for every per-token head (a small run: all of them), the exact top-k the
+  // recall is measured against: against a brute-force fp64 top-k of the probe's queries and keys.
+  struct Case {
+    std::string spec;
+    bool per_query_head;  // [G, k] selections (Exact-TopK): the union of each query head's own top-k
+  };
+  for (const Case& c : {Case{"quest:page=4,k=10", false}, Case{"hsa:stage1=false,page=3,k1=5,k2=11", false},
+                        Case{"exacttopk:k=5", true}}) {
+    SCOPED_TRACE(c.spec);
+    const Pipeline p(*registry_, c.spec);
+    Probe probe;
+    GenerateRequest req = request(&p, {BudgetSpec::Unit::kFetched, 64}, 6);
+    req.prompt_ids.resize(200);
+    req.capture = CaptureLevel::kFull;
+    req.pinned_heads = {{3, 1}};
+    const GenerateResult r = run_probed(req, probe);
+    const Timeline& t = r.timeline;
+    ASSERT_EQ(t.check(), "");
+    ASSERT_EQ(t.exact.size(), static_cast<size_t>(t.n_layer));
+    const int64_t G = model_->config.n_head / model_->config.n_head_kv;
+    int64_t same = 0, total = 0;
+    for (const auto& [key, s] : probe) {
+      const auto [step, layer] = key;
+      for (int64_t h = 0; h < t.n_head_kv; ++h) {
+        const std::string where =
+            "step " + std::to_string(step) + " layer " + std::to_string(layer) + " head " + std::to_string(h);
+        const auto sel = t.selected_positions(layer, h, step);
+        const auto got = t.exact_positions(layer, h, step);
+        ASSERT_TRUE(sel && got) << where;
+        ASSERT_TRUE(std::is_sorted(got->begin(), got->end())) << where;
+        // Brute force over the probe's fp64 logits, in storage rows -> positions.
+        std::vector<std::vector<double>> logits;
+        for (int64_t g = 0; g < G; ++g) logits.push_back(logits_of(s.keys[h], s.q[h * G + g]));
+        std::vector<std::vector<int64_t>> tops;  // row sets the oracle is made of
+        std::vector<int64_t> want;
+        int64_t k = 0;
+        if (c.per_query_head) {
+          k = 5;
+          std::set<int64_t> u;
+          for (int64_t g = 0; g < G; ++g) {
+            tops.push_back(topk_ref(logits[g], k));
+            u.insert(tops.back().begin(), tops.back().end());
+          }
+          want.assign(u.begin(), u.end());
+        } else {
+          k = static_cast<int64_t>(sel->size());
+          std::vector<double> sum(logits[0].size(), 0.0);
+          for (const auto& l : logits)
+            for (size_t i = 0; i < l.size(); ++i) sum[i] += l[i];
+          tops.push_back(topk_ref(sum, k));
+          want = tops.back();
+          logits = {sum};
+        }
+        for (int64_t& row : want) row = s.pos[h][row];
+        std::sort(want.begin(), want.end());
+        ++total;
+        same += *got == want;
+        // Where fp32 and fp64 order two near-equal logits differently, the recorded set is still a
+        // top-k: per oracle row set, nothing outside beats what is inside by more than rounding.
+        std::map<int64_t, int64_t> row_of;
+        for (size_t row = 0; row < s.pos[h].size(); ++row) row_of[s.pos[h][row]] = static_cast<int64_t>(row);
+        std::set<int64_t> got_rows;
+        for (int64_t pos : *got) got_rows.insert(row_of.at(pos));
+        if (!c.per_query_head) {
+          ASSERT_EQ(static_cast<int64_t>(got->size()), k) << where;
+          double low = 1e300, high = -1e300, scale = 1;
+          for (size_t row = 0; row < logits[0].size(); ++row) {
+            const double v = logits[0][row];
+            scale = std::max(scale, std::abs(v));
+            if (got_rows.count(static_cast<int64_t>(row)))
+              low = std::min(low, v);
+            else
+              high = std::max(high, v);
+          }
+          EXPECT_GE(low, high - 1e-4 * scale) << where;
+          // recall = |selected ∩ exact| / k, with the very set recorded.
+          EXPECT_FLOAT_EQ(t.recall_at(step, layer, h), float(common(*sel, *got)) / float(k)) << where;
+        } else {
+          EXPECT_LE(static_cast<int64_t>(got->size()), G * k) << where;
+          EXPECT_GE(static_cast<int64_t>(got->size()), k) << where;
+          // Exact-TopK selects its own oracle: everything of it is selected.
+          EXPECT_EQ(common(*sel, *got), static_cast<int64_t>(got->size())) << where;
+          EXPECT_NEAR(t.recall_at(step, layer, h), 1.0f, 1e-6) << where;
+        }
+      }
+    }
+    EXPECT_EQ(total, t.n_steps * t.n_layer * t.n_head_kv);
+    EXPECT_GE(same, total * 95 / 100) << "exact top-k off by a boundary swap too often";
+  }
+}
+
+TEST_F(Timelines, OnExactRecordsASecondProducersRowsAsRanks) {
+  // A producer other than on_selection: storage rows in any order, duplicates; earlier heads padded.
+  TimelineOptions o;
+  o.page = 4;
+  KvCache cache = Engine(*model_).new_cache(64);
+  const std::vector<int32_t> ids = textwrap_ids();
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 20);
+  Engine(*model_).prefill(cache, prompt);
+  TimelineRecorder rec(model_->config.n_layer, model_->config.n_head_kv, 64, 4, o);
+  rec.after_prefill(cache.host_positions(), 0, 20);
+  rec.on_exact(cache, 0, 0, {1, 2});  // before the first decode step: ignored
+  rec.begin_step();
+  const int32_t tok[1] = {7};
+  Engine(*model_).forward(cache, tok, false,
+                          [&](const LayerEvent& ev) { rec.after_layer(ev.cache, ev.layer, ev.cache.next_position()); });
+  rec.after_decode(cache, cache.next_position() - 1);
+  rec.on_exact(cache, 2, 1, {20, 3, 3, 0});
+  EXPECT_THROW(rec.on_exact(cache, 2, 0, {1}), std::logic_error) << "a head before one already recorded";
+  EXPECT_THROW(rec.on_exact(cache, 2, 1, {1}), std::logic_error) << "twice";
+  EXPECT_THROW(rec.on_exact(cache, 3, 0, {21}), std::logic_error) << "past the head's 21 rows";
+  const Timeline t = rec.finish(cache.next_position());
+  ASSERT_EQ(t.check(), "");
+  EXPECT_EQ(t.exact_positions(2, 1, 1), (std::vector<int64_t>{0, 3, 20}));
+  EXPECT_FALSE(t.exact_positions(2, 0, 1).has_value());
+  EXPECT_FALSE(t.exact_positions(0, 0, 1).has_value());
+  EXPECT_TRUE(t.pages.empty() && t.tokens.empty()) << "no selection given";
 }
 
 TEST_F(Timelines, RecallEqualsBruteForcePerHead) {

@@ -1,7 +1,8 @@
 // libFuzzer: a Timeline record (kvscope/core/timeline.h) built from bytes, as a damaged session
 // could hand one to the readers. Oracle: check() accepts it, or nothing is read; for an accepted
 // record every reader stays in bounds and agrees: the step cursor's live set equals
-// live_positions() at every step, and every selection is a sorted subset of that live set.
+// live_positions() at every step, and every selection and exact top-k is a sorted subset of that
+// live set.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -29,8 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t cells = t.n_layer * t.n_head_kv * t.n_positions;
   for (int64_t i = 0; i < cells; ++i) t.evicted_at.push_back(in.next() % 16 - 2);
   for (int64_t i = 0; i < cells; ++i) t.evicted_by.push_back(static_cast<uint8_t>(in.next() % 6));
-  const bool with_pages = in.next() % 2, with_tokens = in.next() % 2;
-  for (auto* sel : {with_pages ? &t.pages : nullptr, with_tokens ? &t.tokens : nullptr}) {
+  const bool with_pages = in.next() % 2, with_tokens = in.next() % 2, with_exact = in.next() % 2;
+  for (auto* sel :
+       {with_pages ? &t.pages : nullptr, with_tokens ? &t.tokens : nullptr, with_exact ? &t.exact : nullptr}) {
     if (!sel) continue;
     for (int64_t l = 0; l < t.n_layer; ++l) {
       kvscope::SelectionBits b;
@@ -51,11 +53,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         cursor.advance_to(s);
         const std::vector<int64_t> live = t.live_positions(l, h, s);
         if (cursor.live() != live) std::abort();
-        const auto sel = t.selected_positions(l, h, s, &live);
-        if (!sel) continue;
-        if (!std::is_sorted(sel->begin(), sel->end())) std::abort();
-        for (int64_t p : *sel)
-          if (!std::binary_search(live.begin(), live.end(), p)) std::abort();
+        const auto ex = t.exact_positions(l, h, s, &live);
+        if (ex.has_value() != t.has_exact(l, h, s) || (ex && *ex != *t.exact_positions(l, h, s))) std::abort();
+        for (const auto& set : {t.selected_positions(l, h, s, &live), ex}) {
+          if (!set) continue;
+          if (!std::is_sorted(set->begin(), set->end())) std::abort();
+          if (std::adjacent_find(set->begin(), set->end()) != set->end()) std::abort();
+          for (int64_t p : *set)
+            if (!std::binary_search(live.begin(), live.end(), p)) std::abort();
+        }
       }
     }
   return 0;

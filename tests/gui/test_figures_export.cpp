@@ -2,13 +2,15 @@
 // builds from a synthetic session through the view builders with the run's per-layer data decoded,
 // missing captures and bad requests throw naming the problem, decoded parts are write-once; a run
 // with a heads:pattern=FILE pipeline shows its pattern in the budgets figure and exports it as
-// "head-pattern", and a pattern file that went away is named in a panel title.
+// "head-pattern", and a pattern file that went away is named in a panel title; the Selection
+// view's step strip (hit / selected only / missed / live) against a recomputation from the raw record.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 #include <variant>
 
@@ -17,6 +19,7 @@
 #include "gui_test_support.h"
 #include "kvscope/sessions/timeline_blobs.h"
 #include "kvscope/viz/cairo_export.h"
+#include "selection_steps_figure.h"
 #include "timeline_figure.h"
 
 namespace kvscope::figures {
@@ -317,6 +320,155 @@ TEST_F(HeadPatternFigures, ARelativePatternPathIsFoundNextToTheDatabase) {
   const auto run = load_run_data(store, rel, {});
   EXPECT_EQ(resolve_head_pattern_file(*run, "pattern.json"), pattern_.string());
   EXPECT_EQ(budgets_figure(*run, nullptr, {}).panels.size(), 4u);
+}
+
+}  // namespace
+}  // namespace kvscope::figures
+
+namespace kvscope::figures {
+namespace {
+
+/// Units set in entry e of `b`, ascending, from the raw bytes (LSB first).
+std::vector<std::int64_t> raw_units(const SelectionBits& b, std::int64_t e) {
+  std::vector<std::int64_t> out;
+  if (e + 1 >= static_cast<std::int64_t>(b.offsets.size())) return out;
+  for (std::int64_t i = b.offsets[e]; i < b.offsets[e + 1]; ++i)
+    for (int bit = 0; bit < 8; ++bit)
+      if (b.bits[static_cast<std::size_t>(i)] >> bit & 1) out.push_back((i - b.offsets[e]) * 8 + bit);
+  return out;
+}
+
+/// selection_step() from scratch: live set from entered_at / evicted_at, ranks from the bitmaps.
+void expect_step_recomputed(const Timeline& t, std::int64_t l, std::int64_t h, std::int64_t s) {
+  SCOPED_TRACE("head " + std::to_string(l) + ":" + std::to_string(h) + " step " + std::to_string(s));
+  std::vector<std::int64_t> live;
+  for (std::int64_t p = 0; p < t.n_positions; ++p) {
+    const std::int32_t out = t.evicted_at[static_cast<std::size_t>((l * t.n_head_kv + h) * t.n_positions + p)];
+    if (t.entered_at[static_cast<std::size_t>(p)] <= s && (out < 0 || out > s)) live.push_back(p);
+  }
+  const std::int64_t n = static_cast<std::int64_t>(live.size()), e = (s - 1) * t.n_head_kv + h;
+  std::vector<bool> sel(static_cast<std::size_t>(n), false), ex(static_cast<std::size_t>(n), false);
+  bool any_sel = false, token = false, any_exact = false;
+  if (s >= 1) {
+    if (!t.tokens.empty() && t.tokens[l].size(e) > 0) {
+      token = any_sel = true;
+      for (std::int64_t r : raw_units(t.tokens[l], e))
+        if (r < n) sel[static_cast<std::size_t>(r)] = true;
+    } else if (!t.pages.empty() && t.pages[l].size(e) > 0) {
+      any_sel = true;
+      for (std::int64_t pg : raw_units(t.pages[l], e))
+        for (std::int64_t r = pg * t.page; r < std::min(n, (pg + 1) * t.page); ++r)
+          sel[static_cast<std::size_t>(r)] = true;
+    }
+    if (!t.exact.empty() && t.exact[l].size(e) > 0) {
+      any_exact = true;
+      for (std::int64_t r : raw_units(t.exact[l], e))
+        if (r < n) ex[static_cast<std::size_t>(r)] = true;
+    }
+  }
+  const SelectionStep st = selection_step(t, l, h, s);
+  ASSERT_EQ(st.live, live);
+  EXPECT_EQ(st.selected, any_sel);
+  EXPECT_EQ(st.per_token, token);
+  EXPECT_EQ(st.exact, any_exact);
+  std::int64_t n_sel = 0, n_ex = 0, n_hit = 0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    const bool a = sel[static_cast<std::size_t>(r)], b = ex[static_cast<std::size_t>(r)];
+    const int want = a && b ? kStepHit : b ? kStepMissed : a ? kStepSelected : kStepLive;
+    ASSERT_EQ(st.cell[static_cast<std::size_t>(r)], want) << "rank " << r << " position " << live[r];
+    n_sel += a, n_ex += b, n_hit += a && b;
+  }
+  EXPECT_EQ(st.n_selected, n_sel);
+  EXPECT_EQ(st.n_exact, n_ex);
+  EXPECT_EQ(st.n_hit, n_hit);
+  const float recall = t.recall_at(s, l, h);
+  EXPECT_TRUE(std::isnan(recall) ? std::isnan(st.recall) : st.recall == recall);
+  // The strip: a column shows the highest state among its ranks (live / selected only without an
+  // exact top-k), at full resolution and binned.
+  for (int width : {7, 64, 5000}) {
+    const viz::Figure f = selection_steps_figure(t, st, "run", "caption", width);
+    EXPECT_NO_THROW(viz::validate(f));
+    const auto& strip = std::get<viz::Heatmap>(f.panels.at(0));
+    EXPECT_EQ(strip.categories.size(), any_exact ? 4u : 2u);
+    if (n == 0) continue;
+    const std::int64_t cols = std::min<std::int64_t>(n, std::clamp(width, 64, 4096));
+    ASSERT_EQ(strip.cols, cols) << width;
+    std::vector<float> want(static_cast<std::size_t>(cols), -1.0f);
+    for (std::int64_t r = 0; r < n; ++r) {
+      float v = static_cast<float>(st.cell[static_cast<std::size_t>(r)]);
+      if (!any_exact) v = std::min(v, 1.0f);
+      float& w = want[static_cast<std::size_t>(r * cols / n)];
+      w = std::max(w, v);
+    }
+    for (std::int64_t c = 0; c < cols; ++c) ASSERT_EQ(strip.values[static_cast<std::size_t>(c)], want[c]) << c;
+    const StripBins bins = strip_bins(n, strip.cols);
+    for (std::int64_t c = 0; c < cols; ++c)
+      for (std::int64_t r = bins.first_rank(c); r < bins.first_rank(c + 1); ++r) ASSERT_EQ(bins.col(r), c);
+  }
+}
+
+TEST_F(FiguresExport, SelectionStepStripEqualsARecomputation) {
+  const auto store = sessions::SessionStore::open((dir_ / "full.db").string(), sessions::OpenMode::kReadOnly);
+  const auto t = sessions::load_timeline(store, full_.snapkv);  // pages; head (0, 0) per token + exact top-k
+  ASSERT_TRUE(t.has_value());
+  ASSERT_FALSE(t->exact.empty());
+  for (std::int64_t l = 0; l < t->n_layer; ++l)
+    for (std::int64_t h = 0; h < t->n_head_kv; ++h)
+      for (std::int64_t s = 0; s <= t->n_steps; ++s) expect_step_recomputed(*t, l, h, s);
+  // The synthetic head (0, 0): recall = hits / k, k = entries selected.
+  std::int64_t missed = 0;
+  for (std::int64_t s = 1; s <= t->n_steps; ++s) {
+    const SelectionStep st = selection_step(*t, 0, 0, s);
+    ASSERT_TRUE(st.exact && st.per_token);
+    EXPECT_GT(st.n_hit, 0);
+    missed += st.n_exact - st.n_hit;
+    EXPECT_FLOAT_EQ(st.recall, float(st.n_hit) / float(st.n_selected));
+  }
+  EXPECT_GT(missed, 0) << "every state occurs";
+  // Random records: rings and prefill evictions, tokens / pages / exact top-k per head and step.
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    Timeline r;
+    r.n_layer = 1;
+    r.n_head_kv = 2;
+    r.n_steps = 1 + rng() % 12;
+    r.n_positions = 1 + rng() % 150;
+    r.page = 1 + rng() % 5;
+    for (std::int64_t p = 0; p < r.n_positions; ++p)
+      r.entered_at.push_back(static_cast<std::int32_t>(std::min<std::int64_t>(r.n_steps, p / 10)));
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t p = 0; p < r.n_positions; ++p) {
+        const std::int32_t in = r.entered_at[static_cast<std::size_t>(p)];
+        r.evicted_at.push_back(rng() % 3 ? -1 : static_cast<std::int32_t>(in + rng() % (r.n_steps - in + 1)));
+        r.evicted_by.push_back(r.evicted_at.back() < 0 ? 0 : 1);
+      }
+    r.pages.resize(1);
+    r.tokens.resize(1);
+    r.exact.resize(1);
+    for (std::int64_t s = 1; s <= r.n_steps; ++s)
+      for (std::int64_t h = 0; h < 2; ++h) {
+        const std::int64_t n = static_cast<std::int64_t>(r.live_positions(0, h, s).size());
+        std::vector<std::int64_t> ranks, pages, exact;
+        for (std::int64_t k = 0; k < n; ++k) {
+          if (rng() % 3 == 0) ranks.push_back(k);
+          if (rng() % 4 == 0) exact.push_back(k);
+        }
+        for (std::int64_t k : ranks)
+          if (pages.empty() || pages.back() != k / r.page) pages.push_back(k / r.page);
+        r.pages[0].append((n + r.page - 1) / r.page, pages);
+        if (n > 0 && rng() % 2)
+          r.tokens[0].append(n, ranks);
+        else
+          r.tokens[0].pad_to(r.tokens[0].entries() + 1);
+        if (n > 0 && rng() % 2)
+          r.exact[0].append(n, exact);
+        else
+          r.exact[0].pad_to(r.exact[0].entries() + 1);
+      }
+    ASSERT_EQ(r.check(), "");
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t s = 0; s <= r.n_steps; ++s) expect_step_recomputed(r, 0, h, s);
+  }
 }
 
 }  // namespace

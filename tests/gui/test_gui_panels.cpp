@@ -366,6 +366,70 @@ TEST_F(GuiPanels, FiguresDoNotRebuildWhileNothingChanges) {
   EXPECT_EQ(state_->attention.fig.builds(), builds + 1);
 }
 
+TEST_F(GuiPanels, SelectionViewShowsAStepAgainstTheExactTopKLinkedWithTheTimeline) {
+  // Head (0, 0) of the synthetic run selects per token with an exact top-k; the others per page.
+  const View selection{"selection"}, timeline{"timeline"};
+  state_->sel = {0, 0, -1};
+  draw_view_frames(selection, 4, false);
+  const Timeline* t = state_->a->timeline();
+  ASSERT_NE(t, nullptr);
+  SelectionState& st = state_->selection;
+  ASSERT_TRUE(st.steps.valid()) << st.steps.error();
+  EXPECT_EQ(state_->timeline.step, t->n_steps) << "no step chosen yet: the last";
+  EXPECT_EQ(st.step.step, t->n_steps);
+  ASSERT_TRUE(st.step.exact && st.step.per_token);
+  const auto* strip = std::get_if<viz::Heatmap>(&st.steps.figure().panels.at(0));
+  ASSERT_NE(strip, nullptr);
+  EXPECT_EQ(strip->categories.size(), 4u);
+  EXPECT_NE(strip->title.find(" hit, "), std::string::npos) << strip->title;
+  ASSERT_EQ(strip->cols, static_cast<std::int64_t>(st.step.live.size())) << "one column per entry at 1400 px";
+  ASSERT_TRUE(std::holds_alternative<viz::LinePlot>(st.steps.figure().panels.at(1)));
+
+  // Clicking an entry of the strip selects its token.
+  const auto cell = st.steps.cell_rect(0, 0, 3);
+  ASSERT_TRUE(cell);
+  const ImVec2 c{static_cast<float>(cell->x + cell->w / 2), static_cast<float>(cell->y + cell->h / 2)};
+  ASSERT_EQ(st.steps.hit(c)->col, 3);
+  Ui ui{im_->fonts(), textures_, catalog_, nullptr};
+  im_->frame([&] { draw_app(*state_, ui); }, c, false);
+  im_->frame([&] { draw_app(*state_, ui); }, c, true);
+  im_->frame([&] { draw_app(*state_, ui); }, c, false);
+  EXPECT_EQ(state_->sel.token, st.step.live[3]);
+
+  // Nothing changes: no rebuild; another step: one, and the classification follows.
+  const auto builds = st.steps.builds();
+  draw_view_frames(selection, 5, false);
+  EXPECT_EQ(st.steps.builds(), builds);
+  state_->timeline.step = 3;
+  draw_view_frames(selection, 2, false);
+  EXPECT_EQ(st.steps.builds(), builds + 1);
+  EXPECT_EQ(st.step.step, 3);
+  EXPECT_EQ(st.step.live, t->live_positions(0, 0, 3));
+
+  // Clicking a step of the Timeline view's one-head map moves the Selection view to it.
+  draw_view_frames(timeline, 3, false);
+  const auto row = state_->timeline.fig.cell_rect(0, 10, 5);
+  ASSERT_TRUE(row);
+  const ImVec2 m{static_cast<float>(row->x + row->w / 2), static_cast<float>(row->y + row->h / 2)};
+  im_->frame([&] { draw_app(*state_, ui); }, m, false);
+  im_->frame([&] { draw_app(*state_, ui); }, m, true);
+  im_->frame([&] { draw_app(*state_, ui); }, m, false);
+  EXPECT_EQ(state_->timeline.step, 10) << "one row per step (25 steps)";
+  draw_view_frames(selection, 2, false);
+  EXPECT_EQ(st.step.step, 10);
+
+  // A head recorded per page: selected pages only, and the strip's title says why.
+  state_->sel = {1, 1, -1};
+  draw_view_frames(selection, 8);  // with the mouse sweeping (tooltips)
+  EXPECT_FALSE(st.step.exact);
+  EXPECT_FALSE(st.step.per_token);
+  strip = std::get_if<viz::Heatmap>(&st.steps.figure().panels.at(0));
+  ASSERT_NE(strip, nullptr);
+  EXPECT_EQ(strip->categories.size(), 2u);
+  EXPECT_NE(strip->title.find("(per page of 16) · no exact top-k: pin the head (--pin 1:1"), std::string::npos)
+      << strip->title;
+}
+
 TEST_F(GuiPanels, ExportWritesTheFigureTheViewDraws) {
   draw_view_frames(View::kHeads, 3, false);
   const viz::Figure& f = state_->heads.fig.figure();
@@ -512,6 +576,10 @@ TEST(GuiOptionsTest, StartRunReadsTheRunViewFieldsFromJson) {
   EXPECT_NE(error_of(R"({"budget_value": "high"})").find("'budget_value' must be a number"), std::string::npos);
   EXPECT_NE(error_of("[1, 2]").find("expected a JSON object"), std::string::npos);
   EXPECT_NE(error_of("{oops").find("not JSON"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"random_init": "cfg.json", "tokenizer_path": "tok.json"})"), "accepted");
+  EXPECT_EQ(r.random_init, "cfg.json");
+  EXPECT_EQ(r.tokenizer_path, "tok.json");
+  EXPECT_NE(error_of(R"({"random_init": 3})").find("'random_init' must be a string"), std::string::npos);
   remove_tree(dir);
 }
 

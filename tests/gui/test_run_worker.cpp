@@ -147,6 +147,14 @@ TEST(RunWorker, BadRequestsFailWithAMessage) {
       registry, r, [](const RunUpdate&) {}, cancel);
   EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
   EXPECT_NE(done.text.find("nosuchpolicy"), std::string::npos);
+  // A random-init model without a tokenizer cannot encode the prompt: refused before any load.
+  r.pipeline_spec.clear();
+  r.model_path.clear();
+  r.random_init = "bench/configs/llama-3.1-8b.json";
+  done = execute_run(
+      registry, r, [](const RunUpdate&) {}, cancel);
+  EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
+  EXPECT_NE(done.text.find("needs a tokenizer"), std::string::npos) << done.text;
 }
 
 }  // namespace

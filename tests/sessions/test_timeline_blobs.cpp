@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 /// 2 layers x 2 KV heads, 10 prompt positions + 5 decode steps. Head (0,0): prefill keeps 0-3 and
 /// 7-9, decode appends never leave. Head (0,1): a ring of 2 sinks + 6 (positions 2.. leave as
-/// position p + 6 enters). Layer 1: nothing evicted. Selections: pages of 4, head (1,0) per token.
+/// position p + 6 enters). Layer 1: nothing evicted. Selections: pages of 4, head (1,0) per token
+/// with its exact top-k (ranks 0 and n_live - 1: one hit, one miss).
 Timeline sample() {
   Timeline t;
   t.n_layer = 2;
@@ -40,15 +41,19 @@ Timeline sample() {
   }
   t.pages.resize(2);
   t.tokens.resize(2);
+  t.exact.resize(2);
   for (int64_t s = 1; s <= 5; ++s)
     for (int64_t l = 0; l < 2; ++l)
       for (int64_t h = 0; h < 2; ++h) {
         const int64_t n_live = static_cast<int64_t>(t.live_positions(l, h, s).size());
         t.pages[l].append((n_live + 3) / 4, {0, (n_live - 1) / 4});  // the first and the last page
-        if (l == 1 && h == 0)
+        if (l == 1 && h == 0) {
           t.tokens[l].append(n_live, {1, n_live - 1});
-        else
+          t.exact[l].append(n_live, {n_live - 1, 0});
+        } else {
           t.tokens[l].pad_to(t.tokens[l].entries() + 1);
+          t.exact[l].pad_to(t.exact[l].entries() + 1);
+        }
       }
   t.recall.assign(5 * 2 * 2, 0.5f);
   t.recall[0] = std::numeric_limits<float>::quiet_NaN();
@@ -68,6 +73,14 @@ TEST(Timeline, LiveSetsSelectionsAndCursor) {
   EXPECT_TRUE(t.has_tokens(1, 0, 2));
   EXPECT_EQ(*t.selected_positions(1, 0, 2), (std::vector<int64_t>{1, 11}));
   EXPECT_FALSE(t.selected_positions(0, 0, 0).has_value()) << "the prefill selects nothing";
+  EXPECT_TRUE(t.has_exact(1, 0, 2));
+  EXPECT_FALSE(t.has_exact(0, 0, 2));
+  EXPECT_EQ(*t.exact_positions(1, 0, 2), (std::vector<int64_t>{0, 11}));
+  const std::vector<int64_t> live = t.live_positions(1, 0, 4);
+  EXPECT_EQ(*t.exact_positions(1, 0, 4, &live), (std::vector<int64_t>{0, 13}));
+  EXPECT_FALSE(t.exact_positions(0, 1, 3).has_value());
+  EXPECT_FALSE(t.exact_positions(1, 0, 0).has_value()) << "nothing at the prefill";
+  EXPECT_THROW(t.exact_positions(1, 2, 1), std::out_of_range);
   EXPECT_TRUE(std::isnan(t.recall_at(1, 0, 0)));
   EXPECT_EQ(t.recall_at(1, 0, 1), 0.5f);
   EXPECT_THROW(t.live_positions(2, 0, 0), std::out_of_range);
@@ -122,6 +135,15 @@ TEST(Timeline, CheckNamesWhatIsWrong) {
   t = sample();
   t.recall.pop_back();
   EXPECT_NE(t.check().find("recall"), std::string::npos);
+  t = sample();
+  t.exact[0].offsets.push_back(t.exact[0].offsets.back());
+  EXPECT_NE(t.check().find("exact top-k records do not cover every step and head"), std::string::npos) << t.check();
+  t = sample();
+  t.exact.pop_back();
+  EXPECT_NE(t.check().find("exact top-k records not one per layer"), std::string::npos) << t.check();
+  t = sample();
+  t.exact[1].bits.push_back(0);
+  EXPECT_NE(t.check().find("exact top-k records: offsets"), std::string::npos) << t.check();
 }
 
 class TimelineBlobs : public ::testing::Test {
@@ -163,11 +185,27 @@ TEST_F(TimelineBlobs, RoundTripAndRunsWithoutOne) {
     EXPECT_EQ(back->pages[l].bits, t.pages[l].bits);
     EXPECT_EQ(back->pages[l].offsets, t.pages[l].offsets);
     EXPECT_EQ(back->tokens[l].bits, t.tokens[l].bits);
+    EXPECT_EQ(back->exact[l].bits, t.exact[l].bits);
+    EXPECT_EQ(back->exact[l].offsets, t.exact[l].offsets);
   }
   EXPECT_EQ(back->recall.size(), t.recall.size());
   EXPECT_EQ(*back->selected_positions(1, 0, 2), (std::vector<int64_t>{1, 11}));
+  EXPECT_EQ(*back->exact_positions(1, 0, 2), (std::vector<int64_t>{0, 11}));
   EXPECT_FALSE(load_timeline(s, other).has_value()) << "a run recorded without one";
   EXPECT_TRUE(timeline_blobs(Timeline{}).empty());
+  // A run recorded before the exact top-k was (or at capture summary): no exact blobs, no record.
+  Timeline older = sample();
+  older.exact.clear();
+  const int64_t old_run = new_run(s);
+  for (const Blob& b : timeline_blobs(older)) {
+    EXPECT_EQ(b.name.find("timeline.exact"), std::string::npos) << b.name;
+    s.add_blob(old_run, b);
+  }
+  const auto old_back = load_timeline(s, old_run);
+  ASSERT_TRUE(old_back.has_value());
+  EXPECT_TRUE(old_back->exact.empty());
+  EXPECT_FALSE(old_back->exact_positions(1, 0, 2).has_value());
+  EXPECT_EQ(*old_back->selected_positions(1, 0, 2), (std::vector<int64_t>{1, 11}));
 }
 
 TEST_F(TimelineBlobs, MalformedBlobsAreRefusedByName) {
@@ -202,6 +240,20 @@ TEST_F(TimelineBlobs, MalformedBlobsAreRefusedByName) {
   std::vector<Blob> wrong_type = without("timeline.entered_at", -1);
   wrong_type.push_back(Blob::of<int64_t>("timeline.entered_at", -1, -1, {15}, std::vector<int64_t>(15, 0)));
   expect_error(wrong_type, "'timeline.entered_at': dtype i64");
+  // The exact top-k: a layer missing, its offsets missing, short, or past the bitmap; a wrong dtype.
+  expect_error(without("timeline.exact", 1), "'timeline.exact': missing for layer 1");
+  expect_error(without("timeline.exact_offsets", 0), "'timeline.exact_offsets': missing for layer 0");
+  std::vector<Blob> short_exact = without("timeline.exact_offsets", 1);
+  short_exact.push_back(Blob::of<int64_t>("timeline.exact_offsets", 1, -1, {3}, std::vector<int64_t>{0, 1, 2}));
+  expect_error(short_exact, "'timeline.exact_offsets': layer 1: 3 offsets, expected n_steps x n_head_kv + 1 = 11");
+  std::vector<Blob> past = without("timeline.exact_offsets", 1);
+  std::vector<int64_t> offsets(11, 0);
+  offsets[5] = 1000;
+  past.push_back(Blob::of<int64_t>("timeline.exact_offsets", 1, -1, {11}, offsets));
+  expect_error(past, "'timeline.exact_offsets': layer 1: offset 5 (1000) does not index");
+  std::vector<Blob> exact_type = without("timeline.exact", 0);
+  exact_type.push_back(Blob::of<int32_t>("timeline.exact", 0, -1, {2}, std::vector<int32_t>{0, 0}));
+  expect_error(exact_type, "'timeline.exact': dtype i32");
 }
 
 }  // namespace

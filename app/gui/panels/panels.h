@@ -17,6 +17,11 @@ void fidelity(AppState& s, Ui& ui);
 void timeline(AppState& s, Ui& ui);
 void selection(AppState& s, Ui& ui);
 void compare(AppState& s, Ui& ui);
+/// The Selection view's step section (selection_steps.cpp): for the selected head of run A with a
+/// timeline, a step control (shared with the Timeline view) and what the head selected at that step
+/// against the exact top-k, in `height` px. Draws nothing (returns false) for a run without a
+/// timeline.
+bool selection_steps(AppState& s, Ui& ui, float height);
 /// The export dialog (a popup; opened by s.exporting.open).
 void export_dialog(AppState& s, Ui& ui);
 

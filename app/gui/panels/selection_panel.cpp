@@ -1,5 +1,8 @@
 // Selection: everything about the selected layer / KV head (and token): its metrics with their
-// percentile among all heads, its kept set, bookmarks, and stored blobs the other views do not show.
+// percentile among all heads, its kept set, bookmarks, and stored blobs the other views do not show;
+// for a run with a timeline, what the head's decode-time selection read at a step against the
+// exact top-k (selection_steps.cpp).
+#include <algorithm>
 #include <cmath>
 
 #include "../ui_util.h"
@@ -112,6 +115,7 @@ void selection(AppState& s, Ui& ui) {
     ImGui::TextDisabled("decode-time selection recall: mean %.3f over %lld steps",
                         n ? sum / static_cast<double>(n) : NAN, static_cast<long long>(n));
   }
+  if (a.has_timeline) selection_steps(s, ui, std::max(300.0f, ImGui::GetContentRegionAvail().y * 0.55f));
   if (await_parts(s, {&s.a}, {Part::kKept}, sel.layer, figure_size())) {
     const std::string key = run_key(&a) + "|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "," +
                             std::to_string(sel.token);

@@ -1,7 +1,8 @@
 // Timeline: what the pipeline kept, selected and evicted at every decode step, per token position
 // (kvscope/core/timeline.h): the selected KV head as one map (step down, position across) with its
 // live / selected entries and recall per step, or every layer x KV head as small maps. Hover names
-// the token, position, step and its state; clicking a head in the grid opens it.
+// the token, position, step and its state; clicking a head in the grid opens it, clicking the
+// one-head map selects the token and the step (the Selection view's step).
 #include <algorithm>
 #include <cmath>
 
@@ -24,7 +25,8 @@ void head_tooltip(const RunData& a, const Timeline& t, std::int64_t layer, std::
   else
     ImGui::Text("steps %lld .. %lld", static_cast<long long>(s0), static_cast<long long>(s1));
   if (p0 == p1 && p0 < t.n_positions) {
-    const std::string text = p0 < a.n_tok ? display_token(a.token_text[static_cast<std::size_t>(p0)]) : "(generated)";
+    const std::string* tok = a.position_text(p0);
+    const std::string text = tok ? display_token(*tok) : "(a later turn's token)";
     ImGui::Text("position %lld: %s", static_cast<long long>(p0), text.c_str());
     const std::int32_t out = t.evicted_step(layer, head, p0);
     const auto cause = static_cast<EvictionCause>(
@@ -41,9 +43,12 @@ void head_tooltip(const RunData& a, const Timeline& t, std::int64_t layer, std::
         if (const auto sel = t.selected_positions(layer, head, s0, &live))
           ImGui::Text("%s at this step (%zu read, %s)",
                       std::binary_search(sel->begin(), sel->end(), p0) ? "selected" : "not selected", sel->size(),
-                      t.has_tokens(layer, head, s0) ? "per token" : "per page of " + std::to_string(t.page));
+                      t.has_tokens(layer, head, s0) ? "per token" : ("per page of " + std::to_string(t.page)).c_str());
         if (const float r = t.recall_at(s0, layer, head); !std::isnan(r))
           ImGui::Text("recall of the exact top-k at this step: %.3f", r);
+        if (const auto ex = t.exact_positions(layer, head, s0, &live))
+          ImGui::Text("%s the exact top-k (%zu entries)",
+                      std::binary_search(ex->begin(), ex->end(), p0) ? "in" : "not in", ex->size());
       } else {
         ImGui::TextDisabled("not in the cache at this step");
       }
@@ -90,7 +95,10 @@ void timeline(AppState& s, Ui& ui) {
     ImGui::SameLine();
     ImGui::TextDisabled("   %lld positions x %lld decode steps; selections per page of %lld%s",
                         static_cast<long long>(t->n_positions), static_cast<long long>(t->n_steps),
-                        static_cast<long long>(t->page), t->tokens.empty() ? "" : " (pinned heads per token)");
+                        static_cast<long long>(t->page),
+                        t->tokens.empty()  ? ""
+                        : t->exact.empty() ? " (pinned heads per token)"
+                                           : " (pinned heads per token, with their exact top-k)");
   }
   const ImVec2 size = figure_size();
   const std::string key =
@@ -122,9 +130,11 @@ void timeline(AppState& s, Ui& ui) {
   const std::int64_t head = std::clamp<std::int64_t>(s.sel.head, 0, t->n_head_kv - 1);
   head_tooltip(a, *t, layer, head, *h, hit->row, hit->col);
   if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
-    const std::int64_t N = std::max<std::int64_t>(t->n_positions, 1);
+    const std::int64_t N = std::max<std::int64_t>(t->n_positions, 1), S = t->n_steps + 1;
     const std::int64_t p = (hit->col * N + h->cols - 1) / h->cols;
     if (p < a.n_tok) s.sel.token = p;  // linked: the token views mark it
+    const std::int64_t step = (hit->row * S + h->rows - 1) / h->rows;
+    if (step >= 1) st.step = step;  // linked: the Selection view shows this step
   }
 }
 

@@ -74,7 +74,8 @@ Prepared prepare(const at::Tensor& window_queries, const at::Tensor& keys) {
 at::Tensor run_vote(Prepared& p) {
   const c10::cuda::CUDAGuard guard(p.k.device());
   kk::WindowVoteArgs& a = p.args;
-  at::Tensor out = at::empty({a.n_head_kv, a.group, a.n - a.window}, p.k.options().dtype(at::kFloat));
+  at::Tensor out =
+      at::empty({a.n_head_kv, a.group, a.all_columns ? a.n : a.n - a.window}, p.k.options().dtype(at::kFloat));
   a.out = out.data_ptr<float>();
   at::Tensor ws = at::empty({static_cast<int64_t>(kk::window_vote_workspace_bytes(a))}, p.k.options().dtype(at::kByte));
   check_cuda(kk::window_vote(a, ws.data_ptr(), at::cuda::getCurrentCUDAStream()), "window_vote");
@@ -83,10 +84,15 @@ at::Tensor run_vote(Prepared& p) {
 
 }  // namespace
 
-at::Tensor window_vote(const at::Tensor& window_queries, const at::Tensor& keys) {
+at::Tensor window_vote(const at::Tensor& window_queries, const at::Tensor& keys, bool all_columns) {
   Prepared p = prepare(window_queries, keys);
   if (!p.why_not.empty()) bad(p.why_not);
+  p.args.all_columns = all_columns;
   return run_vote(p);
+}
+
+bool window_vote_supported(const at::Tensor& window_queries, const at::Tensor& keys) {
+  return prepare(window_queries, keys).why_not.empty();
 }
 
 at::Tensor snapkv_window_scores(const at::Tensor& window_queries, const at::Tensor& keys, int64_t pool_kernel,
@@ -114,7 +120,9 @@ at::Tensor snapkv_window_scores(const at::Tensor& window_queries, const at::Tens
 
 #else  // !KVSCOPE_HAVE_CUDA_KERNELS
 
-at::Tensor window_vote(const at::Tensor&, const at::Tensor&) { detail::unavailable("window_vote"); }
+at::Tensor window_vote(const at::Tensor&, const at::Tensor&, bool) { detail::unavailable("window_vote"); }
+
+bool window_vote_supported(const at::Tensor&, const at::Tensor&) { return false; }
 
 at::Tensor snapkv_window_scores(const at::Tensor&, const at::Tensor&, int64_t, bool, GroupReduce) { return {}; }
 

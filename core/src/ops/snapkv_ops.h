@@ -14,13 +14,17 @@ namespace kvscope::ops {
 enum class GroupReduce { kMean, kSum, kMax };
 
 /// s[h,g,j] = (1/w) Σ_i softmax_j(q_{g,i}·k_j / sqrt(D)) over the causal window rows (SnapKV §4.1,
-/// kvpress's mean), for the columns j < n - w. window_queries: [w, n_head, D] (the last w queries
-/// of the prompt, at key positions n - w .. n - 1); keys: [n_head_kv, n, D]; both bf16 or fp16 on
+/// kvpress's mean), for the columns j < n - w (all_columns: every column j < n, the window's own
+/// under the causal mask, so each (h, g) row sums to 1: capture's window attention). window_queries: [w, n_head, D]
+/// (the last w queries of the prompt, at key positions n - w .. n - 1); keys: [n_head_kv, n, D]; both bf16 or fp16 on
 /// one CUDA device, D a multiple of 16 (<= 256), 1 <= w < n, n_head = G * n_head_kv with G * w <=
-/// the kernel's resident-row limit. Returns fp32 [n_head_kv, G, n - w]. Errors:
+/// the kernel's resident-row limit. Returns fp32 [n_head_kv, G, n - w] ([n_head_kv, G, n]). Errors:
 /// std::invalid_argument for shapes / dtypes / devices the kernels refuse, std::runtime_error for a
 /// failed launch.
-at::Tensor window_vote(const at::Tensor& window_queries, const at::Tensor& keys);
+at::Tensor window_vote(const at::Tensor& window_queries, const at::Tensor& keys, bool all_columns = false);
+
+/// Whether window_vote takes these inputs (CUDA kernels built, shapes and dtypes it accepts).
+bool window_vote_supported(const at::Tensor& window_queries, const at::Tensor& keys);
 
 /// SnapKV §4.1-4.2 scores of the columns j < n - w: pool_kernel-wide pooling (odd; avg counts the
 /// zero padding as avg_pool1d does, max as max_pool1d) of each query head's vote, then `reduce` over

@@ -157,6 +157,7 @@ class PagedSelectionBase : public DecodeSelectionBase {
   bool stages_graph_selections() const override { return stage_dev_.defined(); }
   void stage_graph_selections() override;
   StepSelections staged_graph_selections() const override;
+  std::pair<at::Tensor, at::Tensor> device_selection(int64_t layer) const override;
 
  protected:
   /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =
@@ -184,6 +185,7 @@ class PagedSelectionBase : public DecodeSelectionBase {
   /// read, then the count), on the device (written inside the graph) and pinned on the host.
   at::Tensor stage_dev_, stage_host_;
   int64_t stage_width_ = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> device_selection_;  // per layer: the graph path's last page_select
 };
 
 }  // namespace kvscope::policies

@@ -173,6 +173,10 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
       ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
                        pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep, kv.k, offset_dev);
   if (record) record_fused_selection(index, count);
+  if (!record) {
+    if (static_cast<int64_t>(device_selection_.size()) <= layer) device_selection_.resize(layer + 1);
+    device_selection_[layer] = {index, count};
+  }
   if (!record && stage_dev_.defined()) {  // the graph path: copies captured with the step
     const int64_t H = index.size(0), W = std::min(index.size(1), stage_width_);
     at::Tensor slot =
@@ -238,6 +242,11 @@ StepSelections PagedSelectionBase::staged_graph_selections() const {
     out.offsets.push_back(static_cast<int64_t>(out.rows.size()));
   }
   return out;
+}
+
+std::pair<at::Tensor, at::Tensor> PagedSelectionBase::device_selection(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(device_selection_.size())) return {};
+  return device_selection_[layer];
 }
 
 int64_t PagedSelectionBase::after_graph_step(const KvCache& cache) {

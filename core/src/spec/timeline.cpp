@@ -114,6 +114,27 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Timeline::selected_ranks
   return out;
 }
 
+bool Timeline::has_exact(int64_t layer, int64_t head, int64_t step) const {
+  check_index(*this, layer, head, -1, step);
+  if (step < 1 || exact.empty()) return false;
+  return exact[layer].size((step - 1) * n_head_kv + head) > 0;
+}
+
+std::optional<std::vector<int64_t>> Timeline::exact_positions(int64_t layer, int64_t head, int64_t step,
+                                                              const std::vector<int64_t>* live) const {
+  if (!has_exact(layer, head, step)) return std::nullopt;
+  std::vector<int64_t> own;
+  if (!live) live = &(own = live_positions(layer, head, step));
+  const int64_t e = (step - 1) * n_head_kv + head;
+  const SelectionBits& s = exact[layer];
+  std::vector<int64_t> out;
+  for (int64_t r : set_bits(s.bits.data() + s.offsets[e], s.size(e))) {
+    if (r >= static_cast<int64_t>(live->size())) break;  // ascending: the rest are past the live set too
+    out.push_back((*live)[r]);
+  }
+  return out;
+}
+
 std::optional<std::vector<int64_t>> Timeline::selected_positions(int64_t layer, int64_t head, int64_t step,
                                                                  const std::vector<int64_t>* live) const {
   std::vector<int64_t> own;
@@ -152,13 +173,14 @@ std::string Timeline::check() const {
       return "position " + std::to_string(i % static_cast<size_t>(n_positions)) + " evicted at step " +
              std::to_string(e) + " before it entered at step " + std::to_string(in);
   }
-  for (const auto* sel : {&pages, &tokens}) {
-    if (!sel->empty() && static_cast<int64_t>(sel->size()) != n_layer) return "selections not one per layer";
+  for (const auto& [sel, name] :
+       {std::pair{&pages, "selections"}, std::pair{&tokens, "selections"}, std::pair{&exact, "exact top-k records"}}) {
+    if (!sel->empty() && static_cast<int64_t>(sel->size()) != n_layer) return std::string(name) + " not one per layer";
     for (const SelectionBits& b : *sel) {
-      if (b.entries() != n_steps * n_head_kv) return "selections do not cover every step and head";
+      if (b.entries() != n_steps * n_head_kv) return std::string(name) + " do not cover every step and head";
       if (b.offsets.front() != 0 || b.offsets.back() != static_cast<int64_t>(b.bits.size()) ||
           !std::is_sorted(b.offsets.begin(), b.offsets.end()))
-        return "selection offsets are not increasing within the bitmap";
+        return std::string(name) + ": offsets are not increasing within the bitmap";
     }
   }
   if (!recall.empty() && recall.size() != static_cast<size_t>(n_steps * n_layer * n_head_kv))

@@ -29,7 +29,7 @@ CaptureLevel parse_capture_level(const std::string& text);
 ///   channel_cv     mean over channels of CV_j = std_t(w_tj) / mean_t(w_tj), w = |q̄_j|·|k_tj| (SPARK Fig. 2b)
 const std::vector<std::string>& summary_metric_names();
 
-/// One layer's capture. Arrays are fp32 on CPU.
+/// One layer's capture. Arrays are fp32, on CPU after captures_to_host().
 struct LayerCapture {
   at::Tensor summary;       // [n_head_kv, n_summary_metrics]
   at::Tensor attention;     // full: [n_head_kv, n_tok] window-mean attention (group mean), sums to 1
@@ -51,14 +51,22 @@ class TopkUnion {
   /// int64 [n_layer, n_head]: distinct positions picked so far.
   at::Tensor unique_counts() const;
   int64_t k() const { return k_; }
+  /// Layer `layer`'s flags, bool [n_head, max_positions] on the device (the graph path's exact
+  /// top-k oracle, core/src/decode_oracle.h, sets them in place).
+  const at::Tensor& seen(int64_t layer) const { return seen_.at(layer); }
 
  private:
   int64_t k_;
   std::vector<at::Tensor> seen_;  // per layer: bool [n_head, max_positions] on the device
 };
 
-/// Computes a layer's capture from the prefill inputs (queries, keys before eviction).
-/// `window`: observation window for the attention statistics (clamped to the queries available).
+/// Computes a layer's capture from the prefill inputs (queries, keys before eviction), on their
+/// device and without waiting for it (CUDA: kernels/head_stats.h beside the SnapKV window-voting
+/// kernels). `window`: observation window for the attention statistics (clamped to the queries
+/// available). The tensors stay on the device until captures_to_host().
 LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel level);
+
+/// Moves every layer's capture to the host as fp32 CPU tensors (the summaries in one copy).
+void captures_to_host(std::vector<LayerCapture>& captures);
 
 }  // namespace kvscope

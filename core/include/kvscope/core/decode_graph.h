@@ -26,8 +26,10 @@ class DecodeGraph {
   /// Captures one step at the cache's current lengths and position (one warm-up step runs first
   /// and is undone). The cache (and policy) must outlive the graph and the cache get no other
   /// appends while it is used. `decode_attention`: optional, already prepare_graph()ed.
+  /// `after_attention`: optional, captured into the step after each layer's attention (engine.h).
   /// Throws std::runtime_error when not supported() or when capture fails.
-  DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention = nullptr);
+  DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention = nullptr,
+              DeviceLayerHook after_attention = {});
   ~DecodeGraph();
   DecodeGraph(const DecodeGraph&) = delete;
   DecodeGraph& operator=(const DecodeGraph&) = delete;

@@ -26,6 +26,14 @@ using LayerObserver = std::function<void(const LayerEvent&)>;
 
 class DecodeAttentionPolicy;
 
+/// Called inside Engine::decode_step_device after each layer's attention with the layer index,
+/// the step's post-RoPE queries q [B * n_head, head_dim] and the layer's device offsets and live
+/// lengths (int64 [n_head_kv], the step's entry included). What it enqueues is captured with the
+/// step (DecodeGraph), so it must not read the device back nor depend on host state that changes
+/// between replays (capture full's exact top-k oracle: core/src/decode_oracle.h).
+using DeviceLayerHook =
+    std::function<void(int64_t layer, const at::Tensor& q, const at::Tensor& offset, const at::Tensor& length)>;
+
 /// Device-resident inputs of a decode step that never reads the host, so a CUDA graph can capture
 /// it (DecodeGraph). All tensors on the model's CUDA device.
 struct DeviceDecodeState {
@@ -38,8 +46,9 @@ struct DeviceDecodeState {
   at::Tensor position;  ///< int64 [1]: its position; the step adds 1
   std::vector<at::Tensor>
       meta;  ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append tickets (zeros)
-  std::vector<int64_t> max_len;    ///< per layer: host bound of every length after the step (e.g. capacity)
-  std::vector<int64_t> total_len;  ///< per layer: host bound of their sum
+  std::vector<int64_t> max_len;     ///< per layer: host bound of every length after the step (e.g. capacity)
+  std::vector<int64_t> total_len;   ///< per layer: host bound of their sum
+  DeviceLayerHook after_attention;  ///< optional, see DeviceLayerHook
 };
 
 class Engine {
@@ -91,6 +100,7 @@ class Engine {
     at::Tensor offset, length, tickets, position;
     int64_t max_len, total_len;
     bool commit;
+    const DeviceLayerHook* hook = nullptr;  ///< decode_step_device's after_attention
   };
   DecodeRows decode_layer_cuda(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
                                const LayerObserver& observer, DecodeAttentionPolicy* decode_attention,

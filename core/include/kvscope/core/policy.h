@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -142,6 +143,11 @@ class DecodeAttentionPolicy : public Policy {
   virtual void stage_graph_selections() {}
   /// The staged selections; valid once the stream has passed the copy (any later sync).
   virtual StepSelections staged_graph_selections() const { return {}; }
+  /// What the last attend_device of `layer` selected, as device tensors the graph keeps: {rows
+  /// int32 [n_head_kv, S] (within each head, the first count[h] valid), count int64 [n_head_kv]};
+  /// empty for policies that select nothing or keep no such buffers. For the exact top-k oracle
+  /// (DeviceLayerHook) that runs after the layer's attention inside the same graph.
+  virtual std::pair<at::Tensor, at::Tensor> device_selection(int64_t layer) const { return {}; }
 };
 
 /// The catalogue of policies (policy_catalog.h) with a factory per policy. Built once in main by

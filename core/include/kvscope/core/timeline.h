@@ -11,6 +11,9 @@
 // caches keep rows in position order), so a page of `page` ranks is the page a Quest / HSA side
 // store summarises; for a streaming head the pages are of its sorted ring. A selection is kept as
 // a bitmap over pages (every head) and over ranks (pinned heads, or every head of a small run).
+// At capture full, the exact top-k each per-rank selection is measured against (RocketKV's
+// Exact-TopK oracle, Behnam et al. 2025 §A.3 / Fig. 2; docs/methods.md §1.8, §7.10) is kept over
+// ranks too, beside it.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -57,6 +60,13 @@ struct Timeline {
   std::vector<uint8_t> evicted_by;    ///< [n_layer, n_head_kv, n_positions]: EvictionCause
   std::vector<SelectionBits> pages;   ///< [n_layer]: per step and head, selected pages (empty: none)
   std::vector<SelectionBits> tokens;  ///< [n_layer]: per step and head, selected ranks (pinned heads)
+  /// [n_layer], entries and rank space as `tokens`: per decode step and head, the ranks of the exact
+  /// top-k that `recall` measures the selection against (capture full; heads recorded per token).
+  /// k = entries selected. A selection shared by the KV group ([1, k]): the k largest group-summed
+  /// q·k logits; one per query head ([G, k]): the union over the group of each query head's own k
+  /// largest, so up to G·k ranks. Empty entry: not recorded (no recall that step, or a page-only
+  /// head); empty vector: not recorded at all (capture summary, or a run recorded before it).
+  std::vector<SelectionBits> exact;
   /// Per decode step, per (layer, KV head): share of the exact top-k (k = entries selected,
   /// group-summed q·k logits, or per query head for per-head selections) that the selection holds.
   /// [n_steps, n_layer, n_head_kv]; NaN where no selection or a dense step; empty when not recorded.
@@ -80,6 +90,13 @@ struct Timeline {
   /// when the step has no selection. `*token` (optional) says whether the record is per token.
   std::optional<std::vector<std::pair<int64_t, int64_t>>> selected_ranks(int64_t layer, int64_t head, int64_t step,
                                                                          int64_t n_live, bool* token = nullptr) const;
+  /// True when step `step` of (layer, head) has an exact top-k record.
+  bool has_exact(int64_t layer, int64_t head, int64_t step) const;
+  /// Positions, ascending, of the exact top-k of (layer, head) at decode step `step` (1 .. n_steps)
+  /// (see `exact`); nullopt when not recorded. `live` (optional) = live_positions(layer, head, step).
+  /// Throws std::out_of_range outside the record.
+  std::optional<std::vector<int64_t>> exact_positions(int64_t layer, int64_t head, int64_t step,
+                                                      const std::vector<int64_t>* live = nullptr) const;
   /// Recall at (step, layer, head); NaN when absent.
   float recall_at(int64_t step, int64_t layer, int64_t head) const;
   /// Checks sizes against n_layer, n_head_kv, n_positions and n_steps. Returns the first problem,

@@ -3,6 +3,7 @@
 // cache's host state (lengths, ring cursors) and one read of the live positions after each prefill;
 // selections from the decode policy's last_selection(); nothing is synchronised per decode step
 // except what the selection read-back already costs.
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -22,7 +23,8 @@ struct TimelineOptions {
   /// Every head is recorded per token when that record is at most this many bytes (before zstd):
   /// n_layer · n_head_kv · positions · steps / 8.
   int64_t all_tokens_bytes = int64_t(8) << 20;
-  /// Also compute, per decode step and (layer, KV head), the recall of the exact top-k.
+  /// Also compute, per decode step and (layer, KV head), the recall of the exact top-k, and keep that
+  /// top-k (Timeline::exact) for the heads recorded per token.
   bool recall = false;
 };
 
@@ -44,15 +46,38 @@ class TimelineRecorder {
   /// After a whole decode step that appended `position` to every head.
   void after_decode(const KvCache& cache, int64_t position);
   /// The rows the decode policy read in layer `layer` this step (DecodeAttentionPolicy::
-  /// last_selection: per KV head int64 [1, n] or [G, n] storage rows), with the step's post-RoPE
-  /// queries q [n_head, head_dim] for the recall. Call after after_layer(layer).
+  /// last_selection: per KV head int64 [1, k] or [G, k] storage rows), with the step's post-RoPE
+  /// queries q [n_head, head_dim] for the recall. Call after after_layer(layer). With
+  /// TimelineOptions::recall, per head with k < live entries: recall = |selection ∩ exact top-k| / k
+  /// (per query head and averaged for [G, k]), the exact top-k being the k largest group-summed
+  /// q·k logits ([1, k]) or each query head's own k largest ([G, k]; RocketKV's Exact-TopK oracle,
+  /// §A.3 / Fig. 2, docs/methods.md §7.10). For the heads recorded per token that top-k (the union
+  /// over the group for [G, k]) goes to on_exact() when the step's values are read back (the next
+  /// begin_step(), step_recall_mean() or finish(): one device read per step for all of them).
   void on_selection(const KvCache& cache, int64_t layer, const std::vector<at::Tensor>& rows, const at::Tensor& q);
+  /// Records the exact top-k of (layer, head) at the current decode step (Timeline::exact): `rows`
+  /// = its storage rows in the head's current cache, any order, duplicates allowed (turned into ranks
+  /// as the selections are); entries of earlier heads and steps not given stay empty. For a second
+  /// producer of the oracle (on_selection() is the first). Ignored before the first decode step;
+  /// throws std::logic_error for a head already recorded at this step (or one before it, out of
+  /// order) or a row outside the head's cache.
+  void on_exact(const KvCache& cache, int64_t layer, int64_t head, std::vector<int64_t> rows);
   /// The same for every layer of a step from host rows (DecodeAttentionPolicy::graph_selections:
   /// one selection per KV head, ascending), without recall. Call after after_decode().
   void on_selections(const KvCache& cache, const StepSelections& s);
+  /// The current step's recall from another producer (the graph path's DecodeOracle): values
+  /// [n_layer * n_head_kv] (NaN: none). Ignored when recall is off or before the first decode step;
+  /// throws std::invalid_argument for another size.
+  void on_recall(const std::vector<float>& values);
   /// Mean of the current step's recall values over (layer, KV head), nullopt when none (reads the
   /// pending device values back).
   std::optional<double> step_recall_mean();
+  /// True when head h of `layer` records its selections per token.
+  bool per_token(int64_t layer, int64_t h) const {
+    return all_tokens_ || pinned_[static_cast<size_t>(layer * t_.n_head_kv + h)];
+  }
+  /// True when some head records per token.
+  bool any_per_token() const { return all_tokens_ || std::find(pinned_.begin(), pinned_.end(), 1) != pinned_.end(); }
   /// The record (the recorder is spent).
   Timeline finish(int64_t n_positions);
   /// A copy of the record so far, as finish() would give it (for live views).
@@ -64,9 +89,14 @@ class TimelineRecorder {
   void flush_recall();
   /// finish()'s compaction of `t` (a copy or the record itself) to n_positions and step_ steps.
   Timeline compact(Timeline t, int64_t n_positions) const;
-  /// Appends head h's entries of the current step: `sel` = its storage rows, ascending and unique
-  /// (turned into ranks here).
-  void record_head(const KvCache& cache, int64_t layer, int64_t h, std::vector<int64_t>& sel);
+  /// Storage rows of head h of `layer` -> ranks (position order), ascending and unique (`ring`: the
+  /// head is a ring buffer, whose slots are not in position order); throws std::logic_error for a
+  /// row outside the head's cache.
+  std::vector<int64_t> ranks_of(int64_t layer, int64_t h, bool ring, std::vector<int64_t> rows) const;
+  /// on_exact() with the head's ring flag given.
+  void record_exact(int64_t layer, int64_t h, bool ring, std::vector<int64_t> rows);
+  /// Appends head h's entries of the current step: `sel` = its storage rows, ascending and unique.
+  void record_head(const KvCache& cache, int64_t layer, int64_t h, std::vector<int64_t> sel);
   Timeline t_;
   TimelineOptions o_;
   int64_t step_ = 0, cap_positions_ = 0;
@@ -75,6 +105,12 @@ class TimelineRecorder {
   std::vector<std::vector<std::vector<int32_t>>> rows_;        // [layer][head]: position of each storage row
   std::vector<int64_t> layer_step_;                            // last step whose append a layer recorded
   std::vector<std::pair<size_t, at::Tensor>> pending_recall_;  // recall index, 0-d fp32 tensor
+  struct PendingExact {
+    int64_t layer, head;
+    bool ring;
+    at::Tensor rows;  // int64 storage rows on the device, flat
+  };
+  std::vector<PendingExact> pending_exact_;  // this step's exact top-k, read back with the recall
   std::vector<double> step_recall_;
 };
 

@@ -36,7 +36,10 @@ struct WindowVoteArgs {
   /// Keys: dtype, KV head h, entry j at k + h * k_head_stride + j * D (rows of D contiguous).
   const void* k = nullptr;
   int64_t k_head_stride = 0;
-  float* out = nullptr;  ///< fp32 [n_head_kv, G, n - w]: s[h,g,j]
+  /// Also vote on the window's own columns j = n - w .. n - 1 (row i counts only j <= n - w + i):
+  /// out is then [n_head_kv, G, n] and each (h, g) row sums to 1 (capture's window attention).
+  bool all_columns = false;
+  float* out = nullptr;  ///< fp32 [n_head_kv, G, n - w] (all_columns: [n_head_kv, G, n]): s[h,g,j]
 };
 
 /// Largest G * w the kernels hold in shared memory for head_dim D (all window queries of a KV group

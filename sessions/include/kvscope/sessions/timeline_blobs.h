@@ -9,6 +9,8 @@
 //   layer l   "timeline.evicted_by"   u8  [n_head_kv, n_positions] (EvictionCause)
 //   layer l   "timeline.pages"        u8  [bytes] + "timeline.pages_offsets" i64 [n_steps * n_head_kv + 1]
 //   layer l   "timeline.tokens"       u8  [bytes] + "timeline.tokens_offsets" (pinned heads)
+//   layer l   "timeline.exact"        u8  [bytes] + "timeline.exact_offsets" (their exact top-k, capture
+//                                     full; absent: not recorded)
 #include <cstdint>
 #include <optional>
 #include <vector>
