@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/tokenizer.h"
 #include "number_check.h"
 
 namespace kvscope::cli {
@@ -43,7 +44,10 @@ void ModelOptions::add_to(CLI::App& cmd) {
 Model ModelOptions::load() const {
   if (model.empty() && random_init.empty()) throw InputError("give --model PATH or --random-init CONFIG.json");
   const LoadOptions o = run::load_options(device, dtype, tokenizer);
-  return random_init.empty() ? load_model(model, o) : random_init_model(random_init, o, seed);
+  if (random_init.empty()) return load_model(model, o);
+  Model m = random_init_model(random_init, o, seed);
+  if (!tokenizer.empty()) m.tokenizer = load_tokenizer(tokenizer);  // --tokenizer encodes the prompt
+  return m;
 }
 
 std::string ModelOptions::prompt_text() const {

@@ -6,13 +6,13 @@
 
 namespace kvscope::figures {
 namespace {
-constexpr viz::Color kLiveColor = viz::Color::hex(0xdedede);      // light grey
-constexpr viz::Color kOnlyColor = viz::Color::hex(0x56b4e9);      // Okabe-Ito sky blue
-constexpr viz::Color kHitColor = viz::Color::hex(0x009e73);       // Okabe-Ito bluish green
-constexpr viz::Color kMissedColor = viz::Color::hex(0xd55e00);    // Okabe-Ito vermillion
-constexpr viz::Color kPageColor = viz::Color::hex(0x0072b2);      // Okabe-Ito blue (the Timeline's selected)
-constexpr viz::Color kMarkerColor = viz::Color::hex(0x444444);    // the step marker
-constexpr viz::Color kMeanColor = viz::Color::hex(0x888888);      // the run-long mean
+constexpr viz::Color kLiveColor = viz::Color::hex(0xdedede);    // light grey
+constexpr viz::Color kOnlyColor = viz::Color::hex(0x56b4e9);    // Okabe-Ito sky blue
+constexpr viz::Color kHitColor = viz::Color::hex(0x009e73);     // Okabe-Ito bluish green
+constexpr viz::Color kMissedColor = viz::Color::hex(0xd55e00);  // Okabe-Ito vermillion
+constexpr viz::Color kPageColor = viz::Color::hex(0x0072b2);    // Okabe-Ito blue (the Timeline's selected)
+constexpr viz::Color kMarkerColor = viz::Color::hex(0x444444);  // the step marker
+constexpr viz::Color kMeanColor = viz::Color::hex(0x888888);    // the run-long mean
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -172,14 +172,20 @@ viz::Figure selection_steps_figure(const Timeline& t, const SelectionStep& st, c
   } else {
     const double mean = sum / static_cast<double>(count);
     viz::LinePlot p;
-    p.title = "recall of the exact top-k per decode step, " + head_text(st) + " (mean " + fmt("%.3f", mean) +
-              " over " + std::to_string(count) + " steps)";
+    p.title = "recall of the exact top-k per decode step, " + head_text(st) + " (mean " + fmt("%.3f", mean) + " over " +
+              std::to_string(count) + " steps)";
     p.series.push_back({"this head", x, y, kHitColor});
-    p.series.push_back({"mean " + fmt("%.3f", mean), {1.0, static_cast<double>(std::max<std::int64_t>(t.n_steps, 1))},
-                        {mean, mean}, kMeanColor, viz::LineStyle::Dashed});
+    p.series.push_back({"mean " + fmt("%.3f", mean),
+                        {1.0, static_cast<double>(std::max<std::int64_t>(t.n_steps, 1))},
+                        {mean, mean},
+                        kMeanColor,
+                        viz::LineStyle::Dashed});
     if (st.step >= 1) {
-      p.series.push_back({"step " + std::to_string(st.step), {double(st.step), double(st.step)}, {0.0, 1.0},
-                          kMarkerColor, viz::LineStyle::Dotted});
+      p.series.push_back({"step " + std::to_string(st.step),
+                          {double(st.step), double(st.step)},
+                          {0.0, 1.0},
+                          kMarkerColor,
+                          viz::LineStyle::Dotted});
       if (!std::isnan(st.recall)) {
         viz::Series dot{"", {double(st.step)}, {double(st.recall)}, kMissedColor, viz::LineStyle::None};
         dot.marker = viz::Marker::Circle;

@@ -78,7 +78,6 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPo
   const auto i64 = at::TensorOptions().device(m.device).dtype(at::kLong);
   s.state.token = at::zeros({cache.n_head_kv() / m.config.n_head_kv}, i64);  // B sequences (see DeviceDecodeState)
   s.state.position = at::zeros({1}, i64);
-  s.state.after_attention = std::move(after_attention);
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     int64_t max_len = 0, total = 0;
     for (int64_t c : cache.layer(l).capacity) {
@@ -104,6 +103,7 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPo
     (void)engine.decode_step_device(cache, s.state, s.policy);
     s.load_state();
     stream.synchronize();
+    s.state.after_attention = std::move(after_attention);  // not in the warm-up: it would record a step
     s.graph.capture_begin();
     s.logits = engine.decode_step_device(cache, s.state, s.policy);
     s.graph.capture_end();

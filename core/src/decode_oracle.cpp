@@ -45,8 +45,8 @@ void DecodeOracle::add(int64_t layer, const at::Tensor& q, const KvCache& cache,
   std::pair<at::Tensor, at::Tensor> sel;
   if (policy_) sel = policy_->device_selection(layer);
   const at::Tensor seen = topk_.seen(layer);
-  ops::exact_topk(q, L.k, L.pos, offset, length, max_len_.at(layer), topk_.k(), seen, sel.first,
-                  sel.second, sel.first.defined() ? recall_dev_[layer] : at::Tensor(),
+  ops::exact_topk(q, L.k, L.pos, offset, length, max_len_.at(layer), topk_.k(), seen, sel.first, sel.second,
+                  sel.first.defined() ? recall_dev_[layer] : at::Tensor(),
                   exact_dev_.defined() && sel.first.defined() ? exact_dev_[layer] : at::Tensor(), workspace_);
 }
 
@@ -59,8 +59,8 @@ std::vector<int64_t> DecodeOracle::staged_exact_rows(int64_t layer, int64_t head
   std::vector<int64_t> rows;
   if (!exact_host_.defined()) return rows;
   const int64_t words = exact_host_.size(2);
-  const auto* w = reinterpret_cast<const uint32_t*>(exact_host_.data_ptr<int32_t>()) +
-                  (layer * exact_host_.size(1) + head) * words;
+  const auto* w =
+      reinterpret_cast<const uint32_t*>(exact_host_.data_ptr<int32_t>()) + (layer * exact_host_.size(1) + head) * words;
   for (int64_t i = 0; i < words; ++i)
     for (uint32_t bits = w[i]; bits != 0; bits &= bits - 1) rows.push_back(i * 32 + __builtin_ctz(bits));
   return rows;

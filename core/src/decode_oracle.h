@@ -24,8 +24,7 @@ class DecodeOracle {
   /// `topk`: the union record to fill (outlives the oracle). `policy`: its device_selection() is
   /// measured (optional). `exact`: also keep each step's exact top-k as row bits (the timeline's
   /// per-token heads). Buffers are sized for the cache's capacities.
-  DecodeOracle(const KvCache& cache, int64_t n_head, TopkUnion& topk, const DecodeAttentionPolicy* policy,
-               bool exact);
+  DecodeOracle(const KvCache& cache, int64_t n_head, TopkUnion& topk, const DecodeAttentionPolicy* policy, bool exact);
   /// The hook body: one layer of one step (see DeviceLayerHook).
   void add(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset,
            const at::Tensor& length);
@@ -42,7 +41,7 @@ class DecodeOracle {
  private:
   TopkUnion& topk_;
   const DecodeAttentionPolicy* policy_;
-  std::vector<int64_t> max_len_;  // per layer: the largest head capacity
+  std::vector<int64_t> max_len_;                     // per layer: the largest head capacity
   at::Tensor workspace_, recall_dev_, recall_host_;  // recall: fp32 [n_layer, n_head_kv]
   at::Tensor exact_dev_, exact_host_;                // int32 [n_layer, n_head_kv, words]: row bits
 };

@@ -348,9 +348,11 @@ std::vector<int32_t> prompt_ids(const Model& model, const std::string& text, Bos
 
 std::string decode_continuation(const Tokenizer& tok, const std::vector<int32_t>& context_ids,
                                 const std::vector<int32_t>& new_ids) {
-  std::vector<int32_t> all = context_ids;
+  constexpr size_t kContext = 16;  // enough for any piece's rendering to depend only on its neighbours
+  const std::vector<int32_t> context(context_ids.end() - std::min(context_ids.size(), kContext), context_ids.end());
+  std::vector<int32_t> all = context;
   all.insert(all.end(), new_ids.begin(), new_ids.end());
-  const std::string whole = tok.decode(all), prefix = tok.decode(context_ids);
+  const std::string whole = tok.decode(all), prefix = tok.decode(context);
   if (whole.compare(0, prefix.size(), prefix) == 0) return whole.substr(prefix.size());
   return tok.decode(new_ids);
 }

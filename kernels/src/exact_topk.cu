@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(radix::kThreads) select_kernel(const ExactTopk
     __syncthreads();  // the words are zeroed
     for (int64_t r = threadIdx.x; r < len; r += blockDim.x) {
       const float x = row[r];
-      if (x > s.value || (x == s.value && atomicAdd(&taken, 1u) < room))
-        atomicOr(exact + r / 32, 1u << (r % 32));
+      if (x > s.value || (x == s.value && atomicAdd(&taken, 1u) < room)) atomicOr(exact + r / 32, 1u << (r % 32));
     }
   }
   __syncthreads();
@@ -140,8 +139,7 @@ cudaError_t exact_topk(const ExactTopkArgs& a, void* workspace, cudaStream_t str
   if (a.n_head_kv < 1 || a.n_head_kv > 65535 || a.group < 1 || a.group > kMaxGroup || a.head_dim < 8 ||
       a.head_dim > kMaxDim || a.head_dim % 8 != 0 || a.max_len < 1 || !a.q || !a.k || !a.offset || !a.length ||
       !workspace || (a.max_len + kScoreThreads - 1) / kScoreThreads > 2147483647 ||
-      reinterpret_cast<uintptr_t>(a.k) % 16 != 0 ||
-      (a.union_k > 0 && a.seen && (!a.pos || a.seen_stride < 1)) ||
+      reinterpret_cast<uintptr_t>(a.k) % 16 != 0 || (a.union_k > 0 && a.seen && (!a.pos || a.seen_stride < 1)) ||
       (a.recall && a.sel_count && (!a.sel_index || a.sel_stride < 1)) ||
       (a.exact && a.exact_words < (a.max_len + 31) / 32))
     return cudaErrorInvalidValue;

@@ -1,6 +1,6 @@
 // Capture's per-head summary statistics (see head_stats.h).
 //
-// attention_stats: one block of 1024 threads per row. Pass 0 sums a, a·log a and the sink mass.
+// attention_stats: three blocks of 1024 threads per row. Pass 0 sums a, a·log a and the sink mass.
 // Then three radix selects (radix_select.cuh): the k-th largest value for k = ceil(1% n) and
 // ceil(5% n) (by count) and the value where the descending prefix mass reaches 95% (by mass). The
 // row stays in L2 across the passes.
@@ -12,8 +12,8 @@
 #include <cstdint>
 
 #include "dtype.cuh"
-#include "radix_select.cuh"
 #include "kvscope/kernels/head_stats.h"
+#include "radix_select.cuh"
 
 namespace kvscope::kernels {
 namespace {
@@ -22,62 +22,70 @@ using radix::Histograms;
 using radix::kThreads;
 using radix::Selected;
 
-__device__ float block_sum(float v, int slot, Histograms& h) {
+__device__ double block_sum(double v, int slot, Histograms& h) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   if ((threadIdx.x & 31) == 0) h.red[slot][threadIdx.x >> 5] = v;
   __syncthreads();
-  float total = 0.f;
+  double total = 0.0;
   for (int w = 0; w < kThreads / 32; ++w) total += h.red[slot][w];
   return total;
 }
 
+// Grid (rows, 3): every block sums its row (fp64), then block y = 0 writes entropy, sink share and
+// the top-1% mass, y = 1 the top-5% mass, y = 2 the 95% point: three selects in parallel.
 __global__ void __launch_bounds__(kThreads) attention_stats_kernel(const AttentionStatsArgs a) {
   __shared__ Histograms h;
   const float* row = a.a + static_cast<int64_t>(blockIdx.x) * a.a_stride;
   const int64_t n = a.n;
-  float sum = 0.f, alog = 0.f, sink = 0.f;
+  const int part = blockIdx.y;
+  double sum = 0.0, alog = 0.0, sink = 0.0;
   for (int64_t j = threadIdx.x; j < n; j += kThreads) {
     const float x = row[j];
     sum += x;
-    if (x > 0.f) alog += x * logf(x);
-    if (j < a.sink) sink += x;
+    if (part == 0) {
+      if (x > 0.f) alog += static_cast<double>(x) * logf(x);
+      if (j < a.sink) sink += x;
+    }
   }
   sum = block_sum(sum, 0, h);
-  alog = block_sum(alog, 1, h);
-  sink = block_sum(sink, 2, h);
+  if (part == 0) {
+    alog = block_sum(alog, 1, h);
+    sink = block_sum(sink, 2, h);
+  }
   __syncthreads();
   float* out = a.out + static_cast<int64_t>(blockIdx.x) * kAttentionStats;
-  if (!(sum > 0.f)) {
-    if (threadIdx.x == 0) out[0] = 0.f, out[1] = 0.f, out[2] = 0.f, out[3] = 1.f, out[4] = 0.f;
+  if (!(sum > 0.0)) {
+    if (threadIdx.x == 0 && part == 0) out[0] = 0.f, out[1] = 0.f, out[2] = 0.f, out[3] = 1.f, out[4] = 0.f;
     return;
   }
-  float mass[2];
-  const double frac[2] = {0.01, 0.05};
-  for (int i = 0; i < 2; ++i) {
-    int64_t k = static_cast<int64_t>(ceil(frac[i] * static_cast<double>(n)));
+  if (part < 2) {
+    const double frac = part == 0 ? 0.01 : 0.05;
+    int64_t k = static_cast<int64_t>(ceil(frac * static_cast<double>(n)));
     k = k < 1 ? 1 : (k > n ? n : k);
     const Selected s = radix::select(row, n, false, static_cast<double>(k), h);
-    mass[i] = s.mass_above + static_cast<float>(static_cast<double>(k) - static_cast<double>(s.count_above)) * s.value;
+    const double mass = s.mass_above + (static_cast<double>(k) - static_cast<double>(s.count_above)) * s.value;
+    if (threadIdx.x == 0) {
+      out[1 + part] = static_cast<float>(mass / sum);
+      if (part == 0) {
+        out[0] = static_cast<float>(log(sum) - alog / sum);
+        out[4] = static_cast<float>(sink / sum);
+      }
+    }
+    return;
   }
-  const double target = 0.95 * static_cast<double>(sum);
+  const double target = 0.95 * sum;
   const Selected s = radix::select(row, n, true, target, h);
   double m;
   if (s.value > 0.f) {
-    double extra = ceil((target - static_cast<double>(s.mass_above)) / static_cast<double>(s.value));
+    double extra = ceil((target - s.mass_above) / static_cast<double>(s.value));
     extra = extra < 1.0 ? 1.0 : (extra > double(s.ties) ? double(s.ties) : extra);
     m = static_cast<double>(s.count_above) + extra;
   } else {
     m = static_cast<double>(n);  // the mass never reaches 95% before the zeros
   }
   if (m > static_cast<double>(n)) m = static_cast<double>(n);
-  if (threadIdx.x == 0) {
-    out[0] = logf(sum) - alog / sum;
-    out[1] = mass[0] / sum;
-    out[2] = mass[1] / sum;
-    out[3] = static_cast<float>(m / static_cast<double>(n));
-    out[4] = sink / sum;
-  }
+  if (threadIdx.x == 0) out[3] = static_cast<float>(m / static_cast<double>(n));
 }
 
 constexpr int kKeyWarps = 8;
@@ -239,13 +247,13 @@ cudaError_t attention_stats(const AttentionStatsArgs& a, cudaStream_t stream) {
   if (a.rows < 0 || a.rows > 65535 || a.n < 1 || a.a_stride < a.n || !a.a || !a.out || a.sink < 0)
     return cudaErrorInvalidValue;
   if (a.rows == 0) return cudaSuccess;
-  attention_stats_kernel<<<a.rows, kThreads, 0, stream>>>(a);
+  attention_stats_kernel<<<dim3(a.rows, 3), kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 cudaError_t key_stats(const KeyStatsArgs& a, cudaStream_t stream) {
-  if (a.n_head_kv < 0 || a.n_head_kv > 65535 || a.head_dim < 1 || a.head_dim > 32 * kMaxPerLane || a.n < 0 ||
-      !a.out || (a.n > 0 && !a.k) || (a.n_head_kv > 1 && a.k_head_stride < a.n * a.head_dim))
+  if (a.n_head_kv < 0 || a.n_head_kv > 65535 || a.head_dim < 1 || a.head_dim > 32 * kMaxPerLane || a.n < 0 || !a.out ||
+      (a.n > 0 && !a.k) || (a.n_head_kv > 1 && a.k_head_stride < a.n * a.head_dim))
     return cudaErrorInvalidValue;
   cudaError_t err =
       cudaMemsetAsync(a.out, 0, sizeof(float) * 3 * static_cast<size_t>(a.n_head_kv) * a.head_dim, stream);

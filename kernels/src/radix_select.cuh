@@ -4,7 +4,7 @@
 //
 // Values map to order-preserving unsigned keys (sign bit flipped for x >= 0, all bits for x < 0),
 // and 4 passes of 8 bits narrow the key prefix: each pass builds 256-bin count and mass
-// histograms of the values that share the prefix so far (kCopies sub-histograms against
+// histograms (mass in fp64) of the values that share the prefix so far (kCopies sub-histograms against
 // shared-atomic contention), merges them, and one thread walks the bins from the top.
 #include <cstdint>
 
@@ -16,13 +16,13 @@ constexpr int kCopies = 8;
 
 struct Histograms {
   unsigned cnt[kCopies][kBins];
-  float mass[kCopies][kBins];
+  double mass[kCopies][kBins];
   unsigned merged_cnt[kBins];
-  float merged_mass[kBins];
-  float red[3][kThreads / 32];
+  double merged_mass[kBins];
+  double red[3][kThreads / 32];
   unsigned prefix, mask;
   unsigned long long count_above;
-  float mass_above;
+  double mass_above;
   unsigned final_cnt;
 };
 
@@ -30,7 +30,7 @@ struct Histograms {
 struct Selected {
   float value;
   unsigned long long count_above;  // entries > value
-  float mass_above;                // their sum (meaningful for values >= 0)
+  double mass_above;               // their sum (meaningful for values >= 0)
   unsigned ties;                   // entries == value
 };
 
@@ -50,12 +50,12 @@ __device__ inline Selected select(const float* row, int64_t n, bool by_mass, dou
     h.prefix = 0;
     h.mask = 0;
     h.count_above = 0;
-    h.mass_above = 0.f;
+    h.mass_above = 0.0;
   }
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < kCopies * kBins; i += blockDim.x) {
       (&h.cnt[0][0])[i] = 0;
-      (&h.mass[0][0])[i] = 0.f;
+      (&h.mass[0][0])[i] = 0.0;
     }
     __syncthreads();
     const unsigned prefix = h.prefix, mask = h.mask;
@@ -66,13 +66,13 @@ __device__ inline Selected select(const float* row, int64_t n, bool by_mass, dou
       if ((u & mask) == prefix) {
         const unsigned b = (u >> shift) & (kBins - 1);
         atomicAdd(&h.cnt[copy][b], 1u);
-        atomicAdd(&h.mass[copy][b], x);
+        atomicAdd(&h.mass[copy][b], static_cast<double>(x));
       }
     }
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
       unsigned c = 0;
-      float m = 0.f;
+      double m = 0.0;
 #pragma unroll
       for (int k = 0; k < kCopies; ++k) c += h.cnt[k][b], m += h.mass[k][b];
       h.merged_cnt[b] = c;
@@ -81,14 +81,13 @@ __device__ inline Selected select(const float* row, int64_t n, bool by_mass, dou
     __syncthreads();
     if (threadIdx.x == 0) {
       unsigned long long count_above = h.count_above;
-      float mass_above = h.mass_above;
+      double mass_above = h.mass_above;
       int pick = -1, lowest = -1;
       for (int b = kBins - 1; b >= 0; --b) {
         const unsigned c = h.merged_cnt[b];
         if (c == 0) continue;
         lowest = b;
-        const bool reached = by_mass ? double(mass_above) + double(h.merged_mass[b]) >= need
-                                     : double(count_above + c) >= need;
+        const bool reached = by_mass ? mass_above + h.merged_mass[b] >= need : double(count_above + c) >= need;
         if (reached) {
           pick = b;
           break;

@@ -112,6 +112,14 @@ TEST(CliGenerate, RandomInitBuildsTheConfiguredShape) {
       cli("generate --random-init " + q(test::pycode_dir() / "config.json") + " --max-new-tokens 4 --greedy --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"].size(), 4u);
+  // --tokenizer gives the random model a tokenizer: the prompt is encoded, not reduced to BOS.
+  const Result t =
+      cli("generate --random-init " + q(test::pycode_dir() / "config.json") + " --tokenizer " +
+          q(test::pycode_dir() / "tokenizer.json") + " --prompt 'def main(argv):' --max-new-tokens 2 --json");
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  const auto j = nlohmann::json::parse(t.out);
+  EXPECT_GT(j["input_ids"].size(), 3u) << t.out;
+  EXPECT_TRUE(j.contains("text")) << t.out;
 }
 
 }  // namespace

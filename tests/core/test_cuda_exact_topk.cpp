@@ -108,10 +108,12 @@ TEST_F(CudaExactTopk, UnionRecallAndExactSetsMatchABruteForce) {
 
 TEST_F(CudaExactTopk, BadInputsAreRefused) {
   const auto cuda = at::TensorOptions().device(at::kCUDA);
-  const at::Tensor q = at::zeros({4, 64}, cuda.dtype(at::kBFloat16)), k = at::zeros({100, 64}, cuda.dtype(at::kBFloat16));
+  const at::Tensor q = at::zeros({4, 64}, cuda.dtype(at::kBFloat16)),
+                   k = at::zeros({100, 64}, cuda.dtype(at::kBFloat16));
   const at::Tensor pos = at::zeros({100}, cuda.dtype(at::kLong)), off = at::zeros({2}, cuda.dtype(at::kLong));
   const at::Tensor ws = at::empty({ops::exact_topk_workspace_bytes(2, 2, 50)}, cuda.dtype(at::kByte));
-  EXPECT_THROW(ops::exact_topk(q, k.to(at::kHalf), pos, off, off, 50, 8, {}, {}, {}, {}, {}, ws), std::invalid_argument);
+  EXPECT_THROW(ops::exact_topk(q, k.to(at::kHalf), pos, off, off, 50, 8, {}, {}, {}, {}, {}, ws),
+               std::invalid_argument);
   EXPECT_THROW(ops::exact_topk(q, k, pos, off.narrow(0, 0, 1).repeat({3}), off, 50, 8, {}, {}, {}, {}, {}, ws),
                std::invalid_argument);
   EXPECT_THROW(ops::exact_topk(q, k, pos, off, off, 50, 8, {}, {}, {}, {}, {}, ws.narrow(0, 0, 4)),

@@ -57,12 +57,12 @@ TEST_F(CudaHeadStats, AttentionStatsMatchTheFp64Formulas) {
   const auto cpu = at::TensorOptions().dtype(at::kFloat);
   for (int64_t n : {1, 3, 4, 99, 1000, 4097, 32768, 131071}) {
     std::vector<at::Tensor> rows;
-    rows.push_back(at::rand({n}, cpu));                                         // flat
-    rows.push_back((at::randn({n}, cpu) * 4).exp());                           // peaked
-    rows.push_back(at::floor(at::rand({n}, cpu) * 5) / 5);                      // ties and zeros
+    rows.push_back(at::rand({n}, cpu));                                                  // flat
+    rows.push_back((at::randn({n}, cpu) * 4).exp());                                     // peaked
+    rows.push_back(at::floor(at::rand({n}, cpu) * 5) / 5);                               // ties and zeros
     rows.push_back(at::zeros({n}, cpu).index_fill_(0, at::zeros({1}, at::kLong), 1.f));  // one token
-    rows.push_back(at::zeros({n}, cpu));                                        // nothing
-    rows.push_back(at::full({n}, 1e-30f, cpu));                                 // tiny, all equal
+    rows.push_back(at::zeros({n}, cpu));                                                 // nothing
+    rows.push_back(at::full({n}, 1e-30f, cpu));                                          // tiny, all equal
     const at::Tensor a = at::stack(rows);
     const at::Tensor got = ops::attention_stats(a.to(at::kCUDA), 4).cpu();
     ASSERT_EQ(got.sizes(), (at::IntArrayRef{a.size(0), 5}));
@@ -194,7 +194,8 @@ TEST_F(CudaHeadStats, CaptureSummaryOnCudaMatchesTheCpuPath) {
     // entropy (nats), masses, tokens fraction, sink, cos_mean, channel_cv: bf16 logits vs fp32.
     const std::vector<double> tol = {0.02, 0.01, 0.01, 0.01 + 1.0 / n, 0.01, 1e-3, 1e-3};
     for (int64_t m = 0; m < d.size(1); ++m)
-      EXPECT_LE(d.select(1, m).max().item<double>(), tol[m] * std::max(1.0, c[0].summary.select(1, m).abs().max().item<double>()))
+      EXPECT_LE(d.select(1, m).max().item<double>(),
+                tol[m] * std::max(1.0, c[0].summary.select(1, m).abs().max().item<double>()))
           << summary_metric_names()[m];
     // Full level: the per-token attention and the 2-D key map (up to each axis's sign).
     EXPECT_LE((g[0].attention - c[0].attention).abs().max().item<double>(), 0.02 * c[0].attention.max().item<double>());

@@ -45,7 +45,12 @@ void run(AppState& s, Ui& ui) {
   ImGui::BeginDisabled(busy);
   ImGui::TextUnformatted("Model");
   ImGui::SetNextItemWidth(-1);
-  input_text_hint("##model", "Hugging Face directory or llama2.c .bin", f.model_path);
+  if (f.random_init.empty()) {
+    input_text_hint("##model", "Hugging Face directory or llama2.c .bin", f.model_path);
+  } else {  // from a --start-run request: random weights of a config's shape, a tokenizer for the prompt
+    ImGui::TextWrapped("random weights of %s (tokenizer %s)", f.random_init.c_str(), f.tokenizer_path.c_str());
+    if (ImGui::SmallButton("use a model directory instead")) f.random_init.clear();
+  }
   ImGui::SetNextItemWidth(200);
   combo("device", f.device, {"cpu", "cuda", "cuda:1"}, 100);
   ImGui::SameLine();

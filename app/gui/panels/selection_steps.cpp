@@ -112,8 +112,8 @@ bool selection_steps(AppState& s, Ui& ui, float height) {
 
   // The step's classification, once per (run, layer, head, step).
   SelectionState& st = s.selection;
-  const std::string key = run_key(&a) + "|" + std::to_string(layer) + "," + std::to_string(head) + "," +
-                          std::to_string(step);
+  const std::string key =
+      run_key(&a) + "|" + std::to_string(layer) + "," + std::to_string(head) + "," + std::to_string(step);
   if (st.step_key != key) {
     st.step = figures::selection_step(*t, layer, head, step);
     st.step_key = key;

@@ -104,7 +104,8 @@ void exact_topk(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& p
   a.offset = offset.data_ptr<int64_t>();
   a.length = length.data_ptr<int64_t>();
   if (seen.defined() && union_k > 0) {
-    if (seen.scalar_type() != at::kByte && seen.scalar_type() != at::kBool) detail::bad("exact_topk: seen must be uint8");
+    if (seen.scalar_type() != at::kByte && seen.scalar_type() != at::kBool)
+      detail::bad("exact_topk: seen must be uint8");
     if (seen.dim() != 2 || seen.size(0) != H || !seen.is_contiguous() || pos.scalar_type() != at::kLong)
       detail::bad("exact_topk: seen must be [n_head, P] contiguous and pos int64");
     a.union_k = static_cast<int>(std::min<int64_t>(union_k, 1 << 30));

@@ -108,7 +108,8 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& request,
 std::vector<int32_t> prompt_ids(const Model& model, const std::string& text, BosMode bos);
 
 /// Text of `new_ids` as it reads after `context_ids` (handles tokenizers whose pieces render
-/// differently at the start of a text, e.g. SentencePiece / llama2.c leading spaces).
+/// differently at the start of a text, e.g. SentencePiece / llama2.c leading spaces). Only the last
+/// 16 context tokens are decoded, so streaming a token costs the same at any context length.
 std::string decode_continuation(const Tokenizer& tok, const std::vector<int32_t>& context_ids,
                                 const std::vector<int32_t>& new_ids);
 

@@ -23,11 +23,11 @@ namespace kvscope::kernels {
 struct ExactTopkArgs {
   DType dtype = DType::kBFloat16;  ///< of q and k
   int n_head_kv = 0;
-  int group = 1;             ///< G query heads per KV head (<= 16)
-  int head_dim = 0;          ///< D <= 256
-  int64_t max_len = 0;       ///< host bound of every length[h] (e.g. the capacity per head)
-  const void* q = nullptr;   ///< [n_head_kv * G, D] post-RoPE queries, rows of D contiguous
-  const void* k = nullptr;   ///< cache keys, head h's row r at k + (offset[h] + r) * D
+  int group = 1;                    ///< G query heads per KV head (<= 16)
+  int head_dim = 0;                 ///< D <= 256
+  int64_t max_len = 0;              ///< host bound of every length[h] (e.g. the capacity per head)
+  const void* q = nullptr;          ///< [n_head_kv * G, D] post-RoPE queries, rows of D contiguous
+  const void* k = nullptr;          ///< cache keys, head h's row r at k + (offset[h] + r) * D
   const int64_t* offset = nullptr;  ///< device [n_head_kv]
   const int64_t* length = nullptr;  ///< device [n_head_kv]: live rows
   /// Union record (optional): `union_k` > 0, pos device int64 [rows] (true positions), seen device

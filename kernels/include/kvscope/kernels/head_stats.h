@@ -30,12 +30,12 @@ namespace kvscope::kernels {
 inline constexpr int kAttentionStats = 5;
 
 struct AttentionStatsArgs {
-  int rows = 0;                ///< heads (<= 65535)
-  int64_t n = 0;               ///< tokens per row (>= 1)
-  const float* a = nullptr;    ///< fp32, row r at a + r * a_stride, n values >= 0
-  int64_t a_stride = 0;        ///< >= n
-  int sink = 4;                ///< sink tokens for sink_share (clamped to n)
-  float* out = nullptr;        ///< fp32 [rows, kAttentionStats]
+  int rows = 0;              ///< heads (<= 65535)
+  int64_t n = 0;             ///< tokens per row (>= 1)
+  const float* a = nullptr;  ///< fp32, row r at a + r * a_stride, n values >= 0
+  int64_t a_stride = 0;      ///< >= n
+  int sink = 4;              ///< sink tokens for sink_share (clamped to n)
+  float* out = nullptr;      ///< fp32 [rows, kAttentionStats]
 };
 
 /// One block per row, one launch on `stream`. Returns cudaErrorInvalidValue on bad arguments.
@@ -45,11 +45,11 @@ cudaError_t attention_stats(const AttentionStatsArgs& a, cudaStream_t stream);
 struct KeyStatsArgs {
   DType dtype = DType::kBFloat16;  ///< bf16, fp16 or fp32
   int n_head_kv = 0;
-  int head_dim = 0;                ///< D <= 256
-  int64_t n = 0;                   ///< keys per KV head (0: the sums are 0)
-  const void* k = nullptr;         ///< KV head h, key t at k + h * k_head_stride + t * D (elements)
+  int head_dim = 0;         ///< D <= 256
+  int64_t n = 0;            ///< keys per KV head (0: the sums are 0)
+  const void* k = nullptr;  ///< KV head h, key t at k + h * k_head_stride + t * D (elements)
   int64_t k_head_stride = 0;
-  float* out = nullptr;            ///< fp32 [n_head_kv, 3, D]: Σ k/‖k‖ (‖k‖ clamped to 1e-12), Σ|k|, Σk²
+  float* out = nullptr;  ///< fp32 [n_head_kv, 3, D]: Σ k/‖k‖ (‖k‖ clamped to 1e-12), Σ|k|, Σk²
 };
 
 /// Zeroes `out` and accumulates the sums (atomics across blocks: the last bits vary run to run).
@@ -63,7 +63,7 @@ cudaError_t key_stats(const KeyStatsArgs& a, cudaStream_t stream);
 /// fixed so that its largest-magnitude component is positive.
 struct PrincipalAxesArgs {
   int heads = 0;
-  int dim = 0;               ///< D <= 1024
+  int dim = 0;  ///< D <= 1024
   int iterations = 64;
   const float* cov = nullptr;  ///< fp32 [heads, D, D], symmetric
   float* axes = nullptr;       ///< fp32 [heads, D, 2]: column 0 the first axis, column 1 the second
