@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(radix::kThreads) select_kernel(const ExactTopk
     if (a.union_k <= 0 || !a.seen) return;
     const int64_t k = len < a.union_k ? len : a.union_k;
     if (k <= 0) return;
-    const radix::Selected s = radix::select(row, len, false, static_cast<double>(k), hist);
+    const radix::Selected s = radix::select(row, len, false, static_cast<double>(k), hist, /*with_mass=*/false);
     const unsigned long long room = static_cast<unsigned long long>(k) - s.count_above;
     uint8_t* seen = a.seen + (static_cast<int64_t>(h) * G + g) * a.seen_stride;
     const int64_t* pos = a.pos + a.offset[h];
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(radix::kThreads) select_kernel(const ExactTopk
     if (threadIdx.x == 0) a.recall[h] = NAN;
     return;
   }
-  const radix::Selected s = radix::select(row, len, false, static_cast<double>(k), hist);
+  const radix::Selected s = radix::select(row, len, false, static_cast<double>(k), hist, /*with_mass=*/false);
   const unsigned long long room = static_cast<unsigned long long>(k) - s.count_above;
   const int32_t* sel = a.sel_index + static_cast<int64_t>(h) * a.sel_stride;
   unsigned my_above = 0, my_ties = 0;

@@ -43,9 +43,12 @@ __device__ __forceinline__ float value_of(unsigned key) {
 }
 
 /// by_mass = false: the `need`-th largest of row[0 .. n) (need >= 1). by_mass = true (values >= 0):
-/// the value at which the descending prefix sum first reaches `need`. The whole block calls it;
-/// every thread gets the result.
-__device__ inline Selected select(const float* row, int64_t n, bool by_mass, double need, Histograms& h) {
+/// the value at which the descending prefix sum first reaches `need`. with_mass = false (only with
+/// by_mass = false): counts alone, Selected::mass_above stays 0, and each warp adds one count per
+/// distinct bin among its lanes (most values share a few bins in the first pass). The whole block
+/// calls it (blockDim.x a multiple of 32); every thread gets the result.
+__device__ inline Selected select(const float* row, int64_t n, bool by_mass, double need, Histograms& h,
+                                  bool with_mass = true) {
   if (threadIdx.x == 0) {
     h.prefix = 0;
     h.mask = 0;
@@ -60,13 +63,27 @@ __device__ inline Selected select(const float* row, int64_t n, bool by_mass, dou
     __syncthreads();
     const unsigned prefix = h.prefix, mask = h.mask;
     const int copy = (threadIdx.x >> 5) & (kCopies - 1);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float x = row[j];
-      const unsigned u = key_of(x);
-      if ((u & mask) == prefix) {
-        const unsigned b = (u >> shift) & (kBins - 1);
-        atomicAdd(&h.cnt[copy][b], 1u);
-        atomicAdd(&h.mass[copy][b], static_cast<double>(x));
+    if (with_mass) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float x = row[j];
+        const unsigned u = key_of(x);
+        if ((u & mask) == prefix) {
+          const unsigned b = (u >> shift) & (kBins - 1);
+          atomicAdd(&h.cnt[copy][b], 1u);
+          atomicAdd(&h.mass[copy][b], static_cast<double>(x));
+        }
+      }
+    } else {  // warp-aggregated counts: the loop is uniform over each warp
+      const int lane = threadIdx.x & 31;
+      for (int64_t jw = threadIdx.x - lane; jw < n; jw += blockDim.x) {
+        const int64_t j = jw + lane;
+        unsigned b = kBins;  // no bin
+        if (j < n) {
+          const unsigned u = key_of(row[j]);
+          if ((u & mask) == prefix) b = (u >> shift) & (kBins - 1);
+        }
+        const unsigned peers = __match_any_sync(0xffffffffu, b);
+        if (b < kBins && lane == __ffs(peers) - 1) atomicAdd(&h.cnt[copy][b], static_cast<unsigned>(__popc(peers)));
       }
     }
     __syncthreads();
