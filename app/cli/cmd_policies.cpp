@@ -41,7 +41,12 @@ Runner add_policies(CLI::App& app) {
     }
     if (!*json) std::cout << "\npresets:\n";
     for (const auto& p : pipeline_presets()) {
-      out["presets"].push_back({{"name", p.name}, {"spec", p.spec}, {"budget", p.budget}, {"paper", p.paper_ref}});
+      out["presets"].push_back({{"name", p.name},
+                                {"spec", p.spec},
+                                {"budget", p.budget},
+                                {"budget_unit", std::string(budget_unit_name(p.unit))},
+                                {"budget_value", p.value},
+                                {"paper", p.paper_ref}});
       if (!*json) std::cout << "  " << p.name << " = " << p.spec << "   (" << p.budget << "; " << p.paper_ref << ")\n";
     }
     if (*json) std::cout << out.dump() << "\n";

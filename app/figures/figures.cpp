@@ -27,6 +27,7 @@
 
 #include "figure_table.h"
 #include "head_pattern_figure.h"
+#include "identity_elide.h"
 
 namespace kvscope::figures {
 
@@ -52,19 +53,9 @@ viz::Figure base(const RunData& a, std::string title) {
   return f;
 }
 
-// A panel that only says what is missing (an empty line plot keeps the figure valid).
-viz::LinePlot note_panel(std::string text) {
-  viz::LinePlot p;
-  p.title = std::move(text);
-  p.x.range = viz::Range{0, 1};
-  p.y.range = viz::Range{0, 1};
-  p.x.grid = p.y.grid = false;
-  p.x.ticks = {0.0};
-  p.x.tick_labels = {""};
-  p.y.ticks = {0.0};
-  p.y.tick_labels = {""};
-  p.legend = viz::LegendPos::None;
-  return p;
+// A run's pipeline as shown next to its id ("full cache" for none).
+std::string pipeline_text(const RunData& r) {
+  return r.record.row.pipeline_spec.empty() ? "full cache" : r.record.row.pipeline_spec;
 }
 
 // Kept/evicted strip of one head (category 1 = kept, so Max aggregation shows any kept token).
@@ -88,6 +79,20 @@ bool valid_head(const RunData& a, const Selection& s) {
 }
 
 }  // namespace
+
+viz::LinePlot note_panel(std::string text) {
+  viz::LinePlot p;
+  p.title = std::move(text);
+  p.x.range = viz::Range{0, 1};
+  p.y.range = viz::Range{0, 1};
+  p.x.grid = p.y.grid = false;
+  p.x.ticks = {0.0};
+  p.x.tick_labels = {""};
+  p.y.ticks = {0.0};
+  p.y.tick_labels = {""};
+  p.legend = viz::LegendPos::None;
+  return p;
+}
 
 // ---- head metrics -------------------------------------------------------------------------------
 
@@ -151,7 +156,7 @@ viz::Heatmap heads_map(const RunData& a, const RunData* b, int m, Side side, boo
     const auto va = heads_metric_values(a, m), vb = heads_metric_values(*b, m);
     h.values.resize(va.size());
     for (std::size_t i = 0; i < va.size(); ++i) h.values[i] = va[i] - vb[i];
-    h.colormap = "coolwarm";
+    h.colormap = kDiffColormap;
   }
   if (name == "entropy" && side != Side::kDiff) h.colormap = "magma";
   const bool has = std::any_of(h.values.begin(), h.values.end(), [](float x) { return std::isfinite(x); });
@@ -171,7 +176,9 @@ viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions&
   const int n = static_cast<int>(names.size());
   const bool comparable = b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv;
   const Side side = comparable ? o.side : Side::kA;
-  const std::string which = side == Side::kA ? "" : side == Side::kB ? " (run B)" : " (A \xe2\x88\x92 B)";
+  const std::string which = side == Side::kA   ? ""
+                            : side == Side::kB ? " (run B)"
+                                               : std::string(" (A \xe2\x88\x92 B)") + kDiffKey;
   const RunData& shown = side == Side::kB ? *b : a;
   if (o.metric < 0 || o.metric >= n) {
     // Every metric as a small map: rows = layers (top = 0), columns = KV heads.
@@ -513,11 +520,11 @@ viz::Figure budgets_figure(const RunData& a, const RunData* b, const BudgetsOpti
     const auto kb = heads_metric_values(*b, 7);
     hm.values.resize(ka.size());
     for (std::size_t i = 0; i < ka.size(); ++i) hm.values[i] = ka[i] - kb[i];
-    hm.colormap = "coolwarm";
+    hm.colormap = kDiffColormap;
   }
   hm.title = side == Side::kA   ? "kept entries per layer and KV head"
              : side == Side::kB ? "kept entries (run B)"
-                                : "kept entries, A \xe2\x88\x92 B";
+                                : std::string("kept entries, A \xe2\x88\x92 B") + kDiffKey;
   if (!a.has_kept && side == Side::kA) hm.title += " (full cache: nothing evicted)";
   hm.x.label = "KV head";
   hm.y.label = "layer";
@@ -596,14 +603,17 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   bytes.x.label = "decode step";
   bytes.y.label = "MiB";
   bool any_kl = false, any_bytes = false;
+  // Legend names: the pipelines elided together, so runs that differ at the end stay apart.
+  std::vector<std::string> specs;
+  for (const RunData* r : runs) specs.push_back(r ? pipeline_text(*r) : "");
+  specs = elide_identities(specs, 40);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunData* r = runs[i];
     if (!r) continue;
     const std::string name = (i == 0   ? "A "
                               : i == 1 ? "B "
                                        : "") +
-                             std::string("#") + std::to_string(r->ref.run) + " " +
-                             (r->record.row.pipeline_spec.empty() ? "full" : r->record.row.pipeline_spec.substr(0, 40));
+                             std::string("#") + std::to_string(r->ref.run) + " " + specs[i];
     const viz::Color col = viz::categorical(i);
     auto get = [&](const char* n) -> const std::vector<double>* {
       auto it = r->steps.find(n);
@@ -746,7 +756,7 @@ namespace {
 
 const std::vector<viz::TokenCategory>& diff_categories() {
   static const std::vector<viz::TokenCategory> c = {
-      {"neither", kEvictedColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}, {"both", kKeptColor}};
+      {"neither", kNeitherColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}, {"both", kBothColor}};
   return c;
 }
 
@@ -758,7 +768,8 @@ viz::TokenStrip diff_strip(const RunData& a, const RunData& b, const Selection& 
   t.category = kept_diff(a, b, sel, &n);
   if (t.category.empty()) {
     t.category = {0};
-    t.title = "runs are on different prompts: no token-level difference";
+    t.title = kept_diff_unavailable(a, b);
+    if (t.title.empty()) t.title = head_name(sel) + " is outside one of the runs: no token-level difference";
   } else {
     t.title = head_name(sel) + ": both " + std::to_string(n.both) + ", only A " + std::to_string(n.only_a) +
               ", only B " + std::to_string(n.only_b);
@@ -780,9 +791,11 @@ const char* kDiffGroupNames[4] = {"neither", "only B", "only A", "both"};
 viz::Figure tokens_diff_figure(const RunData& a, const RunData& b, const Selection& sel) {
   viz::Figure f;
   f.caption = ab_caption(a, b);
+  f.title = ab_title(a, b, 48);
   f.panels.push_back(diff_strip(a, b, sel));
-  std::get<viz::TokenStrip>(f.panels[0]).title =
-      "A \xe2\x88\x92 B, kept by " + std::get<viz::TokenStrip>(f.panels[0]).title;
+  if (kept_diff_unavailable(a, b).empty())
+    std::get<viz::TokenStrip>(f.panels[0]).title =
+        "A \xe2\x88\x92 B, kept by " + std::get<viz::TokenStrip>(f.panels[0]).title;
   return f;
 }
 
@@ -796,7 +809,9 @@ viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const Atte
   const bool comparable = a.record.info.prompt.tokens == b.record.info.prompt.tokens && a.n_head_kv == b.n_head_kv &&
                           valid_head(a, sel) && valid_head(b, sel) && T > 0;
   if (!comparable) {
-    f.panels.push_back(note_panel("runs on different prompts or model shapes: no kept-set difference"));
+    const std::string why = kept_diff_unavailable(a, b);
+    f.panels.push_back(
+        note_panel(why.empty() ? head_name(sel) + " is outside one of the runs: no kept-set difference" : why));
     return f;
   }
   // Every KV head of the layer: +1 kept only by A, -1 only by B, 0 both or neither (mean per pixel).
@@ -817,7 +832,7 @@ viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const Atte
   }
   hm.x.label = "prompt position";
   hm.y.label = "KV head";
-  hm.colormap = "coolwarm";
+  hm.colormap = kDiffColormap;
   hm.value_range = viz::Range{-1, 1};
   hm.colorbar_label = "kept A \xe2\x88\x92 kept B";
   hm.aggregate = viz::Aggregate::Mean;
@@ -886,9 +901,10 @@ viz::Figure keys_diff_figure(const RunData& a, const RunData& b, const KeysOptio
     pca = b.pca_row(sel.layer, sel.head);
   if (cat.empty() || !cos) {
     f.columns = 1;
-    f.panels.push_back(note_panel(cat.empty()
-                                      ? "runs on different prompts: no kept-set difference"
-                                      : "no cos_to_mean captured for " + head_name(sel) + " (run with capture full)"));
+    const std::string why = kept_diff_unavailable(a, b);
+    f.panels.push_back(note_panel(
+        cat.empty() ? (why.empty() ? head_name(sel) + " is outside one of the runs: no kept-set difference" : why)
+                    : "no cos_to_mean captured for " + head_name(sel) + " (run with capture full)"));
     return f;
   }
   const std::int64_t T = a.n_tok;
@@ -981,14 +997,14 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
       for (std::int64_t j = 0; j < D; ++j)
         v[static_cast<std::size_t>(j)] =
             (*x)[static_cast<std::size_t>(h * D + j)] - (*y)[static_cast<std::size_t>(h * D + j)];
-    return channel_bars(std::move(v), std::move(title), std::move(ylabel), kOnlyAColor);
+    return channel_bars(std::move(v), std::move(title), std::move(ylabel), kNeutralColor);
   };
   f.panels.push_back(diff(ma, mb, head_name(sel) + ": mean saliency per channel, A \xe2\x88\x92 B",
                           "\xce\x94 mean |q\xcc\x84|\xc2\xb7|k|"));
   f.panels.push_back(diff(ca, cb, head_name(sel) + ": CV over tokens per channel, A \xe2\x88\x92 B", "\xce\x94 CV"));
   viz::Heatmap hm;
   hm.title = std::string(o.cv ? "channel CV" : "mean channel saliency") +
-             ", A \xe2\x88\x92 B, every KV head of layer " + std::to_string(sel.layer);
+             ", A \xe2\x88\x92 B, every KV head of layer " + std::to_string(sel.layer) + kDiffKey;
   hm.rows = H;
   hm.cols = D;
   const auto* x = o.cv ? ca : ma;
@@ -998,7 +1014,7 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
     for (std::size_t i = 0; i < hm.values.size(); ++i) hm.values[i] = (*x)[i] - (*y)[i];
   hm.x.label = "channel";
   hm.y.label = "KV head";
-  hm.colormap = "coolwarm";
+  hm.colormap = kDiffColormap;
   hm.colorbar_label = o.cv ? "\xce\x94 CV" : "\xce\x94 mean";
   f.panels.push_back(std::move(hm));
   f.row_weights = {1, 1, 1.3};
@@ -1007,9 +1023,25 @@ viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const Chann
 
 // ---- compare ------------------------------------------------------------------------------------
 
+std::string ab_title(const RunData& a, const RunData& b, int width) {
+  const auto [pa, pb] = elide_pair(pipeline_text(a), pipeline_text(b), width);
+  return "A #" + std::to_string(a.ref.run) + " " + pa + " vs B #" + std::to_string(b.ref.run) + " " + pb;
+}
+
+std::string kept_diff_unavailable(const RunData& a, const RunData& b) {
+  if (a.record.info.prompt.tokens != b.record.info.prompt.tokens)
+    return "runs on different prompts (" + std::to_string(a.record.info.prompt.tokens.size()) + " tokens vs " +
+           std::to_string(b.record.info.prompt.tokens.size()) + "): kept-set overlap is not defined";
+  if (a.n_layer != b.n_layer || a.n_head_kv != b.n_head_kv)
+    return "runs on different model shapes (" + std::to_string(a.n_layer) + " x " + std::to_string(a.n_head_kv) +
+           " vs " + std::to_string(b.n_layer) + " x " + std::to_string(b.n_head_kv) +
+           " layers x KV heads): kept-set overlap is not defined";
+  return "";
+}
+
 viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& sel) {
   viz::Figure f;
-  f.title = "A #" + std::to_string(a.ref.run) + " vs B #" + std::to_string(b.ref.run);
+  f.title = ab_title(a, b, 48);
   f.caption = "A: " + a.caption() +
               "  |  B: " + (b.record.row.pipeline_spec.empty() ? "full cache" : b.record.row.pipeline_spec) +
               " \xc2\xb7 " + b.budget_text();
@@ -1040,7 +1072,7 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
     hm.rows = 1;
     hm.cols = 1;
     hm.values = {kNaNf};
-    hm.title = same_prompt ? "different model shapes: no per-head overlap" : "different prompts: no per-head overlap";
+    hm.title = kept_diff_unavailable(a, b);
   }
   hm.x.label = "KV head";
   hm.y.label = "layer";
@@ -1064,7 +1096,7 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
     rel = {kNaN};
     d.y.range = viz::Range{-1, 1};
   }
-  d.series = {{"", rel, kOnlyBColor}};
+  d.series = {{"", rel, kNeutralColor}};
   d.y.label = "% change";
   d.legend = viz::LegendPos::None;
   f.panels.push_back(std::move(d));
@@ -1074,7 +1106,7 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
 
   // Kept entries per head, A - B (where head-wise budgets moved entries).
   viz::Heatmap kd;
-  kd.title = "kept entries per head: A \xe2\x88\x92 B";
+  kd.title = std::string("kept entries per head: A \xe2\x88\x92 B") + kDiffKey;
   if (same_shape) {
     kd.rows = a.n_layer;
     kd.cols = a.n_head_kv;
@@ -1086,7 +1118,7 @@ viz::Figure compare_figure(const RunData& a, const RunData& b, const Selection& 
     kd.values = {kNaNf};
     kd.title += " (different shapes)";
   }
-  kd.colormap = "coolwarm";
+  kd.colormap = kDiffColormap;
   kd.x.label = "KV head";
   kd.y.label = "layer";
   kd.colorbar_label = "\xce\x94 entries";

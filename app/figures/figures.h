@@ -19,8 +19,22 @@ namespace kvscope::figures {
 /// Colours shared by figures and the ImGui token list.
 inline constexpr viz::Color kKeptColor = viz::Color::hex(0x009e73);     // Okabe-Ito bluish green
 inline constexpr viz::Color kEvictedColor = viz::Color::hex(0xd9d9d9);  // light grey
-inline constexpr viz::Color kOnlyAColor = viz::Color::hex(0x0072b2);    // blue
-inline constexpr viz::Color kOnlyBColor = viz::Color::hex(0xe69f00);    // orange
+/// The A - B colours, one per side, used by every figure that compares two runs (categorical keys
+/// "only A" / "only B" / "both" / "neither") and by the ImGui token list: A is blue, B orange,
+/// "both" the kept green, "neither" the evicted grey.
+inline constexpr viz::Color kOnlyAColor = viz::Color::hex(0x0072b2);    // Okabe-Ito blue
+inline constexpr viz::Color kOnlyBColor = viz::Color::hex(0xe69f00);    // Okabe-Ito orange
+inline constexpr viz::Color kBothColor = kKeptColor;                    // kept by both
+inline constexpr viz::Color kNeitherColor = kEvictedColor;              // kept by neither
+inline constexpr viz::Color kNeutralColor = viz::Color::hex(0x666666);  // A - B bars of either sign
+/// The diverging colormap of numeric A - B maps: A > B in kOnlyAColor's blue, B > A in kOnlyBColor's
+/// orange (viz "orangeblue": orange at the low end, blue at the high end).
+inline constexpr const char* kDiffColormap = "orangeblue";
+/// Key text of an A - B numeric map, appended to its title.
+inline constexpr const char* kDiffKey = " (blue: A higher, orange: B higher)";
+
+/// A panel that only says what is missing (an empty line plot keeps the figure valid).
+viz::LinePlot note_panel(std::string text);
 
 /// Per layer x KV head values of heads metric `metric` (heads_metric_names()) for a run:
 /// [n_layer * n_head_kv], NaN when not captured.
@@ -77,6 +91,14 @@ viz::Figure attention_diff_figure(const RunData& a, const RunData& b, const Atte
 viz::Figure keys_diff_figure(const RunData& a, const RunData& b, const KeysOptions& o, const Selection& sel);
 /// ...and channel saliency mean / CV of the selected head and the layer, A - B.
 viz::Figure channels_diff_figure(const RunData& a, const RunData& b, const ChannelsOptions& o, const Selection& sel);
+
+/// Why two runs have no kept-set difference: "runs on different prompts (n tokens vs m): kept-set
+/// overlap is not defined", "runs on different model shapes (...)"; "" when they share prompt and shape.
+std::string kept_diff_unavailable(const RunData& a, const RunData& b);
+
+/// "A #1 …alpha=0.2 vs B #2 …alpha=0.1": both runs' pipelines elided together to `width` characters
+/// (elide_identities, identity_elide.h), for A - B figure titles.
+std::string ab_title(const RunData& a, const RunData& b, int width);
 
 /// Compare A with B: per-head Jaccard of kept sets, summary metric deltas, the selected head's
 /// A/B kept-set difference over tokens, and kept-count difference per layer.

@@ -1,4 +1,5 @@
 #include "selection_steps_figure.h"
+#include "figures.h"
 
 #include <algorithm>
 #include <cmath>
@@ -44,20 +45,6 @@ std::string strip_title(const Timeline& t, const SelectionStep& st) {
   return s;
 }
 
-/// An empty plot whose title says what is missing (keeps the figure valid).
-viz::LinePlot note(std::string text) {
-  viz::LinePlot p;
-  p.title = std::move(text);
-  p.x.range = viz::Range{0, 1};
-  p.y.range = viz::Range{0, 1};
-  p.x.grid = p.y.grid = false;
-  p.x.ticks = {0.0};
-  p.x.tick_labels = {""};
-  p.y.ticks = {0.0};
-  p.y.tick_labels = {""};
-  p.legend = viz::LegendPos::None;
-  return p;
-}
 }  // namespace
 
 std::vector<viz::TokenCategory> selection_step_categories(bool with_exact) {
@@ -167,8 +154,9 @@ viz::Figure selection_steps_figure(const Timeline& t, const SelectionStep& st, c
     if (!std::isnan(r)) sum += r, ++count;
   }
   if (count == 0) {
-    f.panels.push_back(note(head_text(st) + ": no recall of the exact top-k recorded (--capture full, a selection "
-                                            "policy)"));
+    f.panels.push_back(note_panel(head_text(st) +
+                                  ": no recall of the exact top-k recorded (--capture full, a selection "
+                                  "policy)"));
   } else {
     const double mean = sum / static_cast<double>(count);
     viz::LinePlot p;

@@ -270,13 +270,13 @@ TimelineRaster timeline_diff_raster(const Timeline& a, const Timeline& b, std::i
 
 viz::Figure timeline_diff_figure(const RunData& a, const RunData& b, const Selection& sel, int width_px) {
   viz::Figure f;
-  f.title = "Timeline A - B: #" + std::to_string(a.ref.run) + " vs #" + std::to_string(b.ref.run);
+  f.title = "Timeline A \xe2\x88\x92 B: " + ab_title(a, b, 40);
   f.caption = "A: " + a.caption() + "  B: " + b.caption();
   viz::Heatmap h;
   const Timeline *ta = a.timeline(), *tb = b.timeline();
   if (!ta || !tb || a.record.info.prompt.tokens != b.record.info.prompt.tokens) {
     h.title = !ta || !tb ? "both runs need a timeline (record them with capture summary or full)"
-                         : "the runs have different prompts: nothing to compare position by position";
+                         : kept_diff_unavailable(a, b);
     f.panels.push_back(std::move(h));
     return f;
   }
@@ -295,7 +295,7 @@ viz::Figure timeline_diff_figure(const RunData& a, const RunData& b, const Selec
   h.rows = r.rows;
   h.cols = r.cols;
   h.values = r.cells;
-  h.categories = {{"both", kKeptColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}};
+  h.categories = {{"both", kBothColor}, {"only B", kOnlyBColor}, {"only A", kOnlyAColor}};
   h.x_step = static_cast<double>(N) / static_cast<double>(r.cols);
   h.x_origin = h.x_step / 2 - 0.5;
   h.y_step = static_cast<double>(S) / static_cast<double>(r.rows);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "app_state.h"
+#include "identity_elide.h"
 #include "panels/panels.h"
 #include "ui_util.h"
 
@@ -107,14 +108,24 @@ void draw_context_bar(AppState& s) {
   ImGui::AlignTextToFramePadding();
   ImGui::TextColored({0.0f, 0.35f, 0.6f, 1}, "A");
   ImGui::SameLine();
-  ImGui::TextUnformatted(ellipsize(a.title(), 70).c_str());
-  item_tooltip(a.caption() + "\n" + ellipsize(a.record.info.prompt.text, 400));
-  for (const auto& o : s.others) {
+  // The runs' identities (title without the "#id") elided together: what they share is cut, never
+  // where they differ (pipelines that differ only at the end stay apart); full text on hover.
+  auto identity = [](const RunData& r) { return r.title().substr(("#" + std::to_string(r.ref.run)).size()); };
+  auto with_id = [](const RunData& r, const std::string& id) {
+    return "#" + std::to_string(r.ref.run) + (id.starts_with(" ") ? "" : " ") + id;
+  };
+  std::vector<std::string> ids{identity(a)};
+  for (const auto& o : s.others) ids.push_back(identity(*o));
+  const std::vector<std::string> shown = figures::elide_identities(ids, s.others.empty() ? 70 : 40);
+  ImGui::TextUnformatted(with_id(a, shown[0]).c_str());
+  item_tooltip(a.title() + "\n" + a.caption() + "\n" + ellipsize(a.record.info.prompt.text, 400));
+  for (std::size_t i = 0; i < s.others.size(); ++i) {
+    const RunData& o = *s.others[i];
     ImGui::SameLine();
     ImGui::TextColored({0.75f, 0.45f, 0.0f, 1}, "  vs");
     ImGui::SameLine();
-    ImGui::TextUnformatted(ellipsize(o->title(), 36).c_str());
-    item_tooltip(o->caption());
+    ImGui::TextUnformatted(with_id(o, shown[i + 1]).c_str());
+    item_tooltip(o.title() + "\n" + o.caption());
   }
   ImGui::SameLine();
   const float right = ImGui::GetWindowContentRegionMax().x;

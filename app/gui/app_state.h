@@ -141,6 +141,15 @@ struct RunState {
   bool running = false;
   std::int64_t last_run = -1;
   std::string last_db;
+  // Before the run (run_panel.cpp): the prompt's token count with the model's tokenizer, computed
+  // once per (tokenizer, prompt) and, for a big prompt, only once it stopped changing.
+  std::string prompt_key;           ///< tokenizer path + prompt hash the count below is of
+  std::string prompt_pending;       ///< a key waiting for the prompt to settle
+  double prompt_pending_since = 0;  ///< ImGui time it was first seen
+  std::int64_t prompt_tokens = -1;  ///< tokens of the prompt text (no BOS); -1: not known
+  std::string prompt_tokens_why;    ///< why not known (no model, tokenizer does not load)
+  std::int64_t kept_per_head = -1;  ///< entries per KV head after prefill; -1: not known
+  std::string budget_problem;       ///< run::check_kept_entries' one line; non-empty disables Run
 };
 
 /// Export dialog.

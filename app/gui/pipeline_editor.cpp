@@ -139,7 +139,7 @@ std::vector<std::string> check(const PipelineEdit& edit, const PolicyCatalog& ca
   return problems;
 }
 
-bool draw_pipeline_editor(PipelineEdit& edit, const PolicyCatalog& catalog) {
+bool draw_pipeline_editor(PipelineEdit& edit, const PolicyCatalog& catalog, const Preset** loaded) {
   bool changed = false;
   ImGui::PushID("pipeline_editor");
   // Presets.
@@ -150,6 +150,7 @@ bool draw_pipeline_editor(PipelineEdit& edit, const PolicyCatalog& catalog) {
         try {
           edit = from_spec(p.spec, catalog);
           changed = true;
+          if (loaded) *loaded = &p;
         } catch (const std::exception&) {
         }
       }

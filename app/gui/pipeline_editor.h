@@ -13,6 +13,10 @@
 
 #include "kvscope/core/policy_catalog.h"
 
+namespace kvscope {
+struct Preset;
+}
+
 namespace kvscope::gui {
 
 /// The value of one parameter while being edited; only the member of its kind is used.
@@ -57,7 +61,8 @@ PipelineEdit from_spec(std::string_view spec, const PolicyCatalog& catalog);
 std::vector<std::string> check(const PipelineEdit& edit, const PolicyCatalog& catalog);
 
 /// Draws the editor (stages with typed widgets, add/remove/reorder, presets). Returns true when
-/// the edit changed this frame.
-bool draw_pipeline_editor(PipelineEdit& edit, const PolicyCatalog& catalog);
+/// the edit changed this frame. When a preset was loaded this frame, `*loaded` (if given) points
+/// to it (its budget unit and value are for the caller's budget fields), else it is left alone.
+bool draw_pipeline_editor(PipelineEdit& edit, const PolicyCatalog& catalog, const Preset** loaded = nullptr);
 
 }  // namespace kvscope::gui

@@ -13,6 +13,7 @@
 #include "kvscope/core/generate.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
+#include "kvscope/core/presets.h"
 #include "kvscope/sessions/session_store.h"
 #include "run_options.h"     // kvscope_run: options -> pipeline, model load, request (as kvscope-cli run)
 #include "session_record.h"  // kvscope_run: the session writer, so GUI and CLI sessions match
@@ -135,6 +136,11 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
 }
 
 }  // namespace
+
+void load_preset_budget(RunRequest& form, const Preset& preset) {
+  form.budget_unit = std::string(budget_unit_name(preset.unit));
+  form.budget_value = preset.value;
+}
 
 RunUpdate execute_run(const PolicyRegistry& registry, const RunRequest& req,
                       const std::function<void(const RunUpdate&)>& emit, const std::atomic<bool>& cancel) {

@@ -17,7 +17,8 @@
 
 namespace kvscope {
 class PolicyRegistry;
-}
+struct Preset;
+}  // namespace kvscope
 
 namespace kvscope::gui {
 
@@ -47,6 +48,10 @@ struct RunRequest {
   std::string db_path;  ///< session database (created if missing)
   std::string name;     ///< session name
 };
+
+/// Sets the form's budget unit and value to those `preset` is documented under (the Run view's
+/// "Load preset..." does this with the pipeline).
+void load_preset_budget(RunRequest& form, const Preset& preset);
 
 /// A run in progress as the views show it (core GenerateProgress, torch-free).
 struct LiveRun {

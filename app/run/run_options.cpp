@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include "budget_check.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/utf8.h"
 
@@ -146,6 +147,12 @@ std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const Ru
   return pipeline;
 }
 
+std::vector<StageSpec> pipeline_stage_specs(const Pipeline& pipeline) {
+  std::vector<StageSpec> out;
+  for (const auto& p : pipeline.stages()) out.push_back({p->name(), p->params()});
+  return out;
+}
+
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options) {
   GenerateRequest req;
   if (model.tokenizer)
@@ -201,6 +208,15 @@ GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const
     throw InputError(asked + ": " + std::to_string(needed) + " > " + model_label(model) + "'s context of " +
                      std::to_string(context) + " tokens; shorten the prompt, lower --max-new-tokens, or pass " +
                      "--allow-beyond-context to run past it");
+  }
+  // A budget below what the pipeline always keeps (SnapKV's observation window, sinks, ...) leaves
+  // the scores nothing to decide: refuse it, as the GUI's Run view does (budget_check.h).
+  if (pipeline && options.budget) {
+    const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
+    const int64_t kept = pipeline->begin_run(RunBudget{*options.budget, n_prompt, req.max_new_tokens}, model.config);
+    if (const KeptCheck c = check_kept_entries(pipeline_stage_specs(*pipeline), *options.budget, n_prompt, kept);
+        !c.problem.empty())
+      throw InputError(c.problem);
   }
   return req;
 }

@@ -68,13 +68,18 @@ std::string error_message(const std::exception& e);
 /// before loading a model, so a typo costs nothing.
 std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const RunOptions& options);
 
+/// The stages of `pipeline` with their resolved parameters (for check_kept_entries).
+std::vector<StageSpec> pipeline_stage_specs(const Pipeline& pipeline);
+
 /// The request of `options` for `model` under `pipeline` (from make_pipeline; may be null): prompt
 /// tokens (BOS per options.bos; a model without a tokenizer gets its BOS id alone), follow-up turns,
 /// sampling, stop tokens, budget, reference, capture and prefill chunking. Throws InputError for a
 /// model without a tokenizer given follow-up turns, a token id the model has no embedding for (a
 /// tokenizer of another model), and a run longer than the model's context (positions_needed >
 /// max_position_embeddings) unless options.allow_beyond_context, with the numbers, and a pinned head
-/// outside the model.
+/// outside the model; and a budget whose entries per KV head after prefill (Pipeline::begin_run)
+/// are fewer than the pipeline always keeps (check_kept_entries: "budget fraction 0.25 keeps 22
+/// entries per KV head of the 88-token prompt, fewer than the 32 that snapkv window=32 always keeps").
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options);
 
 }  // namespace kvscope::run

@@ -259,6 +259,36 @@ TEST_F(CliInputs, PromptAndNewTokensBeyondTheContextAreRefusedWithTheNumbers) {
 
 // --allow-beyond-context runs past the context on purpose, and the session says so; a sweep grid
 // asks for it with allow_beyond_context = true (without it, the item fails with the same message).
+// Issue 30: an 88-token prompt at budget fraction 0.25 kept 22 entries per KV head while SnapKV's
+// observation window of 32 is always kept: the scores never mattered. Refused in one line naming
+// the budget, both counts and the parameter; a budget that keeps the window runs.
+TEST_F(CliInputs, BudgetBelowWhatThePipelineAlwaysKeepsIsRefused) {
+  std::string text = once_upon(4);
+  auto prompt = write("p.txt", text);
+  int64_t n = prompt_tokens(prompt);
+  for (int i = 0; i < 200 && n != 88; ++i) {
+    if (n < 88)
+      text += " a";
+    else
+      text.resize(text.rfind(' '));
+    prompt = write("p.txt", text);
+    n = prompt_tokens(prompt);
+  }
+  ASSERT_EQ(n, 88);
+  const std::string base = "run --model " + q(test::stories_dir()) + " --prompt-file " + q(prompt) +
+                           " --pipeline snapkv:window=32 --max-new-tokens 2 ";
+  expect_one_line(test::run_cli_stderr(base + "--budget 0.25 --budget-unit fraction"), 2,
+                  {"budget fraction 0.25 keeps 22 entries per KV head of the 88-token prompt, fewer than the 32 that "
+                   "snapkv window=32 always keeps (its observation window)",
+                   "a fraction of at least 0.364"});
+  expect_one_line(test::run_cli_stderr(base + "--compression-ratio 0.75"), 2, {"ratio 0.75 keeps 22 entries"});
+  expect_one_line(test::run_cli_stderr(base + "--budget 16 --budget-unit stored"), 2,
+                  {"16 stored/head keeps 16 entries", "at least 32 entries per head"});
+  const Result ok = cli(base + "--budget 0.5 --budget-unit fraction --json");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_EQ(cli(base + "--budget 32 --budget-unit stored --json").exit_code, 0);
+}
+
 TEST_F(CliInputs, AllowBeyondContextRunsAndIsRecordedInTheSession) {
   const auto prompt = write("story.txt", once_upon(30));
   const int64_t n = prompt_tokens(prompt);
@@ -367,7 +397,7 @@ TEST_F(CliInputs, LibTorchErrorsPrintOneLineWithoutTheStackTrace) {
   const auto db = dir_ / "runs.db";
   ::setenv("KVSCOPE_TEST_FAULT", "torch@prefill", 1);
   const Result run =
-      test::run_cli_stderr("run --model " + q(test::stories_dir()) + " --prompt Once --pipeline snapkv " +
+      test::run_cli_stderr("run --model " + q(test::stories_dir()) + " --prompt Once --pipeline snapkv:window=1 " +
                            "--compression-ratio 0.5 --db " + q(db));
   ::unsetenv("KVSCOPE_TEST_FAULT");
   expect_one_line(run, 1, {"index out of range in self"});

@@ -104,7 +104,7 @@ TEST_F(CliFaults, SweepGoesOnAfterOutOfMemoryAndResumeCompletesTheFailedRuns) {
 
 TEST_F(CliFaults, SweepKilledWithSigkillResumesWithoutLosingOrDuplicatingRuns) {
   // 24 runs of up to 256 tokens: long enough to be killed part-way on a fast machine.
-  write_grid("\"snapkv:window=8\", \"streamingllm:sink=4\", \"keydiff\", \"tova\"", "0.1, 0.25, 0.4, 0.5, 0.6, 0.75",
+  write_grid("\"snapkv:window=4\", \"streamingllm:sink=4\", \"keydiff\", \"tova\"", "0.1, 0.25, 0.4, 0.5, 0.6, 0.75",
              256);
   const pid_t pid = ::fork();
   if (pid == 0) {

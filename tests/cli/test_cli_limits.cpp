@@ -56,7 +56,7 @@ class CliLimits : public test::CliTest {
  protected:
   std::string run_args(const std::string& name) const {
     return "run --model " + quote(test::stories_dir()) +
-           " --prompt 'Once upon a time' --pipeline snapkv:window=4 --compression-ratio 0.5 --max-new-tokens 12"
+           " --prompt 'Once upon a time' --pipeline snapkv:window=2 --compression-ratio 0.5 --max-new-tokens 12"
            " --capture full --name " +
            name + " --db " + quote(db_);
   }

@@ -29,7 +29,7 @@ class CliSessions : public test::CliTest {
     std::ofstream(dir_ / "grid.toml")
         << "models = [\"" << (test::stories_dir() / "stories260K.bin").string()
         << "\"]\nprompts = [\"story.txt\"]\n"
-           "pipelines = [\"snapkv:window=8\", \"streamingllm:sink=4\", \"keydiff\", \"snapkv:window=8+adakv\"]\n"
+           "pipelines = [\"snapkv:window=4\", \"streamingllm:sink=4\", \"keydiff\", \"snapkv:window=4+adakv\"]\n"
            "max_new_tokens = 6\ncapture = \"full\"\n[budget]\nunit = \"ratio\"\nvalues = [0.25, 0.5, 0.75]\n";
   }
   int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }

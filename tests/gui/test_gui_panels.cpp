@@ -16,6 +16,8 @@
 #include "headless.h"
 #include "kvscope/core/capture.h"
 #include "kvscope/core/policy.h"
+#include "kvscope/core/presets.h"
+#include "kvscope/core/tokenizer.h"
 #include "kvscope/viz/cairo_export.h"
 
 namespace kvscope::gui {
@@ -480,6 +482,56 @@ TEST_F(GuiPanels, SamePromptRunIsFoundForCompare) {
   const double j = figures::jaccard(*s.a->kept_set(0, 0), *s.others[0]->kept_set(0, 0));
   EXPECT_GT(j, 0.0);
   EXPECT_LT(j, 1.0);
+}
+
+// Issue 30: the Run view counts the prompt's tokens with the model's tokenizer, shows the entries
+// per KV head the budget keeps, and warns (Run disabled) when that is below what the pipeline
+// always keeps: the same run::check_kept_entries kvscope-cli run refuses with.
+TEST_F(GuiPanels, RunViewCountsPromptTokensAndWarnsOfABudgetBelowTheWindow) {
+  if (!std::filesystem::exists(testing::pycode_dir() / "tokenizer.json")) GTEST_SKIP() << "pycode-16m not present";
+  RunState& st = state_->run;
+  st.form.model_path = testing::pycode_dir().string();
+  st.form.bos = "never";
+  for (int i = 0; i < 6; ++i) st.form.prompt += "def add(a, b):\n    return a + b\n\n";
+  const auto tok = load_tokenizer(testing::pycode_dir());
+  const auto n = static_cast<std::int64_t>(tok->encode(st.form.prompt).size());
+  ASSERT_GT(n, 40);
+  ASSERT_LT(n, 300);
+  st.pipeline = from_spec("snapkv:window=32", *catalog_);
+  st.pipeline_initialised = true;
+  st.form.budget_unit = "fraction";
+  st.form.budget_value = 0.1;
+  draw_view_frames(View::kRun, 2, false);
+  EXPECT_EQ(st.prompt_tokens, n);
+  EXPECT_EQ(st.kept_per_head, n / 10);
+  EXPECT_NE(
+      st.budget_problem.find("budget fraction 0.1 keeps " + std::to_string(n / 10) + " entries per KV head of the " +
+                             std::to_string(n) + "-token prompt, fewer than the 32 that snapkv window=32"),
+      std::string::npos)
+      << st.budget_problem;
+  st.form.budget_value = 1.0;
+  draw_view_frames(View::kRun, 1, false);
+  EXPECT_EQ(st.kept_per_head, n);
+  EXPECT_TRUE(st.budget_problem.empty()) << st.budget_problem;
+  // The full cache takes no budget: nothing to check.
+  st.pipeline = from_spec("", *catalog_);
+  st.form.budget_value = 0.1;
+  draw_view_frames(View::kRun, 1, false);
+  EXPECT_TRUE(st.budget_problem.empty());
+}
+
+// Issue 30: "Load preset..." left the budget unit as it was; snapkv-kvpress is documented as
+// --compression-ratio.
+TEST(GuiRunForm, LoadingAPresetSetsItsBudgetUnit) {
+  RunRequest form;
+  form.budget_unit = "fraction";
+  form.budget_value = 0.25;
+  for (const Preset& p : pipeline_presets()) {
+    load_preset_budget(form, p);
+    EXPECT_EQ(form.budget_unit, budget_unit_name(p.unit)) << p.name;
+    EXPECT_EQ(form.budget_value, p.value) << p.name;
+    if (p.name == "snapkv-kvpress") EXPECT_EQ(form.budget_unit, "compression_ratio");
+  }
 }
 
 TEST(GuiTokens, TokenListStaysClippedOn32KTokens) {

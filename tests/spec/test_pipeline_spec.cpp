@@ -5,6 +5,7 @@
 // tests/core/test_policy_conformance.cpp and tests/gui/test_pipeline_editor.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -183,3 +184,20 @@ TEST(ParamTypes, NamesRoundTrip) {
 
 }  // namespace
 }  // namespace kvscope
+
+// Issue 30: loading a preset (the GUI's "Load preset...") sets the budget unit its paper uses; the
+// table's unit and value agree with its documented options and the unit's range.
+TEST(Presets, EachPresetCarriesTheUnitItsBudgetIsDocumentedIn) {
+  for (const kvscope::Preset& p : kvscope::pipeline_presets()) {
+    SCOPED_TRACE(p.name);
+    if (p.budget.find("--compression-ratio") != std::string::npos)
+      EXPECT_EQ(p.unit, kvscope::BudgetUnit::kCompressionRatio);
+    else
+      EXPECT_NE(p.budget.find("--budget-unit " + std::string(kvscope::budget_unit_name(p.unit))), std::string::npos);
+    EXPECT_NO_THROW((kvscope::BudgetSpec{p.unit, p.value}.validate()));
+  }
+  const auto& all = kvscope::pipeline_presets();
+  const auto kvpress = std::find_if(all.begin(), all.end(), [](const auto& p) { return p.name == "snapkv-kvpress"; });
+  ASSERT_NE(kvpress, all.end());
+  EXPECT_EQ(kvpress->unit, kvscope::BudgetUnit::kCompressionRatio);
+}

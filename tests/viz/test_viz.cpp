@@ -250,6 +250,10 @@ TEST(Colormap, MagmaAndCoolwarmControlPoints) {
   EXPECT_LE(color_distance(map("coolwarm", 0.5), Rgb{221, 221, 221}), 2);
   EXPECT_LE(color_distance(map("coolwarm", 1.0), Rgb{180, 4, 38}), 2);
   EXPECT_TRUE(colormap("coolwarm").diverging());
+  EXPECT_EQ(map("orangeblue", 0.0), (Rgb{0xe6, 0x9f, 0x00}));  // B > A: Okabe-Ito orange
+  EXPECT_EQ(map("orangeblue", 1.0), (Rgb{0x00, 0x72, 0xb2}));  // A > B: Okabe-Ito blue
+  EXPECT_LE(color_distance(map("orangeblue", 0.5), Rgb{0xee, 0xee, 0xee}), 2);
+  EXPECT_TRUE(colormap("orangeblue").diverging());
   EXPECT_FALSE(colormap("viridis").diverging());
 }
 
@@ -261,7 +265,7 @@ TEST(Colormap, SequentialMapsGetBrighterAndClamp) {
   EXPECT_EQ(map("viridis", -3.0), map("viridis", 0.0));
   EXPECT_EQ(map("viridis", 7.0), map("viridis", 1.0));
   EXPECT_EQ(map("viridis", std::nan("")), map("viridis", 0.0));
-  EXPECT_EQ(colormap_names(), (std::vector<std::string>{"viridis", "magma", "coolwarm"}));
+  EXPECT_EQ(colormap_names(), (std::vector<std::string>{"viridis", "magma", "coolwarm", "orangeblue"}));
 }
 
 TEST(Colormap, UnknownNameThrowsInvalidArgument) {

@@ -65,6 +65,11 @@ const std::vector<Colormap>& all_maps() {
                                 {0.875, 0xde604d},
                                 {1.0, 0xb40426}}),
                    true);
+    // Okabe-Ito orange (#e69f00) to blue (#0072b2) through a light grey: diverging, two hues that
+    // stay apart for colour-blind readers (kvscope's figures: B > A orange, A > B blue).
+    m.emplace_back("orangeblue",
+                   interpolate({{0.0, 0xe69f00}, {0.25, 0xf0c870}, {0.5, 0xeeeeee}, {0.75, 0x7fb4d6}, {1.0, 0x0072b2}}),
+                   true);
     return m;
   }();
   return maps;

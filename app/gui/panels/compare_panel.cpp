@@ -6,6 +6,7 @@
 
 #include "../ui_util.h"
 #include "figures.h"
+#include "identity_elide.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -61,23 +62,32 @@ void compare(AppState& s, Ui& ui) {
       ImGui::TableSetupColumn("\xce\x94 vs A");
     }
     ImGui::TableHeadersRow();
-    // Pipeline and prompt rows first.
+    // Pipeline and prompt rows first. The pipelines are elided together: what they share is cut,
+    // never where they differ (full text on hover).
+    std::vector<std::string> specs{a.record.row.pipeline_spec.empty() ? "full cache" : a.record.row.pipeline_spec};
+    for (const auto& o : s.others)
+      specs.push_back(o->record.row.pipeline_spec.empty() ? "full cache" : o->record.row.pipeline_spec);
+    const std::vector<std::string> shown = figures::elide_identities(specs, 36);
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     ImGui::TextUnformatted("pipeline");
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(ellipsize(a.record.row.pipeline_spec, 36).c_str());
-    item_tooltip(a.record.row.pipeline_spec + "\n" + a.budget_text());
-    for (const auto& o : s.others) {
+    ImGui::TextUnformatted(shown[0].c_str());
+    item_tooltip(specs[0] + "\n" + a.budget_text());
+    for (std::size_t i = 0; i < s.others.size(); ++i) {
+      const RunData& o = *s.others[i];
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(ellipsize(o->record.row.pipeline_spec, 36).c_str());
-      item_tooltip(o->record.row.pipeline_spec + "\n" + o->budget_text());
+      ImGui::TextUnformatted(shown[i + 1].c_str());
+      item_tooltip(specs[i + 1] + "\n" + o.budget_text());
       ImGui::TableNextColumn();
-      const bool same = o->record.info.prompt.tokens == a.record.info.prompt.tokens;
-      if (same)
+      const bool same = o.record.info.prompt.tokens == a.record.info.prompt.tokens;
+      if (same) {
         ImGui::TextDisabled("same prompt");
-      else
-        ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "other prompt");
+      } else {
+        ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "other prompt (%zu vs %zu tokens)",
+                           a.record.info.prompt.tokens.size(), o.record.info.prompt.tokens.size());
+        item_tooltip(figures::kept_diff_unavailable(a, o));
+      }
     }
     for (const auto& n : names) {
       ImGui::TableNextRow();
@@ -112,17 +122,31 @@ void compare(AppState& s, Ui& ui) {
     ImGui::EndTable();
   }
   if (s.others.size() > 1) {
-    ImGui::SetNextItemWidth(320);
-    const std::string cur = s.others[static_cast<std::size_t>(st.b_index)]->title();
-    if (ImGui::BeginCombo("B for the figure", ellipsize(cur, 60).c_str())) {
-      for (int i = 0; i < static_cast<int>(s.others.size()); ++i)
-        if (ImGui::Selectable(ellipsize(s.others[static_cast<std::size_t>(i)]->title(), 70).c_str(), i == st.b_index))
-          st.b_index = i;
+    // The candidates' titles elided together (they often differ only at the end); full on hover.
+    std::vector<std::string> titles, ids;
+    for (const auto& o : s.others) {
+      titles.push_back(o->title());
+      ids.push_back(titles.back().substr(("#" + std::to_string(o->ref.run)).size()));  // without "#id"
+    }
+    std::vector<std::string> shown = figures::elide_identities(ids, 70);
+    for (std::size_t i = 0; i < shown.size(); ++i)
+      shown[i] = "#" + std::to_string(s.others[i]->ref.run) + (shown[i].starts_with(" ") ? "" : " ") + shown[i];
+    ImGui::SetNextItemWidth(420);
+    if (ImGui::BeginCombo("B for the figure", shown[static_cast<std::size_t>(st.b_index)].c_str())) {
+      for (int i = 0; i < static_cast<int>(s.others.size()); ++i) {
+        if (ImGui::Selectable(shown[static_cast<std::size_t>(i)].c_str(), i == st.b_index)) st.b_index = i;
+        item_tooltip(titles[static_cast<std::size_t>(i)]);
+      }
       ImGui::EndCombo();
     }
+    item_tooltip(titles[static_cast<std::size_t>(st.b_index)]);
   }
   const auto& b_run = s.others[static_cast<std::size_t>(st.b_index)];
   const RunData& b = *b_run;
+  // Runs on different prompts or model shapes: say so (with the prompt lengths) above the figure,
+  // whose kept-set panels then only repeat it.
+  if (const std::string why = figures::kept_diff_unavailable(a, b); !why.empty())
+    ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "%s", why.c_str());
   // The per-head overlap map needs every layer's kept sets of both runs (the keep count decodes them).
   if (!await_parts(s, {&s.a, &b_run}, {Part::kKeepCount}, s.sel.layer, figure_size())) return;
   const std::string key =

@@ -2,11 +2,15 @@
 // budget and unit, device and dtype; Run executes on the worker thread and streams tokens here,
 // Cancel stops it between decode steps; the finished run is recorded as a session and opened.
 
+#include <functional>
 #include <string_view>
 #include <vector>
 
 #include "../ui_util.h"
+#include "budget_check.h"  // kvscope_run: the check kvscope-cli run makes too
 #include "kvscope/core/budget.h"
+#include "kvscope/core/presets.h"
+#include "kvscope/core/tokenizer.h"
 #include "panels.h"
 #include "timeline_figure.h"
 
@@ -22,6 +26,110 @@ bool combo(const char* label, std::string& value, const std::vector<std::string_
     ImGui::EndCombo();
   }
   return changed;
+}
+
+/// Prompts up to this size are tokenized as they are typed; bigger ones once they stop changing.
+constexpr std::size_t kTokenizeAtOnceBytes = 16 << 10;
+constexpr double kSettleSeconds = 0.4;
+
+/// Updates st.prompt_tokens for the form's prompt: re-tokenized only when the tokenizer path or
+/// the prompt changed (a big prompt only after it settled), so the UI thread does not re-encode
+/// every frame.
+void count_prompt_tokens(AppState& s) {
+  RunState& st = s.run;
+  const RunRequest& f = st.form;
+  const std::string tok_path = !f.tokenizer_path.empty() ? f.tokenizer_path : f.model_path;
+  const std::string key =
+      tok_path + '\n' + std::to_string(f.prompt.size()) + ':' + std::to_string(std::hash<std::string>{}(f.prompt));
+  if (key == st.prompt_key) return;
+  if (f.prompt.size() > kTokenizeAtOnceBytes) {
+    const double now = ImGui::GetTime();
+    if (key != st.prompt_pending) {
+      st.prompt_pending = key;
+      st.prompt_pending_since = now;
+    }
+    st.prompt_tokens = -1;
+    st.prompt_tokens_why = "counting when the prompt stops changing";
+    if (now - st.prompt_pending_since < kSettleSeconds) return;
+  }
+  st.prompt_key = key;
+  st.prompt_pending.clear();
+  st.prompt_tokens = -1;
+  st.prompt_tokens_why.clear();
+  if (tok_path.empty()) {
+    st.prompt_tokens_why = "choose a model to count them";
+    return;
+  }
+  if (const Tokenizer* tok = s.tokenizers.get(tok_path, &st.prompt_tokens_why)) {
+    st.prompt_tokens = static_cast<std::int64_t>(tok->encode(f.prompt).size());
+    st.prompt_tokens_why.clear();
+  }
+}
+
+/// The prompt's tokens, the entries per KV head the budget keeps after prefill, and
+/// run::check_kept_entries (the check `kvscope-cli run` makes): its problem goes to
+/// st.budget_problem, shown as a warning, and disables Run.
+void preflight(AppState& s, const PolicyCatalog* catalog) {
+  RunState& st = s.run;
+  const RunRequest& f = st.form;
+  count_prompt_tokens(s);
+  st.kept_per_head = -1;
+  st.budget_problem.clear();
+  const bool bos = f.bos != "never";  // auto: most models add one (the run itself counts exactly)
+  const std::int64_t n_prompt = st.prompt_tokens < 0 ? -1 : st.prompt_tokens + (bos ? 1 : 0);
+  if (n_prompt < 0)
+    ImGui::TextDisabled("prompt: ? tokens (%s)", st.prompt_tokens_why.c_str());
+  else
+    ImGui::Text("prompt: %lld tokens%s", static_cast<long long>(n_prompt),
+                f.bos == "auto" ? " (with BOS if the model adds one)" : (bos ? " (with BOS)" : ""));
+  if (!catalog || st.pipeline.stages.empty()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("- full cache: every entry kept");
+    return;
+  }
+  std::vector<StageSpec> stages;
+  bool decode_time = false;
+  try {
+    for (const auto& stage : st.pipeline.stages) {
+      stages.push_back({stage.policy, to_values(stage, *catalog)});
+      if (const PolicyDescription* pol = catalog->find(stage.policy); pol && stage_info(pol->stage).decode_time)
+        decode_time = true;
+    }
+    if (!pipeline_uses_budget(resolve_pipeline(*catalog, to_spec(st.pipeline, *catalog)))) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("- the pipeline uses no budget");
+      return;
+    }
+  } catch (const std::exception&) {
+    return;  // the editor shows what is wrong with the pipeline
+  }
+  const std::optional<BudgetUnit> unit = find_budget_unit(f.budget_unit);
+  if (!unit || n_prompt < 0) return;
+  const BudgetSpec budget{*unit, f.budget_value};
+  try {
+    budget.validate();
+  } catch (const std::exception& e) {
+    ImGui::TextColored({0.75f, 0.1f, 0.1f, 1}, "%s", e.what());
+    return;
+  }
+  // A decode-time stage (hsa, rocketkv-mt) derives the eviction budget from the model's shape:
+  // the run checks it once the model is loaded.
+  if (!decode_time) st.kept_per_head = budget.kept_per_head(n_prompt);
+  const run::KeptCheck c = run::check_kept_entries(stages, budget, n_prompt, st.kept_per_head);
+  ImGui::SameLine();
+  if (st.kept_per_head >= 0)
+    ImGui::Text("- %lld entries kept per KV head", static_cast<long long>(st.kept_per_head));
+  else
+    ImGui::TextDisabled("- entries per KV head: set by the decode-time stage when the model loads");
+  if (c.always.entries > 0 && c.problem.empty())
+    ImGui::TextDisabled("%s %s always keeps %lld (%s)", c.always.policy.c_str(), c.always.param.c_str(),
+                        static_cast<long long>(c.always.entries), c.always.what.c_str());
+  st.budget_problem = c.problem;
+  if (!c.problem.empty()) {
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored({0.85f, 0.45f, 0.0f, 1}, "%s", c.problem.c_str());
+    ImGui::PopTextWrapPos();
+  }
 }
 
 }  // namespace
@@ -90,10 +198,12 @@ void run(AppState& s, Ui& ui) {
       "Stages in order (S0 head pattern, S1 scoring, S2 budget, S4 channel, S5 decode-time selection, S7 multi-turn).\n"
       "Every parameter comes from the policy's ParamSpec: range, default, help and paper section on hover.");
   if (ui.catalog) {
-    if (draw_pipeline_editor(st.pipeline, *ui.catalog)) {
+    const Preset* preset = nullptr;
+    if (draw_pipeline_editor(st.pipeline, *ui.catalog, &preset)) {
       st.spec_text = to_spec(st.pipeline, *ui.catalog);
       st.spec_error.clear();
     }
+    if (preset) load_preset_budget(f, *preset);
     ImGui::SetNextItemWidth(-70);
     const bool enter = input_text("##spec", st.spec_text, ImGuiInputTextFlags_EnterReturnsTrue);
     ImGui::SameLine();
@@ -125,6 +235,7 @@ void run(AppState& s, Ui& ui) {
   ImGui::SameLine();
   ImGui::SetNextItemWidth(120);
   ImGui::InputDouble("value", &f.budget_value, 0, 0, "%g");
+  preflight(s, ui.catalog);
   ImGui::Checkbox("fidelity vs full cache", &f.reference_full);
   ImGui::SameLine();
   combo("capture", f.capture, {"full", "summary", "off"}, 100);
@@ -144,7 +255,7 @@ void run(AppState& s, Ui& ui) {
   ImGui::Spacing();
   if (!busy) {
     const bool can = ui.worker != nullptr;
-    ImGui::BeginDisabled(!can);
+    ImGui::BeginDisabled(!can || !st.budget_problem.empty());
     if (ImGui::Button("Run", {120, 0})) {
       RunRequest req = f;
       req.pipeline_spec = ui.catalog ? to_spec(st.pipeline, *ui.catalog) : std::string();
@@ -158,6 +269,9 @@ void run(AppState& s, Ui& ui) {
     if (!can) {
       ImGui::SameLine();
       ImGui::TextDisabled("(runs need the desktop app's worker)");
+    } else if (!st.budget_problem.empty()) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("(raise the budget: see above)");
     }
   } else {
     if (ImGui::Button("Cancel", {120, 0})) ui.worker->cancel();

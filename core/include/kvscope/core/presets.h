@@ -5,12 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "kvscope/core/budget.h"
+
 namespace kvscope {
 
 struct Preset {
   std::string name;
   std::string spec;    ///< pipeline SPEC it expands to
   std::string budget;  ///< the budget the paper reports it under (documentation)
+  BudgetUnit unit;     ///< the unit of `budget` (what loading the preset sets)
+  double value;        ///< a typical value in that unit (what loading the preset sets)
   std::string paper_ref;
 };
 

@@ -6,6 +6,8 @@
 //                   (viridis #440154 .. #fde725, magma #000004 .. #fcfdbf).
 //   coolwarm        Moreland's diverging map ("Diverging Color Maps for Scientific
 //                   Visualization", ISVC 2009, table 1), 9 of its 33 stops; midpoint #dddddd.
+//   orangeblue      diverging between two Okabe-Ito colours (orange #e69f00 .. blue #0072b2)
+//                   through #eeeeee, with a lighter tint of each at 1/4 and 3/4.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +57,7 @@ class Colormap {
   bool diverging_;
 };
 
-/// The colormap called `name` ("viridis", "magma", "coolwarm"; exact, lower case).
+/// The colormap called `name` ("viridis", "magma", "coolwarm", "orangeblue"; exact, lower case).
 /// Throws std::invalid_argument naming the unknown name and the known ones.
 const Colormap& colormap(std::string_view name);
 
