@@ -78,12 +78,12 @@ KeptCheck check_kept_entries(const std::vector<StageSpec>& stages, const BudgetS
   c.always = always_kept(stages, n_prompt);
   if (kept_per_head < 0 || kept_per_head >= c.always.entries) return c;
   const std::string by = c.always.param.empty() ? c.always.policy : c.always.policy + " " + c.always.param;
-  c.problem = "budget " + format_budget(budget.unit, budget.value) + " keeps " + std::to_string(kept_per_head) +
-              " entries per KV head of the " + std::to_string(n_prompt) + "-token prompt, fewer than the " +
-              std::to_string(c.always.entries) + " that " + by + " always keeps (its " + c.always.what +
-              "): the scores would decide nothing; give " +
-              needed_budget(budget.unit, c.always.entries, n_prompt) +
-              (c.always.param.empty() ? std::string() : " or a smaller " + c.always.param.substr(0, c.always.param.find('=')));
+  c.problem =
+      "budget " + format_budget(budget.unit, budget.value) + " keeps " + std::to_string(kept_per_head) +
+      " entries per KV head of the " + std::to_string(n_prompt) + "-token prompt, fewer than the " +
+      std::to_string(c.always.entries) + " that " + by + " always keeps (its " + c.always.what +
+      "): the scores would decide nothing; give " + needed_budget(budget.unit, c.always.entries, n_prompt) +
+      (c.always.param.empty() ? std::string() : " or a smaller " + c.always.param.substr(0, c.always.param.find('=')));
   return c;
 }
 

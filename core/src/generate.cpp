@@ -252,18 +252,13 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       recorder->on_selections(cache, decode_attention->staged_graph_selections());
       if (!oracle || !oracle->measures_recall()) return;
       const std::vector<float> recall = oracle->staged_recall();
-      recorder->on_recall(recall);
+      if (auto mean = recorder->on_recall(recall)) res.selection_recall.push_back(*mean);
       // The exact top-k of the per-token heads (where the step measured one), in head order.
       const int64_t L = cache.n_layer(), H = cache.n_head_kv();
       for (int64_t l = 0; l < L; ++l)
         for (int64_t h = 0; h < H; ++h)
           if (recorder->per_token(l, h) && std::isfinite(recall[static_cast<size_t>(l * H + h)]))
             recorder->on_exact(cache, l, h, oracle->staged_exact_rows(l, h));
-      double sum = 0;
-      int64_t n = 0;
-      for (float r : recall)
-        if (std::isfinite(r)) sum += r, ++n;
-      if (n > 0) res.selection_recall.push_back(sum / double(n));
     };
     res.decode_graph = res.decode_graph || graph != nullptr;
     int32_t next = sampler.next(block_logits);

@@ -248,13 +248,19 @@ void TimelineRecorder::flush_recall() {
   pending_recall_.clear();
 }
 
-void TimelineRecorder::on_recall(const std::vector<float>& values) {
-  if (!o_.recall || step_ < 1) return;
+std::optional<double> TimelineRecorder::on_recall(const std::vector<float>& values) {
+  if (!o_.recall || step_ < 1) return std::nullopt;
   const int64_t LH = t_.n_layer * t_.n_head_kv;
   if (static_cast<int64_t>(values.size()) != LH)
     throw std::invalid_argument("timeline: " + std::to_string(values.size()) + " recall values for " +
                                 std::to_string(LH) + " (layer, KV head) pairs");
   std::copy(values.begin(), values.end(), t_.recall.begin() + (step_ - 1) * LH);
+  double sum = 0;
+  int64_t n = 0;
+  for (float r : values)
+    if (std::isfinite(r)) sum += r, ++n;
+  if (n == 0) return std::nullopt;
+  return sum / double(n);
 }
 
 std::optional<double> TimelineRecorder::step_recall_mean() {

@@ -61,7 +61,8 @@ TEST(BudgetCheck, RefusesABudgetBelowTheWindowInOneLine) {
 
 TEST(BudgetCheck, NamesEachFamilysParameter) {
   const BudgetSpec stored{BudgetUnit::kStored, 2};
-  const std::string s = check_kept_entries({stage("streamingllm", {{"sink", "4"}}), stage("uniform")}, stored, 50, 2).problem;
+  const std::string s =
+      check_kept_entries({stage("streamingllm", {{"sink", "4"}}), stage("uniform")}, stored, 50, 2).problem;
   EXPECT_NE(s.find("streamingllm sink=4 always keeps (its attention-sink tokens)"), std::string::npos) << s;
   EXPECT_NE(s.find("at least 4 entries per head or a smaller sink"), std::string::npos) << s;
   const std::string h = check_kept_entries({stage("h2o", {{"recent", "8"}}), stage("uniform")}, stored, 50, 2).problem;

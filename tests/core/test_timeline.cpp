@@ -5,7 +5,9 @@
 // brute-force top-k of the same logits (and recall as its share selected), multi-turn step numbering.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -440,6 +442,31 @@ TEST_F(Timelines, OnExactRecordsASecondProducersRowsAsRanks) {
   EXPECT_FALSE(t.exact_positions(2, 0, 1).has_value());
   EXPECT_FALSE(t.exact_positions(0, 0, 1).has_value());
   EXPECT_TRUE(t.pages.empty() && t.tokens.empty()) << "no selection given";
+}
+
+TEST_F(Timelines, OnRecallStoresAStepsValuesAndReturnsTheirMean) {
+  // The graph path's producer (DecodeOracle): one value per (layer, KV head), NaN where unmeasured.
+  TimelineOptions o;
+  o.recall = true;
+  const int64_t L = 2, H = 3;
+  TimelineRecorder rec(L, H, 8, 4, o);
+  EXPECT_FALSE(rec.on_recall(std::vector<float>(L * H, 0.5f)).has_value()) << "before the first decode step";
+  rec.begin_step();
+  rec.begin_step();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> v = {0.25f, nan, 1.0f, nan, 0.5f, nan};
+  const auto mean = rec.on_recall(v);
+  ASSERT_TRUE(mean.has_value());
+  EXPECT_DOUBLE_EQ(*mean, (0.25 + 1.0 + 0.5) / 3);
+  EXPECT_FALSE(rec.on_recall(std::vector<float>(L * H, nan)).has_value()) << "nothing measured";
+  EXPECT_THROW(rec.on_recall(std::vector<float>(L * H + 1, 0.f)), std::invalid_argument);
+  rec.on_recall(v);
+  const Timeline t = rec.finish(8);
+  EXPECT_TRUE(std::isnan(t.recall_at(1, 0, 0))) << "step 1 had no values";
+  EXPECT_FLOAT_EQ(t.recall_at(2, 0, 0), 0.25f);
+  EXPECT_FLOAT_EQ(t.recall_at(2, 0, 2), 1.0f);
+  EXPECT_FLOAT_EQ(t.recall_at(2, 1, 1), 0.5f);
+  EXPECT_TRUE(std::isnan(t.recall_at(2, 1, 2)));
 }
 
 TEST_F(Timelines, RecallEqualsBruteForcePerHead) {

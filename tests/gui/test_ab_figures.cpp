@@ -46,7 +46,8 @@ TEST(ElideIdentities, KeepsTheDifferenceAndCutsTheSharedPrefix) {
 
 TEST(ElideIdentities, SharedSuffixIsCutAfterTheDifference) {
   const std::string tail = "+quant:bits=4+page:size=16+streaming:sinks=4";
-  const auto v = elide_identities({"snapkv:window=32" + tail, "snapkv:window=64" + tail, "snapkv:window=128" + tail}, 24);
+  const auto v =
+      elide_identities({"snapkv:window=32" + tail, "snapkv:window=64" + tail, "snapkv:window=128" + tail}, 24);
   ASSERT_EQ(v.size(), 3u);
   EXPECT_NE(v[0].find("=32"), std::string::npos) << v[0];
   EXPECT_NE(v[1].find("=64"), std::string::npos) << v[1];
@@ -193,14 +194,11 @@ TEST_F(AbFigures, EveryAbFigureUsesOneColourPerSide) {
   ho.metric = 7;  // kept
   BudgetsOptions bo;
   bo.side = Side::kDiff;
-  const std::vector<viz::Figure> figs = {heads_figure(*a, b.get(), ho, sel),
-                                         budgets_figure(*a, b.get(), bo),
-                                         tokens_diff_figure(*a, *b, sel),
-                                         attention_diff_figure(*a, *b, {}, sel, 600),
-                                         keys_diff_figure(*a, *b, {}, sel),
-                                         channels_diff_figure(*a, *b, {}, sel),
-                                         compare_figure(*a, *b, sel),
-                                         timeline_diff_figure(*a, *b, sel, 600)};
+  const std::vector<viz::Figure> figs = {
+      heads_figure(*a, b.get(), ho, sel), budgets_figure(*a, b.get(), bo),
+      tokens_diff_figure(*a, *b, sel),    attention_diff_figure(*a, *b, {}, sel, 600),
+      keys_diff_figure(*a, *b, {}, sel),  channels_diff_figure(*a, *b, {}, sel),
+      compare_figure(*a, *b, sel),        timeline_diff_figure(*a, *b, sel, 600)};
   int only_a = 0;
   for (const auto& f : figs) {
     EXPECT_NO_THROW(viz::validate(f)) << f.title;

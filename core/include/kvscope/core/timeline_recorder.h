@@ -67,8 +67,9 @@ class TimelineRecorder {
   void on_selections(const KvCache& cache, const StepSelections& s);
   /// The current step's recall from another producer (the graph path's DecodeOracle): values
   /// [n_layer * n_head_kv] (NaN: none). Ignored when recall is off or before the first decode step;
-  /// throws std::invalid_argument for another size.
-  void on_recall(const std::vector<float>& values);
+  /// throws std::invalid_argument for another size. Returns the mean of the measured (finite)
+  /// values, nullopt when none, as step_recall_mean() does for on_selection's.
+  std::optional<double> on_recall(const std::vector<float>& values);
   /// Mean of the current step's recall values over (layer, KV head), nullopt when none (reads the
   /// pending device values back).
   std::optional<double> step_recall_mean();
