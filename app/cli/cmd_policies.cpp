@@ -32,8 +32,10 @@ Runner add_policies(CLI::App& app) {
                           {"help", p.help},
                           {"paper", p.paper_ref}});
       out["policies"].push_back({{"name", e->name}, {"stage", stage}, {"summary", e->summary}, {"params", params}});
+      if (!e->score.empty()) out["policies"].back()["score"] = e->score;
       if (!*json) {
         std::cout << e->name << "  (" << stage << ")  " << e->summary << "\n";
+        if (!e->score.empty()) std::cout << "    score: " << e->score << "\n";
         for (const auto& p : e->params)
           std::cout << "    " << p.key << "=" << p.default_value << "  " << param_range_text(p) << "  " << p.help
                     << "  [" << p.paper_ref << "]\n";

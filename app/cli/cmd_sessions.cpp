@@ -4,6 +4,7 @@
 #include <iostream>
 #include <set>
 
+#include "budget_text.h"
 #include "commands.h"
 #include "kvscope/sessions/session_store.h"
 
@@ -37,8 +38,8 @@ Runner add_inspect(CLI::App& app) {
     const auto store = sessions::SessionStore::open(*db, sessions::OpenMode::kReadOnly);
     for (const auto& r : store.list_runs()) {
       std::cout << r.id << "  " << (r.incomplete ? "incomplete" : std::string(sessions::to_string(r.status))) << "  "
-                << (r.name.empty() ? "-" : r.name) << "  " << r.model_path << "  " << r.pipeline_spec << "  budget "
-                << fmt(r.budget.value) << " " << budget_unit_name(r.budget.unit);
+                << (r.name.empty() ? "-" : r.name) << "  " << r.model_path << "  " << r.pipeline_spec << "  "
+                << run::budget_label(run::kept_share(r));  // the kept share, whatever unit was given
       for (const char* m :
            {"n_prompt", "mean_kl", "top1_agreement", "kv_bytes_live", "decode_tokens_per_s", "beyond_context_tokens"}) {
         auto it = r.summary.find(m);

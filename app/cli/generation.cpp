@@ -137,6 +137,11 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
       j["fidelity"] = {
           {"kl", kl},
           {"top1", res.fidelity.top1},
+          {"token_id", res.fidelity.token},
+          {"full_top_id", res.fidelity.full_top},
+          {"p_token", res.fidelity.p_token},
+          {"p_full_top", res.fidelity.p_full_top},
+          {"p_full_token", res.fidelity.p_full_token},
           {"mean_kl", kl.empty() ? 0.0 : std::accumulate(kl.begin(), kl.end(), 0.0) / kl.size()},
           {"top1_agreement",
            kl.empty() ? 1.0 : std::accumulate(res.fidelity.top1.begin(), res.fidelity.top1.end(), 0.0) / kl.size()}};

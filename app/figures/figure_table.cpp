@@ -122,10 +122,11 @@ constexpr FigureEntry kFigures[] = {
     {.name = "attention",
      .build = attention,
      .needs = {Part::kAttention},
-     .uses = {Part::kKept},
+     .uses = {Part::kKept, Part::kScore},
      .scope = kHead,
      .recording = kFullCapture,
-     .about = "window attention of the layer's KV heads over the prompt, the selected head's with its kept tokens",
+     .about = "the decisive score (what the budget ranked; else window attention) of the layer's KV heads over the "
+              "prompt, the selected head's with its cutoff, always-kept regions and kept tokens",
      .all = one_variant},
     {.name = "mass",
      .build = mass,

@@ -5,7 +5,7 @@
 //   head metrics   heads_metric_names, heads_metric_values, jaccard
 //   heads          heads_map, heads_figure
 //   tokens         tokens_figure
-//   attention      attention_figure
+//   (attention     attention_figure.cpp)
 //   keys           keys_figure
 //   channels       channel_bars, channels_figure
 //   budgets        head-pattern panels, budgets_figure, head_pattern_file, resolve_head_pattern_file
@@ -28,6 +28,7 @@
 #include "figure_table.h"
 #include "head_pattern_figure.h"
 #include "identity_elide.h"
+#include "score_rank.h"
 
 namespace kvscope::figures {
 
@@ -182,16 +183,25 @@ viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions&
   const RunData& shown = side == Side::kB ? *b : a;
   if (o.metric < 0 || o.metric >= n) {
     // Every metric as a small map: rows = layers (top = 0), columns = KV heads.
-    viz::Figure f = base(shown, "Per-head statistics, layers (rows) x KV heads (columns)" + which + "; selected L" +
-                                    std::to_string(sel.layer) + " H" + std::to_string(sel.head));
-    f.columns = 5;
-    for (int m = 0; m < n; ++m) f.panels.push_back(heads_map(a, comparable ? b : nullptr, m, side, true));
+    viz::Figure f = base(
+        shown, "Per-head statistics, layers (rows) x KV heads (columns)" + which +
+                   (valid_head(a, sel) ? "; selected L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head)
+                                       : std::string()));
+    f.columns = 4;  // room for the metrics' human names as titles
+    for (int m = 0; m < n; ++m) {
+      // Each map titled by the metric's human name (as the Heads view's metric list), not its id.
+      viz::Heatmap h = heads_map(a, comparable ? b : nullptr, m, side, true);
+      const std::string id = names[static_cast<std::size_t>(m)];
+      if (h.title.starts_with(id)) h.title = metric_label(id) + h.title.substr(id.size());
+      f.panels.push_back(std::move(h));
+    }
     return f;
   }
   const std::string name = names[static_cast<std::size_t>(o.metric)];
   viz::Figure f = base(shown, metric_label(name) + " per layer and KV head" + which);
   viz::Heatmap h = heads_map(a, comparable ? b : nullptr, o.metric, side, false);
-  if (h.title.empty()) h.title = "selected: " + head_name(sel);
+  h.colorbar_label = (side == Side::kDiff ? "\xce\x94 " : "") + metric_label(name);
+  if (h.title.empty() && valid_head(a, sel)) h.title = "selected: " + head_name(sel);  // no "L-1 H-1" (export)
   f.panels.push_back(std::move(h));
   return f;
 }
@@ -201,116 +211,62 @@ viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions&
 viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel) {
   viz::Figure f = base(a, "Prompt tokens");
   f.title.clear();
+  const PositionWindow w = position_window(sel, a.n_tok);
+  const std::string range =
+      w.zoomed ? ", positions " + std::to_string(w.lo) + "-" + std::to_string(w.hi) : std::string();
+  // Long windows as one row of pixels under a position axis (zoom in for single tokens).
+  const bool one_row = w.size() > 400;
   if (o.coloring == TokenColoring::kKeptSelectedHead || !a.has_kept) {
-    f.panels.push_back(kept_strip(a, sel,
-                                  "kept by " + head_name(sel) + ": " +
-                                      std::to_string(a.kept_count(sel.layer, sel.head)) + " of " +
-                                      std::to_string(a.n_tok) + " tokens"));
+    viz::TokenStrip t =
+        kept_strip_row(a, sel, w,
+                       "kept by " + head_name(sel) + ": " + std::to_string(a.kept_count(sel.layer, sel.head)) + " of " +
+                           std::to_string(a.n_tok) + " tokens" + range);
+    t.single_row = one_row;
+    f.panels.push_back(std::move(t));
     return f;
   }
   viz::TokenStrip t;
-  t.values.resize(static_cast<std::size_t>(a.n_tok), kNaNf);
+  t.first_position = w.lo;
+  t.single_row = one_row;
+  t.values.resize(static_cast<std::size_t>(std::max<std::int64_t>(w.size(), 0)), kNaNf);
+  auto at = [&](std::int64_t i) -> float& { return t.values[static_cast<std::size_t>(i - w.lo)]; };
   if (o.coloring == TokenColoring::kKeepRate) {
     const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
     if (const auto* kc = a.keep_count())
-      for (std::int64_t i = 0; i < a.n_tok; ++i)
-        t.values[static_cast<std::size_t>(i)] = static_cast<float>((*kc)[static_cast<std::size_t>(i)] / heads);
-    t.title = "fraction of the " + std::to_string(a.n_layer * a.n_head_kv) + " KV heads that kept each token";
+      for (std::int64_t i = w.lo; i <= w.hi; ++i)
+        at(i) = static_cast<float>((*kc)[static_cast<std::size_t>(i)] / heads);
+    t.title = "fraction of the " + std::to_string(a.n_layer * a.n_head_kv) + " KV heads that kept each token" + range;
     t.value_range = viz::Range{0, 1};
     t.colorbar_label = "keep rate";
     t.aggregate = viz::Aggregate::Mean;
+  } else if (o.coloring == TokenColoring::kScore) {
+    const float* sc = a.score_row(sel.layer, sel.head);
+    // Log when every score is positive; always-kept entries take the top of the scale.
+    bool positive = sc != nullptr;
+    float top = -std::numeric_limits<float>::infinity();
+    for (std::int64_t i = w.lo; sc && i <= w.hi; ++i)
+      if (std::isfinite(sc[i]) && !always_kept_score(sc[i])) positive &= sc[i] > 0, top = std::max(top, sc[i]);
+    for (std::int64_t i = w.lo; sc && i <= w.hi; ++i) {
+      const float v = always_kept_score(sc[i]) ? top : sc[i];
+      at(i) = positive ? std::log10(std::max(v, 1e-9f)) : v;
+    }
+    t.title = sc ? decisive_score_name(a) + " of " + head_name(sel) + (positive ? " (log10)" : "") +
+                       ": what the budget ranked; always-kept entries at the top of the scale" + range
+                 : "no decisive score recorded (capture full, a pipeline with a scoring stage)";
+    t.colorbar_label = positive ? "log10 score" : "score";
+    t.colormap = "magma";
+    t.aggregate = viz::Aggregate::Max;
   } else {
     const float* att = a.attention_row(sel.layer, sel.head);
     if (att)
-      for (std::int64_t i = 0; i < a.n_tok; ++i)
-        t.values[static_cast<std::size_t>(i)] = std::log10(std::max(att[i], 1e-9f));
-    t.title = att ? "window attention of " + head_name(sel) + " (log10)" : "no attention captured (capture full)";
+      for (std::int64_t i = w.lo; i <= w.hi; ++i) at(i) = std::log10(std::max(att[i], 1e-9f));
+    t.title =
+        att ? "window attention of " + head_name(sel) + " (log10)" + range : "no attention captured (capture full)";
     t.colorbar_label = "log10 attention";
     t.colormap = "magma";
     t.aggregate = viz::Aggregate::Max;
   }
   f.panels.push_back(std::move(t));
-  return f;
-}
-
-// ---- attention ----------------------------------------------------------------------------------
-
-viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const Selection& sel, int width_px) {
-  viz::Figure f = base(a, "Window attention over the prompt, layer " + std::to_string(sel.layer));
-  f.columns = 1;
-  const std::int64_t T = a.n_tok, H = a.n_head_kv;
-  const std::vector<float>* layer_att = a.layer_values(Part::kAttention, sel.layer);
-  const bool have = layer_att != nullptr;
-  if (!have || T == 0) {
-    f.panels.push_back(
-        note_panel("no attention captured for layer " + std::to_string(sel.layer) + " (run with capture full)"));
-    f.panels.push_back(kept_strip(a, sel, "kept by " + head_name(sel)));
-    f.row_weights = {3, 1};
-    return f;
-  }
-  const auto& att = *layer_att;
-  viz::Heatmap hm;
-  hm.title = "all KV heads of layer " + std::to_string(sel.layer) +
-             (o.log_scale ? " (log10, max per pixel)" : " (max per pixel)");
-  hm.rows = H;
-  hm.cols = T;
-  hm.values.resize(att.size());
-  for (std::size_t i = 0; i < att.size(); ++i)
-    hm.values[i] = o.log_scale ? std::log10(std::max(att[i], 1e-9f)) : att[i];
-  hm.x.label = "prompt position";
-  hm.y.label = "KV head";
-  hm.colormap = "magma";
-  hm.colorbar_label = o.log_scale ? "log10 attention" : "attention";
-  hm.aggregate = viz::Aggregate::Max;
-  f.panels.push_back(std::move(hm));
-
-  // Selected head, max per bucket of positions; kept tokens as markers (max over kept in the bucket).
-  const float* row = a.attention_row(sel.layer, sel.head);
-  const std::int64_t nb = std::clamp<std::int64_t>(width_px / 2, 16, 4096);
-  const std::int64_t per = std::max<std::int64_t>(1, (T + nb - 1) / nb);
-  viz::Series all, kept;
-  all.name = per > 1 ? "all tokens (max per " + std::to_string(per) + ")" : "all tokens";
-  all.color = viz::Color::hex(0x555555);
-  all.width = 1.2;
-  kept.name = "kept by " + head_name(sel);
-  kept.color = kKeptColor;
-  kept.line = viz::LineStyle::None;
-  kept.marker = viz::Marker::Circle;
-  kept.marker_size = 2.2;
-  static const std::vector<std::int64_t> kNone;
-  const auto& kp = a.kept_set(sel.layer, sel.head) ? *a.kept_set(sel.layer, sel.head) : kNone;
-  std::size_t ki = 0;
-  for (std::int64_t s = 0; s < T; s += per) {
-    const std::int64_t e = std::min(T, s + per);
-    float mx = 0, mk = -1;
-    for (std::int64_t i = s; i < e; ++i) mx = std::max(mx, row[i]);
-    if (a.has_kept) {
-      while (ki < kp.size() && kp[ki] < s) ++ki;
-      for (std::size_t k = ki; k < kp.size() && kp[k] < e; ++k) mk = std::max(mk, row[kp[k]]);
-    } else {
-      mk = mx;
-    }
-    const double x = per > 1 ? 0.5 * static_cast<double>(s + e - 1) : static_cast<double>(s);
-    all.x.push_back(x);
-    all.y.push_back(mx);
-    if (mk >= 0) {
-      kept.x.push_back(x);
-      kept.y.push_back(mk);
-    }
-  }
-  viz::LinePlot lp;
-  lp.title = head_name(sel) + ": attention per prompt position";
-  lp.x.label = "prompt position";
-  lp.y.label = "window-mean attention";
-  lp.y.log = o.log_scale;
-  lp.x.range = viz::Range{0, static_cast<double>(std::max<std::int64_t>(T - 1, 1))};
-  lp.series = {std::move(all), std::move(kept)};
-  lp.legend = viz::LegendPos::TopRight;
-  f.panels.push_back(std::move(lp));
-  f.panels.push_back(kept_strip(a, sel,
-                                "kept by " + head_name(sel) + " (" + std::to_string(a.kept_count(sel.layer, sel.head)) +
-                                    " of " + std::to_string(T) + ")"));
-  f.row_weights = {2.2, 2.6, 1.2};
   return f;
 }
 
@@ -654,6 +610,17 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   if (!any_kl) kl.x.range = viz::Range{0, 1}, kl.y.range = viz::Range{0, 1};
   if (top1.series.empty()) top1.x.range = viz::Range{0, 1};
   if (!any_bytes) bytes.x.range = viz::Range{0, 1}, bytes.y.range = viz::Range{0, 1};
+  // One step axis for the three panels, one legend (outside the data, beside the first).
+  double last = 0;
+  for (const viz::LinePlot* p : {&kl, &top1, &bytes})
+    for (const auto& se : p->series)
+      if (!se.x.empty()) last = std::max(last, se.x.back());
+  if (last > 0)
+    for (viz::LinePlot* p : {&kl, &top1, &bytes})
+      if (!p->series.empty()) p->x.range = viz::Range{0, last};
+  kl.legend = viz::LegendPos::Outside;
+  top1.legend = bytes.legend = viz::LegendPos::None;
+  f.share_x = true;
   f.panels = {std::move(kl), std::move(top1), std::move(bytes)};
   return f;
 }
@@ -680,7 +647,9 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
               ? 100.0 * (static_cast<double>(below) + 0.5 * static_cast<double>(equal - 1)) / static_cast<double>(n - 1)
               : 50.0;
     }
-    b.categories.push_back(heads_metric_names()[static_cast<std::size_t>(m)]);
+    // The value in the label: a 0th-percentile bar has no height but is not missing data.
+    b.categories.push_back(std::string(heads_metric_names()[static_cast<std::size_t>(m)]) +
+                           (std::isfinite(p) ? " (" + fmt("%.0f", p) + ")" : " (n/a)"));
     pct.push_back(p);
   }
   b.series = {{"", pct, viz::Color::hex(0x0072b2)}};
@@ -697,35 +666,35 @@ viz::Figure selection_figure(const RunData& a, const Selection& sel) {
   if (recall != a.steps.end() || !a.topk_unique.empty()) {
     f.columns = 2;
     f.row_weights = {2, 1.4};
-    viz::LinePlot r;
-    r.title = "decode-time selection: recall of the exact top-k per step";
-    r.x.label = "decode step";
-    r.y.label = "recall";
-    r.y.range = viz::Range{0, 1.02};
-    r.legend = viz::LegendPos::None;
+    // Absent data is said, not drawn as empty axes.
+    viz::Panel r = note_panel(
+        "decode-time selection: no recall recorded (a sparse decode stage - HSA, Quest, SparQ, Exact-TopK - at "
+        "capture full)");
     if (recall != a.steps.end()) {
+      viz::LinePlot lp;
+      lp.title = "decode-time selection: recall of the exact top-k per step";
+      lp.x.label = "decode step";
+      lp.y.label = "recall";
+      lp.y.range = viz::Range{0, 1.02};
+      lp.legend = viz::LegendPos::None;
       viz::Series sr{"recall", {}, recall->second, viz::Color::hex(0x0072b2)};
       for (std::size_t k = 0; k < recall->second.size(); ++k) sr.x.push_back(static_cast<double>(k));
-      r.series.push_back(std::move(sr));
-    } else {
-      r.title += " (not recorded)";
-      r.x.range = viz::Range{0, 1};
+      lp.series.push_back(std::move(sr));
+      r = std::move(lp);
     }
-    viz::Heatmap u;
-    u.title = "distinct positions Exact-TopK picked over decode";
+    viz::Panel u = note_panel("distinct positions Exact-TopK picked over decode: not recorded (capture full)");
     if (!a.topk_unique.empty()) {
-      u.rows = a.topk_rows;
-      u.cols = a.topk_cols;
-      u.values = a.topk_unique;
-    } else {
-      u.rows = u.cols = 1;
-      u.values = {kNaNf};
-      u.title += " (not recorded)";
+      viz::Heatmap hm;
+      hm.title = "distinct positions Exact-TopK picked over decode";
+      hm.rows = a.topk_rows;
+      hm.cols = a.topk_cols;
+      hm.values = a.topk_unique;
+      hm.x.label = "query head";
+      hm.y.label = "layer";
+      hm.colorbar_label = "positions";
+      hm.aggregate = viz::Aggregate::Mean;
+      u = std::move(hm);
     }
-    u.x.label = "query head";
-    u.y.label = "layer";
-    u.colorbar_label = "positions";
-    u.aggregate = viz::Aggregate::Mean;
     // Grid: percentile bars | recall; kept strip | top-k map.
     viz::Panel bars = std::move(f.panels[0]), strip = std::move(f.panels[1]);
     f.panels = {std::move(bars), std::move(r), std::move(strip), std::move(u)};

@@ -47,9 +47,18 @@ double jaccard(const std::vector<std::int64_t>& a, const std::vector<std::int64_
 viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions& o, const Selection& sel);
 /// Tokens overview strip: kept/evicted of the selected head, keep rate over heads, or attention.
 viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel);
-/// Attention: the layer's KV heads over positions, the selected head's attention with kept tokens
-/// marked (both reduced to about `width_px` / 2 buckets), and the kept strip.
+/// Attention (attention_figure.cpp): on one shared position axis over the selection's position
+/// window, the layer's KV heads, then the selected head with its kept tokens marked (reduced to about
+/// `width_px` / 2 buckets), then its kept strip. What is plotted is the decisive score (what the
+/// budget stage ranked, Part::kScore) when recorded and o.decisive_score, with the cutoff (lowest
+/// kept score), the always-kept regions shaded and the selected token marked; else the window-mean
+/// attention of capture.
 viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const Selection& sel, int width_px);
+/// The kept/evicted strip of the selected head over window `w`, in one row under a position axis
+/// (viz TokenStrip::single_row; category 1 = kept, Max aggregation: a pixel with any kept token is kept).
+viz::TokenStrip kept_strip_row(const RunData& a, const Selection& sel, const PositionWindow& w, std::string title);
+/// "snapkv score": what the views call run `a`'s decisive score ("policy score" without a scorer).
+std::string decisive_score_name(const RunData& a);
 /// Key geometry: cosine-to-mean-key histogram (kept vs evicted) and cosine vs attention scatter.
 viz::Figure keys_figure(const RunData& a, const KeysOptions& o, const Selection& sel);
 /// Channels: channel_mean and channel_cv per channel of the selected head, and a heads x channels map.

@@ -1,5 +1,7 @@
 #include "run_data.h"
 
+#include "budget_text.h"  // kvscope_run: one convention for budgets
+#include "kvscope/core/stage.h"
 #include "kvscope/sessions/timeline_blobs.h"
 
 #include <algorithm>
@@ -99,6 +101,16 @@ const float* RunData::attention_row(std::int64_t layer, std::int64_t head) const
   return row_of(layer_values(Part::kAttention, layer), head, n_head_kv, n_tok);
 }
 
+const float* RunData::score_row(std::int64_t layer, std::int64_t head) const {
+  return row_of(layer_values(Part::kScore, layer), head, n_head_kv, n_tok);
+}
+
+std::string RunData::scorer() const {
+  for (const auto& st : record.info.pipeline.stages)
+    if (st.stage == kvscope::stage_key(kvscope::Stage::kScoring)) return st.policy;
+  return {};
+}
+
 const float* RunData::cos_row(std::int64_t layer, std::int64_t head) const {
   return row_of(layer_values(Part::kCos, layer), head, n_head_kv, n_tok);
 }
@@ -138,7 +150,9 @@ double RunData::summary_metric(const std::string& name) const {
   return it == record.row.summary.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
 }
 
-std::string RunData::budget_text() const { return format_budget(record.row.budget.unit, record.row.budget.value); }
+std::string RunData::budget_text() const { return run::budget_label(kept_share()); }
+
+run::KeptShare RunData::kept_share() const { return run::kept_share(record.row, n_tok); }
 
 std::string RunData::model_name() const {
   std::filesystem::path p(record.info.model.path);
@@ -149,8 +163,9 @@ std::string RunData::model_name() const {
 std::string RunData::title() const {
   std::string t = "#" + std::to_string(ref.run);
   if (!record.row.name.empty()) t += " " + record.row.name;
-  t += " \xc2\xb7 " + (record.row.pipeline_spec.empty() ? std::string("full cache") : record.row.pipeline_spec);
-  t += " \xc2\xb7 " + budget_text();
+  // The full cache (spec "full" or none) once, not as a pipeline and again as its budget.
+  t += " \xc2\xb7 " +
+       (kept_share().full_cache ? budget_text() : record.row.pipeline_spec + " \xc2\xb7 " + budget_text());
   return t;
 }
 
@@ -159,8 +174,7 @@ std::string RunData::caption() const {
                   " \xc2\xb7 " + model_name() + " (" + std::to_string(n_layer) + " layers, " + std::to_string(n_head) +
                   " heads, " + std::to_string(n_head_kv) + " KV heads) \xc2\xb7 " + std::to_string(n_tok) +
                   " prompt tokens \xc2\xb7 " +
-                  (record.row.pipeline_spec.empty() ? std::string("full cache") : record.row.pipeline_spec) +
-                  " \xc2\xb7 " + budget_text();
+                  (kept_share().full_cache ? budget_text() : record.row.pipeline_spec + " \xc2\xb7 " + budget_text());
   return c;
 }
 
@@ -205,6 +219,8 @@ std::string_view part_blob(Part p) {
       return "channel_mean";
     case Part::kChannelCv:
       return "channel_cv";
+    case Part::kScore:
+      return "policy_score";
   }
   return "";
 }
@@ -227,6 +243,8 @@ const char* part_label(Part p) {
       return "keep rate over all heads";
     case Part::kTimeline:
       return "timeline";
+    case Part::kScore:
+      return "decisive scores";
   }
   return "";
 }
@@ -307,6 +325,8 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
       any_summary = true;
     } else if (b.name == "attention") {
       mark(Part::kAttention, b.layer), d->has_attention = true;
+    } else if (b.name == "policy_score") {
+      mark(Part::kScore, b.layer), d->has_score = true;
     } else if (b.name == "cos_to_mean") {
       mark(Part::kCos, b.layer), d->has_cos = true;
     } else if (b.name == "keys_pca") {

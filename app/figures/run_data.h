@@ -9,7 +9,7 @@
 //
 // Blob conventions (what kvscope-cli writes, docs/sessions.md): per layer "kept_positions" (head h,
 // i64 [n_kept] true prompt positions), "head_summary" (head -1, f32 [n_head_kv, 7], columns =
-// capture.h summary_metric_names()), full capture "attention" and "cos_to_mean" (f16/f32
+// capture.h summary_metric_names()), full capture "attention", "cos_to_mean" and "policy_score" (f16/f32
 // [n_head_kv, n_tok]), "keys_pca" ([n_head_kv, n_tok, 2]), "channel_mean" and "channel_cv"
 // (f32 [n_head_kv, head_dim]); step metrics "kl", "top1", "bytes_read", "selection_recall"; run blob
 // "topk_unique" (i64 [n_layer, n_head]).
@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "budget_text.h"
 #include "kvscope/core/timeline.h"
 #include "kvscope/sessions/session_store.h"
 
@@ -46,12 +47,13 @@ struct RunRef {
 /// The heavy per-layer arrays of a run, decoded on demand. kKeepCount is one array for the whole
 /// run (slot of layer 0), derived from every layer's kKept.
 /// kTimeline is the run's Timeline (kvscope/sessions/timeline_blobs.h; slot of layer 0).
-enum class Part : int { kKept, kAttention, kCos, kPca, kChannelMean, kChannelCv, kKeepCount, kTimeline };
-inline constexpr int kPartCount = 8;
+/// kScore is the decisive score the budget stage ranked (blob "policy_score", capture full).
+enum class Part : int { kKept, kAttention, kCos, kPca, kChannelMean, kChannelCv, kKeepCount, kTimeline, kScore };
+inline constexpr int kPartCount = 9;
 /// True for the parts of the whole run (kKeepCount, kTimeline), held in the slot of layer 0.
 constexpr bool run_level(Part p) { return p == Part::kKeepCount || p == Part::kTimeline; }
 /// Blob name of a part ("kept_positions", "attention", "cos_to_mean", "keys_pca", "channel_mean",
-/// "channel_cv"; "kept_positions" for kKeepCount; "timeline.info" for kTimeline).
+/// "channel_cv", "policy_score"; "kept_positions" for kKeepCount; "timeline.info" for kTimeline).
 std::string_view part_blob(Part p);
 /// Short label for "loading" messages ("kept sets", "attention", ...).
 const char* part_label(Part p);
@@ -60,7 +62,7 @@ const char* part_label(Part p);
 struct LayerPart {
   /// kKept: [kv head] sorted, unique true prompt positions.
   std::vector<std::vector<std::int64_t>> kept;
-  /// kAttention, kCos: [n_head_kv * n_tok]; kPca: [n_head_kv * n_tok * 2]; channels:
+  /// kAttention, kCos, kScore: [n_head_kv * n_tok]; kPca: [n_head_kv * n_tok * 2]; channels:
   /// [n_head_kv * head_dim]. Empty when the stored blob's shape does not match the run.
   std::vector<float> values;
   /// kKeepCount: per prompt position, how many (layer, KV head) pairs kept it.
@@ -104,7 +106,7 @@ struct RunData {
 
   /// What the run stored (from the blob listing; nothing decoded).
   bool has_kept = false, has_summary = false, has_attention = false, has_cos = false, has_channels = false,
-       has_pca = false, has_timeline = false;
+       has_pca = false, has_timeline = false, has_score = false;
   /// Entries kept per [layer * n_head_kv + kv head], from the kept_positions blob shapes.
   std::vector<std::int64_t> kept_sizes;
 
@@ -152,6 +154,11 @@ struct RunData {
   const std::vector<float>* layer_values(Part p, std::int64_t layer) const;
   /// Attention of (layer, head) over prompt positions [n_tok], or nullptr when not decoded/captured.
   const float* attention_row(std::int64_t layer, std::int64_t head) const;
+  /// The decisive score of (layer, head) [n_tok] (what the budget stage ranked; the largest finite
+  /// float where always kept, NaN where never scored), or nullptr when not decoded/recorded.
+  const float* score_row(std::int64_t layer, std::int64_t head) const;
+  /// The pipeline's scoring-stage policy ("snapkv", ...), empty when it has none.
+  std::string scorer() const;
   /// Cosine to the mean key of (layer, head) [n_tok], or nullptr.
   const float* cos_row(std::int64_t layer, std::int64_t head) const;
   /// Keys of (layer, head) on their two principal axes [n_tok, 2], or nullptr.
@@ -169,8 +176,10 @@ struct RunData {
   std::string title() const;
   /// Figure caption: pipeline, model, budget, prompt length, database.
   std::string caption() const;
-  /// "fraction 0.25" / "ratio 0.75" / "stored 512" ...
+  /// The budget as the kept share (run/budget_text.h): "kept 25% · 128/head (ratio 0.75)", "full cache".
   std::string budget_text() const;
+  /// What the run kept of its prompt (summary metrics where stored, else from the budget).
+  run::KeptShare kept_share() const;
   /// Short model name (last path component).
   std::string model_name() const;
 };

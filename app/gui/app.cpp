@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <sstream>
 
+#include "ab_mismatch.h"
 #include "app_state.h"
+#include "budget_text.h"
 #include "identity_elide.h"
 #include "panels/panels.h"
 #include "ui_util.h"
@@ -62,6 +64,37 @@ void poll_worker(AppState& s, Ui& ui) {
   }
 }
 
+/// Help: the keys and clicks the app handles (keyboard() below, the panels' Enter fields and clicks).
+void draw_help_menu() {
+  if (!ImGui::BeginMenu("Help")) return;
+  auto row = [](const char* keys, const char* what) {
+    ImGui::TextUnformatted(keys);
+    ImGui::SameLine(190);
+    ImGui::TextDisabled("%s", what);
+  };
+  ImGui::TextUnformatted("Keyboard (views with a figure, no text field focused)");
+  ImGui::Separator();
+  row("Left / Right arrow", "previous / next KV head of the selection");
+  row("Up / Down arrow", "previous / next layer of the selection");
+  ImGui::Spacing();
+  ImGui::TextUnformatted("In text fields");
+  ImGui::Separator();
+  row("Enter (Sessions path)", "open the database");
+  row("Enter (Run: SPEC)", "apply the pipeline SPEC to the editor");
+  row("Enter (Tokens: position)", "go to and select that prompt position");
+  row("token (top bar)", "type a position to select it; empty = no token");
+  ImGui::Spacing();
+  ImGui::TextUnformatted("Mouse");
+  ImGui::Separator();
+  row("click (Sessions row)", "open the run as A");
+  row("Ctrl+click (Sessions row)", "add the run to compare (B)");
+  row("right-click (Sessions row)", "compare, open in Run (re-run), delete");
+  row("click (a layer x head map)", "select that layer and KV head");
+  row("click (a token)", "select that prompt position");
+  row("hover", "values of the cell, token or step");
+  ImGui::EndMenu();
+}
+
 void draw_menu(AppState& s) {
   if (!ImGui::BeginMenuBar()) return;
   if (ImGui::BeginMenu("File")) {
@@ -96,6 +129,7 @@ void draw_menu(AppState& s) {
           s.others[static_cast<std::size_t>(std::clamp(s.compare.b_index, 0, static_cast<int>(s.others.size()) - 1))]);
     ImGui::EndMenu();
   }
+  draw_help_menu();
   ImGui::EndMenuBar();
 }
 
@@ -108,28 +142,51 @@ void draw_context_bar(AppState& s) {
   ImGui::AlignTextToFramePadding();
   ImGui::TextColored({0.0f, 0.35f, 0.6f, 1}, "A");
   ImGui::SameLine();
-  // The runs' identities (title without the "#id") elided together: what they share is cut, never
-  // where they differ (pipelines that differ only at the end stay apart); full text on hover.
-  auto identity = [](const RunData& r) { return r.title().substr(("#" + std::to_string(r.ref.run)).size()); };
+  // The runs' identities (name, pipeline, kept share) elided together: what they share is cut, never
+  // where they differ (pipelines that differ only at the end stay apart), then each capped to its
+  // share of the bar, so the "differs" marks and the selection controls stay in view; full text on hover.
+  auto identity = [](const RunData& r) {
+    const std::string spec = r.record.row.pipeline_spec;
+    return (r.record.row.name.empty() ? "" : " " + r.record.row.name + " \xc2\xb7") + " " +
+           (spec.empty() || spec == "full" ? std::string("full cache")
+                                           : spec + " \xc2\xb7 " + kvscope::run::kept_text(r.kept_share()));
+  };
   auto with_id = [](const RunData& r, const std::string& id) {
     return "#" + std::to_string(r.ref.run) + (id.starts_with(" ") ? "" : " ") + id;
   };
   std::vector<std::string> ids{identity(a)};
-  for (const auto& o : s.others) ids.push_back(identity(*o));
-  const std::vector<std::string> shown = figures::elide_identities(ids, s.others.empty() ? 70 : 40);
+  std::vector<AbMismatch> mismatch;
+  for (const auto& o : s.others) {
+    ids.push_back(identity(*o));
+    mismatch.push_back(ab_mismatch(a.record, o->record));
+  }
+  const float controls_w = 600;
+  const float char_w = ImGui::CalcTextSize("abcdefghijklmnopqrstuvwxyz0123456789").x / 36.0f;
+  float room = ImGui::GetWindowContentRegionMax().x - controls_w - ImGui::GetCursorPosX() - 16;
+  for (const auto& m : mismatch) room -= ImGui::CalcTextSize("  vs  ").x + (m.any() ? 120.0f : 0.0f);
+  const auto width = static_cast<std::size_t>(std::max(16.0f, room / static_cast<float>(ids.size()) / char_w));
+  std::vector<std::string> shown = figures::elide_identities(ids, static_cast<int>(width));
+  for (auto& x : shown) x = ellipsize(x, width);
   ImGui::TextUnformatted(with_id(a, shown[0]).c_str());
   item_tooltip(a.title() + "\n" + a.caption() + "\n" + ellipsize(a.record.info.prompt.text, 400));
   for (std::size_t i = 0; i < s.others.size(); ++i) {
     const RunData& o = *s.others[i];
     ImGui::SameLine();
     ImGui::TextColored({0.75f, 0.45f, 0.0f, 1}, "  vs");
+    // B on another prompt or model than A (also after a new run became A): said here, in every view.
+    if (const AbMismatch& m = mismatch[i]; m.any()) {
+      std::string what;
+      for (const auto& w : m.what) what += (what.empty() ? "" : ", ") + w;
+      ImGui::SameLine();
+      ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "\xe2\x89\xa0 %s", what.c_str());
+      item_tooltip(m.line);
+    }
     ImGui::SameLine();
     ImGui::TextUnformatted(with_id(o, shown[i + 1]).c_str());
     item_tooltip(o.title() + "\n" + o.caption());
   }
   ImGui::SameLine();
   const float right = ImGui::GetWindowContentRegionMax().x;
-  const float controls_w = 600;
   if (ImGui::GetCursorPosX() < right - controls_w) ImGui::SetCursorPosX(right - controls_w);
   ImS64 l = s.sel.layer, h = s.sel.head;
   const ImS64 one = 1;
@@ -151,11 +208,20 @@ void draw_context_bar(AppState& s) {
   ImGui::TextUnformatted("token");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(80);
-  ImS64 t = s.sel.token;
-  if (ImGui::InputScalar("##token", ImGuiDataType_S64, &t, nullptr, nullptr, "%lld")) {
-    s.sel.token = std::clamp<ImS64>(t, -1, a.n_tok - 1);
+  // Empty (hint "none") while no token is selected, never "-1"; clearing the field deselects.
+  std::string t = s.sel.token >= 0 ? std::to_string(s.sel.token) : "";
+  if (input_text_hint("##token", "none", t, ImGuiInputTextFlags_CharsDecimal)) {
+    std::int64_t v = -1;
+    try {
+      if (!t.empty()) v = std::stoll(t);
+    } catch (const std::exception&) {
+      v = s.sel.token;  // not a number (a lone sign): keep the selection
+    }
+    s.sel.token = std::clamp<std::int64_t>(v, -1, a.n_tok - 1);
     s.tokens.scroll_to = s.sel.token;
   }
+  item_tooltip(s.sel.token >= 0 ? "selected prompt position (clear the field to deselect)"
+                                : "no token selected: type a prompt position, or click a token in the token views");
 }
 
 }  // namespace
@@ -261,6 +327,9 @@ bool open_run(AppState& s, int db, std::int64_t run, bool compare) {
                   static_cast<long long>(run), static_cast<long long>(data->n_tok),
                   static_cast<long long>(data->n_layer), static_cast<long long>(data->n_head_kv), data->load_ms);
     s.status = buf;
+    // B stays when A changes (a new run, another row): say when it is no longer on A's prompt or model.
+    if (const auto b = s.b_run())
+      if (const AbMismatch m = ab_mismatch(data->record, b->record); m.any()) s.status += "; " + m.line;
   }
   s.sessions.notes_dirty = true;
   return true;
@@ -377,6 +446,7 @@ bool apply_options(AppState& s, const GuiOptions& o) {
   if (o.layer >= 0) s.sel.layer = o.layer;
   if (o.head >= 0) s.sel.head = o.head;
   if (o.token >= 0) s.sel.token = s.tokens.scroll_to = o.token;
+  if (o.pos_hi >= 0) s.sel.pos_lo = o.pos_lo, s.sel.pos_hi = o.pos_hi;
   clamp_selection(s);
   if (!o.model.empty()) s.run.form.model_path = o.model;
   if (!s.dbs.empty() && s.run.form.db_path.empty()) s.run.form.db_path = s.dbs[0].path;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fidelity_tokens.h"
 #include "gui_options.h"
 #include "imgui_canvas.h"
 #include "kvscope/sessions/session_store.h"
@@ -18,6 +19,7 @@
 #include "pipeline_editor.h"
 #include "run_data.h"
 #include "run_worker.h"
+#include "score_rank.h"
 #include "selection_steps_figure.h"
 #include "textures.h"
 #include "timeline_figure.h"
@@ -73,9 +75,26 @@ struct HeadsState {
   FigureView fig;
 };
 
+/// An in-progress drag on a position axis (panels::position_zoom): pan, or a shift-drag brush.
+struct PositionDrag {
+  bool active = false, brush = false;
+  float start_px = 0;                        ///< mouse x at the press (screen px)
+  double start_pos = 0;                      ///< position under the mouse at the press
+  double px_per_pos = 1;                     ///< the axis scale at the press
+  std::int64_t start_lo = 0, start_hi = -1;  ///< the window at the press
+};
+
+/// One KV head's decisive-score ranking, cached for the run, layer and head it was made for.
+struct RankingCache {
+  std::string key;
+  figures::HeadRanking ranking;
+};
+
 struct TokensState {
   TokensOptions opt;
   FigureView overview;
+  PositionDrag drag;
+  RankingCache ranking;
   // Wrapped token rows for the token list, cached per run and width.
   std::shared_ptr<const RunData> laid_for;  ///< run the rows were laid out for
   float laid_width = 0;
@@ -90,6 +109,8 @@ struct TokensState {
 struct AttentionState {
   AttentionOptions opt;
   FigureView fig;
+  PositionDrag drag;
+  RankingCache ranking;
 };
 struct KeysState {
   KeysOptions opt;
@@ -106,6 +127,21 @@ struct BudgetsState {
 struct FidelityState {
   FidelityOptions opt;
   FigureView fig;
+  /// The decode step in focus, linked between the plot and the token texts: `selected` by a click
+  /// (-1: none), `hovered` under the mouse in either this frame (-1: none).
+  std::int64_t selected = -1, hovered = -1;
+  std::string selected_for;     ///< run_key of the run `selected` belongs to (a new run selects its largest KL)
+  std::int64_t scroll_to = -1;  ///< step to bring into view in the texts next frame
+  int text_run = 0;             ///< whose texts are shown: 0 = A, k = others[k - 1]
+  /// Per run (run_key): its per-step tokens, read once (fidelity_tokens.h).
+  std::map<std::string, FidelityTokens> tokens;
+  // The texts' rows, wrapped once per run and width: one box per step, as wide as the wider of the
+  // two tokens, so both columns break at the same steps.
+  std::string laid_key;
+  float laid_width = 0;
+  std::vector<std::string> left, right;  ///< display text per step: compressed token, full cache's top-1
+  std::vector<float> box_w;              ///< box width per step (px)
+  std::vector<std::int32_t> row_start;   ///< first step of each row
 };
 struct TimelineState {
   figures::TimelineOptions opt;
@@ -150,6 +186,9 @@ struct RunState {
   std::string prompt_tokens_why;    ///< why not known (no model, tokenizer does not load)
   std::int64_t kept_per_head = -1;  ///< entries per KV head after prefill; -1: not known
   std::string budget_problem;       ///< run::check_kept_entries' one line; non-empty disables Run
+  // "Open in Run" (run_from_record.h): which run filled the form, and what it could not fill.
+  std::string filled_from;              ///< "#5 of runs.db"; empty: the form was not filled from a run
+  std::vector<std::string> fill_notes;  ///< fields the run did not record (kept from the form or estimated)
 };
 
 /// Export dialog.

@@ -42,7 +42,7 @@ std::string wrapped_view_names(std::size_t indent, std::size_t width) {
 
 std::string gui_usage() {
   return "usage: kvscope [--open DB]... [--run ID[,ID...]] [--view NAME] [--model PATH]\n"
-         "               [--layer L] [--head H] [--token T]\n"
+         "               [--layer L] [--head H] [--token T] [--positions LO:HI]\n"
          "               [--screenshot FILE.png [--frames N] [--size WxH]]\n"
          "  --open DB        session database to open (repeat for several)\n"
          "  --run IDS        runs of the first database: A, then compare runs (default: the newest run)\n"
@@ -51,6 +51,7 @@ std::string gui_usage() {
          "\n"
          "  --model PATH     default model of the Run view\n"
          "  --layer/--head/--token   initial selection\n"
+         "  --positions LO:HI   prompt positions the position axes show (zoom)\n"
          "  --screenshot F   render headless and write the last frame to F (PNG), then exit\n"
          "  --frames N       frames to render before the screenshot (default 5)\n"
          "  --size WxH       window size (default 1600x1000)\n"
@@ -112,6 +113,14 @@ GuiOptions parse_gui_options(const std::vector<std::string>& args) {
       o.head = to_int("--head", value());
     } else if (a == "--token") {
       o.token = to_int("--token", value());
+    } else if (a == "--positions") {
+      const std::string v = value();
+      const auto c = v.find(':');
+      if (c == std::string::npos) throw std::invalid_argument("--positions: expected LO:HI, got '" + v + "'");
+      o.pos_lo = to_int("--positions", v.substr(0, c));
+      o.pos_hi = to_int("--positions", v.substr(c + 1));
+      if (o.pos_lo < 0 || o.pos_hi < o.pos_lo)
+        throw std::invalid_argument("--positions: " + v + " is not a range 0 <= LO <= HI");
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }

@@ -504,10 +504,14 @@ std::optional<FigureHit> FigureView::hit(ImVec2 sp) const {
         const auto row = static_cast<std::int64_t>((q.y - L.plot.y) / T.row_pitch);
         const auto cell = static_cast<std::int64_t>((q.x - L.plot.x) / T.cell_w);
         if (row >= 0 && row < T.rows && cell >= 0 && cell < T.cells_per_row) {
-          const std::int64_t t = (row * T.cells_per_row + cell) * T.per_cell;
+          std::int64_t t = (row * T.cells_per_row + cell) * T.per_cell;
+          // One row under a position axis: the token under the mouse, not its cell's first.
+          if (ts->single_row && T.rows == 1)
+            t = std::clamp<std::int64_t>(std::llround(h.x) - ts->first_position, t, t + T.per_cell - 1);
           if (t < n) h.token = t;
         }
       }
+      if (h.token >= 0) h.position = ts->first_position + h.token;
     }
     return h;
   }

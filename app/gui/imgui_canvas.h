@@ -162,6 +162,7 @@ struct FigureHit {
   double x = 0, y = 0;              ///< data coordinates (heatmap: column / row coordinates)
   std::int64_t row = -1, col = -1;  ///< heatmap cell
   std::int64_t token = -1;          ///< token strip: token index
+  std::int64_t position = -1;       ///< token strip: that token's position (first_position + token)
 };
 
 /// A figure shown in a view: rebuilt when `key` or the size changes, laid out and recorded once.

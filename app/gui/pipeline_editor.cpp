@@ -249,6 +249,12 @@ bool draw_pipeline_editor(PipelineEdit& edit, const PolicyCatalog& catalog, cons
             break;
         }
         item_tooltip(info->help + "\n" + range_text(*info) + (info->paper_ref.empty() ? "" : "\n" + info->paper_ref));
+        if (p.key == "window") {
+          // Named for what it is: this stage's window, not the Run view's capture "stats window".
+          ImGui::SameLine();
+          ImGui::TextDisabled("(%s's observation window, in prompt queries)", s.policy.c_str());
+          item_tooltip(info->help + "\nNot the capture's stats window of the Run view (statistics only).");
+        }
         if (param_text(p, *info) != info->default_value && info->type != ParamType::kPath) {
           ImGui::SameLine();
           if (ImGui::SmallButton("default")) {

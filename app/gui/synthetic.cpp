@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <queue>
 #include <random>
@@ -351,6 +352,20 @@ SyntheticRuns write_synthetic_session(const std::string& path, const SyntheticSp
         store.add_blob(run, Blob::of<float>("channel_cv", l, -1, {H, D}, L.ch_cv));
         store.add_blob(run, Blob::of<float>("keys_pca", l, -1, {H, T, 2}, L.pca));
       }
+    }
+    if (sp.full_capture) {
+      // The decisive scores the selections above ranked: attention with the observation window
+      // always kept (SnapKV + Ada-KV), position with 4 sinks always kept (StreamingLLM).
+      constexpr float kKeep = std::numeric_limits<float>::max();
+      std::vector<float> snap = L.att, stream(static_cast<std::size_t>(H * T));
+      const std::int64_t window = std::min<std::int64_t>(32, avg);
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t i = 0; i < T; ++i) {
+          if (i >= T - window) snap[static_cast<std::size_t>(h * T + i)] = kKeep;
+          stream[static_cast<std::size_t>(h * T + i)] = i < 4 ? kKeep : static_cast<float>(i);
+        }
+      store.add_blob(runs.snapkv, Blob::of<float>("policy_score", l, -1, {H, T}, snap));
+      store.add_blob(runs.streaming, Blob::of<float>("policy_score", l, -1, {H, T}, stream));
     }
   }
   for (const auto& b : sessions::timeline_blobs(synthetic_timeline(all_a, T, sp.n_steps, false, sp.seed)))

@@ -71,9 +71,16 @@ sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const P
 void record_results(sessions::SessionStore& store, int64_t run, const Model& model, const GenerateRequest& req,
                     const GenerateResult& res) {
   std::vector<sessions::StepMetric> steps;
-  for (size_t i = 0; i < res.fidelity.kl.size(); ++i) {
-    steps.push_back({int64_t(i), "kl", res.fidelity.kl[i]});
-    steps.push_back({int64_t(i), "top1", double(res.fidelity.top1[i])});
+  // Fidelity entry i belongs to generated token i (generate.h Fidelity); token ids are exact in a double.
+  const Fidelity& fid = res.fidelity;
+  for (size_t i = 0; i < fid.kl.size(); ++i) {
+    steps.push_back({int64_t(i), "kl", fid.kl[i]});
+    steps.push_back({int64_t(i), "top1", double(fid.top1[i])});
+    if (i < fid.token.size()) steps.push_back({int64_t(i), "token_id", double(fid.token[i])});
+    if (i < fid.full_top.size()) steps.push_back({int64_t(i), "full_top_id", double(fid.full_top[i])});
+    if (i < fid.p_token.size()) steps.push_back({int64_t(i), "p_token", fid.p_token[i]});
+    if (i < fid.p_full_top.size()) steps.push_back({int64_t(i), "p_full_top", fid.p_full_top[i]});
+    if (i < fid.p_full_token.size()) steps.push_back({int64_t(i), "p_full_token", fid.p_full_token[i]});
   }
   for (size_t i = 0; i < res.bytes_read.size(); ++i)
     steps.push_back({int64_t(i + 1), "bytes_read", double(res.bytes_read[i])});
@@ -96,6 +103,7 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
     if (c.channel_mean.defined()) store.add_blob(run, f32_blob("channel_mean", int64_t(l), c.channel_mean));
     if (c.channel_cv.defined()) store.add_blob(run, f32_blob("channel_cv", int64_t(l), c.channel_cv));
     if (c.keys_pca.defined()) store.add_blob(run, f32_blob("keys_pca", int64_t(l), c.keys_pca));
+    if (c.policy_score.defined()) store.add_blob(run, f32_blob("policy_score", int64_t(l), c.policy_score));
   }
   if (res.topk_unique.defined()) {
     at::Tensor t = res.topk_unique.contiguous();

@@ -1,6 +1,7 @@
 #include "kvscope/core/capture.h"
 
 #include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 
@@ -108,6 +109,20 @@ LayerCapture capture_layer(const LayerPrefill& in, int64_t window, CaptureLevel 
   return out;
 }
 
+void record_policy_scores(LayerCapture& capture, const at::Tensor& scores, const at::Tensor& positions,
+                          int64_t n_prompt) {
+  if (!capture.policy_score.defined())
+    capture.policy_score = at::full({scores.size(0), n_prompt}, std::numeric_limits<float>::quiet_NaN(),
+                                    scores.options().dtype(at::kFloat));
+  const at::Tensor pos = positions.to(scores.device(), at::kLong);
+  const at::Tensor in_prompt = pos < n_prompt;
+  // Entries past the prompt (a later block's appended tokens cannot be, but be safe) land in a
+  // scratch column n_prompt that is dropped.
+  at::Tensor padded = at::cat({capture.policy_score, capture.policy_score.narrow(1, 0, 1)}, 1);
+  padded.scatter_(1, at::where(in_prompt, pos, at::full_like(pos, n_prompt)), scores.to(at::kFloat));
+  capture.policy_score = padded.narrow(1, 0, n_prompt).contiguous();
+}
+
 void captures_to_host(std::vector<LayerCapture>& captures) {
   std::vector<at::Tensor> summaries;
   for (const LayerCapture& c : captures)
@@ -126,6 +141,7 @@ void captures_to_host(std::vector<LayerCapture>& captures) {
     cpu(c.channel_mean);
     cpu(c.channel_cv);
     cpu(c.keys_pca);
+    cpu(c.policy_score);
   }
 }
 

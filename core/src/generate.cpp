@@ -68,13 +68,32 @@ auto out_of_memory_guard(const GenerateRequest& req, std::string_view phase, int
                       cause + ")");
 }
 
-/// KL(p_full || p_comp) and top-1 agreement of two fp32 logit vectors.
-void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp) {
-  at::Tensor lp = at::log_softmax(full.to(at::kDouble), -1), lq = at::log_softmax(comp.to(at::kDouble), -1);
-  f.kl.push_back((lp.exp() * (lp - lq)).sum().item<double>());
-  f.top1.push_back(full.argmax().item<int64_t>() == comp.argmax().item<int64_t>());
-}
 }  // namespace
+
+void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp, int32_t token) {
+  const at::Tensor lf = full.reshape(-1), lc = comp.reshape(-1);
+  TORCH_CHECK(lf.numel() == lc.numel(), "add_fidelity: logits of ", lf.numel(), " and ", lc.numel(), " entries");
+  TORCH_CHECK(token >= 0 && token < lc.numel(), "add_fidelity: token ", token, " outside the vocabulary of ",
+              lc.numel());
+  const at::Tensor lp = at::log_softmax(lf.to(at::kDouble), -1), lq = at::log_softmax(lc.to(at::kDouble), -1);
+  const at::Tensor pf = at::softmax(lf.to(at::kFloat), -1), pc = at::softmax(lc.to(at::kFloat), -1);
+  const at::Tensor full_top = lf.argmax(), comp_top = lc.argmax();
+  const at::Tensor p_full_top = pf.index_select(0, full_top.reshape(1)).reshape({});
+  // Everything into one double vector, read back with one copy.
+  const at::Tensor v =
+      at::stack({(lp.exp() * (lp - lq)).sum(), full_top.to(at::kDouble), comp_top.to(at::kDouble),
+                 pc.select(0, token).to(at::kDouble), p_full_top.to(at::kDouble), pf.select(0, token).to(at::kDouble)})
+          .to(at::kCPU)
+          .contiguous();
+  const double* x = v.data_ptr<double>();
+  f.kl.push_back(x[0]);
+  f.top1.push_back(x[1] == x[2]);
+  f.token.push_back(token);
+  f.full_top.push_back(static_cast<int32_t>(x[1]));
+  f.p_token.push_back(x[3]);
+  f.p_full_top.push_back(x[4]);
+  f.p_full_token.push_back(x[5]);
+}
 
 int64_t positions_needed(const GenerateRequest& req, int64_t min_new_tokens) {
   const int64_t n_new = std::max(req.max_new_tokens, min_new_tokens);
@@ -156,10 +175,11 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     req.on_progress(p);
     progress_gap_ms = std::max(req.progress_interval_ms, 20.0 * ms_since(now));
   };
-  auto step_reference = [&](const at::Tensor& comp_logits) {
+  // Fidelity of the token `chosen` from `comp_logits` (Fidelity: entry i belongs to token i).
+  auto step_reference = [&](const at::Tensor& comp_logits, int32_t chosen) {
     if (!full) return;
     const auto r0 = std::chrono::steady_clock::now();
-    add_fidelity(res.fidelity, full_logits, comp_logits);
+    add_fidelity(res.fidelity, full_logits, comp_logits, chosen);
     reference_ms += ms_since(r0);
   };
 
@@ -174,7 +194,16 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       const int64_t n_kept =
           req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
       const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
-      compress = [&, n_kept, reserve](const LayerEvent& ev) { req.pipeline->compress_layer(ev, n_kept, reserve); };
+      // Capture full records the scores the budget stage ranked, by prompt position.
+      const bool record_scores = turn == 0 && req.capture == CaptureLevel::kFull;
+      const auto n_prompt = static_cast<int64_t>(block.size());
+      compress = [&, n_kept, reserve, record_scores, n_prompt](const LayerEvent& ev) {
+        const bool uniform = ev.cache.layer(ev.layer).uniform();
+        const at::Tensor positions = record_scores && uniform ? ev.cache.positions(ev.layer).clone() : at::Tensor();
+        const at::Tensor scores = req.pipeline->compress_layer(ev, n_kept, reserve);
+        if (scores.defined() && positions.defined())
+          record_policy_scores(res.captures[ev.layer], scores, positions, n_prompt);
+      };
     }
     if (turn > 0) {
       ++step_no;
@@ -185,7 +214,9 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       compress = [&, then = compress](const LayerEvent& ev) {
         if (ev.cache.layer(ev.layer).uniform()) {
           const LayerPrefill in{ev.config, ev.layer, ev.q, ev.cache.keys(ev.layer), ev.cache.values(ev.layer)};
+          at::Tensor scores = std::move(res.captures[ev.layer].policy_score);  // earlier blocks' scores
           res.captures[ev.layer] = capture_layer(in, req.capture_window, req.capture);
+          res.captures[ev.layer].policy_score = std::move(scores);
         }
         if (then) then(ev);
       };
@@ -264,7 +295,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     int32_t next = sampler.next(block_logits);
     t0 = std::chrono::steady_clock::now();
     if (turn == 0) decode_start = t0;
-    step_reference(logits);
+    step_reference(logits, next);
     while (!is_stop(next)) {
       out.push_back(next);
       if (on_token) on_token(next);
@@ -308,7 +339,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
             req, "decode", step, "at decode step " + std::to_string(step) + " of the full-cache reference on " + device,
             [&] { return engine.forward(*full, tok); });
         reference_ms += ms_since(r0);
-        step_reference(logits);
+        step_reference(logits, next);
       }
     }
     if (staged) record_staged();  // synchronised above

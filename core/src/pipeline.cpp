@@ -71,7 +71,7 @@ void Pipeline::apply_head_pattern(const LayerEvent& ev, int64_t reserve) const {
     if (plans[h].streaming) cache.set_window(ev.layer, h, plans[h].sink, plans[h].window);
 }
 
-void Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
+at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
   KvCache& cache = ev.cache;
   if (!cache.layer(ev.layer).uniform())
     throw InputError(
@@ -80,14 +80,16 @@ void Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t rese
   const int64_t n_tok = cache.layer(ev.layer).length[0];
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
   if (heads_) apply_head_pattern(ev, reserve);
+  at::Tensor scores;
   if (scorer_ && n_kept < n_tok) {
-    at::Tensor scores = scorer_->score(in);
+    scores = scorer_->score(in);
     // Recent-window share: the newest entries are always kept (KeyDiff sliding-window variant).
     const int64_t n_recent = std::min<int64_t>(static_cast<int64_t>(scorer_->recent_share() * n_kept), n_tok);
     if (n_recent > 0) scores.narrow(1, n_tok - n_recent, n_recent).fill_(std::numeric_limits<float>::max());
     cache.retain(ev.layer, budget_->select(scores, n_kept, in), reserve);
   }
   if (decode_) decode_->on_prefill(ev.layer, in, cache);
+  return scores;
 }
 
 }  // namespace kvscope

@@ -73,11 +73,11 @@ TEST_F(CliLimits, FileSizeLimitWhileWritingASessionFailsClearlyAndKeepsEarlierRu
   EXPECT_NE(r.out.find(db_.string()), std::string::npos) << r.out;
   // Nothing saved is lost: the first run is complete, the second is not.
   const std::string listing = run_cli("inspect " + quote(db_)).out;
-  EXPECT_TRUE(std::regex_search(listing, std::regex("complete  [^\n]*first"))) << listing;
-  EXPECT_FALSE(std::regex_search(listing, std::regex("complete  [^\n]*second"))) << listing;
+  EXPECT_TRUE(std::regex_search(listing, std::regex("\\bcomplete  [^\n]*first"))) << listing;
+  EXPECT_FALSE(std::regex_search(listing, std::regex("\\bcomplete  [^\n]*second"))) << listing;
   // And writing resumes once the limit is gone.
   EXPECT_EQ(run_cli(run_args("third")).exit_code, 0);
-  EXPECT_TRUE(std::regex_search(run_cli("inspect " + quote(db_)).out, std::regex("complete  [^\n]*third")));
+  EXPECT_TRUE(std::regex_search(run_cli("inspect " + quote(db_)).out, std::regex("\\bcomplete  [^\n]*third")));
 }
 
 TEST_F(CliLimits, AddressSpaceBelowTheMinimumIsRefusedBeforeLibrariesStart) {

@@ -45,6 +45,9 @@ TEST_F(CliSessions, RunRecordsASessionAndPrintsItsId) {
   const auto list = run_cli("inspect " + quote(db_));
   EXPECT_EQ(list.out.rfind("1  complete  first", 0), 0u) << list.out;
   EXPECT_NE(list.out.find("mean_kl="), std::string::npos);
+  // The budget as the share kept (issue 30), the ratio it was given as a detail.
+  EXPECT_NE(list.out.find("  kept "), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("/head (ratio 0.5)"), std::string::npos) << list.out;
 }
 
 TEST_F(CliSessions, SweepResumesAndCompareAndExportWork) {

@@ -763,3 +763,104 @@ TEST(Export, EmptyAndDegeneratePanels) {
 
 }  // namespace
 }  // namespace kvscope::viz
+
+namespace kvscope::viz {
+namespace {
+
+// Stacked panels over token positions: a heatmap with a colour bar, a line plot with wide y
+// labels and a one-row token strip share their plot edges under Figure::share_x, and a position
+// maps to the same pixel column in each.
+TEST(Layout, ShareXAlignsStackedPositionAxes) {
+  const std::int64_t T = 3000;
+  Heatmap h = gradient_heatmap(4, T);
+  LinePlot lp;
+  Series s;
+  for (std::int64_t i = 0; i < T; ++i) s.x.push_back(double(i)), s.y.push_back(123456.0 * double(i % 7));
+  lp.series = {s};
+  lp.x.range = Range{-0.5, double(T) - 0.5};
+  TokenStrip t;
+  t.category.assign(T, 0);
+  t.categories = {{"kept", Color::hex(0x1b9e77)}};
+  t.single_row = true;
+  Figure f;
+  f.columns = 1;
+  f.panels = {h, lp, t};
+  const auto unshared = export_layout(f);
+  EXPECT_GT(std::abs(unshared.panels[0].plot.right() - unshared.panels[1].plot.right()), 5)
+      << "without share_x the colour bar narrows the heatmap only";
+  f.share_x = true;
+  const auto L = export_layout(f);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_NEAR(L.panels[i].plot.x, L.panels[0].plot.x, 0.5) << "panel " << i;
+    EXPECT_NEAR(L.panels[i].plot.right(), L.panels[0].plot.right(), 0.5) << "panel " << i;
+  }
+  for (double pos : {0.0, 1500.0, 2999.0}) {
+    EXPECT_NEAR(L.panels[0].x.map.to_px(pos), L.panels[1].x.map.to_px(pos), 1.0) << pos;
+    EXPECT_NEAR(L.panels[0].x.map.to_px(pos), L.panels[2].x.map.to_px(pos), 1.5) << pos;
+  }
+  EXPECT_TRUE(L.panels[2].tokens.bars);
+  EXPECT_EQ(L.panels[2].tokens.rows, 1);
+  EXPECT_FALSE(L.panels[2].x.ticks.empty()) << "a one-row strip has a position axis";
+}
+
+TEST(Export, SpansAndReferenceLinesAreDrawnInTheLegendAndCsv) {
+  LinePlot lp;
+  Series s;
+  s.name = "score";
+  for (int i = 0; i < 100; ++i) s.x.push_back(i), s.y.push_back(i % 10);
+  lp.series = {s};
+  lp.spans = {{80, 99, Color::hex(0x0000ff), "observation window"}};
+  lp.rules = {{false, 25.0, Color::hex(0xff0000), LineStyle::Solid, 3.0, "cutoff"}};
+  lp.legend = LegendPos::Outside;
+  Figure f = figure_of(lp);
+  const auto L = export_layout(f);
+  const auto& P = L.panels[0];
+  // The horizontal line's value widens the y range past the data (max 9).
+  EXPECT_GE(P.y.map.lo <= P.y.map.hi ? P.y.map.hi : P.y.map.lo, 25.0);
+  ASSERT_EQ(P.legend.entries.size(), 3u);
+  EXPECT_GE(P.legend.box.x, P.plot.right()) << "outside legend right of the data";
+  TempDir dir;
+  export_figure(f, dir.path() / "s.png");
+  const Png img(dir.path() / "s.png");
+  const int yl = static_cast<int>(std::lround(P.y.map.to_px(25.0)));
+  const Rgb on_line = img.rgb(static_cast<int>(P.x.map.to_px(40)), yl);
+  EXPECT_GT(on_line.r, 200);
+  EXPECT_LT(on_line.g, 80);
+  // Inside the span (away from data and grid) the background is tinted blue.
+  const Rgb in_span = img.rgb(static_cast<int>(P.x.map.to_px(90.3)), static_cast<int>(P.y.map.to_px(17.3)));
+  EXPECT_GT(in_span.b, in_span.r + 20) << hex(in_span);
+  export_csv(f, dir.path() / "s.csv");
+  const auto lines = read_lines(dir.path() / "s.csv");
+  EXPECT_NE(std::find_if(lines.begin(), lines.end(),
+                         [](const std::string& l) {
+                           return l.find("span") != std::string::npos &&
+                                  l.find("observation window") != std::string::npos;
+                         }),
+            lines.end());
+  EXPECT_NE(std::find_if(lines.begin(), lines.end(),
+                         [](const std::string& l) { return l.find("hline") != std::string::npos; }),
+            lines.end());
+  lp.spans[0].hi = 10;  // lo > hi
+  EXPECT_THROW(validate(figure_of(lp)), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvscope::viz
+
+namespace kvscope::viz {
+namespace {
+
+TEST(Layout, NearConstantValuesDoNotGetFullContrast) {
+  const std::vector<float> counts = {287, 288, 288, 287};
+  const Range r = color_range(counts, std::nullopt, colormap("viridis"));
+  EXPECT_NEAR(r.lo, 287.5 - 14.4, 1e-9);
+  EXPECT_NEAR(r.hi, 287.5 + 14.4, 1e-9);
+  // 287 and 288 land within 4% of the scale of each other, not at its two ends.
+  EXPECT_LT((288 - 287) / (r.hi - r.lo), 0.04);
+  // A real spread keeps the tight range.
+  const std::vector<float> spread = {0.95f, 0.97f};
+  EXPECT_EQ(color_range(spread, std::nullopt, colormap("viridis")), (Range{0.95f, 0.97f}));
+}
+
+}  // namespace
+}  // namespace kvscope::viz

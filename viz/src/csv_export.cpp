@@ -115,6 +115,15 @@ void export_csv(const Figure& figure, const std::filesystem::path& out) {
                        for (std::size_t i = 0; i < se.x.size(); ++i)
                          w.row(pi, kind, name, ss, std::to_string(i), num(se.x[i]), num(se.y[i]), none, none);
                      }
+                     for (std::size_t i = 0; i < p.spans.size(); ++i)
+                       w.row(pi, kind, "span", "-1", std::to_string(i), num(p.spans[i].lo), num(p.spans[i].hi), none,
+                             detail::valid_utf8(p.spans[i].name));
+                     for (std::size_t i = 0; i < p.rules.size(); ++i) {
+                       const RefLine& r = p.rules[i];
+                       w.row(pi, kind, r.vertical ? "vline" : "hline", "-1", std::to_string(i),
+                             r.vertical ? num(r.value) : none, r.vertical ? none : num(r.value), none,
+                             detail::valid_utf8(r.name));
+                     }
                    },
                    [&](const ScatterPlot& p) {
                      for (std::size_t g = 0; g < p.groups.size(); ++g) {

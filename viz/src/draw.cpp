@@ -255,6 +255,13 @@ void draw_heatmap(Ctx& c, const Heatmap& h, const PanelLayout& L) {
 }
 
 void draw_line(Ctx& c, const LinePlot& p, const PanelLayout& L) {
+  c.m.push_clip(L.plot);
+  for (const XSpan& sp : p.spans) {
+    const double a = L.x.map.to_px(sp.lo - 0.5), b = L.x.map.to_px(sp.hi + 0.5);
+    if (std::isfinite(a) && std::isfinite(b))
+      c.m.fill_rect({std::min(a, b), L.plot.y, std::max(1.0, std::abs(b - a)), L.plot.h}, sp.color.with_alpha(56));
+  }
+  c.m.pop_clip();
   draw_grid(c, L, p.x.grid, p.y.grid);
   c.m.push_clip(L.plot);
   std::vector<Point> run;
@@ -280,6 +287,16 @@ void draw_line(Ctx& c, const LinePlot& p, const PanelLayout& L) {
         const double px = L.x.map.to_px(s.x[i]), py = L.y.map.to_px(s.y[i]);
         if (std::isfinite(px) && std::isfinite(py)) draw_marker(c.m, s.marker, {px, py}, s.marker_size, col);
       }
+  }
+  for (const RefLine& r : p.rules) {
+    const Stroke st{r.color, r.width, r.line};
+    if (r.vertical) {
+      const double px = L.x.map.to_px(r.value);
+      if (std::isfinite(px)) c.m.line({px, L.plot.y}, {px, L.plot.bottom()}, st);
+    } else {
+      const double py = L.y.map.to_px(r.value);
+      if (std::isfinite(py)) c.m.line({L.plot.x, py}, {L.plot.right(), py}, st);
+    }
   }
   c.m.pop_clip();
   draw_axes(c, L, p.x, p.y);

@@ -113,6 +113,12 @@ void validate(const Figure& figure) {
             [&](const LinePlot& p) {
               check_axis(p.x, "x", where);
               check_axis(p.y, "y", where);
+              for (const auto& sp : p.spans)
+                if (!(std::isfinite(sp.lo) && std::isfinite(sp.hi) && sp.lo <= sp.hi))
+                  throw std::invalid_argument(where + "span '" + sp.name + "' is not a finite interval lo <= hi");
+              for (const auto& r : p.rules)
+                if (!std::isfinite(r.value) || !(r.width >= 0))
+                  throw std::invalid_argument(where + "reference line '" + r.name + "' has a non-finite value");
               for (const auto& s : p.series) {
                 if (s.x.size() != s.y.size())
                   throw std::invalid_argument(where + "series '" + s.name + "' has " + sz(s.x.size()) + " x and " +

@@ -203,6 +203,13 @@ Range color_range(std::span<const float> values, const std::optional<Range>& fix
     const double d = lo == 0 ? 0.5 : std::abs(lo) * 0.1;
     return {lo - d, hi + d};
   }
+  // Near-constant values (a spread under 1% of their magnitude, e.g. 287 vs 288 kept entries) get
+  // a scale 10% of their magnitude wide around their middle, so noise is not shown at full contrast.
+  const double mag = std::max(std::abs(lo), std::abs(hi));
+  if (hi - lo < 0.01 * mag) {
+    const double mid = 0.5 * (lo + hi);
+    return {mid - 0.05 * mag, mid + 0.05 * mag};
+  }
   return {lo, hi};
 }
 
@@ -438,8 +445,9 @@ void layout_axes(Ctx& c, PanelLayout& L, Rect inner, const AxesSpec& s) {
   const double xlabel_h = s.x->label.empty() && !s.key_row ? 0 : std::max(c.label_h, s.key_row ? c.legend_h : 0.0) + 4;
   const double ylabel_w = s.y->label.empty() ? 0 : c.label_h + 6;
   const double top_pad = c.tick_h / 2 + 1;
-  const double right_pad = std::max(s.right_reserve, 14.0);
-  double left = ylabel_w + kTickLen + 3 + 30;
+  const double right_pad = std::max({s.right_reserve, 14.0, c.min_right - (L.cell.right() - inner.right())});
+  const double min_left = c.min_left - (inner.x - L.cell.x);
+  double left = std::max(ylabel_w + kTickLen + 3 + 30, min_left);
   double bottom = kTickLen + 3 + c.tick_h + xlabel_h;
   for (int pass = 0;; ++pass) {
     L.plot = {inner.x + left, inner.y + top_pad, std::max(10.0, inner.w - left - right_pad),
@@ -471,7 +479,7 @@ void layout_axes(Ctx& c, PanelLayout& L, Rect inner, const AxesSpec& s) {
         L.x.ticks = category_ticks(c, s.x_cats, L.x.map, true, false, std::max(slot * 4, 40.0));
       }
     }
-    const double new_left = ylabel_w + kTickLen + 3 + max_label_width(c, L.y.ticks);
+    const double new_left = std::max(ylabel_w + kTickLen + 3 + max_label_width(c, L.y.ticks), min_left);
     if ((std::abs(new_left - left) < 0.5 && std::abs(new_bottom - bottom) < 0.5) || pass == 3) break;
     left = new_left;
     bottom = new_bottom;
@@ -646,6 +654,11 @@ std::vector<LegendEntry> series_entries(const LinePlot& p) {
     if (s.name.empty()) continue;
     out.push_back({detail::clean_line(s.name), s.color.value_or(categorical(i)), s.line, s.marker, false, s.width});
   }
+  for (const RefLine& r : p.rules)
+    if (!r.name.empty()) out.push_back({detail::clean_line(r.name), r.color, r.line, Marker::None, false, r.width});
+  for (const XSpan& sp : p.spans)
+    if (!sp.name.empty())
+      out.push_back({detail::clean_line(sp.name), sp.color.with_alpha(90), LineStyle::None, Marker::None, true});
   return out;
 }
 
@@ -688,6 +701,8 @@ PanelLayout layout_line(Ctx& c, const LinePlot& p, Rect cell) {
     }
     data.emplace_back(&s.x, &s.y);
   }
+  for (const RefLine& r : p.rules)
+    if (!r.vertical && std::isfinite(r.value) && (!p.y.log || r.value > 0)) dy.add(r.value, p.y.log);
   // Tight x unless markers would be cut in half at the ends.
   const bool markers =
       std::any_of(p.series.begin(), p.series.end(), [](const Series& s) { return s.marker != Marker::None; });
@@ -826,7 +841,7 @@ PanelLayout layout_tokens(Ctx& c, const TokenStrip& t, Rect cell) {
   TokenStripLayout& T = L.tokens;
 
   // Text mode when every token fits as a box.
-  bool text_fits = !t.tokens.empty();
+  bool text_fits = !t.tokens.empty() && !t.single_row;
   if (text_fits) {
     const double box_h = detail::line_height(c.m, c.token) + 4, pitch = box_h + 3;
     const auto max_lines = static_cast<std::size_t>(std::max(0.0, std::floor((area.h + 3) / pitch)));
@@ -862,7 +877,25 @@ PanelLayout layout_tokens(Ctx& c, const TokenStrip& t, Rect cell) {
       T.texts.clear();
     }
   }
-  if (!text_fits) {
+  if (!text_fits && t.single_row) {
+    // One row aligned with the panels above: plot edges at the shared margins.
+    T.bars = true;
+    const auto total = static_cast<std::int64_t>(std::max<std::size_t>(n, 1));
+    const double x0 = std::max(area.x + 30, L.cell.x + c.min_left);
+    const double x1 = std::min(area.right(), L.cell.right() - std::max(c.min_right, right));
+    const double w = std::max(10.0, x1 - x0);
+    const auto W = static_cast<std::int64_t>(std::max(1.0, std::floor(w)));
+    T.per_cell = std::max<std::int64_t>(1, (total + W - 1) / W);
+    T.cells_per_row = (total + T.per_cell - 1) / T.per_cell;
+    T.rows = 1;
+    T.cell_w = w / static_cast<double>(T.cells_per_row);
+    T.row_h = std::clamp(area.h - (kTickLen + 3 + c.tick_h + c.label_h + 4), 4.0, 36.0);
+    T.row_pitch = T.row_h;
+    L.plot = {x0, area.y, w, T.row_h};
+    const double first = static_cast<double>(t.first_position) - 0.5;
+    L.x.map = {first, first + static_cast<double>(T.cells_per_row * T.per_cell), L.plot.x, L.plot.right(), false};
+    L.x.ticks = linear_ticks(c, L.x.map, true, 1);
+  } else if (!text_fits) {
     T.bars = true;
     const double note_h = c.label_h + 4;  // "token position (1 px = k tokens)"
     area.h = std::max(4.0, area.h - note_h);
@@ -955,11 +988,11 @@ FigureLayout layout_figure(const Figure& f, Canvas& m) {
   };
   const auto xs = split(pad, W - 2 * pad, cols, f.col_weights, pad * 0.5);
   const auto ys = split(top, std::max(0.0, bottom - top), rows, f.row_weights, pad * 0.5);
-  for (std::size_t i = 0; i < n; ++i) {
+  const auto lay = [&](std::size_t i) {
     const auto [cx, cw] = xs[i % cols];
     const auto [cy, ch] = ys[i / cols];
     const Rect cell{cx, cy, cw, ch};
-    out.panels.push_back(std::visit(
+    return std::visit(
         [&](const auto& p) -> PanelLayout {
           using T = std::decay_t<decltype(p)>;
           if constexpr (std::is_same_v<T, Heatmap>)
@@ -973,7 +1006,24 @@ FigureLayout layout_figure(const Figure& f, Canvas& m) {
           else
             return layout_bar(c, p, cell);
         },
-        f.panels[i]));
+        f.panels[i]);
+  };
+  for (std::size_t i = 0; i < n; ++i) out.panels.push_back(lay(i));
+  if (f.share_x && n > 1) {
+    // Lay each column out again with the widest left and right margins of its panels.
+    for (std::size_t col = 0; col < cols; ++col) {
+      double ml = 0, mr = 0;
+      for (std::size_t i = col; i < n; i += cols) {
+        const PanelLayout& L = out.panels[i];
+        if (L.plot.w <= 0) continue;
+        ml = std::max(ml, L.plot.x - L.cell.x);
+        mr = std::max(mr, L.cell.right() - L.plot.right());
+      }
+      c.min_left = ml;
+      c.min_right = mr;
+      for (std::size_t i = col; i < n; i += cols) out.panels[i] = lay(i);
+    }
+    c.min_left = c.min_right = 0;
   }
   return out;
 }

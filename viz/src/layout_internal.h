@@ -12,6 +12,8 @@ struct Ctx {
   const Theme& th;
   Font tick, label, title, legend, token;
   double tick_h = 0, label_h = 0, title_h = 0, legend_h = 0;
+  /// Figure::share_x: the least distance from the panel cell's left / right edge to the plot's.
+  double min_left = 0, min_right = 0;
 };
 
 }  // namespace kvscope::viz::detail

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "../ui_util.h"
+#include "budget_text.h"
 #include "figures.h"
 #include "panels.h"
 
@@ -21,11 +22,19 @@ void budgets(AppState& s, Ui& ui) {
       total += k, mx = std::max(mx, k), mn = mn < 0 ? k : std::min(mn, k);
     }
   const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
-  ImGui::Text(
-      "budget %s: %lld entries kept over %lld heads (mean %.1f per head, min %lld, max %lld; %.1f%% of the prompt)",
-      a.budget_text().c_str(), static_cast<long long>(total), static_cast<long long>(a.n_layer * a.n_head_kv),
-      total / heads, static_cast<long long>(std::max<std::int64_t>(mn, 0)), static_cast<long long>(mx),
-      a.n_tok ? 100.0 * total / heads / static_cast<double>(a.n_tok) : 0.0);
+  // The budget as the kept share (the unit it was given in, grey), then what the kept sets hold.
+  const kvscope::run::KeptShare kept = a.kept_share();
+  ImGui::TextUnformatted(kvscope::run::kept_text(kept).c_str());
+  item_tooltip(kvscope::run::budget_explanation(kept));
+  if (const std::string given = kvscope::run::given_text(kept); !given.empty()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("%s", given.c_str());
+  }
+  ImGui::SameLine(0, 0);
+  ImGui::Text(": %lld entries kept over %lld KV heads of a %lld-token prompt (per head: mean %.1f, min %lld, max %lld)",
+              static_cast<long long>(total), static_cast<long long>(a.n_layer * a.n_head_kv),
+              static_cast<long long>(a.n_tok), total / heads, static_cast<long long>(std::max<std::int64_t>(mn, 0)),
+              static_cast<long long>(mx));
   side_selector(s, st.opt.side);
   const RunData* b = s.b();
   const RunData& shown = st.opt.side == Side::kB && b ? *b : a;

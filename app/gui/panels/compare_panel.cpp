@@ -4,7 +4,10 @@
 #include <cmath>
 #include <set>
 
+#include "../ab_mismatch.h"
+#include "../run_from_record.h"
 #include "../ui_util.h"
+#include "budget_text.h"
 #include "figures.h"
 #include "identity_elide.h"
 #include "panels.h"
@@ -42,6 +45,16 @@ void compare(AppState& s, Ui& ui) {
   }
   CompareState& st = s.compare;
   st.b_index = std::clamp(st.b_index, 0, static_cast<int>(s.others.size()) - 1);
+  // A and B on different prompts or models, in a line each above everything (also after a new run
+  // became A while B stayed).
+  for (const auto& o : s.others)
+    if (const AbMismatch m = ab_mismatch(a.record, o->record); m.any()) {
+      ImGui::PushTextWrapPos(0);
+      ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "\xe2\x89\xa0 %s", m.line.c_str());
+      ImGui::PopTextWrapPos();
+    }
+  // "Open in Run" of a run, after the table (it switches the view).
+  const RunData* open_in_run_of = nullptr;
   // Metric table: every summary metric any run has.
   std::set<std::string> names;
   for (const auto& [n, v] : a.record.row.summary) names.insert(n);
@@ -62,6 +75,23 @@ void compare(AppState& s, Ui& ui) {
       ImGui::TableSetupColumn("\xce\x94 vs A");
     }
     ImGui::TableHeadersRow();
+    // Each run's Open in Run (its form in the Run view, to re-run it or change one field).
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextDisabled("re-run");
+    ImGui::TableNextColumn();
+    if (ImGui::SmallButton("Open in Run##A")) open_in_run_of = &a;
+    item_tooltip("Fill the Run view from run A #" + std::to_string(a.ref.run) +
+                 ": model, prompt, pipeline, budget, "
+                 "capture, ...");
+    for (std::size_t i = 0; i < s.others.size(); ++i) {
+      ImGui::TableNextColumn();
+      ImGui::PushID(static_cast<int>(i));
+      if (ImGui::SmallButton("Open in Run")) open_in_run_of = s.others[i].get();
+      item_tooltip("Fill the Run view from run #" + std::to_string(s.others[i]->ref.run));
+      ImGui::PopID();
+      ImGui::TableNextColumn();
+    }
     // Pipeline and prompt rows first. The pipelines are elided together: what they share is cut,
     // never where they differ (full text on hover).
     std::vector<std::string> specs{a.record.row.pipeline_spec.empty() ? "full cache" : a.record.row.pipeline_spec};
@@ -88,6 +118,37 @@ void compare(AppState& s, Ui& ui) {
                            a.record.info.prompt.tokens.size(), o.record.info.prompt.tokens.size());
         item_tooltip(figures::kept_diff_unavailable(a, o));
       }
+    }
+    // Budgets as the share each run kept (the unit each was given in, grey), and B's difference.
+    const kvscope::run::KeptShare ka = a.kept_share();
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted("budget");
+    item_tooltip(
+        "share of the prompt's entries each KV head kept after prefill, entries per KV head, and the "
+        "budget as it was given");
+    auto budget_cell = [](const kvscope::run::KeptShare& k) {
+      ImGui::TextUnformatted(kvscope::run::kept_text(k).c_str());
+      item_tooltip(kvscope::run::budget_explanation(k));
+      if (const std::string g = kvscope::run::given_text(k); !g.empty()) {
+        ImGui::SameLine();
+        ImGui::TextDisabled("%s", g.c_str());
+      }
+    };
+    ImGui::TableNextColumn();
+    budget_cell(ka);
+    for (const auto& o : s.others) {
+      const kvscope::run::KeptShare kb = o->kept_share();
+      ImGui::TableNextColumn();
+      budget_cell(kb);
+      ImGui::TableNextColumn();
+      const double da = kvscope::run::kept_sort_key(ka), db = kvscope::run::kept_sort_key(kb);
+      if (!std::isfinite(da) || !std::isfinite(db))
+        ImGui::TextDisabled("-");
+      else if (std::abs(db - da) < 5e-4)
+        ImGui::TextDisabled("same kept share");
+      else
+        ImGui::TextDisabled("%+.1f points kept", 100 * (db - da));
     }
     for (const auto& n : names) {
       ImGui::TableNextRow();
@@ -121,6 +182,10 @@ void compare(AppState& s, Ui& ui) {
     }
     ImGui::EndTable();
   }
+  if (open_in_run_of) {
+    open_in_run(s, open_in_run_of->ref.db, open_in_run_of->ref.run, ui.catalog);
+    return;
+  }
   if (s.others.size() > 1) {
     // The candidates' titles elided together (they often differ only at the end); full on hover.
     std::vector<std::string> titles, ids;
@@ -143,10 +208,8 @@ void compare(AppState& s, Ui& ui) {
   }
   const auto& b_run = s.others[static_cast<std::size_t>(st.b_index)];
   const RunData& b = *b_run;
-  // Runs on different prompts or model shapes: say so (with the prompt lengths) above the figure,
-  // whose kept-set panels then only repeat it.
-  if (const std::string why = figures::kept_diff_unavailable(a, b); !why.empty())
-    ImGui::TextColored({0.8f, 0.3f, 0.0f, 1}, "%s", why.c_str());
+  // Runs on different prompts or model shapes are said so in the line(s) at the top; the figure's
+  // kept-set panels repeat it.
   // The per-head overlap map needs every layer's kept sets of both runs (the keep count decodes them).
   if (!await_parts(s, {&s.a, &b_run}, {Part::kKeepCount}, s.sel.layer, figure_size())) return;
   const std::string key =

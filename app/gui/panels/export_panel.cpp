@@ -56,7 +56,7 @@ void export_dialog(AppState& s, Ui&) {
   bool decoded = s.a != nullptr;
   if (s.a)
     for (Part p : {Part::kKept, Part::kAttention, Part::kCos, Part::kPca, Part::kChannelMean, Part::kChannelCv,
-                   Part::kKeepCount}) {
+                   Part::kKeepCount, Part::kScore}) {
       const std::int64_t l = figures::run_level(p) ? 0 : s.sel.layer;
       if (!s.a->ready(p, l)) s.loader.request(s.a, p, l), decoded = false;
     }

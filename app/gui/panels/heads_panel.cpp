@@ -42,7 +42,8 @@ void heads(AppState& s, Ui& ui) {
     for (int m = 0; m < static_cast<int>(names.size()); ++m) {
       const auto va = figures::heads_metric_values(a, m);
       const double v = va[static_cast<std::size_t>(l * a.n_head_kv + h)];
-      t += std::string(m == metric ? "> " : "  ") + names[static_cast<std::size_t>(m)] + ": " + format_num(v, "%.4g");
+      t += std::string(m == metric ? "> " : "  ") + metric_label(names[static_cast<std::size_t>(m)]) + ": " +
+           format_num(v, "%.4g");
       if (b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv) {
         const auto vb = figures::heads_metric_values(*b, m);
         t += "   (B " + format_num(vb[static_cast<std::size_t>(l * a.n_head_kv + h)], "%.4g") + ")";

@@ -49,4 +49,21 @@ const std::shared_ptr<const RunData>& shown_run(const AppState& s, Side side);
 /// Size left in the current window for a figure, leaving `below` px.
 ImVec2 figure_size(float below = 0);
 
+// ---- position axes: zoom, pan, brush (position_zoom.cpp) -----------------------------------------
+
+/// Zoom and pan of the prompt-position window every position axis shows (sel.pos_lo / pos_hi,
+/// shared by the views), over any panel of `fig` whose x axis is prompt positions: the wheel zooms
+/// around the mouse, a drag pans, a shift-drag brushes a range to show, a double-click shows the
+/// whole prompt. Call right after fig.draw(). Returns true when the window changed.
+bool position_zoom(Selection& sel, std::int64_t n_tok, const FigureView& fig, PositionDrag& drag);
+/// A range slider of the shown positions and a "whole prompt" button, on the current line.
+void position_range_control(Selection& sel, std::int64_t n_tok);
+/// The decisive-score ranking of (layer, head) of run `r` (figures::rank_head over its score and
+/// kept set), cached in `cache`; nullptr when the run recorded no score for that layer (or it is
+/// not decoded yet).
+const figures::HeadRanking* head_ranking(RankingCache& cache, const RunData& r, std::int64_t layer, std::int64_t head);
+/// The tooltip lines of position `pos` under the decisive score: "snapkv score 0.0123 · rank 17 of
+/// 514 · kept (cutoff 0.0091, rank 99)" or "always kept: observation window".
+void score_tooltip_lines(const RunData& r, const figures::HeadRanking& rk, const float* score, std::int64_t pos);
+
 }  // namespace kvscope::gui::panels

@@ -2,12 +2,14 @@
 // budget and unit, device and dtype; Run executes on the worker thread and streams tokens here,
 // Cancel stops it between decode steps; the finished run is recorded as a session and opened.
 
+#include <cmath>
 #include <functional>
 #include <string_view>
 #include <vector>
 
 #include "../ui_util.h"
 #include "budget_check.h"  // kvscope_run: the check kvscope-cli run makes too
+#include "budget_text.h"   // kvscope_run: budgets as the share kept
 #include "kvscope/core/budget.h"
 #include "kvscope/core/presets.h"
 #include "kvscope/core/tokenizer.h"
@@ -66,6 +68,24 @@ void count_prompt_tokens(AppState& s) {
   }
 }
 
+/// The form's budget in the convention of every list (budget_text.h): the share of the prompt and
+/// the entries per KV head it keeps after prefill (st.kept_per_head over the prompt's tokens, as the
+/// preflight counted them; unknown while either is), the unit as typed as the detail.
+kvscope::run::KeptShare form_kept_share(const RunState& st) {
+  kvscope::run::KeptShare k;
+  const std::optional<BudgetUnit> unit = find_budget_unit(st.form.budget_unit);
+  if (!unit) return k;
+  k.unit = *unit;
+  k.given = format_budget(*unit, st.form.budget_value);
+  k.measured = true;  // what the pipeline will keep, computed as it will (not an estimate)
+  const std::int64_t n_prompt = st.prompt_tokens < 0 ? -1 : st.prompt_tokens + (st.form.bos != "never" ? 1 : 0);
+  if (st.kept_per_head >= 0 && n_prompt > 0) {
+    k.per_head = static_cast<double>(st.kept_per_head);
+    k.fraction = k.per_head / static_cast<double>(n_prompt);
+  }
+  return k;
+}
+
 /// The prompt's tokens, the entries per KV head the budget keeps after prefill, and
 /// run::check_kept_entries (the check `kvscope-cli run` makes): its problem goes to
 /// st.budget_problem, shown as a warning, and disables Run.
@@ -117,9 +137,14 @@ void preflight(AppState& s, const PolicyCatalog* catalog) {
   if (!decode_time) st.kept_per_head = budget.kept_per_head(n_prompt);
   const run::KeptCheck c = run::check_kept_entries(stages, budget, n_prompt, st.kept_per_head);
   ImGui::SameLine();
-  if (st.kept_per_head >= 0)
-    ImGui::Text("- %lld entries kept per KV head", static_cast<long long>(st.kept_per_head));
-  else
+  if (st.kept_per_head >= 0) {  // as every list shows budgets: the share kept and entries per KV head
+    const kvscope::run::KeptShare k = form_kept_share(st);
+    ImGui::Text("- %s", kvscope::run::kept_text(k).c_str());
+    item_tooltip(
+        "what this budget keeps of this prompt after prefill: its share and the entries per KV head, as "
+        "the Sessions list shows runs\n" +
+        k.given + ": " + std::string(budget_unit_table()[static_cast<std::size_t>(k.unit)].help));
+  } else
     ImGui::TextDisabled("- entries per KV head: set by the decode-time stage when the model loads");
   if (c.always.entries > 0 && c.problem.empty())
     ImGui::TextDisabled("%s %s always keeps %lld (%s)", c.always.policy.c_str(), c.always.param.c_str(),
@@ -129,6 +154,69 @@ void preflight(AppState& s, const PolicyCatalog* catalog) {
     ImGui::PushTextWrapPos(0);
     ImGui::TextColored({0.85f, 0.45f, 0.0f, 1}, "%s", c.problem.c_str());
     ImGui::PopTextWrapPos();
+  }
+}
+
+/// The bar at the top of the view, above the scrolling form, so Run and Cancel are always in reach:
+/// Run (disabled, with the reason, while the form cannot run) or Cancel with the progress, and where
+/// the form was filled from ("Open in Run") with what that run did not record.
+void run_bar(AppState& s, Ui& ui, bool busy) {
+  RunState& st = s.run;
+  RunRequest& f = st.form;
+  if (!busy) {
+    const bool can = ui.worker != nullptr;
+    ImGui::BeginDisabled(!can || !st.budget_problem.empty() || !st.spec_error.empty());
+    if (ImGui::Button("Run", {120, 0})) {
+      RunRequest req = f;
+      req.pipeline_spec = ui.catalog ? to_spec(st.pipeline, *ui.catalog) : std::string();
+      st.output.clear();
+      st.tokens = 0;
+      st.live.reset();
+      st.log.push_back("run: " + (req.pipeline_spec.empty() ? std::string("full cache") : req.pipeline_spec));
+      if (!ui.worker->start(req)) st.log.push_back("a run is already in progress");
+    }
+    ImGui::EndDisabled();
+    ImGui::SameLine();
+    if (!can)
+      ImGui::TextDisabled("(runs need the desktop app's worker)");
+    else if (!st.spec_error.empty())
+      ImGui::TextDisabled("(fix the pipeline SPEC: see Pipeline below)");
+    else if (!st.budget_problem.empty())
+      ImGui::TextDisabled("(raise the budget: see Budget below)");
+    else {
+      // What Run starts: the editor's pipeline and the form's budget, into the form's database.
+      std::string what = "full cache";
+      if (ui.catalog && !st.pipeline.stages.empty()) {
+        what = ellipsize(to_spec(st.pipeline, *ui.catalog), 60);
+        const kvscope::run::KeptShare k = form_kept_share(st);
+        if (!k.given.empty())
+          what += " \xc2\xb7 " + (std::isfinite(k.per_head) ? kvscope::run::budget_label(k) : k.given);
+      }
+      ImGui::TextDisabled("%s, %lld new tokens \xe2\x86\x92 %s", what.c_str(), static_cast<long long>(f.max_new_tokens),
+                          f.db_path.empty() ? "(choose a database below)" : ellipsize(f.db_path, 50).c_str());
+    }
+  } else {
+    if (ImGui::Button("Cancel", {120, 0})) ui.worker->cancel();
+    ImGui::SameLine();
+    ImGui::Text("running: %lld / %lld tokens", static_cast<long long>(st.tokens),
+                static_cast<long long>(f.max_new_tokens));
+    ImGui::SameLine();
+    ImGui::ProgressBar(
+        f.max_new_tokens > 0 ? static_cast<float>(st.tokens) / static_cast<float>(f.max_new_tokens) : 0.0f, {-1, 0});
+  }
+  if (!st.filled_from.empty()) {
+    ImGui::AlignTextToFramePadding();
+    ImGui::TextColored({0.0f, 0.35f, 0.6f, 1}, "filled from run %s", st.filled_from.c_str());
+    if (!st.fill_notes.empty()) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("- %zu field%s not recorded by the run (hover)", st.fill_notes.size(),
+                          st.fill_notes.size() == 1 ? "" : "s");
+      std::string all;
+      for (const auto& n : st.fill_notes) all += (all.empty() ? "" : "\n") + n;
+      item_tooltip(all);
+    }
+    ImGui::SameLine();
+    if (ImGui::SmallButton("dismiss")) st.filled_from.clear(), st.fill_notes.clear();
   }
 }
 
@@ -148,6 +236,8 @@ void run(AppState& s, Ui& ui) {
     st.pipeline_initialised = true;
   }
 
+  run_bar(s, ui, busy);
+  ImGui::Separator();
   const float left_w = std::max(520.0f, ImGui::GetContentRegionAvail().x * 0.56f);
   ImGui::BeginChild("run_form", {left_w, 0}, false);
   ImGui::BeginDisabled(busy);
@@ -239,10 +329,19 @@ void run(AppState& s, Ui& ui) {
   ImGui::Checkbox("fidelity vs full cache", &f.reference_full);
   ImGui::SameLine();
   combo("capture", f.capture, {"full", "summary", "off"}, 100);
+  item_tooltip(
+      "what the run records per head: summary = per-head statistics and the timeline (cheap; a GPU decode keeps its "
+      "CUDA graph), full = also window attention, key geometry, channel statistics and the exact top-k, off = "
+      "nothing");
   ImGui::SameLine();
-  ImGui::SetNextItemWidth(90);
-  ImGui::InputScalar("window", ImGuiDataType_S64, &f.capture_window);
+  ImGui::SetNextItemWidth(70);
+  ImGui::InputScalar("stats window", ImGuiDataType_S64, &f.capture_window);
   f.capture_window = std::clamp<std::int64_t>(f.capture_window, 1, 4096);
+  help_marker(
+      "Capture's statistics window: the captured per-head statistics (attention entropy, mass, the window "
+      "attention of the Attention and Tokens views) average the attention of the last N prompt queries.\n"
+      "Not the pipeline's own \"window\" (e.g. snapkv's observation window: the last queries that vote, whose "
+      "entries are always kept), which is a parameter of its stage above. Runs do not record this one.");
   ImGui::Spacing();
   ImGui::TextUnformatted("Record into");
   ImGui::SetNextItemWidth(-200);
@@ -251,37 +350,6 @@ void run(AppState& s, Ui& ui) {
   ImGui::SetNextItemWidth(-1);
   input_text_hint("##name", "run name", f.name);
   ImGui::EndDisabled();
-
-  ImGui::Spacing();
-  if (!busy) {
-    const bool can = ui.worker != nullptr;
-    ImGui::BeginDisabled(!can || !st.budget_problem.empty());
-    if (ImGui::Button("Run", {120, 0})) {
-      RunRequest req = f;
-      req.pipeline_spec = ui.catalog ? to_spec(st.pipeline, *ui.catalog) : std::string();
-      st.output.clear();
-      st.tokens = 0;
-      st.live.reset();
-      st.log.push_back("run: " + (req.pipeline_spec.empty() ? std::string("full cache") : req.pipeline_spec));
-      if (!ui.worker->start(req)) st.log.push_back("a run is already in progress");
-    }
-    ImGui::EndDisabled();
-    if (!can) {
-      ImGui::SameLine();
-      ImGui::TextDisabled("(runs need the desktop app's worker)");
-    } else if (!st.budget_problem.empty()) {
-      ImGui::SameLine();
-      ImGui::TextDisabled("(raise the budget: see above)");
-    }
-  } else {
-    if (ImGui::Button("Cancel", {120, 0})) ui.worker->cancel();
-    ImGui::SameLine();
-    ImGui::Text("running: %lld / %lld tokens", static_cast<long long>(st.tokens),
-                static_cast<long long>(f.max_new_tokens));
-    ImGui::SameLine();
-    ImGui::ProgressBar(
-        f.max_new_tokens > 0 ? static_cast<float>(st.tokens) / static_cast<float>(f.max_new_tokens) : 0.0f, {-1, 0});
-  }
   ImGui::EndChild();
 
   ImGui::SameLine();

@@ -88,8 +88,8 @@ void selection(AppState& s, Ui& ui) {
         s.sel.token = b.token;
       }
       ImGui::SameLine();
-      ImGui::Text("%s  (L%lld H%lld t%lld)", b.label.c_str(), static_cast<long long>(b.layer),
-                  static_cast<long long>(b.head), static_cast<long long>(b.token));
+      ImGui::Text("%s  (L%lld H%lld%s)", b.label.c_str(), static_cast<long long>(b.layer),
+                  static_cast<long long>(b.head), b.token >= 0 ? (" t" + std::to_string(b.token)).c_str() : "");
       ImGui::PopID();
     }
   }

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../run_from_record.h"
 #include "../ui_util.h"
+#include "budget_text.h"
 #include "panels.h"
 
 namespace kvscope::gui::panels {
@@ -33,6 +35,7 @@ enum Col {
 struct RowRef {
   int db;
   std::size_t row;
+  double key = 0;  ///< numeric sort key of the sorted column (computed once per frame)
 };
 
 const OpenDb::Extra& extra_of(OpenDb& d, const sessions::RunRow& r) {
@@ -56,6 +59,13 @@ const OpenDb::Extra& extra_of(OpenDb& d, const sessions::RunRow& r) {
 double metric(const sessions::RunRow& r, const char* name) {
   auto it = r.summary.find(name);
   return it == r.summary.end() ? NAN : it->second;
+}
+
+/// The kept share of a listed run: its summary metrics; for a run that recorded none (failed,
+/// running), its budget over the prompt length (which reads the run's record once).
+kvscope::run::KeptShare kept_share_of(OpenDb& d, const sessions::RunRow& r) {
+  const bool recorded = r.summary.count("n_prompt") && r.summary.count("kept_per_head_mean");
+  return kvscope::run::kept_share(r, recorded ? -1 : extra_of(d, r).n_prompt);
 }
 
 std::string status_text(const sessions::RunRow& r) {
@@ -163,15 +173,16 @@ void notes_and_bookmarks(AppState& s) {
     write([&] { d.store->add_bookmark(b); });
     st.bookmark_label.clear();
   }
-  ImGui::TextDisabled("current: layer %lld, KV head %lld, token %lld", static_cast<long long>(s.sel.layer),
-                      static_cast<long long>(s.sel.head), static_cast<long long>(s.sel.token));
+  ImGui::TextDisabled("current: layer %lld, KV head %lld, %s", static_cast<long long>(s.sel.layer),
+                      static_cast<long long>(s.sel.head),
+                      s.sel.token >= 0 ? ("token " + std::to_string(s.sel.token)).c_str() : "no token selected");
   ImGui::EndChild();
   ImGui::EndDisabled();
 }
 
 }  // namespace
 
-void sessions(AppState& s, Ui&) {
+void sessions(AppState& s, Ui& ui) {
   SessionsState& st = s.sessions;
   // Open.
   ImGui::SetNextItemWidth(420);
@@ -200,7 +211,7 @@ void sessions(AppState& s, Ui&) {
   ImGui::SameLine();
   ImGui::Checkbox("complete only", &st.complete_only);
   ImGui::SameLine();
-  ImGui::TextDisabled("   click: open as A   right-click: compare, delete");
+  ImGui::TextDisabled("   click: open as A   ctrl+click: compare   right-click: compare, open in Run, delete");
 
   // Rows of every database, filtered.
   std::vector<RowRef> rows;
@@ -221,7 +232,7 @@ void sessions(AppState& s, Ui&) {
 
   const bool multi = s.dbs.size() > 1;
   // Row actions run after the table (they may reload the run lists the table iterates).
-  enum class Action { kNone, kOpenA, kCompare, kUncompare, kDelete };
+  enum class Action { kNone, kOpenA, kCompare, kUncompare, kOpenInRun, kDelete };
   struct Pending {
     Action action = Action::kNone;
     int db = -1;
@@ -268,8 +279,8 @@ void sessions(AppState& s, Ui&) {
           return metric(x, "decode_tokens_per_s");
         case kColBytes:
           return metric(x, "kv_bytes_live");
-        case kColBudget:
-          return x.budget.value;
+        case kColBudget:  // the kept share, whatever unit the budget was given in
+          return kvscope::run::kept_sort_key(kept_share_of(s.dbs[static_cast<std::size_t>(r.db)], x));
         default:
           return static_cast<double>(x.id);
       }
@@ -295,12 +306,14 @@ void sessions(AppState& s, Ui&) {
     };
     const bool text_sort = st.sort_column == kColName || st.sort_column == kColStatus || st.sort_column == kColModel ||
                            st.sort_column == kColPipeline || st.sort_column == kColCreated || st.sort_column == kColDb;
+    if (!text_sort)
+      for (RowRef& r : rows) r.key = key_num(r);
     std::stable_sort(rows.begin(), rows.end(), [&](const RowRef& x, const RowRef& y) {
       if (text_sort) {
         const auto a = key_text(x), b = key_text(y);
         return st.sort_descending ? b < a : a < b;
       }
-      const double a = key_num(x), b = key_num(y);
+      const double a = x.key, b = y.key;
       if (std::isnan(a) != std::isnan(b)) return std::isnan(b);  // NaN last
       return st.sort_descending ? b < a : a < b;
     });
@@ -330,6 +343,11 @@ void sessions(AppState& s, Ui&) {
             pending = {Action::kCompare, rr.db, r.id};
           if (ImGui::MenuItem("Remove from compare", nullptr, false, is_cmp))
             pending = {Action::kUncompare, rr.db, r.id};
+          ImGui::Separator();
+          if (ImGui::MenuItem("Open in Run"))  // its form in the Run view: re-run it, or change one field
+            pending = {Action::kOpenInRun, rr.db, r.id};
+          item_tooltip("Fill the Run view from this run (model, prompt, pipeline, budget, capture, ...)");
+          ImGui::Separator();
           if (ImGui::MenuItem("Delete run", nullptr, false, d.writable && r.status != sessions::RunStatus::kComplete))
             pending = {Action::kDelete, rr.db, r.id};
           ImGui::EndPopup();
@@ -360,7 +378,14 @@ void sessions(AppState& s, Ui&) {
         ImGui::TextUnformatted(ellipsize(r.pipeline_spec, 36).c_str());
         item_tooltip(r.pipeline_spec);
         ImGui::TableSetColumnIndex(kColBudget);
-        ImGui::TextUnformatted(format_budget(r.budget.unit, r.budget.value).c_str());
+        const kvscope::run::KeptShare kept = kept_share_of(d, r);
+        ImGui::TextUnformatted(kvscope::run::kept_text(kept).c_str());
+        item_tooltip(kvscope::run::budget_explanation(kept));
+        if (const std::string given = kvscope::run::given_text(kept); !given.empty()) {
+          ImGui::SameLine();
+          ImGui::TextDisabled("%s", given.c_str());
+          item_tooltip(kvscope::run::budget_explanation(kept));
+        }
         ImGui::TableSetColumnIndex(kColKl);
         ImGui::TextUnformatted(format_num(metric(r, "mean_kl"), "%.4g").c_str());
         ImGui::TableSetColumnIndex(kColTop1);
@@ -392,6 +417,9 @@ void sessions(AppState& s, Ui&) {
         break;
       case Action::kUncompare:
         std::erase_if(s.others, [&](const auto& o) { return o->ref == ref; });
+        break;
+      case Action::kOpenInRun:
+        open_in_run(s, d.path, pending.run, ui.catalog);
         break;
       case Action::kDelete:
         try {

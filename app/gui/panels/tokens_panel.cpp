@@ -47,7 +47,7 @@ std::int64_t row_of(const TokensState& st, std::int64_t token) {
   return std::max<std::int64_t>(0, (it - st.row_start.begin()) - 1);
 }
 
-void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
+void token_tooltip(const AppState& s, RankingCache& ranking, const RunData& a, std::int64_t i) {
   const Selection& sel = s.sel;
   ImGui::BeginTooltip();
   ImGui::Text("position %lld   id %d", static_cast<long long>(i),
@@ -59,12 +59,10 @@ void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
   if (const RunData* b = s.b(); b && s.tokens.opt.side == Side::kDiff && i < b->n_tok)
     ImGui::Text("A %s, B %s", s.a->kept_at(sel.layer, sel.head, i) ? "kept" : "evicted",
                 b->kept_at(sel.layer, sel.head, i) ? "kept" : "evicted");
-  if (const float* att = a.attention_row(sel.layer, sel.head)) {
-    std::int64_t rank = 1;
-    for (std::int64_t j = 0; j < a.n_tok; ++j) rank += att[j] > att[i] ? 1 : 0;
-    ImGui::Text("window attention %.3g, rank %lld of %lld", att[i], static_cast<long long>(rank),
-                static_cast<long long>(a.n_tok));
-  }
+  if (const auto* rk = head_ranking(ranking, a, sel.layer, sel.head))
+    score_tooltip_lines(a, *rk, a.score_row(sel.layer, sel.head), i);
+  if (const float* att = a.attention_row(sel.layer, sel.head))
+    ImGui::TextDisabled("window-mean attention %.3g", att[i]);
   if (const float* cos = a.cos_row(sel.layer, sel.head)) ImGui::Text("cosine to mean key %.3f", cos[i]);
   if (a.has_kept && sel.layer >= 0 && sel.layer < a.n_layer) {
     std::string heads;
@@ -96,6 +94,13 @@ void tokens(AppState& s, Ui& ui) {
   ImGui::RadioButton("keep rate over all heads", &mode, static_cast<int>(TokenColoring::kKeepRate));
   ImGui::SameLine();
   ImGui::RadioButton("attention of selected head", &mode, static_cast<int>(TokenColoring::kAttention));
+  ImGui::SameLine();
+  ImGui::BeginDisabled(!s.a->has_score);
+  ImGui::RadioButton("decisive score of selected head", &mode, static_cast<int>(TokenColoring::kScore));
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("%s", s.a->has_score ? "what the budget stage ranked: the pipeline's own score per token"
+                                           : "this run recorded no decisive score (capture full, a scoring stage)");
   st.opt.coloring = static_cast<TokenColoring>(mode);
   side_selector(s, st.opt.side);
   const auto& shown = shown_run(s, st.opt.side);
@@ -118,6 +123,8 @@ void tokens(AppState& s, Ui& ui) {
     st.scroll_to = std::clamp<std::int64_t>(st.goto_pos, 0, std::max<std::int64_t>(0, a.n_tok - 1));
     s.sel.token = st.scroll_to;
   }
+  ImGui::SameLine();
+  position_range_control(s.sel, a.n_tok);
   if (!a.tokens_from_tokenizer) {
     ImGui::SameLine();
     ImGui::TextDisabled("  token ids shown (%s)", ellipsize(a.tokenizer_note, 60).c_str());
@@ -125,34 +132,50 @@ void tokens(AppState& s, Ui& ui) {
 
   // Overview strip: the exported figure, once the parts it colours by are decoded.
   const ImVec2 overview_size{ImGui::GetContentRegionAvail().x, 150};
-  const bool ready =
-      diff ? await_parts(s, {&s.a, &b}, {Part::kKept}, s.sel.layer, overview_size)
-      : mode == static_cast<int>(TokenColoring::kKeepRate)
-          ? await_parts(s, {&shown}, {Part::kKeepCount}, s.sel.layer, overview_size)
-          : await_parts(s, {&shown}, {Part::kKept, Part::kAttention, Part::kCos}, s.sel.layer, overview_size);
+  const bool ready = diff ? await_parts(s, {&s.a, &b}, {Part::kKept}, s.sel.layer, overview_size)
+                     : mode == static_cast<int>(TokenColoring::kKeepRate)
+                         ? await_parts(s, {&shown}, {Part::kKeepCount}, s.sel.layer, overview_size)
+                         : await_parts(s, {&shown}, {Part::kKept, Part::kAttention, Part::kCos, Part::kScore},
+                                       s.sel.layer, overview_size);
   if (!ready) return;
   const std::string key = run_key(&a) + (diff ? run_key(b.get()) : "") + "|" + std::to_string(mode) + "|" +
-                          std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head);
+                          std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head) + "|" +
+                          std::to_string(s.sel.pos_lo) + "-" + std::to_string(s.sel.pos_hi);
   st.overview.draw(
       key, overview_size,
       [&] { return diff ? figures::tokens_diff_figure(*s.a, *b, s.sel) : figures::tokens_figure(a, st.opt, s.sel); },
       ui.fonts, ui.textures);
-  if (ImGui::IsItemHovered()) {
-    if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->token >= 0 && hit->token < a.n_tok) {
-      token_tooltip(s, a, hit->token);
-      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) st.scroll_to = s.sel.token = hit->token;
+  const bool overview_hovered = ImGui::IsItemHovered();
+  if (!diff) position_zoom(s.sel, a.n_tok, st.overview, st.drag);
+  if (overview_hovered && !st.drag.active) {
+    if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->position >= 0 && hit->position < a.n_tok) {
+      token_tooltip(s, st.ranking, a, hit->position);
+      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) st.scroll_to = s.sel.token = hit->position;
     }
   }
 
-  // Colour of a token in the current mode.
+  // Colour of a token in the current mode: attention as log10; the decisive score as log10 when
+  // every score is positive, always-kept entries at the top of the scale.
   const float* att = a.attention_row(s.sel.layer, s.sel.head);
+  const float* sc = a.score_row(s.sel.layer, s.sel.head);
   float lo = 0, hi = 1;
+  bool score_log = true;
   if (mode == static_cast<int>(TokenColoring::kAttention) && att) {
     lo = 1e30f, hi = -1e30f;
     for (std::int64_t i = 0; i < a.n_tok; ++i) {
       const float v = std::log10(std::max(att[i], 1e-9f));
       lo = std::min(lo, v), hi = std::max(hi, v);
     }
+    if (!(hi > lo)) hi = lo + 1;
+  } else if (mode == static_cast<int>(TokenColoring::kScore) && sc) {
+    lo = 1e30f, hi = -1e30f;
+    for (std::int64_t i = 0; i < a.n_tok; ++i)
+      if (std::isfinite(sc[i]) && !figures::always_kept_score(sc[i])) score_log &= sc[i] > 0;
+    for (std::int64_t i = 0; i < a.n_tok; ++i)
+      if (std::isfinite(sc[i]) && !figures::always_kept_score(sc[i])) {
+        const float v = score_log ? std::log10(std::max(sc[i], 1e-9f)) : sc[i];
+        lo = std::min(lo, v), hi = std::max(hi, v);
+      }
     if (!(hi > lo)) hi = lo + 1;
   }
   const double heads = static_cast<double>(std::max<std::int64_t>(1, a.n_layer * a.n_head_kv));
@@ -175,6 +198,12 @@ void tokens(AppState& s, Ui& ui) {
       case TokenColoring::kAttention:
         if (!att) return figures::kEvictedColor;
         return viz::map("magma", (std::log10(std::max(att[i], 1e-9f)) - lo) / (hi - lo));
+      case TokenColoring::kScore: {
+        if (!sc || std::isnan(sc[i])) return figures::kEvictedColor;
+        if (figures::always_kept_score(sc[i])) return viz::map("magma", 1.0);
+        const float v = score_log ? std::log10(std::max(sc[i], 1e-9f)) : sc[i];
+        return viz::map("magma", (v - lo) / (hi - lo));
+      }
     }
     return figures::kEvictedColor;
   };
@@ -223,7 +252,7 @@ void tokens(AppState& s, Ui& ui) {
   ImGui::PopStyleVar();
   st.hovered = hovered;
   if (hovered >= 0) {
-    token_tooltip(s, a, hovered);
+    token_tooltip(s, st.ranking, a, hovered);
     if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) s.sel.token = hovered;
   }
   ImGui::EndChild();

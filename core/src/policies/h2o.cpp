@@ -75,7 +75,8 @@ PolicyRegistry::Entry h2o_entry() {
            choice_param("gqa", {"mean", "sum", "max"}, "mean", "how the G query heads of a KV group are combined",
                         "Ada-KV (Feng et al. 2024) §3.5; KeyDiff App. F.2")},
           "accumulated attention of all prompt queries (H2O heavy hitters, Zhang et al. 2023 §3)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<H2o>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<H2o>(v); },
+          "accumulated attention of every prompt query (H2O §3, Alg. 1); recent tokens always kept"};
 }
 
 }  // namespace kvscope::policies

@@ -76,7 +76,8 @@ PolicyRegistry::Entry keydiff_entry() {
                        "by the pipeline)",
                        "KeyDiff (Park et al. 2025) sliding-window variant, docs/methods.md §2.2")},
           "keep keys least aligned with the mean key: -cos(k, mean k̂) (KeyDiff, Park et al. 2025 Eq. 8)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<KeyDiff>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<KeyDiff>(v); },
+          "negative cosine of the key to the mean key (KeyDiff Eq. 8): distinct keys rank high"};
 }
 
 }  // namespace kvscope::policies

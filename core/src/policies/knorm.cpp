@@ -28,7 +28,8 @@ PolicyRegistry::Entry knorm_entry() {
           Stage::kScoring,
           {},
           "keep low-norm keys: -||k|| (Devoto et al. 2024 §3)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Knorm>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Knorm>(v); },
+          "negative L2 norm of the key (Devoto et al. 2024 §3): low-norm keys rank high"};
 }
 
 }  // namespace kvscope::policies

@@ -34,9 +34,12 @@ PolicyRegistry::Entry pyramidkv_entry() {
   d.window = 64;
   d.kernel = 5;
   d.pool = Pool::kAvg;
-  return {"pyramidkv", Stage::kScoring, snapkv_spec(d, kRef),
+  return {"pyramidkv",
+          Stage::kScoring,
+          snapkv_spec(d, kRef),
           "SnapKV scores for the per-layer 'pyramid' budget (PyramidKV, Cai et al. 2024 §3.3)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<PyramidKv>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<PyramidKv>(v); },
+          "pooled observation-window attention, GQA-combined (PyramidKV §3.3 = SnapKV §4.1-4.2); window always kept"};
 }
 
 }  // namespace kvscope::policies

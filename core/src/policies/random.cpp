@@ -38,7 +38,8 @@ PolicyRegistry::Entry random_entry() {
           {int_param("seed", 0, 2147483647, "0", "seed of the score generator (mixed with the layer index)",
                      "baseline (kvpress RandomPress)")},
           "uniform random scores, seeded (random-eviction baseline, kvpress RandomPress)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Random>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Random>(v); },
+          "i.i.d. U[0,1) draw (random-eviction baseline)"};
 }
 
 }  // namespace kvscope::policies

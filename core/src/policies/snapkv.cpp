@@ -38,9 +38,12 @@ class SnapKv : public ScoringBase {
 
 PolicyRegistry::Entry snapkv_entry() {
   SnapKvParams d;  // paper defaults: window 32, kernel 7, max pool, group mean
-  return {"snapkv", Stage::kScoring, snapkv_spec(d, kRef),
+  return {"snapkv",
+          Stage::kScoring,
+          snapkv_spec(d, kRef),
           "window attention of the last w queries, pooled; window always kept (SnapKV, Li et al. 2024 §4)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<SnapKv>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<SnapKv>(v); },
+          "pooled observation-window attention, GQA-combined (SnapKV §4.1-4.2); window always kept"};
 }
 
 }  // namespace kvscope::policies

@@ -41,7 +41,8 @@ PolicyRegistry::Entry streamingllm_entry() {
           Stage::kScoring,
           {int_param("sink", 0, 1 << 20, "4", "attention-sink tokens at the start that are always kept", kRef)},
           "first `sink` tokens + most recent tokens (StreamingLLM, Xiao et al. 2024 §3.2)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<StreamingLlm>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<StreamingLlm>(v); },
+          "position (newer = higher; StreamingLLM §3.2); sink tokens always kept"};
 }
 
 }  // namespace kvscope::policies

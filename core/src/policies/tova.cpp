@@ -51,7 +51,8 @@ PolicyRegistry::Entry tova_entry() {
                         "mean|sum|max: within each KV group",
                         kRef)},
           "attention of the last query, head-averaged (TOVA, Oren et al. 2024 §3.3)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Tova>(v); }};
+          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Tova>(v); },
+          "attention of the last prompt token (TOVA §3.3); the last token always kept"};
 }
 
 }  // namespace kvscope::policies

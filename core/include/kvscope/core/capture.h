@@ -37,7 +37,21 @@ struct LayerCapture {
   at::Tensor channel_mean;  // full: [n_head_kv, head_dim] mean_t |q̄_j|·|k_tj|
   at::Tensor channel_cv;    // full: [n_head_kv, head_dim]
   at::Tensor keys_pca;      // full: [n_head_kv, n_tok, 2] keys projected on their 2 principal axes (KeyDiff Fig. 3)
+  /// full, with a scoring stage: [n_head_kv, n_tok] by prompt position, the score the budget stage
+  /// ranked (Pipeline::compress_layer), e.g. SnapKV's pooled GQA-combined window vote, KeyDiff's
+  /// negative cosine, H2O's accumulated attention; the largest finite float where always kept
+  /// (window, sinks, recent); NaN where never scored. Block-wise prefill: the last score a position
+  /// got (its eviction's, or the last block's for kept ones).
+  at::Tensor policy_score;
 };
+
+/// Writes one compression's decisive scores into capture.policy_score by prompt position:
+/// scores fp32 [n_head_kv, n] in cache-row order (Pipeline::compress_layer), positions int64
+/// [n_head_kv, n] (KvCache::positions before the eviction); positions >= n_prompt are skipped.
+/// Allocates policy_score (NaN) [n_head_kv, n_prompt] on the scores' device on first use. Does not
+/// wait for the device.
+void record_policy_scores(LayerCapture& capture, const at::Tensor& scores, const at::Tensor& positions,
+                          int64_t n_prompt);
 
 /// RocketKV Fig. 2 (docs/methods.md §1.7): per (layer, query head), the set of distinct token positions
 /// that Exact-TopK (k entries) picks over all decode steps. Fed by the decode loop at capture full.

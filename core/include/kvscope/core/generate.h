@@ -62,11 +62,27 @@ struct GenerateRequest {
   std::function<void(std::string_view phase, int64_t step)> fault_hook;
 };
 
-/// Per decode step agreement of the compressed run with the full cache fed the same tokens.
+/// Per decode step agreement of the compressed run with the full cache fed the same tokens. Entry i
+/// compares the two next-token distributions the compressed run chose its i-th token from (of all
+/// turns in order: entry 0 from the prompt's prefill logits, entry i > 0 from the decode step that
+/// fed token i-1), so in the first turn entry i belongs to output_ids[i]; a run that stopped on a
+/// stop token has one more entry, for the (not emitted) stop token. The full cache is teacher-forced
+/// on the compressed run's tokens. Probabilities are an fp32 softmax of the raw logits (temperature
+/// 1, no top-p, whatever the sampling), in [0, 1]. All vectors have the same length.
 struct Fidelity {
-  std::vector<double> kl;  ///< KL(p_full || p_compressed) in nats, one per emitted token
-  std::vector<int> top1;   ///< 1 where both argmaxes agree
+  std::vector<double> kl;            ///< KL(p_full || p_compressed) in nats
+  std::vector<int> top1;             ///< 1 where both argmaxes agree
+  std::vector<int32_t> token;        ///< token id the compressed run chose from this entry's logits
+  std::vector<int32_t> full_top;     ///< argmax token id of the full cache's logits
+  std::vector<double> p_token;       ///< p_compressed(token): the compressed run's probability of its token
+  std::vector<double> p_full_top;    ///< p_full(full_top): the full cache's probability of its top token
+  std::vector<double> p_full_token;  ///< p_full(token): the full cache's probability of the compressed token
 };
+
+/// Appends one entry to `f`: full and comp are one step's logits (fp32, [vocab] or [1, vocab], on
+/// any one device) of the full cache and the compressed run, `token` the id the compressed run
+/// chose from `comp`. One device-to-host copy. Throws c10::Error for a token outside the vocabulary.
+void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp, int32_t token);
 
 struct GenerateResult {
   std::vector<int32_t> output_ids;                    ///< the first turn's tokens

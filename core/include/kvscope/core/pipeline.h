@@ -36,7 +36,11 @@ class Pipeline {
   /// Compresses layer `ev.layer` of `ev.cache` to `n_kept` entries per KV head on average
   /// (physical eviction, no-op when n_kept >= n_tok and there is no scoring stage), leaving room
   /// for `reserve` appended entries per head, then lets the decode-time stage build its side stores.
-  void compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const;
+  /// Returns the decisive scores: exactly the tensor the budget stage's select() ranked, fp32
+  /// [n_head_kv, n_tok] in the cache's row order before eviction (kKeepScore = the largest finite
+  /// float for entries always kept: observation window, sinks, recent share); undefined when no
+  /// scorer ran (no scoring stage, or nothing to evict).
+  at::Tensor compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const;
 
   /// Prefill block size the scoring stage asks for (KeyDiff block-wise prefill), 0 = whole prompt.
   int64_t prefill_block() const { return scorer_ ? scorer_->prefill_block() : 0; }

@@ -162,6 +162,7 @@ class PolicyRegistry {
     std::vector<ParamSpec> spec;
     std::string summary;  ///< one line with the paper reference
     Factory make;
+    std::string score = {};  ///< scoring policies: PolicyDescription::score
   };
   void add(Entry e);
   /// The descriptions of every added policy (torch-free; the GUI and the session writer read it).

@@ -19,6 +19,9 @@ struct PolicyDescription {
   Stage stage = Stage::kScoring;
   std::vector<ParamSpec> params;
   std::string summary;  ///< one line with the paper reference
+  /// Scoring policies: what the per-token score means (higher = keep) and which entries it always
+  /// keeps, with the paper section; what the views label the decisive score with. Empty otherwise.
+  std::string score;
 };
 
 /// One stage of a validated pipeline: its policy and every parameter resolved.

@@ -104,12 +104,35 @@ struct Series {
   double marker_size = 3.5;  // radius in px
 };
 
+/// A shaded interval [lo, hi] of the x axis, drawn behind the data (e.g. the observation window or
+/// sink tokens a scorer always keeps).
+struct XSpan {
+  double lo = 0, hi = 0;
+  Color color = Color::hex(0x999999);  // drawn at 22% opacity
+  std::string name;                    // legend entry (a swatch); empty: not in the legend
+};
+
+/// A reference line across the plot: horizontal at y = value (e.g. the budget's cutoff score), or
+/// vertical at x = value. A horizontal line's value is part of the y range.
+struct RefLine {
+  bool vertical = false;
+  double value = 0;
+  Color color = Color::hex(0x222222);
+  LineStyle line = LineStyle::Dashed;
+  double width = 1.2;  // px
+  std::string name;    // legend entry; empty: not in the legend
+};
+
 /// Lines over a shared x axis (e.g. fidelity vs budget per policy, KL per decode step).
-/// CSV: one row per point: series = name, row = series index, col = point index, x, y.
+/// CSV: one row per point: series = name, row = series index, col = point index, x, y; then one
+/// row per span (series "span", x = lo, y = hi, label = name) and per reference line (series
+/// "hline" / "vline", the value in x or y, label = name).
 struct LinePlot {
   std::string title;
   Axis x, y;
   std::vector<Series> series;
+  std::vector<XSpan> spans;    // behind the grid and data
+  std::vector<RefLine> rules;  // over the data
   LegendPos legend = LegendPos::Auto;
 };
 
@@ -162,6 +185,10 @@ struct TokenStrip {
   std::string colorbar_label;
   Aggregate aggregate = Aggregate::Max;
   std::int64_t first_position = 0;  // position of token 0 (row labels in bar mode, CSV x)
+  /// Bar mode in one row whatever the count: tokens reduced with `aggregate` to the plot's width,
+  /// under a position axis (cell c centred on its tokens), so the strip lines up with the position
+  /// axes of the panels above it (Figure::share_x).
+  bool single_row = false;
 };
 
 /// One series of a BarChart: one value per category.
@@ -206,7 +233,10 @@ struct Figure {
   int columns = 0;                  // panels per grid row; 0: ceil(sqrt(panel count))
   std::vector<double> row_weights;  // empty, or one relative height per grid row
   std::vector<double> col_weights;  // empty, or one relative width per grid column
-  std::vector<Panel> panels;        // row-major in the grid
+  /// The panels of each grid column share their plot areas' left and right edges (the widest
+  /// margins win), so stacked position axes line up pixel for pixel.
+  bool share_x = false;
+  std::vector<Panel> panels;  // row-major in the grid
   Theme theme;
 };
 

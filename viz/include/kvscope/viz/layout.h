@@ -111,7 +111,8 @@ std::vector<float> downsample(std::span<const float> values, std::int64_t rows, 
                               std::int64_t out_rows, std::int64_t out_cols, Aggregate how);
 
 /// The colour range a heatmap or token strip uses: value_range if set, else the finite min/max
-/// (symmetric +-max|v| for diverging maps); widened when empty or degenerate.
+/// (symmetric +-max|v| for diverging maps); widened when empty or degenerate, and to 10% of the
+/// values' magnitude around their middle when they spread less than 1% of it (near-constant).
 Range color_range(std::span<const float> values, const std::optional<Range>& fixed, const Colormap& cmap);
 
 }  // namespace kvscope::viz

@@ -1,0 +1,171 @@
+#include "run_from_record.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "app_state.h"
+#include "kvscope/core/budget.h"
+#include "kvscope/core/tokenizer.h"
+
+namespace kvscope::gui {
+namespace {
+
+/// The capture level a run ran at, from what it stored: per-layer arrays (attention, key cosines,
+/// key PCA, channel statistics, decisive scores) or the Exact-TopK union only at "full"; head
+/// summaries or a timeline at "summary" and above; nothing: "off".
+std::string capture_level(const sessions::RunRecord& rec) {
+  bool summary = false;
+  for (const auto& b : rec.blobs) {
+    if (b.name == "attention" || b.name == "cos_to_mean" || b.name == "keys_pca" || b.name == "channel_mean" ||
+        b.name == "channel_cv" || b.name == "topk_unique" || b.name == "policy_score")
+      return "full";
+    if (b.name == "head_summary" || b.name.rfind("timeline.", 0) == 0) summary = true;
+  }
+  return summary ? "summary" : "off";
+}
+
+bool has_reference(const sessions::RunRecord& rec) {
+  if (rec.row.summary.count("mean_kl")) return true;
+  return std::any_of(rec.step_metrics.begin(), rec.step_metrics.end(),
+                     [](const sessions::StepMetric& m) { return m.name == "kl"; });
+}
+
+}  // namespace
+
+RunFill fill_from_run(const sessions::RunRecord& rec, const std::string& db, const RunRequest& base,
+                      const Tokenizer* tokenizer) {
+  RunFill out;
+  RunRequest& f = out.form;
+  f = base;
+  const std::string id = "run #" + std::to_string(rec.row.id);
+  // Model: a random-init run stored its config.json as the model's path (random weights of its shape).
+  const std::string& path = rec.info.model.path;
+  if (std::filesystem::path(path).extension() == ".json") {
+    f.random_init = path;
+    f.model_path.clear();
+    out.notes.push_back("random weights of " + path + ": the seed is not recorded, the form's (" +
+                        std::to_string(base.seed) + ") kept" +
+                        (base.tokenizer_path.empty() ? "; choose a tokenizer to encode the prompt" : ""));
+  } else {
+    f.model_path = path;
+    f.random_init.clear();
+    if (!base.tokenizer_path.empty())
+      out.notes.push_back("tokenizer override not recorded: cleared (the model's own tokenizer)");
+    f.tokenizer_path.clear();
+  }
+  if (!rec.info.model.device.empty()) f.device = rec.info.model.device;
+  if (!rec.info.model.dtype.empty()) f.dtype = rec.info.model.dtype;
+
+  // Prompt: the text as given; token ids alone only through the tokenizer.
+  const auto& ids = rec.info.prompt.tokens;
+  if (!rec.info.prompt.text.empty()) {
+    f.prompt = rec.info.prompt.text;
+  } else if (tokenizer && !ids.empty()) {
+    f.prompt = tokenizer->decode(ids);
+    out.notes.push_back(id + " stored its prompt as " + std::to_string(ids.size()) +
+                        " token ids only: the prompt is their decoded text (it may not re-tokenize to the same ids)");
+  } else {
+    out.notes.push_back(id + " stored no prompt text (" + std::to_string(ids.size()) +
+                        " token ids): the form's prompt kept");
+  }
+  // BOS: not recorded, but the stored ids tell whether one was prepended to the text's tokens.
+  bool bos_known = false;
+  if (tokenizer && !rec.info.prompt.text.empty()) {
+    const std::vector<int32_t> enc = tokenizer->encode(rec.info.prompt.text);
+    if (ids == enc) {
+      f.bos = "never", bos_known = true;
+    } else if (ids.size() == enc.size() + 1 && std::equal(enc.begin(), enc.end(), ids.begin() + 1)) {
+      f.bos = "always", bos_known = true;
+    } else {
+      out.notes.push_back("the prompt text tokenizes to " + std::to_string(enc.size()) + " ids today, not the " +
+                          std::to_string(ids.size()) + " the run stored: a re-run will not be on the same prompt ids");
+    }
+  }
+  if (!bos_known) out.notes.push_back("BOS mode not recorded: the form's \"" + base.bos + "\" kept");
+
+  // Pipeline and budget.
+  const std::string& spec = rec.info.pipeline.spec;
+  f.pipeline_spec = spec == "full" ? "" : spec;
+  if (!f.pipeline_spec.empty()) {
+    f.budget_unit = std::string(budget_unit_name(rec.info.budget.unit));
+    f.budget_value = rec.info.budget.value;
+  }
+
+  // Generation: the limit is not recorded; the tokens generated are at most it.
+  const auto generated = static_cast<std::int64_t>(rec.outputs.tokens.size());
+  if (generated > 0) {
+    f.max_new_tokens = generated;
+    if (generated != base.max_new_tokens)
+      out.notes.push_back("max new tokens not recorded: set to the " + std::to_string(generated) +
+                          " tokens the run generated (fewer than its limit if it stopped at an end token)");
+  } else {
+    out.notes.push_back("max new tokens not recorded and the run generated none: the form's " +
+                        std::to_string(base.max_new_tokens) + " kept");
+  }
+  out.notes.push_back(std::string("sampling not recorded: the form's ") +
+                      (base.greedy ? "greedy" : "temperature / top-p / seed") + " kept");
+  f.allow_beyond_context = rec.row.summary.count("beyond_context_tokens") > 0;
+
+  // Capture and reference, from what the run stored.
+  f.capture = capture_level(rec);
+  f.reference_full = has_reference(rec);
+  if (f.capture != "off")
+    out.notes.push_back("capture window not recorded: the form's " + std::to_string(base.capture_window) + " kept");
+
+  // Where it goes: the run's database, under its name.
+  f.db_path = db;
+  f.name = rec.info.name;
+  if (rec.row.status != sessions::RunStatus::kComplete || rec.row.incomplete)
+    out.notes.insert(out.notes.begin(), id + " did not complete" +
+                                            (rec.row.error.empty() ? std::string() : " (" + rec.row.error + ")") +
+                                            ": what it recorded was filled in");
+  return out;
+}
+
+bool open_in_run(AppState& s, const std::string& db, std::int64_t run, const PolicyCatalog* catalog) {
+  const RunRef ref{db, run};
+  sessions::RunRecord rec;
+  bool found = false;
+  if (s.a && s.a->ref == ref) rec = s.a->record, found = true;
+  for (const auto& o : s.others)
+    if (!found && o->ref == ref) rec = o->record, found = true;
+  if (!found) {
+    const int di = db_index(s, db);
+    if (di < 0) {
+      s.status = db + ": database not open";
+      return false;
+    }
+    try {
+      rec = s.dbs[static_cast<std::size_t>(di)].store->load_run(run);
+    } catch (const std::exception& e) {
+      s.status = e.what();
+      return false;
+    }
+  }
+  std::string why;
+  const Tokenizer* tok = rec.info.model.path.empty() ? nullptr : s.tokenizers.get(rec.info.model.path, &why);
+  RunFill fill = fill_from_run(rec, db, s.run.form, tok);
+  RunState& st = s.run;
+  st.form = std::move(fill.form);
+  st.fill_notes = std::move(fill.notes);
+  st.filled_from = "#" + std::to_string(run) + " of " + std::filesystem::path(db).filename().string();
+  st.spec_error.clear();
+  st.spec_text = st.form.pipeline_spec;
+  if (catalog) {
+    try {
+      st.pipeline = from_spec(st.form.pipeline_spec, *catalog);
+      st.spec_text = to_spec(st.pipeline, *catalog);
+    } catch (const std::exception& e) {
+      // The SPEC stays as text with what the catalogue could not read; Run is disabled until fixed.
+      st.pipeline = {};
+      st.spec_error = "run #" + std::to_string(run) + "'s pipeline: " + e.what();
+    }
+  }
+  st.pipeline_initialised = true;
+  s.view = View::kRun;
+  s.select_view = true;
+  s.status = "Run view filled from run " + st.filled_from;
+  return true;
+}
+
+}  // namespace kvscope::gui

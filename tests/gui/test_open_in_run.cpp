@@ -1,0 +1,271 @@
+// Issue 30 item 9: re-run and stale B. "Open in Run" fills the Run view from a stored run (the pure
+// mapping fill_from_run, then open_in_run on the app); Compare and the context bar say when A and B
+// are on different prompts or models (ab_mismatch), also once a new run became A while B stayed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "ab_mismatch.h"
+#include "app_state.h"
+#include "gui_test_support.h"
+#include "headless.h"
+#include "kvscope/core/policy.h"
+#include "kvscope/core/tokenizer.h"
+#include "run_from_record.h"
+
+namespace kvscope::gui {
+namespace {
+
+bool has_note(const RunFill& f, const std::string& part) {
+  return std::any_of(f.notes.begin(), f.notes.end(), [&](const std::string& n) { return n.find(part) != n.npos; });
+}
+
+sessions::RunRecord record(std::vector<std::int32_t> ids, const std::string& text = "def f():") {
+  sessions::RunRecord r;
+  r.row.id = 5;
+  r.row.status = sessions::RunStatus::kComplete;
+  r.info.name = "snapkv at half";
+  r.info.model = {"/models/pycode-16m", "abc123", "llama", 4, 8, 2, 32, "bf16", "cuda:0"};
+  r.info.pipeline.spec = "snapkv:gqa=mean,kernel=5,pool=avg,window=8+uniform";
+  r.info.budget = {sessions::BudgetUnit::kCompressionRatio, 0.5};
+  r.info.prompt = {text, std::move(ids)};
+  r.outputs.tokens = {7, 8, 9, 10, 11, 12, 13};
+  return r;
+}
+
+TEST(FillFromRun, EveryRecordedFieldReachesTheForm) {
+  sessions::RunRecord r = record({1, 2, 3});
+  r.blobs.push_back({1, "head_summary", 0, -1, sessions::DType::kF32, {2, 7}, 56, 40});
+  r.step_metrics.push_back({0, "kl", 0.01});
+  r.row.summary["beyond_context_tokens"] = 3;
+  RunRequest base;
+  base.model_path = "other-model";
+  base.tokenizer_path = "/some/tokenizer.json";
+  base.prompt = "something else";
+  base.max_new_tokens = 64;
+  base.capture = "off";
+  base.capture_window = 48;
+  base.greedy = false;
+  const RunFill f = fill_from_run(r, "/tmp/runs.db", base);
+  EXPECT_EQ(f.form.model_path, "/models/pycode-16m");
+  EXPECT_TRUE(f.form.random_init.empty());
+  EXPECT_TRUE(f.form.tokenizer_path.empty());  // an override is not recorded: the model's own
+  EXPECT_EQ(f.form.device, "cuda:0");
+  EXPECT_EQ(f.form.dtype, "bf16");
+  EXPECT_EQ(f.form.prompt, "def f():");
+  EXPECT_EQ(f.form.pipeline_spec, r.info.pipeline.spec);
+  EXPECT_EQ(f.form.budget_unit, "compression_ratio");
+  EXPECT_EQ(f.form.budget_value, 0.5);
+  EXPECT_EQ(f.form.max_new_tokens, 7);  // what it generated: the limit is not recorded
+  EXPECT_EQ(f.form.capture, "summary");
+  EXPECT_TRUE(f.form.reference_full);
+  EXPECT_TRUE(f.form.allow_beyond_context);
+  EXPECT_EQ(f.form.db_path, "/tmp/runs.db");
+  EXPECT_EQ(f.form.name, "snapkv at half");
+  // Not recorded: kept from the form, and said so.
+  EXPECT_EQ(f.form.capture_window, 48);
+  EXPECT_FALSE(f.form.greedy);
+  EXPECT_EQ(f.form.bos, base.bos);
+  EXPECT_TRUE(has_note(f, "max new tokens not recorded")) << f.notes.size();
+  EXPECT_TRUE(has_note(f, "sampling not recorded"));
+  EXPECT_TRUE(has_note(f, "capture window not recorded"));
+  EXPECT_TRUE(has_note(f, "BOS mode not recorded"));
+  EXPECT_TRUE(has_note(f, "tokenizer override not recorded"));
+}
+
+TEST(FillFromRun, CaptureReferenceFullCacheRandomInitAndFailedRuns) {
+  RunRequest base;
+  base.budget_unit = "stored";
+  base.budget_value = 99;
+  sessions::RunRecord r = record({1, 2, 3});
+  EXPECT_EQ(fill_from_run(r, "x.db", base).form.capture, "off");
+  EXPECT_FALSE(fill_from_run(r, "x.db", base).form.reference_full);
+  r.blobs.push_back({1, "timeline.info", -1, -1, sessions::DType::kI64, {8}, 64, 40});
+  EXPECT_EQ(fill_from_run(r, "x.db", base).form.capture, "summary");
+  r.blobs.push_back({2, "attention", 0, -1, sessions::DType::kF32, {2, 3}, 24, 20});
+  EXPECT_EQ(fill_from_run(r, "x.db", base).form.capture, "full");
+  r.row.summary["mean_kl"] = 0.2;
+  EXPECT_TRUE(fill_from_run(r, "x.db", base).form.reference_full);
+  // The full cache: no pipeline; the form's budget stays (a full-cache run has none to give).
+  r.info.pipeline.spec = "full";
+  const RunFill full = fill_from_run(r, "x.db", base);
+  EXPECT_EQ(full.form.pipeline_spec, "");
+  EXPECT_EQ(full.form.budget_unit, "stored");
+  EXPECT_EQ(full.form.budget_value, 99);
+  // Random weights of a config's shape: stored as the config.json path.
+  r.info.model.path = "/shapes/llama-8b.json";
+  base.tokenizer_path = "/tok/tokenizer.json";
+  const RunFill ri = fill_from_run(r, "x.db", base);
+  EXPECT_EQ(ri.form.random_init, "/shapes/llama-8b.json");
+  EXPECT_TRUE(ri.form.model_path.empty());
+  EXPECT_EQ(ri.form.tokenizer_path, "/tok/tokenizer.json");
+  EXPECT_TRUE(has_note(ri, "seed is not recorded"));
+  // A failed run: filled, and its first note says it did not complete.
+  r.row.status = sessions::RunStatus::kFailed;
+  r.row.error = "cancelled by the user";
+  r.outputs.tokens.clear();
+  const RunFill failed = fill_from_run(r, "x.db", base);
+  ASSERT_FALSE(failed.notes.empty());
+  EXPECT_NE(failed.notes[0].find("did not complete (cancelled by the user)"), std::string::npos) << failed.notes[0];
+  EXPECT_EQ(failed.form.max_new_tokens, base.max_new_tokens);
+}
+
+// With the model's tokenizer the stored ids tell the BOS mode, and ids without text become text.
+TEST(FillFromRun, TheTokenizerRecoversBosModeAndIdOnlyPrompts) {
+  if (!std::filesystem::exists(testing::pycode_dir() / "tokenizer.json")) GTEST_SKIP() << "pycode-16m not present";
+  const auto tok = load_tokenizer(testing::pycode_dir());
+  const std::string text = "def add(a, b):\n    return a + b\n";
+  const std::vector<std::int32_t> enc = tok->encode(text);
+  RunRequest base;
+  base.bos = "auto";
+  EXPECT_EQ(fill_from_run(record(enc, text), "x.db", base, tok.get()).form.bos, "never");
+  std::vector<std::int32_t> with_bos = enc;
+  with_bos.insert(with_bos.begin(), 1);
+  const RunFill always = fill_from_run(record(with_bos, text), "x.db", base, tok.get());
+  EXPECT_EQ(always.form.bos, "always");
+  EXPECT_FALSE(has_note(always, "BOS mode"));
+  // Ids that the text no longer gives: the re-run would not be on the same prompt, said so.
+  std::vector<std::int32_t> other = enc;
+  other.push_back(enc.front());
+  other.push_back(enc.front());
+  EXPECT_TRUE(has_note(fill_from_run(record(other, text), "x.db", base, tok.get()), "not be on the same prompt ids"));
+  // Ids only: their decoded text.
+  const RunFill ids_only = fill_from_run(record(enc, ""), "x.db", base, tok.get());
+  EXPECT_EQ(ids_only.form.prompt, tok->decode(enc));
+  EXPECT_TRUE(has_note(ids_only, "token ids only"));
+  // ... and without a tokenizer the form's prompt stays.
+  base.prompt = "mine";
+  EXPECT_EQ(fill_from_run(record(enc, ""), "x.db", base).form.prompt, "mine");
+}
+
+TEST(AbMismatch, NamesWhatDiffersWithBothSides) {
+  sessions::RunRecord a = record({1, 2, 3, 4});
+  sessions::RunRecord b = a;
+  b.row.id = 7;
+  EXPECT_FALSE(ab_mismatch(a, b).any());
+  EXPECT_TRUE(ab_mismatch(a, b).line.empty());
+  b.info.prompt.tokens = {1, 2, 3, 4, 5};
+  AbMismatch m = ab_mismatch(a, b);
+  EXPECT_TRUE(m.prompt);
+  EXPECT_EQ(m.what, (std::vector<std::string>{"prompt"}));
+  EXPECT_EQ(m.line,
+            "B #7 differs from A #5 in prompt (A 4 tokens, B 5): kept sets and A \xe2\x88\x92 B views are "
+            "not defined");
+  b.info.prompt.tokens = {1, 2, 9, 4};
+  EXPECT_NE(ab_mismatch(a, b).line.find("both 4 tokens, first different id at position 2"), std::string::npos);
+  // Same prompt, another checkpoint of the same shape: the model, not the prompt.
+  b.info.prompt.tokens = a.info.prompt.tokens;
+  b.info.model.path = "/models/pycode-16m-ft";
+  b.info.model.config_hash = "def456";
+  m = ab_mismatch(a, b);
+  EXPECT_FALSE(m.prompt);
+  EXPECT_EQ(m.what, (std::vector<std::string>{"model path", "model config"}));
+  EXPECT_NE(m.line.find("model path (A /models/pycode-16m, B /models/pycode-16m-ft)"), std::string::npos) << m.line;
+  EXPECT_NE(m.line.find("model config (hash A abc123, B def456)"), std::string::npos) << m.line;
+  EXPECT_NE(m.line.find("its metrics are of another model"), std::string::npos) << m.line;
+  // Another shape names it.
+  b.info.model.n_layer = 6;
+  EXPECT_NE(ab_mismatch(a, b).line.find("model config (A 4 layers x 2 KV heads x 32, B 6 layers"), std::string::npos);
+}
+
+class OpenInRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::make_temp_dir("open_in_run");
+    db_ = (dir_ / "s.db").string();
+    SyntheticSpec spec;
+    spec.n_layer = 2;
+    spec.n_tok = 120;
+    spec.n_steps = 4;
+    runs_ = testing::write_test_session(db_, spec);
+    PolicyRegistry registry;
+    register_builtin_policies(registry);
+    catalog_ = std::make_unique<PolicyCatalog>(registry.catalog());
+    im_ = std::make_unique<HeadlessImGui>(1280.0f, 720.0f);
+    s_.headless = true;
+    GuiOptions o;
+    o.open = {db_};
+    o.runs = {runs_.snapkv, runs_.streaming};
+    ASSERT_TRUE(apply_options(s_, o)) << s_.status;
+  }
+  void TearDown() override { testing::remove_tree(dir_); }
+
+  void draw(View v, int frames = 3) {
+    Ui ui{im_->fonts(), textures_, catalog_.get(), nullptr};
+    s_.view = v;
+    s_.select_view = true;
+    for (int f = 0; f < frames; ++f) im_->frame([&] { draw_app(s_, ui); });
+  }
+
+  std::filesystem::path dir_;
+  std::string db_;
+  SyntheticRuns runs_;
+  std::unique_ptr<PolicyCatalog> catalog_;
+  NullTextureStore textures_;
+  std::unique_ptr<HeadlessImGui> im_;
+  AppState s_;
+};
+
+TEST_F(OpenInRun, FillsTheRunViewAndItsPipelineEditorFromARun) {
+  ASSERT_TRUE(open_in_run(s_, db_, runs_.streaming, catalog_.get())) << s_.status;
+  EXPECT_EQ(s_.view, View::kRun);
+  const RunState& st = s_.run;
+  EXPECT_EQ(st.form.pipeline_spec, "streamingllm:sink=4+uniform");
+  ASSERT_EQ(st.pipeline.stages.size(), 2u);
+  EXPECT_EQ(st.pipeline.stages[0].policy, "streamingllm");
+  EXPECT_EQ(st.spec_text, to_spec(st.pipeline, *catalog_));
+  EXPECT_TRUE(st.spec_error.empty()) << st.spec_error;
+  EXPECT_EQ(st.form.budget_unit, "fraction");
+  EXPECT_EQ(st.form.budget_value, 0.25);
+  EXPECT_EQ(st.form.db_path, db_);
+  EXPECT_EQ(st.form.prompt, s_.a->record.info.prompt.text);
+  EXPECT_EQ(st.filled_from, "#" + std::to_string(runs_.streaming) + " of s.db");
+  EXPECT_FALSE(st.fill_notes.empty());
+  draw(View::kRun);  // the view draws the filled form (and its bar) without a worker
+  // A run whose SPEC the catalogue cannot read: kept as text with the error; Run stays disabled.
+  {
+    auto store = sessions::SessionStore::open(db_);
+    sessions::RunInfo info = store.load_run(runs_.snapkv).info;
+    info.pipeline.spec = "nosuchpolicy:x=1";
+    const auto id = store.begin_run(info);
+    store.finish_run(id, {{1}, "x"});
+  }
+  refresh_databases(s_);
+  const auto newest = newest_run(s_, 0);
+  ASSERT_TRUE(open_in_run(s_, db_, newest, catalog_.get()));
+  EXPECT_EQ(s_.run.spec_text, "nosuchpolicy:x=1");
+  EXPECT_NE(s_.run.spec_error.find("run #" + std::to_string(newest) + "'s pipeline"), std::string::npos)
+      << s_.run.spec_error;
+  EXPECT_TRUE(s_.run.pipeline.stages.empty());
+  EXPECT_FALSE(open_in_run(s_, db_, 999, catalog_.get()));
+}
+
+// A new run becomes A (as when a re-run finishes) on another prompt while B stays: the status line,
+// the context bar and Compare say so.
+TEST_F(OpenInRun, ANewAOnAnotherPromptWarnsAboutTheBThatStayed) {
+  ASSERT_EQ(s_.others.size(), 1u);
+  EXPECT_FALSE(ab_mismatch(s_.a->record, s_.b()->record).any());
+  std::int64_t other_prompt = -1;
+  {
+    auto store = sessions::SessionStore::open(db_);
+    sessions::RunInfo info = store.load_run(runs_.snapkv).info;
+    info.prompt.tokens.resize(info.prompt.tokens.size() / 2);
+    info.prompt.text = "a shorter prompt";
+    other_prompt = store.begin_run(info);
+    store.finish_run(other_prompt, {{1}, "x"});
+  }
+  refresh_databases(s_);
+  ASSERT_TRUE(open_run(s_, 0, other_prompt, false));
+  ASSERT_EQ(s_.others.size(), 1u);  // B stays ...
+  EXPECT_EQ(s_.others[0]->ref.run, runs_.streaming);
+  const AbMismatch m = ab_mismatch(s_.a->record, s_.b()->record);  // ... and is no longer comparable
+  EXPECT_TRUE(m.prompt);
+  EXPECT_NE(s_.status.find(m.line), std::string::npos) << s_.status;
+  EXPECT_NE(m.line.find("prompt (A 60 tokens, B 120)"), std::string::npos) << m.line;
+  draw(View::kCompare);
+  draw(View::kHeads);
+}
+
+}  // namespace
+}  // namespace kvscope::gui
