@@ -2,10 +2,10 @@
 // position axis (viz Figure::share_x), over the selection's position window (zoom):
 //   1. every KV head of the layer: the decisive score (what the budget stage ranked, capture full's
 //      "policy_score"), always-kept entries hatched; or the window-mean attention of capture;
-//   2. the selected head: its score per position (max per pixel bucket), kept entries marked, the
-//      cutoff (lowest kept score) as a dashed line, the always-kept regions (observation window,
-//      sinks, recent tokens) shaded, the selected token as a vertical line;
-//   3. its kept/evicted strip in one row.
+//   2. the selected head: its score per position (per pixel bucket the highest evicted and the
+//      highest kept), the cutoff (lowest kept score) as a dashed line, the always-kept regions
+//      (observation window, sinks, recent tokens) shaded, the selected token as a vertical line;
+//   3. its kept/evicted strip in one row (per pixel: the share of its tokens kept).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -29,16 +29,30 @@ PositionWindow position_window(const Selection& sel, std::int64_t n_tok) {
   return w;
 }
 
-viz::TokenStrip kept_strip_row(const RunData& a, const Selection& sel, const PositionWindow& w, std::string title) {
+viz::TokenStrip kept_strip_row(const RunData& a, const Selection& sel, const PositionWindow& w, std::string title,
+                               bool one_row) {
   viz::TokenStrip t;
   t.title = std::move(title);
-  t.categories = {{"evicted", kEvictedColor}, {"kept", kKeptColor}};
-  t.category.assign(static_cast<std::size_t>(std::max<std::int64_t>(w.size(), 0)), a.has_kept ? 0 : 1);
+  t.first_position = w.lo;
+  if (!one_row) {  // categories: text boxes or wrapped rows with a kept / evicted key
+    t.categories = {{"evicted", kEvictedColor}, {"kept", kKeptColor}};
+    t.category.assign(static_cast<std::size_t>(std::max<std::int64_t>(w.size(), 0)), a.has_kept ? 0 : 1);
+    if (const auto* k = a.has_kept ? a.kept_set(sel.layer, sel.head) : nullptr)
+      for (std::int64_t p : *k)
+        if (p >= w.lo && p <= w.hi) t.category[static_cast<std::size_t>(p - w.lo)] = 1;
+    t.aggregate = viz::Aggregate::Max;
+    return t;
+  }
+  // One row: 1 = kept, 0 = evicted, reduced per pixel to the share kept (not "any kept", which
+  // would paint a 30%-kept head all green at 32K tokens).
+  t.values.assign(static_cast<std::size_t>(std::max<std::int64_t>(w.size(), 0)), a.has_kept ? 0.0f : 1.0f);
   if (const auto* k = a.has_kept ? a.kept_set(sel.layer, sel.head) : nullptr)
     for (std::int64_t p : *k)
-      if (p >= w.lo && p <= w.hi) t.category[static_cast<std::size_t>(p - w.lo)] = 1;
-  t.first_position = w.lo;
-  t.aggregate = viz::Aggregate::Max;
+      if (p >= w.lo && p <= w.hi) t.values[static_cast<std::size_t>(p - w.lo)] = 1.0f;
+  t.colormap = "keptshare";
+  t.value_range = viz::Range{0, 1};
+  t.colorbar_label = "kept";
+  t.aggregate = viz::Aggregate::Mean;
   t.single_row = true;
   return t;
 }
@@ -137,11 +151,16 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
   const HeadRanking rk = rank_head(row, T, kept);
   const std::int64_t nb = std::clamp<std::int64_t>(width_px / 2, 16, 4096);
   const std::int64_t per = std::max<std::int64_t>(1, (w.size() + nb - 1) / nb);
+  // Per bucket, the highest evicted and the highest kept score: zoomed out, evicted entries stay
+  // visible under the kept ones instead of hiding behind a max over all tokens.
+  const std::string bucket = per > 1 ? " (max per " + std::to_string(per) + ")" : "";
   viz::Series all, kept_pts;
-  all.name = per > 1 ? "all tokens (max per " + std::to_string(per) + ")" : "all tokens";
-  all.color = viz::Color::hex(0x555555);
-  all.width = 1.2;
-  kept_pts.name = "kept by " + head_label(sel);
+  all.name = "evicted" + bucket;
+  all.color = viz::Color::hex(0x888888);
+  all.line = viz::LineStyle::None;
+  all.marker = viz::Marker::Circle;
+  all.marker_size = 1.8;
+  kept_pts.name = "kept by " + head_label(sel) + bucket;
   kept_pts.color = kKeptColor;
   kept_pts.line = viz::LineStyle::None;
   kept_pts.marker = viz::Marker::Circle;
@@ -156,12 +175,14 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
     for (std::int64_t i = s; i < e; ++i) {
       const double v = shown(i);
       if (std::isnan(v)) continue;
-      mx = std::isnan(mx) ? v : std::max(mx, v);
-      if (rk.rank[static_cast<std::size_t>(i)] <= rk.n_kept) mk = std::isnan(mk) ? v : std::max(mk, v);
+      double& m = rk.rank[static_cast<std::size_t>(i)] <= rk.n_kept ? mk : mx;
+      m = std::isnan(m) ? v : std::max(m, v);
     }
     const double x = per > 1 ? 0.5 * static_cast<double>(s + e - 1) : static_cast<double>(s);
-    all.x.push_back(x);
-    all.y.push_back(mx);
+    if (!std::isnan(mx)) {
+      all.x.push_back(x);
+      all.y.push_back(mx);
+    }
     if (!std::isnan(mk)) {
       kept_pts.x.push_back(x);
       kept_pts.y.push_back(mk);

@@ -217,12 +217,11 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
   // Long windows as one row of pixels under a position axis (zoom in for single tokens).
   const bool one_row = w.size() > 400;
   if (o.coloring == TokenColoring::kKeptSelectedHead || !a.has_kept) {
-    viz::TokenStrip t =
-        kept_strip_row(a, sel, w,
-                       "kept by " + head_name(sel) + ": " + std::to_string(a.kept_count(sel.layer, sel.head)) + " of " +
-                           std::to_string(a.n_tok) + " tokens" + range);
-    t.single_row = one_row;
-    f.panels.push_back(std::move(t));
+    f.panels.push_back(kept_strip_row(a, sel, w,
+                                      "kept by " + head_name(sel) + ": " +
+                                          std::to_string(a.kept_count(sel.layer, sel.head)) + " of " +
+                                          std::to_string(a.n_tok) + " tokens" + range,
+                                      one_row));
     return f;
   }
   viz::TokenStrip t;
@@ -610,7 +609,7 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   if (!any_kl) kl.x.range = viz::Range{0, 1}, kl.y.range = viz::Range{0, 1};
   if (top1.series.empty()) top1.x.range = viz::Range{0, 1};
   if (!any_bytes) bytes.x.range = viz::Range{0, 1}, bytes.y.range = viz::Range{0, 1};
-  // One step axis for the three panels, one legend (outside the data, beside the first).
+  // One step axis for the three panels, one legend (outside the data, beside the first) for a compare.
   double last = 0;
   for (const viz::LinePlot* p : {&kl, &top1, &bytes})
     for (const auto& se : p->series)
@@ -618,7 +617,7 @@ viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const Fidel
   if (last > 0)
     for (viz::LinePlot* p : {&kl, &top1, &bytes})
       if (!p->series.empty()) p->x.range = viz::Range{0, last};
-  kl.legend = viz::LegendPos::Outside;
+  kl.legend = runs.size() > 1 ? viz::LegendPos::Outside : viz::LegendPos::None;  // one run: named in the caption
   top1.legend = bytes.legend = viz::LegendPos::None;
   f.share_x = true;
   f.panels = {std::move(kl), std::move(top1), std::move(bytes)};

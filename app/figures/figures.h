@@ -54,9 +54,11 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
 /// kept score), the always-kept regions shaded and the selected token marked; else the window-mean
 /// attention of capture.
 viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const Selection& sel, int width_px);
-/// The kept/evicted strip of the selected head over window `w`, in one row under a position axis
-/// (viz TokenStrip::single_row; category 1 = kept, Max aggregation: a pixel with any kept token is kept).
-viz::TokenStrip kept_strip_row(const RunData& a, const Selection& sel, const PositionWindow& w, std::string title);
+/// The kept/evicted strip of the selected head over window `w`. one_row: in one row under a
+/// position axis (viz TokenStrip::single_row), values 1 kept / 0 evicted reduced per pixel to the
+/// share kept ("keptshare" colormap); else categories evicted / kept (text boxes or wrapped rows).
+viz::TokenStrip kept_strip_row(const RunData& a, const Selection& sel, const PositionWindow& w, std::string title,
+                               bool one_row = true);
 /// "snapkv score": what the views call run `a`'s decisive score ("policy score" without a scorer).
 std::string decisive_score_name(const RunData& a);
 /// Key geometry: cosine-to-mean-key histogram (kept vs evicted) and cosine vs attention scatter.

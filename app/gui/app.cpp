@@ -355,7 +355,8 @@ void save_view_state(AppState& s) {
   if (di < 0 || !s.dbs[static_cast<std::size_t>(di)].writable) return;
   std::ostringstream os;
   os << "view=" << view_name(s.view) << ";run=" << s.a->ref.run << ";layer=" << s.sel.layer << ";head=" << s.sel.head
-     << ";token=" << s.sel.token << ";heads_metric=" << s.heads.opt.metric;
+     << ";token=" << s.sel.token << ";heads_metric=" << s.heads.opt.metric << ";positions=" << s.sel.pos_lo << ":"
+     << s.sel.pos_hi << ";tokens_coloring=" << static_cast<int>(s.tokens.opt.coloring);
   try {
     s.dbs[static_cast<std::size_t>(di)].store->set_view_state("gui.last", os.str());
     s.status = "saved view state";
@@ -388,6 +389,13 @@ void restore_view_state(AppState& s, int db) {
   const auto run = num("run", -1);
   if (run >= 0 && (!s.a || s.a->ref.run != run)) open_run(s, db, run, false);
   s.sel = {num("layer", 0), num("head", 0), num("token", -1)};
+  if (const auto c = kv["positions"].find(':'); c != std::string::npos) try {
+      s.sel.pos_lo = std::max<std::int64_t>(0, std::stoll(kv["positions"].substr(0, c)));
+      s.sel.pos_hi = std::stoll(kv["positions"].substr(c + 1));
+    } catch (const std::exception&) {
+    }
+  s.tokens.opt.coloring = static_cast<TokenColoring>(
+      std::clamp<std::int64_t>(num("tokens_coloring", 0), 0, static_cast<int>(TokenColoring::kScore)));
   s.heads.opt.metric = static_cast<int>(std::clamp<std::int64_t>(num("heads_metric", -1), -1, 8));
   if (auto view = parse_view(kv["view"])) s.view = *view, s.select_view = true;
   clamp_selection(s);
@@ -447,6 +455,7 @@ bool apply_options(AppState& s, const GuiOptions& o) {
   if (o.head >= 0) s.sel.head = o.head;
   if (o.token >= 0) s.sel.token = s.tokens.scroll_to = o.token;
   if (o.pos_hi >= 0) s.sel.pos_lo = o.pos_lo, s.sel.pos_hi = o.pos_hi;
+  if (o.tokens_coloring >= 0) s.tokens.opt.coloring = static_cast<TokenColoring>(o.tokens_coloring);
   clamp_selection(s);
   if (!o.model.empty()) s.run.form.model_path = o.model;
   if (!s.dbs.empty() && s.run.form.db_path.empty()) s.run.form.db_path = s.dbs[0].path;

@@ -42,7 +42,7 @@ std::string wrapped_view_names(std::size_t indent, std::size_t width) {
 
 std::string gui_usage() {
   return "usage: kvscope [--open DB]... [--run ID[,ID...]] [--view NAME] [--model PATH]\n"
-         "               [--layer L] [--head H] [--token T] [--positions LO:HI]\n"
+         "               [--layer L] [--head H] [--token T] [--positions LO:HI] [--tokens-coloring C]\n"
          "               [--screenshot FILE.png [--frames N] [--size WxH]]\n"
          "  --open DB        session database to open (repeat for several)\n"
          "  --run IDS        runs of the first database: A, then compare runs (default: the newest run)\n"
@@ -52,6 +52,7 @@ std::string gui_usage() {
          "  --model PATH     default model of the Run view\n"
          "  --layer/--head/--token   initial selection\n"
          "  --positions LO:HI   prompt positions the position axes show (zoom)\n"
+         "  --tokens-coloring C Tokens view colouring: kept | keep-rate | attention | score\n"
          "  --screenshot F   render headless and write the last frame to F (PNG), then exit\n"
          "  --frames N       frames to render before the screenshot (default 5)\n"
          "  --size WxH       window size (default 1600x1000)\n"
@@ -113,6 +114,18 @@ GuiOptions parse_gui_options(const std::vector<std::string>& args) {
       o.head = to_int("--head", value());
     } else if (a == "--token") {
       o.token = to_int("--token", value());
+    } else if (a == "--tokens-coloring") {
+      const std::string v = value();
+      if (v == "kept")
+        o.tokens_coloring = 0;
+      else if (v == "keep-rate")
+        o.tokens_coloring = 1;
+      else if (v == "attention")
+        o.tokens_coloring = 2;
+      else if (v == "score")
+        o.tokens_coloring = 3;
+      else
+        throw std::invalid_argument("--tokens-coloring: '" + v + "' is not kept | keep-rate | attention | score");
     } else if (a == "--positions") {
       const std::string v = value();
       const auto c = v.find(':');

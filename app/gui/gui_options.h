@@ -29,6 +29,7 @@ struct GuiOptions {
   /// Selection to start with (-1: keep the default / view state).
   std::int64_t layer = -1, head = -1, token = -1;
   std::int64_t pos_lo = 0, pos_hi = -1;  ///< --positions: the zoomed position window (hi < 0: none)
+  int tokens_coloring = -1;              ///< --tokens-coloring: TokenColoring index (-1: default)
   std::string start_run;                 ///< JSON file of a RunRequest to start at launch ("" = none)
   std::int64_t screenshot_at_step = -1;  ///< with start_run: shoot once the run reaches this step
   bool help = false;

@@ -38,12 +38,14 @@ HeadlessImGui::HeadlessImGui(float width, float height) {
 
 HeadlessImGui::~HeadlessImGui() { ImGui::DestroyContext(ctx_); }
 
-void HeadlessImGui::frame(const std::function<void()>& draw, ImVec2 mouse, bool click) {
+void HeadlessImGui::frame(const std::function<void()>& draw, ImVec2 mouse, bool click, float wheel, bool shift) {
   ImGui::SetCurrentContext(ctx_);
   ImGuiIO& io = ImGui::GetIO();
   io.DeltaTime = 1.0f / 60.0f;
   io.MousePos = mouse;
   io.MouseDown[0] = click;
+  io.MouseWheel = wheel;
+  io.KeyShift = shift;
   ImGui::NewFrame();
   draw();
   ImGui::Render();

@@ -16,9 +16,10 @@ class HeadlessImGui {
   HeadlessImGui(const HeadlessImGui&) = delete;
   HeadlessImGui& operator=(const HeadlessImGui&) = delete;
   const FontSet& fonts() const { return fonts_; }
-  /// One frame: NewFrame, draw(), Render. `mouse` (screen px; off-screen by default) and a left
-  /// click pressed this frame when `click`.
-  void frame(const std::function<void()>& draw, ImVec2 mouse = {-1e6f, -1e6f}, bool click = false);
+  /// One frame: NewFrame, draw(), Render. `mouse` (screen px; off-screen by default), the left
+  /// button held this frame when `click`, `wheel` notches turned (up > 0), shift held when `shift`.
+  void frame(const std::function<void()>& draw, ImVec2 mouse = {-1e6f, -1e6f}, bool click = false, float wheel = 0,
+             bool shift = false);
   /// Vertices of the last rendered frame (all draw lists).
   int vertices() const;
 

@@ -592,6 +592,28 @@ TEST(GuiOptionsTest, ParsesTheCommandLine) {
   EXPECT_THROW(parse_gui_options({"--frames", "x"}), std::invalid_argument);
   EXPECT_THROW(parse_gui_options({"--bogus"}), std::invalid_argument);
   for (View v : kAllViews) EXPECT_EQ(parse_view(view_name(v)), v);
+  const GuiOptions z = parse_gui_options({"--positions", "100:250", "--tokens-coloring", "score"});
+  EXPECT_EQ(z.pos_lo, 100);
+  EXPECT_EQ(z.pos_hi, 250);
+  EXPECT_EQ(z.tokens_coloring, static_cast<int>(TokenColoring::kScore));
+  EXPECT_THROW(parse_gui_options({"--positions", "250:100"}), std::invalid_argument);
+  EXPECT_THROW(parse_gui_options({"--positions", "100"}), std::invalid_argument);
+  EXPECT_THROW(parse_gui_options({"--tokens-coloring", "rainbow"}), std::invalid_argument);
+}
+
+TEST(PositionWindowTest, ClampsAndSaysWhenZoomed) {
+  const auto whole = figures::position_window(figures::Selection{}, 1000);
+  EXPECT_EQ(whole.lo, 0);
+  EXPECT_EQ(whole.hi, 999);
+  EXPECT_FALSE(whole.zoomed);
+  figures::Selection sel;
+  sel.pos_lo = 900, sel.pos_hi = 5000;  // past the end: clamped
+  const auto w = figures::position_window(sel, 1000);
+  EXPECT_EQ(w.lo, 900);
+  EXPECT_EQ(w.hi, 999);
+  EXPECT_TRUE(w.zoomed);
+  EXPECT_EQ(w.size(), 100);
+  EXPECT_EQ(figures::position_window(sel, 0).size(), 0);
 }
 
 TEST(GuiOptionsTest, StartRunReadsTheRunViewFieldsFromJson) {
@@ -666,6 +688,58 @@ TEST(GuiOptionsTest, AnEmptyFileIsRefusedAndLeftEmpty) {
   EXPECT_FALSE(std::filesystem::exists(path.string() + "-wal"));
   EXPECT_TRUE(s.dbs.empty());
   remove_tree(dir);
+}
+
+// Zoom, pan and brushing of the position axes in the Attention view, through the mouse: the
+// window every position axis shows (Selection::pos_lo/pos_hi) follows, and the figure shows it.
+TEST_F(GuiPanels, AttentionPositionAxesZoomPanAndBrush) {
+  draw_view_frames(View::kAttention, 4, false);
+  HeadlessImGui& im = *im_;
+  Ui ui{im.fonts(), textures_, catalog_, nullptr};
+  AppState& s = *state_;
+  ASSERT_TRUE(s.a->has_score) << "the synthetic session records decisive scores";
+  ASSERT_TRUE(s.attention.fig.valid()) << s.attention.fig.error();
+  const std::int64_t T = s.a->n_tok;
+  auto at = [&](double pos) {
+    const viz::PanelLayout& L = s.attention.fig.layout().panels.at(1);
+    const ImVec2 o = s.attention.fig.origin();
+    return ImVec2{o.x + static_cast<float>(L.x.map.to_px(pos)), o.y + static_cast<float>(L.plot.y + L.plot.h / 2)};
+  };
+  // Wheel up over position 3/4 T: a smaller window around it.
+  const double focus = 0.75 * static_cast<double>(T);
+  im.frame([&] { draw_app(s, ui); }, at(focus), false, 1.0f);
+  ASSERT_GE(s.sel.pos_hi, 0) << "zoomed";
+  EXPECT_LT(s.sel.pos_hi - s.sel.pos_lo + 1, T);
+  EXPECT_LE(s.sel.pos_lo, focus);
+  EXPECT_GE(s.sel.pos_hi, focus);
+  for (int k = 0; k < 4; ++k) im.frame([&] { draw_app(s, ui); }, at(focus), false, 1.0f);
+  im.frame([&] { draw_app(s, ui); });
+  const std::int64_t lo = s.sel.pos_lo, hi = s.sel.pos_hi;
+  ASSERT_GT(lo, 0);
+  // The figure shows the window (its heatmap starts at lo).
+  const auto& hm = std::get<viz::Heatmap>(s.attention.fig.figure().panels.at(0));
+  EXPECT_EQ(hm.x_origin, static_cast<double>(lo));
+  EXPECT_EQ(hm.cols, hi - lo + 1);
+  // Drag left by a quarter of the window: it pans right by about a quarter.
+  const double mid = 0.5 * static_cast<double>(lo + hi), quarter = 0.25 * static_cast<double>(hi - lo);
+  const ImVec2 p0 = at(mid), p1 = at(mid - quarter);
+  im.frame([&] { draw_app(s, ui); }, p0, true);
+  im.frame([&] { draw_app(s, ui); }, p1, true);
+  im.frame([&] { draw_app(s, ui); }, p1, false);
+  EXPECT_NEAR(static_cast<double>(s.sel.pos_lo), static_cast<double>(lo) + quarter, 0.1 * quarter + 2);
+  EXPECT_EQ(s.sel.pos_hi - s.sel.pos_lo, hi - lo) << "a pan keeps the width";
+  for (int f = 0; f < 2; ++f) im.frame([&] { draw_app(s, ui); });
+  // Shift-drag brushes a range: the window becomes it.
+  const std::int64_t b0 = s.sel.pos_lo + (s.sel.pos_hi - s.sel.pos_lo) / 4,
+                     b1 = s.sel.pos_lo + (s.sel.pos_hi - s.sel.pos_lo) / 2;
+  im.frame([&] { draw_app(s, ui); }, at(static_cast<double>(b0)), true, 0, true);
+  im.frame([&] { draw_app(s, ui); }, at(static_cast<double>(b1)), true, 0, true);
+  im.frame([&] { draw_app(s, ui); }, at(static_cast<double>(b1)), false, 0, true);
+  EXPECT_NEAR(static_cast<double>(s.sel.pos_lo), static_cast<double>(b0), 2.0);
+  EXPECT_NEAR(static_cast<double>(s.sel.pos_hi), static_cast<double>(b1), 2.0);
+  // The window is shared: the Tokens view shows the same positions.
+  const auto tf = figures::tokens_figure(*s.a, s.tokens.opt, s.sel);
+  EXPECT_EQ(std::get<viz::TokenStrip>(tf.panels.at(0)).first_position, s.sel.pos_lo);
 }
 
 }  // namespace

@@ -265,7 +265,9 @@ TEST(Colormap, SequentialMapsGetBrighterAndClamp) {
   EXPECT_EQ(map("viridis", -3.0), map("viridis", 0.0));
   EXPECT_EQ(map("viridis", 7.0), map("viridis", 1.0));
   EXPECT_EQ(map("viridis", std::nan("")), map("viridis", 0.0));
-  EXPECT_EQ(colormap_names(), (std::vector<std::string>{"viridis", "magma", "coolwarm", "orangeblue"}));
+  EXPECT_EQ(colormap_names(), (std::vector<std::string>{"viridis", "magma", "coolwarm", "orangeblue", "keptshare"}));
+  EXPECT_EQ(map("keptshare", 0.0), (Rgb{0xd9, 0xd9, 0xd9}));
+  EXPECT_EQ(map("keptshare", 1.0), (Rgb{0x00, 0x9e, 0x73}));
 }
 
 TEST(Colormap, UnknownNameThrowsInvalidArgument) {

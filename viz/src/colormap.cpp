@@ -70,6 +70,9 @@ const std::vector<Colormap>& all_maps() {
     m.emplace_back("orangeblue",
                    interpolate({{0.0, 0xe69f00}, {0.25, 0xf0c870}, {0.5, 0xeeeeee}, {0.75, 0x7fb4d6}, {1.0, 0x0072b2}}),
                    true);
+    // Light grey (#d9d9d9, evicted) to Okabe-Ito bluish green (#009e73, kept): the share of a
+    // pixel's tokens a head kept, when a kept strip holds more tokens than pixels.
+    m.emplace_back("keptshare", interpolate({{0.0, 0xd9d9d9}, {1.0, 0x009e73}}), false);
     return m;
   }();
   return maps;

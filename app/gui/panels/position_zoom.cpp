@@ -117,7 +117,7 @@ bool position_zoom(Selection& sel, std::int64_t n_tok, const FigureView& fig, Po
       }
     } else {
       if (std::abs(dx) > 2 && w.zoomed) {
-        const double shift = -dx / drag.px_per_pos;
+        const double shift = std::round(-dx / drag.px_per_pos);  // whole positions: the width stays
         set_window(sel, n_tok, static_cast<double>(drag.start_lo) + shift, static_cast<double>(drag.start_hi) + shift);
         ImGui::SetMouseCursor(ImGuiMouseCursor_ResizeEW);
       }

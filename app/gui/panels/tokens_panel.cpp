@@ -208,6 +208,12 @@ void tokens(AppState& s, Ui& ui) {
     return figures::kEvictedColor;
   };
 
+  const bool strike_evicted =
+      !diff && a.has_kept &&
+      (mode == static_cast<int>(TokenColoring::kScore) || mode == static_cast<int>(TokenColoring::kAttention));
+  if (strike_evicted)
+    ImGui::TextDisabled("struck through: evicted by L%lld H%lld", static_cast<long long>(s.sel.layer),
+                        static_cast<long long>(s.sel.head));
   ImGui::BeginChild("token_list", ImGui::GetContentRegionAvail(), true);
   const float width = ImGui::GetContentRegionAvail().x;
   if (st.laid_for != shown || std::abs(st.laid_width - width) > 0.5f) layout_rows(st, shown, width);
@@ -241,6 +247,9 @@ void tokens(AppState& s, Ui& ui) {
         const std::string& t = st.shown[static_cast<std::size_t>(i)];
         const ImVec4 clip{b0.x, b0.y, b1.x, b1.y};
         dl->AddText(nullptr, 0.0f, {b0.x + kPadX, b0.y + kPadY}, ink, t.c_str(), t.c_str() + t.size(), 0.0f, &clip);
+        // Colouring by a score: evicted tokens are struck through, so kept and evicted stay apart.
+        if (strike_evicted && !a.kept_at(s.sel.layer, s.sel.head, i))
+          dl->AddLine({b0.x + 1, 0.5f * (b0.y + b1.y)}, {b1.x - 1, 0.5f * (b0.y + b1.y)}, ink, 1.5f);
         if (i == s.sel.token)
           dl->AddRect({b0.x - 1, b0.y - 1}, {b1.x + 1, b1.y + 1}, IM_COL32(220, 30, 30, 255), 2.0f, 0, 2.0f);
         if (list_hovered && mouse.x >= b0.x && mouse.x < b1.x && mouse.y >= b0.y && mouse.y < b1.y) hovered = i;

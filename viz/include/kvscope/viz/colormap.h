@@ -7,6 +7,7 @@
 //   coolwarm        Moreland's diverging map ("Diverging Color Maps for Scientific
 //                   Visualization", ISVC 2009, table 1), 9 of its 33 stops; midpoint #dddddd.
 //   orangeblue      diverging between two Okabe-Ito colours (orange #e69f00 .. blue #0072b2)
+//   keptshare       light grey #d9d9d9 (evicted) .. Okabe-Ito bluish green #009e73 (kept)
 //                   through #eeeeee, with a lighter tint of each at 1/4 and 3/4.
 #include <array>
 #include <cstddef>
@@ -57,7 +58,8 @@ class Colormap {
   bool diverging_;
 };
 
-/// The colormap called `name` ("viridis", "magma", "coolwarm", "orangeblue"; exact, lower case).
+/// The colormap called `name` ("viridis", "magma", "coolwarm", "orangeblue", "keptshare"; exact,
+/// lower case).
 /// Throws std::invalid_argument naming the unknown name and the known ones.
 const Colormap& colormap(std::string_view name);
 
