@@ -148,7 +148,7 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
     return f;
   }
   const auto* kept = a.has_kept ? a.kept_set(sel.layer, sel.head) : nullptr;
-  const HeadRanking rk = rank_head(row, T, kept);
+  const HeadRanking rk = rank_head(row, T, kept, /*ranks=*/false);  // kept mask, cutoff, regions: O(T)
   const std::int64_t nb = std::clamp<std::int64_t>(width_px / 2, 16, 4096);
   const std::int64_t per = std::max<std::int64_t>(1, (w.size() + nb - 1) / nb);
   // Per bucket, the highest evicted and the highest kept score: zoomed out, evicted entries stay
@@ -156,10 +156,8 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
   const std::string bucket = per > 1 ? " (max per " + std::to_string(per) + ")" : "";
   viz::Series all, kept_pts;
   all.name = "evicted" + bucket;
-  all.color = viz::Color::hex(0x888888);
-  all.line = viz::LineStyle::None;
-  all.marker = viz::Marker::Circle;
-  all.marker_size = 1.8;
+  all.color = viz::Color::hex(0x777777);
+  all.width = 1.1;  // a line through the evicted maxima (buckets without evicted skipped)
   kept_pts.name = "kept by " + head_label(sel) + bucket;
   kept_pts.color = kKeptColor;
   kept_pts.line = viz::LineStyle::None;
@@ -175,7 +173,7 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
     for (std::int64_t i = s; i < e; ++i) {
       const double v = shown(i);
       if (std::isnan(v)) continue;
-      double& m = rk.rank[static_cast<std::size_t>(i)] <= rk.n_kept ? mk : mx;
+      double& m = rk.kept[static_cast<std::size_t>(i)] ? mk : mx;
       m = std::isnan(m) ? v : std::max(m, v);
     }
     const double x = per > 1 ? 0.5 * static_cast<double>(s + e - 1) : static_cast<double>(s);

@@ -19,7 +19,6 @@
 #include "pipeline_editor.h"
 #include "run_data.h"
 #include "run_worker.h"
-#include "score_rank.h"
 #include "selection_steps_figure.h"
 #include "textures.h"
 #include "timeline_figure.h"
@@ -84,17 +83,10 @@ struct PositionDrag {
   std::int64_t start_lo = 0, start_hi = -1;  ///< the window at the press
 };
 
-/// One KV head's decisive-score ranking, cached for the run, layer and head it was made for.
-struct RankingCache {
-  std::string key;
-  figures::HeadRanking ranking;
-};
-
 struct TokensState {
   TokensOptions opt;
   FigureView overview;
   PositionDrag drag;
-  RankingCache ranking;
   // Wrapped token rows for the token list, cached per run and width.
   std::shared_ptr<const RunData> laid_for;  ///< run the rows were laid out for
   float laid_width = 0;
@@ -110,7 +102,6 @@ struct AttentionState {
   AttentionOptions opt;
   FigureView fig;
   PositionDrag drag;
-  RankingCache ranking;
 };
 struct KeysState {
   KeysOptions opt;

@@ -25,6 +25,11 @@ namespace {
 constexpr float kKeep = std::numeric_limits<float>::max();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+const float* t_all() {
+  static const float t[] = {kKeep, kKeep, 2, 2, 1, kKeep};
+  return t;
+}
+
 TEST(ScoreRank, KeptEntriesTakeTheFirstRanksInScoreOrder) {
   //                 0     1     2    3     4     5      6
   const float s[] = {0.5f, 0.9f, kNaN, 0.1f, 0.9f, kKeep, 0.3f};
@@ -34,6 +39,23 @@ TEST(ScoreRank, KeptEntriesTakeTheFirstRanksInScoreOrder) {
   EXPECT_EQ(r.n_always, 1);
   // Kept: 5 (always) > 1 (0.9) > 3 (0.1); evicted: 4 (0.9) > 0 (0.5) > 6 (0.3) > 2 (NaN).
   EXPECT_EQ(r.rank, (std::vector<std::int32_t>{5, 2, 7, 3, 4, 1, 6}));
+  // One position at a time, without the sort, and the summary without ranks agree.
+  for (std::int64_t p = 0; p < 7; ++p) {
+    const figures::PositionRank pr = figures::rank_position(s, 7, &kept, p);
+    EXPECT_EQ(pr.rank, r.rank[static_cast<std::size_t>(p)]) << p;
+    EXPECT_EQ(pr.kept, r.kept[static_cast<std::size_t>(p)] != 0) << p;
+    EXPECT_EQ(pr.n_kept, 3);
+    EXPECT_EQ(pr.n_always, 1);
+    EXPECT_FLOAT_EQ(pr.cutoff_kept, 0.1f);
+    EXPECT_EQ(pr.run_first, p == 5 ? 5 : -1);
+  }
+  for (std::int64_t p = 0; p < 6; ++p)
+    EXPECT_EQ(figures::rank_position(t_all(), 6, nullptr, p).rank, (std::vector<std::int32_t>{1, 2, 4, 5, 6, 3})[p]);
+  const auto quick = figures::rank_head(s, 7, &kept, false);
+  EXPECT_TRUE(quick.rank.empty());
+  EXPECT_EQ(quick.kept, r.kept);
+  EXPECT_EQ(quick.n_kept, 3);
+  EXPECT_FLOAT_EQ(quick.cutoff_kept, 0.1f);
   EXPECT_FLOAT_EQ(r.cutoff_kept, 0.1f);
   EXPECT_FLOAT_EQ(r.best_evicted, 0.9f);
   ASSERT_EQ(r.always_kept.size(), 1u);
@@ -99,6 +121,11 @@ TEST_F(DecisiveScore, RanksAgreeWithKeptSetsAndTheFigureShowsCutoffAndRegions) {
         // The kept set is a top-k of the decisive score: no evicted entry above the cutoff.
         EXPECT_GE(rk.cutoff_kept, rk.best_evicted) << "layer " << l << " head " << h;
         for (std::int64_t p : *r->kept_set(l, h)) EXPECT_LE(rk.rank[static_cast<std::size_t>(p)], rk.n_kept);
+        // The tooltip's one-position answer is the sorted ranking's.
+        for (std::int64_t p = 0; p < r->n_tok; p += 97)
+          ASSERT_EQ(figures::rank_position(s, r->n_tok, r->kept_set(l, h), p).rank,
+                    rk.rank[static_cast<std::size_t>(p)])
+              << "layer " << l << " head " << h << " position " << p;
       }
     }
     // The Attention figure of layer 1, head 1: the cutoff line is the lowest kept score and the

@@ -78,8 +78,7 @@ void attention(AppState& s, Ui& ui) {
         } else {
           ImGui::Text("L%lld H%lld: %s", static_cast<long long>(s.sel.layer), static_cast<long long>(head),
                       a.kept_at(s.sel.layer, head, pos) ? "kept" : "evicted");
-          if (const auto* rk = head_ranking(st.ranking, a, s.sel.layer, head))
-            score_tooltip_lines(a, *rk, a.score_row(s.sel.layer, head), pos);
+          score_tooltip_lines(a, s.sel.layer, head, pos);
           if (att) ImGui::TextDisabled("window-mean attention %.4g", att[pos]);
         }
         ImGui::TextDisabled(hit->row >= 0 ? "click: select this head and token" : "click: select this token");

@@ -58,12 +58,10 @@ ImVec2 figure_size(float below = 0);
 bool position_zoom(Selection& sel, std::int64_t n_tok, const FigureView& fig, PositionDrag& drag);
 /// A range slider of the shown positions and a "whole prompt" button, on the current line.
 void position_range_control(Selection& sel, std::int64_t n_tok);
-/// The decisive-score ranking of (layer, head) of run `r` (figures::rank_head over its score and
-/// kept set), cached in `cache`; nullptr when the run recorded no score for that layer (or it is
-/// not decoded yet).
-const figures::HeadRanking* head_ranking(RankingCache& cache, const RunData& r, std::int64_t layer, std::int64_t head);
-/// The tooltip lines of position `pos` under the decisive score: "snapkv score 0.0123 · rank 17 of
-/// 514 · kept (cutoff 0.0091, rank 99)" or "always kept: observation window".
-void score_tooltip_lines(const RunData& r, const figures::HeadRanking& rk, const float* score, std::int64_t pos);
+/// The tooltip lines of prompt position `pos` of (layer, head) under the run's decisive score:
+/// "snapkv score 0.0123   rank 17 of 514" and "kept: ranks 1-99 kept (32 always kept); cutoff score
+/// 0.0091", or "always kept (observation window, positions 482-513)"; nothing without a score. O(n_tok)
+/// per call (figures::rank_position), no cache.
+void score_tooltip_lines(const RunData& r, std::int64_t layer, std::int64_t head, std::int64_t pos);
 
 }  // namespace kvscope::gui::panels

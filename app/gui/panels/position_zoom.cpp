@@ -1,5 +1,5 @@
 // Zoom, pan and brushing of prompt-position axes (panels.h "position axes"), and the decisive-score
-// ranking shared by the Attention and Tokens tooltips.
+// tooltip lines shared by the Attention and Tokens views.
 #include <algorithm>
 #include <cmath>
 
@@ -145,38 +145,27 @@ void position_range_control(Selection& sel, std::int64_t n_tok) {
   ImGui::EndDisabled();
 }
 
-const figures::HeadRanking* head_ranking(RankingCache& cache, const RunData& r, std::int64_t layer, std::int64_t head) {
+void score_tooltip_lines(const RunData& r, std::int64_t layer, std::int64_t head, std::int64_t pos) {
   const float* score = r.score_row(layer, head);
-  if (!score || (r.has_kept && !r.kept_set(layer, head))) return nullptr;
-  const std::string key = run_key(&r) + "|" + std::to_string(layer) + "," + std::to_string(head);
-  if (cache.key != key) {
-    cache.ranking = figures::rank_head(score, r.n_tok, r.has_kept ? r.kept_set(layer, head) : nullptr);
-    cache.key = key;
-  }
-  return &cache.ranking;
-}
-
-void score_tooltip_lines(const RunData& r, const figures::HeadRanking& rk, const float* score, std::int64_t pos) {
-  if (!score || pos < 0 || pos >= r.n_tok || rk.rank.empty()) return;
+  if (!score || pos < 0 || pos >= r.n_tok || (r.has_kept && !r.kept_set(layer, head))) return;
+  const figures::PositionRank pr =
+      figures::rank_position(score, r.n_tok, r.has_kept ? r.kept_set(layer, head) : nullptr, pos);
   const float v = score[pos];
-  const bool kept = rk.rank[static_cast<std::size_t>(pos)] <= rk.n_kept;
-  if (figures::always_kept_score(v)) {
-    for (const auto& [first, last] : rk.always_kept)
-      if (pos >= first && pos <= last)
-        ImGui::Text("%s: always kept (%s, positions %lld-%lld)", figures::decisive_score_name(r).c_str(),
-                    figures::always_kept_name(r.scorer(), first, last, r.n_tok).c_str(), static_cast<long long>(first),
-                    static_cast<long long>(last));
+  const std::string name = figures::decisive_score_name(r);
+  if (pr.run_first >= 0) {
+    ImGui::Text("%s: always kept (%s, positions %lld-%lld)", name.c_str(),
+                figures::always_kept_name(r.scorer(), pr.run_first, pr.run_last, r.n_tok).c_str(),
+                static_cast<long long>(pr.run_first), static_cast<long long>(pr.run_last));
     return;
   }
   if (std::isnan(v)) {
     ImGui::TextDisabled("never scored");
     return;
   }
-  ImGui::Text("%s %.4g   rank %d of %lld", figures::decisive_score_name(r).c_str(), v,
-              rk.rank[static_cast<std::size_t>(pos)], static_cast<long long>(r.n_tok));
-  if (rk.n_kept < r.n_tok)
-    ImGui::Text("%s: ranks 1-%lld kept (%lld always kept); cutoff score %.4g", kept ? "kept" : "evicted",
-                static_cast<long long>(rk.n_kept), static_cast<long long>(rk.n_always), rk.cutoff_kept);
+  ImGui::Text("%s %.4g   rank %d of %lld", name.c_str(), v, pr.rank, static_cast<long long>(r.n_tok));
+  if (pr.n_kept < r.n_tok)
+    ImGui::Text("%s: ranks 1-%lld kept (%lld always kept); cutoff score %.4g", pr.kept ? "kept" : "evicted",
+                static_cast<long long>(pr.n_kept), static_cast<long long>(pr.n_always), pr.cutoff_kept);
   else
     ImGui::TextUnformatted("kept: nothing evicted at this head");
 }

@@ -10,6 +10,7 @@
 #include "figures.h"
 #include "kvscope/viz/colormap.h"
 #include "panels.h"
+#include "score_rank.h"
 
 namespace kvscope::gui::panels {
 namespace {
@@ -47,7 +48,7 @@ std::int64_t row_of(const TokensState& st, std::int64_t token) {
   return std::max<std::int64_t>(0, (it - st.row_start.begin()) - 1);
 }
 
-void token_tooltip(const AppState& s, RankingCache& ranking, const RunData& a, std::int64_t i) {
+void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
   const Selection& sel = s.sel;
   ImGui::BeginTooltip();
   ImGui::Text("position %lld   id %d", static_cast<long long>(i),
@@ -59,8 +60,7 @@ void token_tooltip(const AppState& s, RankingCache& ranking, const RunData& a, s
   if (const RunData* b = s.b(); b && s.tokens.opt.side == Side::kDiff && i < b->n_tok)
     ImGui::Text("A %s, B %s", s.a->kept_at(sel.layer, sel.head, i) ? "kept" : "evicted",
                 b->kept_at(sel.layer, sel.head, i) ? "kept" : "evicted");
-  if (const auto* rk = head_ranking(ranking, a, sel.layer, sel.head))
-    score_tooltip_lines(a, *rk, a.score_row(sel.layer, sel.head), i);
+  score_tooltip_lines(a, sel.layer, sel.head, i);
   if (const float* att = a.attention_row(sel.layer, sel.head))
     ImGui::TextDisabled("window-mean attention %.3g", att[i]);
   if (const float* cos = a.cos_row(sel.layer, sel.head)) ImGui::Text("cosine to mean key %.3f", cos[i]);
@@ -149,7 +149,7 @@ void tokens(AppState& s, Ui& ui) {
   if (!diff) position_zoom(s.sel, a.n_tok, st.overview, st.drag);
   if (overview_hovered && !st.drag.active) {
     if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->position >= 0 && hit->position < a.n_tok) {
-      token_tooltip(s, st.ranking, a, hit->position);
+      token_tooltip(s, a, hit->position);
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) st.scroll_to = s.sel.token = hit->position;
     }
   }
@@ -261,7 +261,7 @@ void tokens(AppState& s, Ui& ui) {
   ImGui::PopStyleVar();
   st.hovered = hovered;
   if (hovered >= 0) {
-    token_tooltip(s, st.ranking, a, hovered);
+    token_tooltip(s, a, hovered);
     if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) s.sel.token = hovered;
   }
   ImGui::EndChild();
