@@ -34,15 +34,20 @@ std::vector<viz::TokenCategory> timeline_categories() {
 }
 
 TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64_t head, std::int64_t max_rows,
-                               std::int64_t max_cols, bool exact) {
+                               std::int64_t max_cols, bool exact, std::int64_t pos_lo, std::int64_t pos_hi) {
   TimelineCursor cursor(t, layer, head);  // checks the head
   TimelineRaster r;
-  const std::int64_t S = t.n_steps + 1, N = std::max<std::int64_t>(t.n_positions, 1);
+  // The positions shown: [P0, P1) (the zoomed window, or all of them).
+  const std::int64_t P0 =
+      std::clamp<std::int64_t>(pos_hi < 0 ? 0 : pos_lo, 0, std::max<std::int64_t>(t.n_positions - 1, 0));
+  const std::int64_t P1 = pos_hi < 0 ? t.n_positions : std::clamp<std::int64_t>(pos_hi + 1, P0 + 1, t.n_positions);
+  const std::int64_t S = t.n_steps + 1, N = std::max<std::int64_t>(P1 - P0, 1);
   r.rows = std::clamp<std::int64_t>(max_rows, 1, S);
   r.cols = std::clamp<std::int64_t>(max_cols, 1, N);
   r.cells.assign(static_cast<std::size_t>(r.rows * r.cols), kNaN);
   auto row = [&](std::int64_t s) { return s * r.rows / S; };
-  auto col = [&](std::int64_t p) { return p * r.cols / N; };
+  auto col = [&](std::int64_t p) { return (p - P0) * r.cols / N; };
+  auto shown = [&](std::int64_t p) { return p >= P0 && p < P1; };
   auto cell = [&](std::int64_t rr, std::int64_t cc) -> float& {
     return r.cells[static_cast<std::size_t>(rr * r.cols + cc)];
   };
@@ -50,11 +55,11 @@ TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64
   // intervals (merged, so a column costs its rows once, not once per position).
   const std::size_t base = static_cast<std::size_t>((layer * t.n_head_kv + head) * t.n_positions);
   std::vector<std::pair<std::int64_t, std::int64_t>> spans;
-  for (std::int64_t p0 = 0; p0 < t.n_positions;) {
+  for (std::int64_t p0 = P0; p0 < P1;) {
     const std::int64_t c = col(p0);
     std::int64_t p1 = p0;
     spans.clear();
-    for (; p1 < t.n_positions && col(p1) == c; ++p1) {
+    for (; p1 < P1 && col(p1) == c; ++p1) {
       const std::int64_t in = t.entered_at[static_cast<std::size_t>(p1)], out = t.evicted_at[base + p1];
       const std::int64_t last = out < 0 ? t.n_steps : out - 1;
       if (in <= last) spans.emplace_back(row(in), row(last));
@@ -82,15 +87,19 @@ TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64
     for (const auto& [a, b] : *ranges) {
       n += static_cast<double>(b - a);
       if (exact) {
-        for (std::int64_t k = a; k < b; ++k) mark(cell(rr, col(live[static_cast<std::size_t>(k)])), kCellSelected);
+        for (std::int64_t k = a; k < b; ++k)
+          if (const std::int64_t p = live[static_cast<std::size_t>(k)]; shown(p)) mark(cell(rr, col(p)), kCellSelected);
       } else {  // page by page: the columns from its first to its last position (one by one when sparse)
         for (std::int64_t k = a; k < b; k += t.page) {
           const std::int64_t e = std::min(b, k + t.page);
           const std::int64_t p0 = live[static_cast<std::size_t>(k)], p1 = live[static_cast<std::size_t>(e - 1)];
           if (p1 - p0 > 4 * (e - k)) {
-            for (std::int64_t j = k; j < e; ++j) mark(cell(rr, col(live[static_cast<std::size_t>(j)])), kCellSelected);
-          } else {
-            for (std::int64_t c = col(p0); c <= col(p1); ++c) mark(cell(rr, c), kCellSelected);
+            for (std::int64_t j = k; j < e; ++j)
+              if (const std::int64_t p = live[static_cast<std::size_t>(j)]; shown(p))
+                mark(cell(rr, col(p)), kCellSelected);
+          } else if (p1 >= P0 && p0 < P1) {
+            for (std::int64_t c = col(std::max(p0, P0)); c <= col(std::min(p1, P1 - 1)); ++c)
+              mark(cell(rr, c), kCellSelected);
           }
         }
       }
@@ -106,18 +115,24 @@ viz::Figure head_figure(const std::string& title, const std::string& caption, co
                         int width_px) {
   const std::int64_t layer = std::clamp<std::int64_t>(sel.layer, 0, t.n_layer - 1);
   const std::int64_t head = std::clamp<std::int64_t>(sel.head, 0, t.n_head_kv - 1);
-  const TimelineRaster r = timeline_raster(t, layer, head, 1024, std::clamp(width_px, 64, 2048));
+  // The zoomed window of the position axes (linked with the other views), over every position the
+  // record has (prompt and generated).
+  const PositionWindow w = position_window(sel, t.n_positions);
+  const TimelineRaster r =
+      timeline_raster(t, layer, head, 1024, std::clamp(width_px, 64, 2048), true, w.lo, w.zoomed ? w.hi : -1);
   viz::Figure f;
   f.title = "Timeline of layer " + std::to_string(layer) + ", KV head " + std::to_string(head) + ": " + title;
   viz::Heatmap h;
-  h.title = "kept, selected and evicted at each step (" + std::to_string(t.n_positions) + " positions x " +
-            std::to_string(t.n_steps + 1) + " steps, step 0 = prefill)";
+  h.title = "kept, selected and evicted at each step (" +
+            (w.zoomed ? "positions " + std::to_string(w.lo) + "-" + std::to_string(w.hi) + " of " : std::string()) +
+            std::to_string(t.n_positions) + " positions x " + std::to_string(t.n_steps + 1) +
+            " steps, step 0 = prefill)";
   h.rows = r.rows;
   h.cols = r.cols;
   h.values = r.cells;
   h.categories = timeline_categories();
-  h.x_step = static_cast<double>(std::max<std::int64_t>(t.n_positions, 1)) / static_cast<double>(r.cols);
-  h.x_origin = h.x_step / 2 - 0.5;
+  h.x_step = static_cast<double>(std::max<std::int64_t>(w.size(), 1)) / static_cast<double>(r.cols);
+  h.x_origin = static_cast<double>(w.lo) + h.x_step / 2 - 0.5;
   h.y_step = static_cast<double>(t.n_steps + 1) / static_cast<double>(r.rows);
   h.y_origin = h.y_step / 2 - 0.5;
   h.x.label = "token position";

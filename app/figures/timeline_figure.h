@@ -33,8 +33,11 @@ struct TimelineRaster {
 /// position (a page's positions one by one); otherwise a selected page marks the columns from its
 /// first to its last live position (what the layer x head grid uses). Throws std::out_of_range
 /// outside the record.
+/// [pos_lo, pos_hi] (inclusive; pos_hi < 0: every position) limits the columns to those positions
+/// (the zoomed window of Selection): column c then covers positions from pos_lo on.
 TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64_t head, std::int64_t max_rows,
-                               std::int64_t max_cols, bool exact = true);
+                               std::int64_t max_cols, bool exact = true, std::int64_t pos_lo = 0,
+                               std::int64_t pos_hi = -1);
 
 /// Options of the Timeline view.
 struct TimelineOptions {

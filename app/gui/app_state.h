@@ -77,6 +77,7 @@ struct HeadsState {
 /// An in-progress drag on a position axis (panels::position_zoom): pan, or a shift-drag brush.
 struct PositionDrag {
   bool active = false, brush = false;
+  bool moved = false;                        ///< the mouse moved more than 2 px since the press: a drag, not a click
   float start_px = 0;                        ///< mouse x at the press (screen px)
   double start_pos = 0;                      ///< position under the mouse at the press
   double px_per_pos = 1;                     ///< the axis scale at the press
@@ -137,6 +138,7 @@ struct FidelityState {
 struct TimelineState {
   figures::TimelineOptions opt;
   FigureView fig;
+  PositionDrag drag;
   /// The decode step in focus: set by clicking a step of the one-head map, moved by the Selection
   /// view's step control (shared, so both views show the same step); -1 = none yet (the last step).
   std::int64_t step = -1;

@@ -153,6 +153,15 @@ TEST_F(FiguresExport, TimelineRasterEqualsACellByCellRecomputation) {
             const float want = full[st][p], got = exact.cells[static_cast<std::size_t>(st * N + p)];
             ASSERT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << "step " << st << " position " << p;
           }
+        // A zoomed window [N/3, 2N/3] at full resolution: the same cells as the full raster's columns.
+        const std::int64_t w0 = N / 3, w1 = 2 * N / 3;
+        const TimelineRaster zoomed = timeline_raster(*t, l, h, S, w1 - w0 + 1, true, w0, w1);
+        ASSERT_EQ(zoomed.cols, w1 - w0 + 1);
+        for (std::int64_t st = 0; st < S; ++st)
+          for (std::int64_t p = w0; p <= w1; ++p) {
+            const float want = full[st][p], got = zoomed.cells[static_cast<std::size_t>(st * zoomed.cols + (p - w0))];
+            ASSERT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << "zoomed: step " << st << " position " << p;
+          }
         // Binned 3 x 7: kept and evicted are the maximum over the bin; a bin holding a selected
         // cell shows at least "selected" (a selected page marks its whole span).
         const TimelineRaster binned = timeline_raster(*t, l, h, 3, 7);

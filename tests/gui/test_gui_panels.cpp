@@ -740,6 +740,15 @@ TEST_F(GuiPanels, AttentionPositionAxesZoomPanAndBrush) {
   // The window is shared: the Tokens view shows the same positions.
   const auto tf = figures::tokens_figure(*s.a, s.tokens.opt, s.sel);
   EXPECT_EQ(std::get<viz::TokenStrip>(tf.panels.at(0)).first_position, s.sel.pos_lo);
+  // A click that does not move is a click: it selects the token under the mouse, the window stays.
+  for (int f = 0; f < 2; ++f) im.frame([&] { draw_app(s, ui); });
+  const std::int64_t wlo = s.sel.pos_lo, whi = s.sel.pos_hi, target = (wlo + whi) / 2;
+  im.frame([&] { draw_app(s, ui); }, at(static_cast<double>(target)));
+  im.frame([&] { draw_app(s, ui); }, at(static_cast<double>(target)), true);
+  im.frame([&] { draw_app(s, ui); }, at(static_cast<double>(target)), false);
+  EXPECT_NEAR(static_cast<double>(s.sel.token), static_cast<double>(target), 1.0);
+  EXPECT_EQ(s.sel.pos_lo, wlo);
+  EXPECT_EQ(s.sel.pos_hi, whi);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ void attention(AppState& s, Ui& ui) {
       ui.fonts, ui.textures);
   const bool hovered = ImGui::IsItemHovered();
   if (!diff) position_zoom(s.sel, a.n_tok, st.fig, st.drag);
-  if (hovered && st.fig.valid() && !st.drag.active) {
+  if (hovered && st.fig.valid() && !(st.drag.active && st.drag.moved)) {
     if (const auto hit = st.fig.hit(ImGui::GetMousePos())) {
       std::int64_t pos = -1, head = s.sel.head;
       if (hit->row >= 0)

@@ -10,6 +10,9 @@
 namespace kvscope::gui::panels {
 namespace {
 
+// Axis labels of token positions (the prompt's, or the timeline's prompt + generated).
+bool position_label(const std::string& label) { return label == "prompt position" || label == "token position"; }
+
 // The panel of `fig` under screen point `m` whose x axis is positions, or -1.
 int position_panel(const FigureView& fig, ImVec2 m) {
   if (!fig.valid()) return -1;
@@ -24,8 +27,8 @@ int position_panel(const FigureView& fig, ImVec2 m) {
     const bool positions = std::visit(
         [](const auto& p) {
           using T = std::decay_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, viz::Heatmap>) return p.col_labels.empty() && p.x.label == "prompt position";
-          if constexpr (std::is_same_v<T, viz::LinePlot>) return p.x.label == "prompt position";
+          if constexpr (std::is_same_v<T, viz::Heatmap>) return p.col_labels.empty() && position_label(p.x.label);
+          if constexpr (std::is_same_v<T, viz::LinePlot>) return position_label(p.x.label);
           if constexpr (std::is_same_v<T, viz::TokenStrip>) return p.single_row;
           return false;
         },
@@ -69,8 +72,7 @@ bool position_zoom(Selection& sel, std::int64_t n_tok, const FigureView& fig, Po
     const auto& panels = fig.layout().panels;
     for (std::size_t i = 0; i < panels.size(); ++i) {
       const auto& p = fig.figure().panels[i];
-      const bool heat =
-          std::holds_alternative<viz::Heatmap>(p) && std::get<viz::Heatmap>(p).x.label == "prompt position";
+      const bool heat = std::holds_alternative<viz::Heatmap>(p) && position_label(std::get<viz::Heatmap>(p).x.label);
       const bool strip = std::holds_alternative<viz::TokenStrip>(p) && std::get<viz::TokenStrip>(p).single_row;
       if (!heat && !strip) continue;
       const viz::PanelLayout& L = panels[i];
@@ -92,11 +94,12 @@ bool position_zoom(Selection& sel, std::int64_t n_tok, const FigureView& fig, Po
     }
     if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) sel.pos_lo = 0, sel.pos_hi = -1;
     if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
-      drag = {true, io.KeyShift, m.x, at, (map.p1 - map.p0) / std::max(1e-9, map.hi - map.lo), w.lo, w.hi};
+      drag = {true, io.KeyShift, false, m.x, at, (map.p1 - map.p0) / std::max(1e-9, map.hi - map.lo), w.lo, w.hi};
     }
   }
   if (drag.active) {
     const float dx = m.x - drag.start_px;
+    drag.moved = drag.moved || std::abs(dx) > 2;
     if (drag.brush) {
       // The brushed range, drawn while dragging; shown once released.
       const ImVec2 o = fig.origin();

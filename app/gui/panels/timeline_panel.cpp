@@ -13,12 +13,14 @@
 namespace kvscope::gui::panels {
 namespace {
 
-/// The tooltip of a cell of the one-head map: steps [s0, s1] x positions [p0, p1].
+/// The tooltip of a cell of the one-head map: steps [s0, s1] x positions [p0, p1]; the map's columns
+/// cover the positions of window `w` (the zoomed position axes).
 void head_tooltip(const RunData& a, const Timeline& t, std::int64_t layer, std::int64_t head, const viz::Heatmap& h,
-                  std::int64_t row, std::int64_t col) {
-  const std::int64_t S = t.n_steps + 1, N = std::max<std::int64_t>(t.n_positions, 1);
+                  std::int64_t row, std::int64_t col, const figures::PositionWindow& w) {
+  const std::int64_t S = t.n_steps + 1, N = std::max<std::int64_t>(w.size(), 1);
   const std::int64_t s0 = (row * S + h.rows - 1) / h.rows, s1 = std::max(s0, ((row + 1) * S + h.rows - 1) / h.rows - 1);
-  const std::int64_t p0 = (col * N + h.cols - 1) / h.cols, p1 = std::max(p0, ((col + 1) * N + h.cols - 1) / h.cols - 1);
+  const std::int64_t p0 = w.lo + (col * N + h.cols - 1) / h.cols,
+                     p1 = std::max(p0, w.lo + ((col + 1) * N + h.cols - 1) / h.cols - 1);
   ImGui::BeginTooltip();
   if (s0 == s1)
     ImGui::Text("step %lld%s", static_cast<long long>(s0), s0 == 0 ? " (prefill)" : "");
@@ -100,13 +102,21 @@ void timeline(AppState& s, Ui& ui) {
                         : t->exact.empty() ? " (pinned heads per token)"
                                            : " (pinned heads per token, with their exact top-k)");
   }
+  if (t && !st.opt.grid) {
+    ImGui::SameLine();
+    position_range_control(s.sel, t->n_positions);
+  }
   const ImVec2 size = figure_size();
-  const std::string key =
-      run_key(&a) + "|" + (st.opt.grid ? "grid" : std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head));
+  const std::string key = run_key(&a) + "|" +
+                          (st.opt.grid ? "grid"
+                                       : std::to_string(s.sel.layer) + "," + std::to_string(s.sel.head) + "|" +
+                                             std::to_string(s.sel.pos_lo) + "-" + std::to_string(s.sel.pos_hi));
   st.fig.draw(
       key, size, [&] { return figures::timeline_figure(a, st.opt, s.sel, static_cast<int>(size.x)); }, ui.fonts,
       ui.textures);
-  if (!t || !ImGui::IsItemHovered()) return;
+  const bool hovered = ImGui::IsItemHovered();
+  if (t && !st.opt.grid) position_zoom(s.sel, t->n_positions, st.fig, st.drag);
+  if (!t || !hovered || (st.drag.active && st.drag.moved)) return;
   const auto hit = st.fig.hit(ImGui::GetMousePos());
   if (!hit || hit->panel != 0 || st.fig.figure().panels.empty()) return;
   const auto* h = std::get_if<viz::Heatmap>(&st.fig.figure().panels[0]);
@@ -128,10 +138,11 @@ void timeline(AppState& s, Ui& ui) {
   }
   const std::int64_t layer = std::clamp<std::int64_t>(s.sel.layer, 0, t->n_layer - 1);
   const std::int64_t head = std::clamp<std::int64_t>(s.sel.head, 0, t->n_head_kv - 1);
-  head_tooltip(a, *t, layer, head, *h, hit->row, hit->col);
+  const figures::PositionWindow w = figures::position_window(s.sel, t->n_positions);
+  head_tooltip(a, *t, layer, head, *h, hit->row, hit->col, w);
   if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
-    const std::int64_t N = std::max<std::int64_t>(t->n_positions, 1), S = t->n_steps + 1;
-    const std::int64_t p = (hit->col * N + h->cols - 1) / h->cols;
+    const std::int64_t N = std::max<std::int64_t>(w.size(), 1), S = t->n_steps + 1;
+    const std::int64_t p = w.lo + (hit->col * N + h->cols - 1) / h->cols;
     if (p < a.n_tok) s.sel.token = p;  // linked: the token views mark it
     const std::int64_t step = (hit->row * S + h->rows - 1) / h->rows;
     if (step >= 1) st.step = step;  // linked: the Selection view shows this step

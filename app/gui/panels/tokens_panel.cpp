@@ -147,7 +147,7 @@ void tokens(AppState& s, Ui& ui) {
       ui.fonts, ui.textures);
   const bool overview_hovered = ImGui::IsItemHovered();
   if (!diff) position_zoom(s.sel, a.n_tok, st.overview, st.drag);
-  if (overview_hovered && !st.drag.active) {
+  if (overview_hovered && !(st.drag.active && st.drag.moved)) {
     if (const auto hit = st.overview.hit(ImGui::GetMousePos()); hit && hit->position >= 0 && hit->position < a.n_tok) {
       token_tooltip(s, a, hit->position);
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) st.scroll_to = s.sel.token = hit->position;
