@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "kvscope/core/errors.h"
 #include "kvscope/core/tokenizer.h"
 #include "number_check.h"
@@ -19,7 +21,10 @@ void ModelOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--tokenizer", tokenizer, "Tokenizer file overriding the model's own");
   auto* p = cmd.add_option("--prompt", prompt, "Prompt text");
   auto* pf = cmd.add_option("--prompt-file", prompt_file, "File holding the prompt text");
+  auto* pi = cmd.add_option("--prompt-ids", prompt_ids_file,
+                            "JSON file holding the prompt as a list of token ids (used verbatim: no BOS added)");
   p->excludes(pf);
+  pi->excludes(p)->excludes(pf);
   cmd.add_option("--turn", turns, "A later user turn (repeat for several): generation continues on the same cache");
   cmd.add_option("--bos", bos, "Prepend the model's BOS: auto (tokenizer convention) | always | never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
@@ -54,9 +59,33 @@ std::string ModelOptions::prompt_text() const {
   return prompt_file.empty() ? prompt : run::read_prompt_file(prompt_file);
 }
 
+namespace {
+
+/// The token ids of a --prompt-ids file: a JSON list of integers. Throws InputError naming the file.
+std::vector<int32_t> read_prompt_ids(const std::string& path) {
+  const std::string text = run::read_prompt_file(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path, std::string("not JSON: ") + e.what());
+  }
+  if (!j.is_array()) throw InputError(path, "expected a JSON list of token ids");
+  std::vector<int32_t> ids;
+  for (const auto& v : j) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      throw InputError(path, "entry " + std::to_string(ids.size()) + " is not a token id (" + v.dump() + ")");
+    ids.push_back(v.get<int32_t>());
+  }
+  return ids;
+}
+
+}  // namespace
+
 run::RunOptions ModelOptions::run_options() const {
   run::RunOptions r;
   r.prompt_text = prompt_text();
+  if (!prompt_ids_file.empty()) r.prompt_ids = read_prompt_ids(prompt_ids_file);
   r.follow_up_turns = turns;
   r.bos = run::parse_bos_mode(bos);
   r.max_new_tokens = max_new_tokens;

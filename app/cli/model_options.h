@@ -11,7 +11,8 @@
 namespace kvscope::cli {
 
 struct ModelOptions {
-  std::string model, random_init, tokenizer, prompt, prompt_file, bos = "auto", device = "cpu", dtype = "fp32";
+  std::string model, random_init, tokenizer, prompt, prompt_file, prompt_ids_file, bos = "auto", device = "cpu",
+                                                                                   dtype = "fp32";
   std::vector<std::string> turns;  ///< later user turns (multi-turn), each a text
   int64_t max_new_tokens = 64, prefill_chunk = 0;
   bool greedy = false, dump_last_logits = false, json = false, allow_beyond_context = false;

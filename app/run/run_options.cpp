@@ -155,27 +155,36 @@ std::vector<StageSpec> pipeline_stage_specs(const Pipeline& pipeline) {
 
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options) {
   GenerateRequest req;
-  if (model.tokenizer)
+  if (options.prompt_ids) {
+    if (options.prompt_ids->empty()) throw InputError("--prompt-ids: the prompt holds no token ids");
+    req.prompt_ids = *options.prompt_ids;
+  } else if (model.tokenizer) {
     req.prompt_ids = prompt_ids(model, options.prompt_text, options.bos);
-  else
+  } else if (!options.prompt_text.empty()) {
+    throw InputError(model.source,
+                     "the model has no tokenizer: give the prompt as token ids (--prompt-ids FILE.json) "
+                     "or a tokenizer (--tokenizer)");
+  } else {
     req.prompt_ids.assign(1, model.config.bos_token_id >= 0 ? model.config.bos_token_id : 0);
+  }
   if (!options.follow_up_turns.empty() && !model.tokenizer)
     throw InputError(model.source, "the model has no tokenizer: cannot encode the follow-up turns");
   for (const auto& t : options.follow_up_turns) req.follow_up_turns.push_back(model.tokenizer->encode(t));
   // A token the embedding has no row for fails deep in LibTorch (an index error): a tokenizer of
   // another model (--tokenizer) or a config whose vocab_size is too small.
   const int64_t vocab = model.config.vocab_size;
-  auto check_ids = [&](const std::vector<int32_t>& ids, const std::string& what) {
+  auto check_ids = [&](const std::vector<int32_t>& ids, const std::string& what, const char* why) {
     for (int32_t id : ids)
       if (id < 0 || id >= vocab)
         throw InputError(model.source, what + " has token id " + std::to_string(id) +
                                            ", but the model's vocabulary is " + std::to_string(vocab) +
-                                           " tokens (ids 0 to " + std::to_string(vocab - 1) +
-                                           "): the tokenizer does not belong to this model");
+                                           " tokens (ids 0 to " + std::to_string(vocab - 1) + "): " + why);
   };
-  check_ids(req.prompt_ids, "the prompt");
+  const char* wrong_tokenizer = "the tokenizer does not belong to this model";
+  check_ids(req.prompt_ids, options.prompt_ids ? "the prompt (--prompt-ids)" : "the prompt",
+            options.prompt_ids ? "the ids are outside the vocabulary" : wrong_tokenizer);
   for (size_t i = 0; i < req.follow_up_turns.size(); ++i)
-    check_ids(req.follow_up_turns[i], "turn " + std::to_string(i + 2));
+    check_ids(req.follow_up_turns[i], "turn " + std::to_string(i + 2), wrong_tokenizer);
   req.max_new_tokens = options.max_new_tokens;
   req.sampling = options.sampling;
   req.stop_ids = model.stop_token_ids;

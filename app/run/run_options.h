@@ -31,6 +31,9 @@ LoadOptions load_options(const std::string& device, const std::string& dtype, co
 /// What one run is asked to do, in the user's terms.
 struct RunOptions {
   std::string prompt_text;
+  /// The prompt as token ids, used verbatim (no BOS added) instead of encoding prompt_text: for a
+  /// checkpoint without a tokenizer, or to feed exactly what another tool tokenized.
+  std::optional<std::vector<int32_t>> prompt_ids;
   std::vector<std::string> follow_up_turns;  ///< later user turns (multi-turn), each a text
   BosMode bos = BosMode::kAuto;
   std::string pipeline;              ///< pipeline SPEC (presets allowed); empty: the full cache

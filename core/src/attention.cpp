@@ -9,10 +9,10 @@
 
 namespace kvscope {
 
-at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionShape& shape) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   const int64_t Hkv = k.size(0), N = k.size(1), G = H / Hkv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale = shape.scale > 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor kt = k.transpose(1, 2);                             // [Hkv, D, N]
   at::Tensor qg = q.view({T, Hkv, G, D}).permute({1, 2, 0, 3});  // [Hkv, G, T, D]
   const int64_t max_scores = int64_t{64} << 20;                  // fp32 elements per block
@@ -22,11 +22,15 @@ at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
     const int64_t tb = std::min(block, T - t0);
     at::Tensor qb = qg.narrow(2, t0, tb).reshape({Hkv, G * tb, D});
     at::Tensor s = at::bmm(qb, kt).to(at::kFloat).mul_(scale).view({Hkv, G, tb, N});
-    if (T > 1) {
-      // query t (global index t0 + i) sits at key index N - T + t0 + i; keys after it are masked.
+    if (shape.softcap > 0) s = at::tanh(s / shape.softcap) * shape.softcap;
+    if (T > 1 || shape.window > 0) {
+      // query t (global index t0 + i) sits at key index N - T + t0 + i; keys after it are masked,
+      // and with a window those at or before its index - window.
       at::Tensor qi = at::arange(t0, t0 + tb, s.options().dtype(at::kLong)).unsqueeze(1) + (N - T);
       at::Tensor kj = at::arange(N, s.options().dtype(at::kLong)).unsqueeze(0);
-      s.masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
+      at::Tensor masked = kj > qi;
+      if (shape.window > 0) masked = masked.logical_or(kj <= qi - shape.window);
+      s.masked_fill_(masked, -std::numeric_limits<float>::infinity());
     }
     at::Tensor p = at::softmax(s, -1).to(q.scalar_type()).view({Hkv, G * tb, N});
     at::Tensor o = at::bmm(p, v).view({Hkv, G, tb, D}).permute({2, 0, 1, 3});  // [tb, Hkv, G, D]
@@ -35,8 +39,10 @@ at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }
 
-at::Tensor gqa_causal_self_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor gqa_causal_self_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const AttentionShape& shape) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  if (!shape.plain()) return gqa_attention(q, k, v, shape);
   if (q.is_cuda()) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     if (auto o = compat::fused_causal_attention(q.transpose(0, 1).unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), scale))

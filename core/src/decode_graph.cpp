@@ -25,6 +25,7 @@ bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t 
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
   const Model& m = engine.model();
   if (!m.device.is_cuda() || (m.config.head_dim != 64 && m.config.head_dim != 128)) return false;
+  if (!m.config.unfused_features().empty()) return false;         // family layers: the unfused path (engine.cpp)
   if (cache.n_head_kv() % m.config.n_head_kv != 0) return false;  // B x n_head_kv heads: a batch of B
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     const LayerKv& L = cache.layer(l);

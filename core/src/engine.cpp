@@ -1,6 +1,7 @@
 #include "kvscope/core/engine.h"
 
 #include <algorithm>
+#include <iostream>
 #include <stdexcept>
 #include <vector>
 
@@ -20,7 +21,34 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * normed.to(x.scalar_type());
 }
 
-Engine::Engine(const Model& model) : model_(model) { inv_freq_ = rope_inv_freq(model.config).to(model.device); }
+Engine::Engine(const Model& model) : model_(model) {
+  const ModelConfig& c = model.config;
+  inv_freq_ = rope_inv_freq(c).to(model.device);
+  inv_freqs_ = {inv_freq_};
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const at::Tensor f = rope_inv_freq(c, l).to(model.device);
+    int k = 0;
+    while (k < static_cast<int>(inv_freqs_.size()) && !at::equal(inv_freqs_[static_cast<std::size_t>(k)], f)) ++k;
+    if (k == static_cast<int>(inv_freqs_.size())) inv_freqs_.push_back(f);
+    layer_freq_.push_back(k);
+  }
+  const std::string extras = c.unfused_features();
+  fused_layers_ = extras.empty();
+  if (!fused_layers_ && model.device.is_cuda() && ops::cuda_kernels_available())
+    std::cerr << "kvscope: " << c.model_type << " (" << extras
+              << ") runs the unfused LibTorch layers on CUDA, without the CUDA graph: the fused decode kernels "
+                 "take Llama-style layers only\n";
+}
+
+std::vector<RopeTable> Engine::rope_tables(const at::Tensor& positions) const {
+  std::vector<RopeTable> out;
+  for (const at::Tensor& f : inv_freqs_) out.push_back(rope_table(positions, f, model_.dtype));
+  return out;
+}
+
+const RopeTable& Engine::layer_rope(const std::vector<RopeTable>& tables, int64_t l) const {
+  return tables[static_cast<std::size_t>(layer_freq_[static_cast<std::size_t>(l)])];
+}
 
 KvCache Engine::new_cache(int64_t capacity) const {
   return KvCache(model_.config, capacity, model_.device, model_.dtype);
@@ -34,39 +62,50 @@ Engine::DecodeRows Engine::layer_forward(int64_t l, const DecodeRows& in, const 
   const LayerWeights& w = model_.weights.layers[l];
   const at::Tensor& x = in.x;
   const int64_t T = x.size(0), H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
-  if (T == 1 && x.is_cuda() && ops::cuda_kernels_available() && cache.reserve_append(l, 1))
+  if (fused_layers_ && T == 1 && x.is_cuda() && ops::cuda_kernels_available() && cache.reserve_append(l, 1))
     return decode_layer_cuda(l, in, rope, cache, observer, decode_attention, next_norm);
   at::Tensor h = rms_norm(x, w.attn_norm, c.rms_norm_eps);
   at::Tensor qkv = w.b_qkv.defined() ? at::linear(h, w.w_qkv, w.b_qkv) : at::linear(h, w.w_qkv);
+  at::Tensor qk = qkv.narrow(1, 0, (H + Hkv) * D).view({T, H + Hkv, D});
+  if (w.q_norm.defined())  // Qwen3 / Gemma 3: per-head RMSNorm of q and k before RoPE
+    qk = at::cat({rms_norm(qk.narrow(1, 0, H), w.q_norm, c.rms_norm_eps),
+                  rms_norm(qk.narrow(1, H, Hkv), w.k_norm, c.rms_norm_eps)},
+                 1);
   // q and k heads rotate together: one RoPE pass over [T, n_head + n_head_kv, D].
-  at::Tensor qk = apply_rope(qkv.narrow(1, 0, (H + Hkv) * D).view({T, H + Hkv, D}), rope, c.rope_layout);
+  qk = apply_rope(qk, rope, c.rope_layout);
   at::Tensor q = qk.narrow(1, 0, H), k = qk.narrow(1, H, Hkv);
   at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({T, Hkv, D});
   at::Tensor kh = k.transpose(0, 1), vh = v.transpose(0, 1);  // [Hkv, T, D]
   cache.append(l, kh, vh, positions);
+  const AttentionShape shape{c.attn_scale, c.attn_softcap, c.window(l)};
   at::Tensor attn;
   if (decode_attention && T == 1) {
     attn = decode_attention->attend(l, q[0], cache).reshape({1, H * D});
   } else if (self_only) {
-    attn = gqa_causal_self_attention(q, kh, vh);
+    attn = gqa_causal_self_attention(q, kh, vh, shape);
   } else if (cache.layer(l).uniform()) {
-    attn = gqa_attention(q, cache.keys(l), cache.values(l));
+    attn = gqa_attention(q, cache.keys(l), cache.values(l), shape);
   } else {
     // Ragged heads (head-wise budgets): one attention per KV head over its own entries.
     const int64_t G = H / Hkv;
     std::vector<at::Tensor> per_head;
     for (int64_t g = 0; g < Hkv; ++g)
-      per_head.push_back(
-          gqa_attention(q.narrow(1, g * G, G), cache.head_keys(l, g).unsqueeze(0), cache.head_values(l, g).unsqueeze(0))
-              .view({T, G, D}));
+      per_head.push_back(gqa_attention(q.narrow(1, g * G, G), cache.head_keys(l, g).unsqueeze(0),
+                                       cache.head_values(l, g).unsqueeze(0), shape)
+                             .view({T, G, D}));
     attn = at::cat(per_head, 1).view({T, H * D});
   }
   if (observer) observer(LayerEvent{c, l, q, cache});
-  at::Tensor out = x + at::linear(attn, w.w_o);
+  at::Tensor attn_out = at::linear(attn, w.w_o);
+  if (w.post_attn_norm.defined()) attn_out = rms_norm(attn_out, w.post_attn_norm, c.rms_norm_eps);  // Gemma
+  at::Tensor out = x + attn_out;
   at::Tensor gu = at::linear(rms_norm(out, w.mlp_norm, c.rms_norm_eps), w.w_gate_up);
   const int64_t I = c.intermediate_size;
-  at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
-  return DecodeRows{out + at::linear(act, w.w_down), {}, {}};
+  at::Tensor gate = gu.narrow(1, 0, I);
+  gate = c.activation == GatedActivation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
+  at::Tensor mlp = at::linear(gate * gu.narrow(1, I, I), w.w_down);
+  if (w.post_ffn_norm.defined()) mlp = rms_norm(mlp, w.post_ffn_norm, c.rms_norm_eps);
+  return DecodeRows{out + mlp, {}, {}};
 }
 
 Engine::DecodeRows Engine::decode_layer_cuda(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
@@ -181,9 +220,13 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
   for (int64_t l = 0; l < cache.n_layer(); ++l)
     for (int64_t n : cache.layer(l).length) self_only = self_only && n == 0;
   DecodeRows rows{at::embedding(model_.weights.embed, tok), {}, {}};  // [T, hidden]
-  const RopeTable rope = rope_table(positions, inv_freq_, model_.dtype);
+  // Gemma: embeddings times sqrt(hidden), the factor rounded to the weights' dtype as HF does.
+  if (c.embed_scale != 1.0)
+    rows.x = rows.x * at::scalar_tensor(c.embed_scale, at::TensorOptions().dtype(model_.dtype)).item<double>();
+  const std::vector<RopeTable> ropes = rope_tables(positions);
   for (int64_t l = 0; l < c.n_layer; ++l)
-    rows = layer_forward(l, rows, positions, rope, cache, self_only, observer, decode_attention, norm_after(l));
+    rows = layer_forward(l, rows, positions, layer_rope(ropes, l), cache, self_only, observer, decode_attention,
+                         norm_after(l));
   cache.advance_position(T);
   if (rows.gx.defined()) {  // a fused decode step: the final norm is pending, as in decode_step_device
     const at::Tensor logits =
@@ -196,6 +239,7 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
   at::Tensor logits = !all_logits && x.is_cuda() && ops::cuda_kernels_available()
                           ? ops::linear_row(normed, model_.weights.lm_head, {}, /*fp32_out=*/true)
                           : at::linear(normed, model_.weights.lm_head).to(at::kFloat);
+  if (c.final_softcap > 0) logits = at::tanh(logits / c.final_softcap) * c.final_softcap;  // Gemma 2
   return all_logits ? logits : logits.squeeze(0);
 }
 

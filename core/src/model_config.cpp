@@ -1,5 +1,6 @@
 #include "kvscope/core/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -112,6 +113,9 @@ void ModelConfig::validate(const std::filesystem::path& source) const {
   if (n_head % n_head_kv != 0)
     throw InputError(source, "num_attention_heads (" + std::to_string(n_head) +
                                  ") is not a multiple of num_key_value_heads (" + std::to_string(n_head_kv) + ")");
+  if (rotary_dim < 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)
+    throw InputError(source, "the rotary dimension (" + std::to_string(rotary_dim) +
+                                 " = head_dim x partial_rotary_factor) must be even and <= head_dim");
   if (head_dim % 2 != 0)
     throw InputError(source, "head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
   auto finite_positive = [&](double v, const char* name) {
@@ -128,6 +132,23 @@ void ModelConfig::validate(const std::filesystem::path& source) const {
                      "max_position_embeddings must be > 0 (got " + std::to_string(max_position_embeddings) + ")");
 }
 
+std::string ModelConfig::unfused_features() const {
+  std::string out;
+  auto add = [&](bool on, const char* what) {
+    if (on) out += (out.empty() ? "" : ", ") + std::string(what);
+  };
+  add(qk_norm, "q/k norm");
+  add(sandwich_norms, "sandwich norms");
+  add(activation != GatedActivation::kSilu, "GeGLU");
+  add(embed_scale != 1.0, "scaled embeddings");
+  add(attn_scale != 0, "query_pre_attn_scalar");
+  add(attn_softcap != 0 || final_softcap != 0, "soft-capping");
+  add(rotary_dim != 0 && rotary_dim != head_dim, "partial rotary");
+  add(!layer_window.empty(), "sliding windows");
+  add(!layer_rope_theta.empty(), "per-layer RoPE");
+  return out;
+}
+
 ModelConfig parse_hf_config_json(const json& j, const std::filesystem::path& source) {
   try {
     return parse_hf_config_fields(j, source);
@@ -138,12 +159,72 @@ ModelConfig parse_hf_config_json(const json& j, const std::filesystem::path& sou
 
 namespace {
 
-ModelConfig parse_hf_config_fields(const json& j, const std::filesystem::path& source) {
-  if (!j.is_object()) throw InputError(source, "expected a JSON object");
+constexpr const char* kFamilies = "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3, phi3";
+
+bool is_gemma(const std::string& t) { return t == "gemma2" || t == "gemma3_text"; }
+
+/// A number field that may be null (e.g. Gemma 3's attn_logit_softcapping): `fallback` then.
+double number_or(const json& j, const char* key, double fallback) {
+  const auto it = j.find(key);
+  return it == j.end() || !it->is_number() ? fallback : it->get<double>();
+}
+
+/// Per-layer structure: sliding windows from layer_types (or the family's fixed pattern) and, for
+/// Gemma 3, per-layer-type RoPE bases.
+void parse_layers(const json& j, ModelConfig& c, const std::filesystem::path& source) {
+  std::vector<std::string> types;
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const auto& t : j["layer_types"]) {
+      if (!t.is_string()) throw InputError(source, "layer_types must hold strings");
+      const std::string v = t.get<std::string>();
+      if (v != "full_attention" && v != "sliding_attention")
+        throw InputError(source, "unsupported layer type '" + v + "' (supported: full_attention, sliding_attention)");
+      types.push_back(v);
+    }
+    if (static_cast<int64_t>(types.size()) != c.n_layer)
+      throw InputError(source, "layer_types has " + std::to_string(types.size()) + " entries for " +
+                                   std::to_string(c.n_layer) + " layers");
+  } else if (c.model_type == "gemma2") {  // older configs: every other layer slides, starting with layer 0
+    for (int64_t l = 0; l < c.n_layer; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  } else if (c.model_type == "gemma3_text") {  // older configs: 5 local layers, then a global one
+    const int64_t pattern =
+        int_or(j, "sliding_window_pattern", int_or(j, "_sliding_window_pattern", 6, source), source);
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      types.push_back((l + 1) % std::max<int64_t>(pattern, 1) != 0 ? "sliding_attention" : "full_attention");
+  } else if (c.model_type == "mistral" && c.sliding_window > 0) {
+    types.assign(static_cast<std::size_t>(c.n_layer), "sliding_attention");
+  }
+  const bool any_sliding = std::find(types.begin(), types.end(), "sliding_attention") != types.end();
+  if (any_sliding && c.sliding_window <= 0)
+    throw InputError(source, "layer_types has sliding_attention layers but sliding_window is missing");
+  c.layer_window.assign(static_cast<std::size_t>(c.n_layer), 0);
+  for (std::size_t l = 0; l < types.size(); ++l)
+    if (types[l] == "sliding_attention") c.layer_window[l] = c.sliding_window;
+  if (!any_sliding) c.layer_window.clear();
+  // Gemma 3: local (sliding) layers use their own RoPE base without scaling.
+  if (c.model_type == "gemma3_text") {
+    double local = number_or(j, "rope_local_base_freq", 10000.0);
+    const json params = j.value("rope_parameters", json());
+    if (params.is_object() && params.contains("sliding_attention") && params["sliding_attention"].is_object())
+      local = params["sliding_attention"].value("rope_theta", local);
+    c.layer_rope_theta.assign(static_cast<std::size_t>(c.n_layer), c.rope_theta);
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      if (c.window(l) > 0) c.layer_rope_theta[static_cast<std::size_t>(l)] = local;
+  }
+}
+
+ModelConfig parse_hf_config_fields(const json& top, const std::filesystem::path& source) {
+  if (!top.is_object()) throw InputError(source, "expected a JSON object");
+  // Gemma 3 multimodal checkpoints hold the language model's config in text_config.
+  const bool multimodal = top.value("model_type", std::string()) == "gemma3";
+  if (multimodal && !(top.contains("text_config") && top["text_config"].is_object()))
+    throw InputError(source, "model_type gemma3 without a text_config object");
+  const json& j = multimodal ? top["text_config"] : top;
   ModelConfig c;
-  c.model_type = j.value("model_type", std::string());
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    throw InputError(source, "unknown model_type '" + c.model_type + "' (supported: llama, mistral, qwen2)");
+  c.model_type = multimodal ? std::string("gemma3_text") : j.value("model_type", std::string());
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
+      !is_gemma(c.model_type) && c.model_type != "phi3")
+    throw InputError(source, "unknown model_type '" + c.model_type + "' (supported: " + kFamilies + ")");
   c.vocab_size = require_int(j, "vocab_size", source);
   c.hidden_size = require_int(j, "hidden_size", source);
   c.intermediate_size = require_int(j, "intermediate_size", source);
@@ -161,8 +242,15 @@ ModelConfig parse_hf_config_fields(const json& j, const std::filesystem::path& s
   c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
   if (j.contains("sliding_window") && j["sliding_window"].is_number_integer())
     c.sliding_window = j["sliding_window"].get<int64_t>();
-  // RoPE: transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters.
-  const json params = j.value("rope_parameters", json());
+  // Qwen2/3 set sliding_window but use it only with use_sliding_window (and layer_types says so).
+  if ((c.model_type == "qwen2" || c.model_type == "qwen3") && !j.value("use_sliding_window", false) &&
+      !j.contains("layer_types"))
+    c.sliding_window = 0;
+  // RoPE: transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters, for Gemma 3
+  // keyed by layer type (the full-attention entry is the model's; sliding layers: parse_layers).
+  json params = j.value("rope_parameters", json());
+  if (params.is_object() && params.contains("full_attention") && params["full_attention"].is_object())
+    params = params["full_attention"];
   if (params.is_object()) {
     c.rope_theta = params.value("rope_theta", j.value("rope_theta", 10000.0));
     c.rope_scaling = parse_rope_scaling(params, source);
@@ -170,6 +258,29 @@ ModelConfig parse_hf_config_fields(const json& j, const std::filesystem::path& s
     c.rope_theta = j.value("rope_theta", 10000.0);
     c.rope_scaling = parse_rope_scaling(j.value("rope_scaling", json()), source);
   }
+  // Family features beyond Llama.
+  const double partial = params.is_object()
+                             ? params.value("partial_rotary_factor", number_or(j, "partial_rotary_factor", 1.0))
+                             : number_or(j, "partial_rotary_factor", 1.0);
+  if (!(partial > 0 && partial <= 1)) throw InputError(source, "partial_rotary_factor must be in (0, 1]");
+  if (partial < 1) c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "gemma3_text";
+  if (is_gemma(c.model_type)) {
+    c.sandwich_norms = true;
+    c.norm_plus_one = true;
+    c.embed_scale = std::sqrt(static_cast<double>(c.hidden_size));
+    const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string("gelu_pytorch_tanh")));
+    if (act != "gelu_pytorch_tanh" && act != "gelu")
+      throw InputError(source, "unsupported hidden_activation '" + act + "' (supported: gelu_pytorch_tanh)");
+    c.activation = GatedActivation::kGeluTanh;
+    c.attn_scale = 1.0 / std::sqrt(number_or(j, "query_pre_attn_scalar", static_cast<double>(c.head_dim)));
+    c.attn_softcap = number_or(j, "attn_logit_softcapping", 0.0);
+    c.final_softcap = number_or(j, "final_logit_softcapping", 0.0);
+  } else {
+    const std::string act = j.value("hidden_act", std::string("silu"));
+    if (act != "silu") throw InputError(source, "unsupported hidden_act '" + act + "' (supported: silu)");
+  }
+  parse_layers(j, c, source);
   if (j.contains("bos_token_id")) {
     auto b = ids_of(j["bos_token_id"]);
     if (!b.empty()) c.bos_token_id = b.front();

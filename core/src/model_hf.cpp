@@ -1,4 +1,5 @@
-// Hugging Face Llama / Mistral / Qwen2 checkpoints (config.json + safetensors + tokenizer).
+// Hugging Face checkpoints of the Llama family and relatives (Llama, Mistral, Qwen2/3, Gemma 2/3,
+// Phi-3): config.json + safetensors (+ tokenizer when present).
 #include <algorithm>
 #include <set>
 #include <string>
@@ -15,22 +16,50 @@ namespace {
 
 at::Tensor to_target(const at::Tensor& t, const LoadOptions& o) { return t.to(o.device, o.dtype).contiguous(); }
 
+/// A norm weight as the engine applies it: Gemma's RMSNorm scales by (1 + w), folded in here (in
+/// fp32, then cast).
+at::Tensor norm_weight(const SafetensorsCheckpoint& ckpt, const std::string& name, int64_t n, const ModelConfig& c,
+                       const LoadOptions& o) {
+  at::Tensor w = ckpt.tensor(name, {n});
+  if (c.norm_plus_one) w = w.to(at::kFloat) + 1.0;
+  return to_target(w, o);
+}
+
 LayerWeights load_layer(const SafetensorsCheckpoint& ckpt, const ModelConfig& c, int64_t i, const LoadOptions& o) {
   const std::string p = "model.layers." + std::to_string(i) + ".";
   const int64_t q_rows = c.n_head * c.head_dim, kv_rows = c.n_head_kv * c.head_dim;
+  const bool gemma = c.sandwich_norms;
   LayerWeights l;
-  l.attn_norm = to_target(ckpt.tensor(p + "input_layernorm.weight", {c.hidden_size}), o);
-  l.w_qkv = at::cat({to_target(ckpt.tensor(p + "self_attn.q_proj.weight", {q_rows, c.hidden_size}), o),
-                     to_target(ckpt.tensor(p + "self_attn.k_proj.weight", {kv_rows, c.hidden_size}), o),
-                     to_target(ckpt.tensor(p + "self_attn.v_proj.weight", {kv_rows, c.hidden_size}), o)});
+  l.attn_norm = norm_weight(ckpt, p + "input_layernorm.weight", c.hidden_size, c, o);
+  if (c.model_type == "phi3") {  // fused q, k, v rows (same order as ours)
+    l.w_qkv = to_target(ckpt.tensor(p + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, c.hidden_size}), o);
+  } else {
+    l.w_qkv = at::cat({to_target(ckpt.tensor(p + "self_attn.q_proj.weight", {q_rows, c.hidden_size}), o),
+                       to_target(ckpt.tensor(p + "self_attn.k_proj.weight", {kv_rows, c.hidden_size}), o),
+                       to_target(ckpt.tensor(p + "self_attn.v_proj.weight", {kv_rows, c.hidden_size}), o)});
+  }
   if (c.qkv_bias)
     l.b_qkv = at::cat({to_target(ckpt.tensor(p + "self_attn.q_proj.bias", {q_rows}), o),
                        to_target(ckpt.tensor(p + "self_attn.k_proj.bias", {kv_rows}), o),
                        to_target(ckpt.tensor(p + "self_attn.v_proj.bias", {kv_rows}), o)});
+  if (c.qk_norm) {
+    l.q_norm = norm_weight(ckpt, p + "self_attn.q_norm.weight", c.head_dim, c, o);
+    l.k_norm = norm_weight(ckpt, p + "self_attn.k_norm.weight", c.head_dim, c, o);
+  }
   l.w_o = to_target(ckpt.tensor(p + "self_attn.o_proj.weight", {c.hidden_size, q_rows}), o);
-  l.mlp_norm = to_target(ckpt.tensor(p + "post_attention_layernorm.weight", {c.hidden_size}), o);
-  l.w_gate_up = at::cat({to_target(ckpt.tensor(p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}), o),
-                         to_target(ckpt.tensor(p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}), o)});
+  if (gemma) {
+    l.post_attn_norm = norm_weight(ckpt, p + "post_attention_layernorm.weight", c.hidden_size, c, o);
+    l.mlp_norm = norm_weight(ckpt, p + "pre_feedforward_layernorm.weight", c.hidden_size, c, o);
+    l.post_ffn_norm = norm_weight(ckpt, p + "post_feedforward_layernorm.weight", c.hidden_size, c, o);
+  } else {
+    l.mlp_norm = norm_weight(ckpt, p + "post_attention_layernorm.weight", c.hidden_size, c, o);
+  }
+  if (c.model_type == "phi3") {  // fused gate then up rows (Phi3MLP chunks gate first)
+    l.w_gate_up = to_target(ckpt.tensor(p + "mlp.gate_up_proj.weight", {2 * c.intermediate_size, c.hidden_size}), o);
+  } else {
+    l.w_gate_up = at::cat({to_target(ckpt.tensor(p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}), o),
+                           to_target(ckpt.tensor(p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}), o)});
+  }
   l.w_down = to_target(ckpt.tensor(p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}), o);
   return l;
 }
@@ -128,7 +157,7 @@ Model load_hf_model(const std::filesystem::path& dir, const LoadOptions& options
   SafetensorsCheckpoint ckpt(dir);
   check_layer_count(ckpt, c, dir / "config.json");
   m.weights.embed = to_target(ckpt.tensor("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}), options);
-  m.weights.final_norm = to_target(ckpt.tensor("model.norm.weight", {c.hidden_size}), options);
+  m.weights.final_norm = norm_weight(ckpt, "model.norm.weight", c.hidden_size, c, options);
   if (c.tie_word_embeddings || !ckpt.contains("lm_head.weight")) {
     if (!c.tie_word_embeddings)
       throw InputError(dir, "lm_head.weight is missing and config.json does not set tie_word_embeddings");
@@ -137,7 +166,14 @@ Model load_hf_model(const std::filesystem::path& dir, const LoadOptions& options
     m.weights.lm_head = to_target(ckpt.tensor("lm_head.weight", {c.vocab_size, c.hidden_size}), options);
   }
   for (int64_t i = 0; i < c.n_layer; ++i) m.weights.layers.push_back(load_layer(ckpt, c, i, options));
-  m.tokenizer = load_tokenizer(options.tokenizer.empty() ? dir : options.tokenizer);
+  // A checkpoint without any tokenizer file runs on token ids (--prompt-ids); a broken one fails.
+  const bool has_tokenizer =
+      std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model") ||
+      std::any_of(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator(), [](const auto& e) {
+        return e.path().filename().string().rfind("tok", 0) == 0 && e.path().extension() == ".bin";
+      });
+  if (!options.tokenizer.empty() || has_tokenizer)
+    m.tokenizer = load_tokenizer(options.tokenizer.empty() ? dir : options.tokenizer);
   m.stop_token_ids = stop_ids(c);
   m.add_bos = tokenizer_adds_bos(dir);
   return m;
@@ -170,6 +206,8 @@ Model random_init_model(const std::filesystem::path& config_json, const LoadOpti
     l.mlp_norm = ones(c.hidden_size);
     l.w_gate_up = randn({2 * c.intermediate_size, c.hidden_size});
     l.w_down = randn({c.hidden_size, c.intermediate_size});
+    if (c.qk_norm) l.q_norm = ones(c.head_dim), l.k_norm = ones(c.head_dim);
+    if (c.sandwich_norms) l.post_attn_norm = ones(c.hidden_size), l.post_ffn_norm = ones(c.hidden_size);
     m.weights.layers.push_back(std::move(l));
   }
   m.stop_token_ids = stop_ids(c);

@@ -6,9 +6,14 @@
 
 namespace kvscope {
 
-at::Tensor rope_inv_freq(const ModelConfig& c) {
-  // HF: 1 / base ** (arange(0, dim, 2, int64).float() / dim), in fp32.
-  at::Tensor inv = 1.0 / at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / c.head_dim);
+at::Tensor rope_inv_freq(const ModelConfig& c, int64_t layer) {
+  // HF: 1 / base ** (arange(0, dim, 2, int64).float() / dim), in fp32; dim = the rotated channels.
+  const bool local = layer >= 0 && layer < static_cast<int64_t>(c.layer_rope_theta.size());
+  const double theta = local ? c.layer_rope_theta[static_cast<std::size_t>(layer)] : c.rope_theta;
+  const int64_t dim = c.rope_dim();
+  at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / dim);
+  // Gemma 3's local layers use their own base without the model's scaling.
+  if (local && c.window(layer) > 0) return inv;
   const auto& s = c.rope_scaling;
   if (s.type == RopeScaling::Type::kLinear) return inv / s.factor;
   if (s.type == RopeScaling::Type::kLlama3) {
@@ -30,6 +35,10 @@ RopeTable rope_table(const at::Tensor& positions, const at::Tensor& inv_freq, c1
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& t, RopeLayout layout) {
+  // Partial rotary (Phi-3): the table covers the first 2 * t.cos.size(-1) channels; the rest pass.
+  const int64_t rd = 2 * t.cos.size(-1);
+  if (rd < x.size(-1))
+    return at::cat({apply_rope(x.narrow(-1, 0, rd), t, layout), x.narrow(-1, rd, x.size(-1) - rd)}, -1);
   const int64_t half = x.size(-1) / 2;
   if (layout == RopeLayout::kRotateHalf) {
     at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);

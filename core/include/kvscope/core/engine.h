@@ -114,8 +114,15 @@ class Engine {
   /// The RMSNorm weight applied to layer l's output: layer l + 1's attention norm, or the final
   /// norm after the last layer (the next_norm a fused decode layer leaves pending).
   const at::Tensor& norm_after(int64_t l) const;
+  /// The RoPE table of layer l among `tables` (one per distinct per-layer base).
+  const RopeTable& layer_rope(const std::vector<RopeTable>& tables, int64_t l) const;
+  /// One RoPE table per distinct inverse-frequency vector, for a block of positions.
+  std::vector<RopeTable> rope_tables(const at::Tensor& positions) const;
   const Model& model_;
-  at::Tensor inv_freq_;  // fp32 [head_dim/2] on the model device
+  at::Tensor inv_freq_;                // fp32 [rope_dim/2] on the model device (the model's base)
+  std::vector<at::Tensor> inv_freqs_;  // distinct per-layer inverse frequencies (inv_freqs_[0] = inv_freq_)
+  std::vector<int> layer_freq_;        // per layer: index into inv_freqs_
+  bool fused_layers_ = true;           // Llama-style layers: the fused CUDA kernels apply
 };
 
 /// RMSNorm as HF computes it: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight.

@@ -27,6 +27,10 @@ struct LayerWeights {
   at::Tensor mlp_norm;   // [hidden]
   at::Tensor w_gate_up;  // [2 * intermediate, hidden]; rows: gate then up (SwiGLU)
   at::Tensor w_down;     // [hidden, intermediate]
+  // Family extras (undefined when the family has none); Gemma's (1 + w) norms hold 1 + w.
+  at::Tensor q_norm, k_norm;  // [head_dim]: qwen3, gemma3 per-head RMSNorm of q and k before RoPE
+  at::Tensor post_attn_norm;  // [hidden]: gemma2/3, on the attention output before the residual add
+  at::Tensor post_ffn_norm;   // [hidden]: gemma2/3, on the MLP output before the residual add
 };
 
 /// All weights. lm_head aliases embed when tie_word_embeddings.

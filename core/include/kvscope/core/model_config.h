@@ -24,9 +24,18 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
-/// Architecture of a decoder-only Llama-family transformer (llama, mistral, qwen2, llama2.c).
+/// The MLP's gated activation: SwiGLU silu(gate) * up (Llama, Qwen, Mistral, Phi-3) or GeGLU
+/// gelu_tanh(gate) * up (Gemma 2/3, hidden_activation gelu_pytorch_tanh).
+enum class GatedActivation { kSilu, kGeluTanh };
+
+/// Architecture of a decoder-only transformer of the Llama family and its relatives (llama, mistral,
+/// qwen2, qwen3, gemma2, gemma3_text, phi3, llama2.c). Beyond Llama (../shared/specs landscape §4-5):
+/// per-head q/k RMSNorm, sandwich norms, (1+w) RMSNorm (folded into the weights at load), GeGLU,
+/// scaled embeddings, soft-capping, query_pre_attn_scalar, partial rotary, per-layer sliding
+/// windows and RoPE bases.
 struct ModelConfig {
-  std::string model_type = "llama";  ///< "llama" | "mistral" | "qwen2" | "llama2c"
+  std::string model_type =
+      "llama";  ///< "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3_text" | "phi3" | "llama2c"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;        ///< model dim
   int64_t intermediate_size = 0;  ///< SwiGLU hidden dim
@@ -41,13 +50,36 @@ struct ModelConfig {
   bool qkv_bias = false;  ///< qwen2 (and llama with attention_bias=true)
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 4096;
-  int64_t sliding_window = 0;  ///< mistral: 0 = none. Informational; the engine attends to the full cache.
+  int64_t sliding_window = 0;  ///< window of the sliding-attention layers (0 = none)
+  /// Per layer: the sliding window it attends within (0 = full attention). From layer_types
+  /// (gemma2/3, qwen3) or every layer for mistral's sliding_window. A query at position p sees keys
+  /// at positions > p - window (HF's sliding-window causal mask).
+  std::vector<int64_t> layer_window;
+  /// Per layer RoPE base (gemma3: rope_parameters keyed by layer type; rope_local_base_freq);
+  /// empty = rope_theta everywhere. Scaling applies to full-attention layers only.
+  std::vector<double> layer_rope_theta;
+  int64_t rotary_dim = 0;       ///< channels RoPE rotates (phi3 partial_rotary_factor); 0 = head_dim
+  bool qk_norm = false;         ///< qwen3, gemma3: RMSNorm over head_dim of q and k before RoPE
+  bool sandwich_norms = false;  ///< gemma2/3: norms after attention and after the MLP too
+  GatedActivation activation = GatedActivation::kSilu;
+  double embed_scale = 1.0;    ///< gemma: embeddings times sqrt(hidden_size) (in the weights' dtype)
+  double attn_scale = 0;       ///< logit scale; 0 = 1/sqrt(head_dim) (gemma: query_pre_attn_scalar^-0.5)
+  double attn_softcap = 0;     ///< gemma2: logits = cap * tanh(logits / cap); 0 = none
+  double final_softcap = 0;    ///< gemma2: the same on the output logits
+  bool norm_plus_one = false;  ///< gemma: RMSNorm scales by (1 + w) (added to the weights at load)
   int32_t bos_token_id = -1;   ///< -1 = none
   std::vector<int32_t> eos_token_ids;
   std::string weights_dtype = "float32";  ///< dtype the checkpoint stores ("bfloat16", ...)
 
   /// Group size G = n_head / n_head_kv.
   int64_t group_size() const { return n_head / n_head_kv; }
+  /// Sliding window of layer l (0 = full attention).
+  int64_t window(int64_t l) const { return l < static_cast<int64_t>(layer_window.size()) ? layer_window[l] : 0; }
+  /// Channels RoPE rotates.
+  int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  /// The family features the fused CUDA decode kernels do not implement, comma-separated ("" when
+  /// the layers are Llama-style and the fused path and CUDA graph apply).
+  std::string unfused_features() const;
   /// Total parameter count implied by the shapes.
   int64_t parameter_count() const;
   /// Throws InputError(source, ...) if any dimension is inconsistent, or a value cannot be:
@@ -56,7 +88,8 @@ struct ModelConfig {
 };
 
 /// Parses a Hugging Face config.json (plus generation_config.json beside it for extra EOS ids).
-/// Accepts model_type llama | mistral | qwen2; rope_theta or rope_parameters.rope_theta;
+/// Accepts model_type llama | mistral | qwen2 | qwen3 | gemma2 | gemma3_text | gemma3 (its
+/// text_config) | phi3; rope_theta or rope_parameters (also keyed by layer type);
 /// rope_scaling / rope_parameters of type default | linear | llama3.
 /// Throws InputError(path, ...) for a missing file, bad JSON, unknown model_type or missing fields.
 ModelConfig parse_hf_config(const std::filesystem::path& config_json);

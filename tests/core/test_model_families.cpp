@@ -1,0 +1,165 @@
+// The model families beyond Llama against transformers: assets/models/tiny-archs holds one tiny
+// random checkpoint per family (weights x3 so forward-pass differences show) with transformers'
+// fp32 outputs (golden.json: argmax at every position of 160 ids, the last position's logits, 16
+// greedy tokens). CPU fp32 here; the GPU machine runs the same test on CUDA.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/engine.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/policy.h"
+#include "kvscope/core/errors.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/model_config.h"
+#include "test_support.h"
+
+namespace kvscope {
+namespace {
+
+std::filesystem::path tiny_dir() { return test::source_dir() / "assets/models/tiny-archs"; }
+
+class ModelFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelFamily, MatchesTransformers) {
+  const auto dir = tiny_dir() / GetParam();
+  const nlohmann::json g = test::read_json(dir / "golden.json");
+  LoadOptions o;
+  if (at::hasCUDA()) o.device = c10::Device(c10::kCUDA);  // the GPU machine runs it there, fp32
+  const Model model = load_model(dir, o);
+  EXPECT_EQ(model.tokenizer, nullptr) << "no tokenizer files: runs on ids";
+  const Engine engine(model);
+  const std::vector<int32_t> ids = g["input_ids"].get<std::vector<int32_t>>();
+  const int64_t T = static_cast<int64_t>(ids.size());
+  KvCache cache = engine.new_cache(T + 16);
+  const at::Tensor logits = engine.prefill(cache, ids, 0, /*all_logits=*/true).to(at::kCPU, at::kFloat);  // [T, vocab]
+  ASSERT_EQ(logits.size(0), T);
+  // Argmax at every position (>= 99%), the last position's logits within 1e-3.
+  const auto want_argmax = g["argmax"].get<std::vector<int64_t>>();
+  const at::Tensor argmax = logits.argmax(-1);
+  int64_t same = 0;
+  for (int64_t t = 0; t < T; ++t) same += argmax[t].item<int64_t>() == want_argmax[static_cast<std::size_t>(t)];
+  EXPECT_GE(double(same) / double(T), 0.99) << same << " of " << T << " positions";
+  const auto want_last = g["last_logits"].get<std::vector<float>>();
+  const at::Tensor last = logits[T - 1];
+  double max_diff = 0;
+  for (std::size_t v = 0; v < want_last.size(); ++v)
+    max_diff = std::max(max_diff, std::abs(double(last[static_cast<int64_t>(v)].item<float>()) - want_last[v]));
+  EXPECT_LT(max_diff, 1e-3) << "last logits, max abs difference";
+  // 16 greedy tokens through the cache.
+  std::vector<int32_t> greedy;
+  at::Tensor next_logits = last;
+  for (int i = 0; i < 16; ++i) {
+    const auto tok = static_cast<int32_t>(next_logits.argmax().item<int64_t>());
+    greedy.push_back(tok);
+    const std::vector<int32_t> one{tok};
+    next_logits = engine.forward(cache, one, false).to(at::kCPU, at::kFloat);
+  }
+  EXPECT_EQ(greedy, g["greedy"].get<std::vector<int32_t>>());
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyArchs, ModelFamily,
+                         ::testing::Values("llama-llama3-rope", "mistral-sliding", "qwen2-bias", "qwen3-qknorm",
+                                           "gemma2-softcap", "gemma3-local-global", "phi3-partial-rotary"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// Sliding-window layers are never compressed (kvpress's rule for Gemma 3); the global layers are.
+// A decode-time selection stage, which would read past the window, is refused in one line.
+TEST(ModelFamilyPipelines, SlidingLayersAreNeverCompressed) {
+  const Model model = load_model(tiny_dir() / "gemma3-local-global", LoadOptions{});
+  const Engine engine(model);
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  const nlohmann::json g = test::read_json(tiny_dir() / "gemma3-local-global/golden.json");
+  GenerateRequest req;
+  req.prompt_ids = g["input_ids"].get<std::vector<int32_t>>();
+  req.max_new_tokens = 2;
+  req.budget = {BudgetSpec::Unit::kCompressionRatio, 0.5};
+  const Pipeline snap(registry, "snapkv:window=8");
+  req.pipeline = &snap;
+  const GenerateResult res = generate(engine, req);
+  const auto n = static_cast<std::size_t>(req.prompt_ids.size());
+  for (std::size_t l = 0; l < res.kept.size(); ++l)
+    for (const auto& head : res.kept[l])
+      EXPECT_EQ(head.size(), model.config.window(static_cast<int64_t>(l)) > 0 ? n : n / 2) << "layer " << l;
+  const Pipeline rocket(registry, "rocketkv");
+  req.pipeline = &rocket;
+  req.budget = {BudgetSpec::Unit::kStored, 64};
+  try {
+    generate(engine, req);
+    ADD_FAILURE() << "rocketkv on sliding layers ran";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding-window layers"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelFamilyConfig, ParsesEachFamilysStructure) {
+  const ModelConfig gemma3 = parse_hf_config(tiny_dir() / "gemma3-local-global/config.json");
+  EXPECT_EQ(gemma3.layer_window, (std::vector<int64_t>{48, 48, 0, 48}));
+  EXPECT_EQ(gemma3.layer_rope_theta, (std::vector<double>{1e4, 1e4, 1e6, 1e4}));
+  EXPECT_TRUE(gemma3.qk_norm && gemma3.sandwich_norms && gemma3.norm_plus_one);
+  EXPECT_DOUBLE_EQ(gemma3.attn_scale, 1.0 / std::sqrt(32.0));
+  EXPECT_EQ(gemma3.attn_softcap, 0.0) << "null soft-capping means none";
+  const ModelConfig gemma2 = parse_hf_config(tiny_dir() / "gemma2-softcap/config.json");
+  EXPECT_EQ(gemma2.attn_softcap, 50.0);
+  EXPECT_EQ(gemma2.final_softcap, 30.0);
+  EXPECT_EQ(gemma2.activation, GatedActivation::kGeluTanh);
+  EXPECT_EQ(parse_hf_config(tiny_dir() / "phi3-partial-rotary/config.json").rope_dim(), 12);  // 16 x 0.75
+  EXPECT_EQ(parse_hf_config(tiny_dir() / "mistral-sliding/config.json").layer_window,
+            (std::vector<int64_t>{48, 48, 48}));
+  const ModelConfig qwen3 = parse_hf_config(tiny_dir() / "qwen3-qknorm/config.json");
+  EXPECT_TRUE(qwen3.layer_window.empty()) << "use_sliding_window false";
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_NE(qwen3.unfused_features().find("q/k norm"), std::string::npos);
+  EXPECT_EQ(parse_hf_config(tiny_dir() / "llama-llama3-rope/config.json").unfused_features(), "");
+}
+
+TEST(ModelFamilyConfig, BadConfigsNameTheFileAndTheField) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvscope_families_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& text) {
+    const auto p = dir / "config.json";
+    std::ofstream(p) << text;
+    return p;
+  };
+  auto message = [&](const std::string& text) {
+    try {
+      parse_hf_config(write(text));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string base =
+      R"("vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, )"
+      R"("num_attention_heads": 4, "num_key_value_heads": 2)";
+  EXPECT_NE(message("{\"model_type\": \"falcon\", " + base + "}").find("unknown model_type 'falcon'"), std::string::npos);
+  EXPECT_NE(message("{\"model_type\": \"gemma3\", " + base + "}").find("text_config"), std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "gemma2", "vocab_size": 512, "hidden_size": 64})").find("intermediate_size"),
+            std::string::npos);
+  EXPECT_NE(message("{\"model_type\": \"gemma2\", " + base + ", \"layer_types\": [\"full_attention\"]}")
+                .find("layer_types has 1 entries for 2 layers"),
+            std::string::npos);
+  EXPECT_NE(message("{\"model_type\": \"gemma2\", " + base + "}").find("sliding_window is missing"), std::string::npos);
+  EXPECT_NE(message("{\"model_type\": \"phi3\", " + base + ", \"partial_rotary_factor\": 0.1875}").find("rotary"),
+            std::string::npos);
+  const std::string m = message("{\"model_type\": \"falcon\", " + base + "}");
+  EXPECT_NE(m.find("config.json"), std::string::npos) << m;
+  test::remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace kvscope
