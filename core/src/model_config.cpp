@@ -184,6 +184,11 @@ void parse_layers(const json& j, ModelConfig& c, const std::filesystem::path& so
     if (static_cast<int64_t>(types.size()) != c.n_layer)
       throw InputError(source, "layer_types has " + std::to_string(types.size()) + " entries for " +
                                    std::to_string(c.n_layer) + " layers");
+  } else if (c.n_layer > (int64_t{1} << 16) && (c.model_type == "gemma2" || c.model_type == "gemma3_text" ||
+                                                (c.model_type == "mistral" && c.sliding_window > 0))) {
+    // The family's fixed pattern would be one entry per layer: no real model comes near.
+    throw InputError(source, "num_hidden_layers " + std::to_string(c.n_layer) +
+                                 " is too many layers for a per-layer sliding-window pattern (at most 65536)");
   } else if (c.model_type == "gemma2") {  // older configs: every other layer slides, starting with layer 0
     for (int64_t l = 0; l < c.n_layer; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
   } else if (c.model_type == "gemma3_text") {  // older configs: 5 local layers, then a global one
@@ -280,7 +285,7 @@ ModelConfig parse_hf_config_fields(const json& top, const std::filesystem::path&
     const std::string act = j.value("hidden_act", std::string("silu"));
     if (act != "silu") throw InputError(source, "unsupported hidden_act '" + act + "' (supported: silu)");
   }
-  parse_layers(j, c, source);
+  // (per-layer structure after validate(): num_hidden_layers is bounded then)
   if (j.contains("bos_token_id")) {
     auto b = ids_of(j["bos_token_id"]);
     if (!b.empty()) c.bos_token_id = b.front();
@@ -288,6 +293,7 @@ ModelConfig parse_hf_config_fields(const json& top, const std::filesystem::path&
   if (j.contains("eos_token_id")) c.eos_token_ids = ids_of(j["eos_token_id"]);
   c.weights_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
   c.validate(source);
+  parse_layers(j, c, source);
   return c;
 }
 
