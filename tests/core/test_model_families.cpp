@@ -7,20 +7,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <cmath>
+#include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "kvscope/core/engine.h"
-#include "kvscope/core/generate.h"
-#include "kvscope/core/pipeline.h"
-#include "kvscope/core/policy.h"
 #include "kvscope/core/errors.h"
+#include "kvscope/core/generate.h"
 #include "kvscope/core/model.h"
 #include "kvscope/core/model_config.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/policy.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -65,6 +66,27 @@ TEST_P(ModelFamily, MatchesTransformers) {
     next_logits = engine.forward(cache, one, false).to(at::kCPU, at::kFloat);
   }
   EXPECT_EQ(greedy, g["greedy"].get<std::vector<int32_t>>());
+}
+
+// On the GPU machine: the same checkpoints in bf16 keep the argmax at >= 97% of positions.
+TEST_P(ModelFamily, Bf16OnCudaKeepsTheArgmax) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA device (the GPU machine)";
+  const auto dir = tiny_dir() / GetParam();
+  const nlohmann::json g = test::read_json(dir / "golden.json");
+  LoadOptions o;
+  o.device = c10::Device(c10::kCUDA);
+  o.dtype = at::kBFloat16;
+  const Model model = load_model(dir, o);
+  const Engine engine(model);
+  const std::vector<int32_t> ids = g["input_ids"].get<std::vector<int32_t>>();
+  KvCache cache = engine.new_cache(static_cast<int64_t>(ids.size()));
+  const at::Tensor argmax = engine.prefill(cache, ids, 0, true).argmax(-1).to(at::kCPU);
+  const auto want = g["argmax"].get<std::vector<int64_t>>();
+  int64_t same = 0;
+  for (std::size_t t = 0; t < want.size(); ++t) same += argmax[static_cast<int64_t>(t)].item<int64_t>() == want[t];
+  const double agree = double(same) / double(want.size());
+  std::cout << GetParam() << ": bf16 argmax agreement " << agree << "\n";
+  EXPECT_GE(agree, 0.97);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyArchs, ModelFamily,
@@ -143,10 +165,10 @@ TEST(ModelFamilyConfig, BadConfigsNameTheFileAndTheField) {
     }
     return std::string("(no error)");
   };
-  const std::string base =
-      R"("vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, )"
-      R"("num_attention_heads": 4, "num_key_value_heads": 2)";
-  EXPECT_NE(message("{\"model_type\": \"falcon\", " + base + "}").find("unknown model_type 'falcon'"), std::string::npos);
+  const std::string base = R"("vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, )"
+                           R"("num_attention_heads": 4, "num_key_value_heads": 2)";
+  EXPECT_NE(message("{\"model_type\": \"falcon\", " + base + "}").find("unknown model_type 'falcon'"),
+            std::string::npos);
   EXPECT_NE(message("{\"model_type\": \"gemma3\", " + base + "}").find("text_config"), std::string::npos);
   EXPECT_NE(message(R"({"model_type": "gemma2", "vocab_size": 512, "hidden_size": 64})").find("intermediate_size"),
             std::string::npos);
