@@ -18,6 +18,8 @@ namespace kvscope {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  // Gemma's (1 + w) weights stay fp32 and scale before the cast, as HF's Gemma RMSNorm does.
+  if (weight.scalar_type() == at::kFloat && x.scalar_type() != at::kFloat) return (normed * weight).to(x.scalar_type());
   return weight * normed.to(x.scalar_type());
 }
 
@@ -32,7 +34,9 @@ Engine::Engine(const Model& model) : model_(model) {
     if (k == static_cast<int>(inv_freqs_.size())) inv_freqs_.push_back(f);
     layer_freq_.push_back(k);
   }
-  const std::string extras = c.unfused_features();
+  std::string extras = c.unfused_features();
+  if (c.head_dim != 64 && c.head_dim != 128)  // what the fused decode attention kernels take
+    extras += (extras.empty() ? "" : ", ") + std::string("head_dim ") + std::to_string(c.head_dim);
   fused_layers_ = extras.empty();
   if (!fused_layers_ && model.device.is_cuda() && ops::cuda_kernels_available())
     std::cerr << "kvscope: " << c.model_type << " (" << extras

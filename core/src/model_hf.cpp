@@ -16,12 +16,12 @@ namespace {
 
 at::Tensor to_target(const at::Tensor& t, const LoadOptions& o) { return t.to(o.device, o.dtype).contiguous(); }
 
-/// A norm weight as the engine applies it: Gemma's RMSNorm scales by (1 + w), folded in here (in
-/// fp32, then cast).
+/// A norm weight as the engine applies it: Gemma's RMSNorm scales by (1 + w), folded in here and
+/// kept in fp32 (rms_norm then scales before casting, as HF's Gemma RMSNorm does).
 at::Tensor norm_weight(const SafetensorsCheckpoint& ckpt, const std::string& name, int64_t n, const ModelConfig& c,
                        const LoadOptions& o) {
   at::Tensor w = ckpt.tensor(name, {n});
-  if (c.norm_plus_one) w = w.to(at::kFloat) + 1.0;
+  if (c.norm_plus_one) return (w.to(at::kFloat) + 1.0).to(o.device).contiguous();  // fp32: see rms_norm
   return to_target(w, o);
 }
 

@@ -68,7 +68,8 @@ TEST_P(ModelFamily, MatchesTransformers) {
   EXPECT_EQ(greedy, g["greedy"].get<std::vector<int32_t>>());
 }
 
-// On the GPU machine: the same checkpoints in bf16 keep the argmax at >= 97% of positions.
+// On the GPU machine: the same checkpoints in bf16 keep the argmax at >= 97% of positions (or as
+// transformers' own bf16 does).
 TEST_P(ModelFamily, Bf16OnCudaKeepsTheArgmax) {
   if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA device (the GPU machine)";
   const auto dir = tiny_dir() / GetParam();
@@ -85,8 +86,12 @@ TEST_P(ModelFamily, Bf16OnCudaKeepsTheArgmax) {
   int64_t same = 0;
   for (std::size_t t = 0; t < want.size(); ++t) same += argmax[static_cast<int64_t>(t)].item<int64_t>() == want[t];
   const double agree = double(same) / double(want.size());
-  std::cout << GetParam() << ": bf16 argmax agreement " << agree << "\n";
-  EXPECT_GE(agree, 0.97);
+  // transformers' own bf16 agreement on the same checkpoint (assets/models/tiny-archs/
+  // hf_bf16_agreement.json): below 97% for two of these random models, so the bar is 97% or no
+  // worse than transformers minus one position.
+  const double hf = test::read_json(tiny_dir() / "hf_bf16_agreement.json")[GetParam()].get<double>();
+  std::cout << GetParam() << ": bf16 argmax agreement " << agree << " (transformers bf16: " << hf << ")\n";
+  EXPECT_GE(agree, std::min(0.97, hf - 1.0 / double(want.size())));
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyArchs, ModelFamily,

@@ -125,7 +125,8 @@ class Engine {
   bool fused_layers_ = true;           // Llama-style layers: the fused CUDA kernels apply
 };
 
-/// RMSNorm as HF computes it: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight.
+/// RMSNorm as HF computes it: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight (an
+/// fp32 weight with a lower-precision x, Gemma's (1 + w): times weight in fp32, then cast).
 /// Zhang & Sennrich 2019. x: [..., hidden]; weight: [hidden].
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
