@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat_prompt.h"
 #include "commands.h"
 #include "kvscope/core/chat_template.h"
 #include "kvscope/core/errors.h"
@@ -17,7 +18,6 @@
 namespace kvscope::cli {
 namespace {
 
-namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 struct Args {
@@ -34,17 +34,6 @@ ojson read_json_arg(const std::string& path) {
   } catch (const ojson::parse_error& e) {
     throw InputError(path, std::string("not valid JSON: ") + e.what());
   }
-}
-
-/// The messages: a JSON array of objects, or {"messages": [...]}.
-ojson read_messages(const std::string& path) {
-  ojson doc = read_json_arg(path);
-  if (doc.is_object() && doc.contains("messages")) doc = doc["messages"];
-  if (!doc.is_array()) throw InputError(path, "expected a JSON array of messages ({\"role\", \"content\"} objects)");
-  for (size_t i = 0; i < doc.size(); ++i)
-    if (!doc[i].is_object())
-      throw InputError(path, "message " + std::to_string(i) + " is not a {\"role\", \"content\"} object");
-  return doc;
 }
 
 }  // namespace
@@ -69,21 +58,21 @@ Runner add_chat_template(CLI::App& app) {
                 "(apply_chat_template(tokenize=True)); default: the text alone");
   return [a]() {
     const ChatTemplate tmpl = ChatTemplate::load(a->tokenizer);
-    const ojson messages = read_messages(a->messages);
+    const ojson messages = run::read_chat_messages(a->messages);
     ojson vars = ojson::object();
     if (!a->vars.empty()) {
       vars = read_json_arg(a->vars);
       if (!vars.is_object()) throw InputError(a->vars, "expected a JSON object of template variables");
     }
-    const std::string text = tmpl.render(messages, a->add_generation_prompt, vars, a->template_name);
+    // The same rendering and ids as generate / run / sweep --chat / --messages (run/chat_prompt.h).
+    const run::ChatPrompt chat = run::render_chat(tmpl, messages, a->add_generation_prompt, vars, a->template_name);
     if (!a->json) {
-      std::cout << text;
+      std::cout << chat.text;
       return 0;
     }
-    const fs::path path(a->tokenizer);
-    const fs::path dir = fs::is_directory(path) ? path : (path.has_parent_path() ? path.parent_path() : ".");
-    const std::vector<int32_t> ids = load_tokenizer(dir)->encode(text);
-    std::cout << ojson{{"text", text}, {"ids", ids}}.dump(-1, ' ', false, ojson::error_handler_t::replace) << "\n";
+    const std::vector<int32_t> ids =
+        run::chat_prompt_ids(*load_tokenizer(run::chat_template_location("", a->tokenizer)), chat.text);
+    std::cout << ojson{{"text", chat.text}, {"ids", ids}}.dump(-1, ' ', false, ojson::error_handler_t::replace) << "\n";
     return 0;
   };
 }

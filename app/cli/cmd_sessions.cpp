@@ -45,6 +45,8 @@ Runner add_inspect(CLI::App& app) {
         auto it = r.summary.find(m);
         if (it != r.summary.end()) std::cout << "  " << m << "=" << fmt(it->second);
       }
+      // A chat prompt (--chat, --messages): the template its prompt was rendered with.
+      if (!r.chat_template.empty()) std::cout << "  chat_template=" << r.chat_template;
       std::cout << "\n";
     }
     return 0;

@@ -14,8 +14,10 @@
 #include <optional>
 #include <sstream>
 
+#include "chat_prompt.h"
 #include "commands.h"
 #include "fault_injection.h"
+#include "kvscope/core/chat_template.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/param_spec.h"
 #include "kvscope/core/pipeline.h"
@@ -36,6 +38,19 @@ struct Plan {
   std::vector<uint64_t> first;            ///< index of each pipeline's first run within a (model, prompt) block
   uint64_t size = 0;                      ///< runs in the grid
   std::vector<std::string> prompt_texts;  ///< the text of each prompt file, read (and checked) once
+  /// Chat prompts (--chat, --messages): chat[model][prompt], rendered once with each model's chat
+  /// template; empty without them.
+  std::vector<std::vector<run::ChatPrompt>> chat;
+  std::string chat_key;  ///< what the chat flags add to every sweep key ("" without them)
+};
+
+/// The chat flags of a sweep: each prompt file as one user message (--chat, after --system's system
+/// message), or one conversation as the prompt of every run (--messages).
+struct ChatArgs {
+  bool chat = false;
+  std::optional<std::string> system;
+  std::string messages;
+  bool any() const { return chat || !messages.empty(); }
 };
 
 /// One run of the grid (indices into its lists).
@@ -62,7 +77,23 @@ std::string key(const Plan& p, const Item& it) {
   return "v2|" + g.models[it.model] + "|" + g.prompts[it.prompt] + "|" + p.pipelines[it.pipeline].spec + "|" + p.unit +
          "=" + (it.budget ? format_number(g.budgets[*it.budget]) : "none") +
          "|new=" + std::to_string(g.max_new_tokens) + "|" + p.dtype + "|bos=" + g.bos +
-         "|ref=" + (g.reference_full ? "1" : "0");
+         "|ref=" + (g.reference_full ? "1" : "0") + p.chat_key;
+}
+
+/// 64-bit FNV-1a of `text` in hex: a stable short name for a system message in sweep keys.
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+/// `text` in single quotes for a POSIX shell.
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 /// The key as kvscope wrote it before format 2: paths as the grid's folder was named on the
@@ -134,6 +165,10 @@ int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, 
     try {
       run::RunOptions options;
       options.prompt_text = plan.prompt_texts[it.prompt];
+      if (!plan.chat.empty()) {
+        options.chat = plan.chat[it.model][it.prompt];
+        options.prompt_text = options.chat->text;
+      }
       options.bos = run::parse_bos_mode(g.bos);
       options.pipeline = plan.pipelines[it.pipeline].spec;
       if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), g.budgets[*it.budget]};
@@ -150,7 +185,8 @@ int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, 
       req.fault_hook = fault_hook_from_environment();
       int64_t run = -1;
       const std::string name = std::filesystem::path(prompt).filename().string() + " / " + g.pipelines[it.pipeline];
-      run::generate_into_store(store, engine, pipeline.get(), registry, req, options.prompt_text, name, k, run);
+      run::generate_into_store(store, engine, pipeline.get(), registry, req, run::recorded_prompt(options), name, k,
+                               run);
     } catch (const std::exception& e) {
       ++failed;
       std::cerr << (tty ? "\n" : "") << "sweep: item " << i << " failed: " << e.what() << "\n";
@@ -171,9 +207,22 @@ int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, 
 
 /// Parses the grid and checks every value of every axis, and the size, before anything runs.
 Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_t max_runs,
-                const std::vector<std::string>& devices) {
+                const std::vector<std::string>& devices, const ChatArgs& chat) {
+  if (chat.system && !chat.chat)
+    throw InputError(chat.messages.empty() ? "--system without --chat: a system message goes before a chat prompt "
+                                             "(add --chat)"
+                                           : chat.messages +
+                                                 ": --system goes with --chat; with --messages, put the "
+                                                 "system message first in this file");
+  if (chat.chat && !chat.messages.empty())
+    throw InputError(chat.messages,
+                     "--chat and --messages: --chat renders each of the grid's prompts as a user "
+                     "message, --messages is the prompt of every run; give one of them");
+  // A --messages file is read (and checked) before the grid: its errors name it.
+  const nlohmann::ordered_json messages =
+      chat.messages.empty() ? nlohmann::ordered_json() : run::read_chat_messages(chat.messages);
   Plan p;
-  p.g = parse_grid(grid);
+  p.g = parse_grid(grid, chat.messages);
   const Grid& g = p.g;
   p.pipelines = resolve_grid_pipelines(g, registry.catalog());
   p.size = grid_run_count(g, p.pipelines);
@@ -212,10 +261,31 @@ Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_
   // Every prompt read once, here: text a run can use (no NUL bytes, UTF-8, a regular file under the
   // size cap). The runs take their text from the plan.
   for (size_t i = 0; i < g.prompts.size(); ++i) try {
-      p.prompt_texts.push_back(run::read_prompt_file(g.prompts[i]));
+      p.prompt_texts.push_back(chat.messages.empty() ? run::read_prompt_file(g.prompts[i]) : std::string());
     } catch (const InputError& e) {
       throw InputError(g.where(g.prompt_lines[i]), e.what());
     }
+  if (chat.any()) {
+    // Every prompt rendered with every model's chat template, here: a model without a template or a
+    // template that refuses a message stops the sweep before the first run.
+    if (g.bos != "auto")
+      throw InputError(g.where("bos"), std::string("'bos': a chat prompt (") + (chat.chat ? "--chat" : "--messages") +
+                                           ") takes its BOS from the chat template: remove 'bos' or set it to "
+                                           "\"auto\"");
+    for (size_t m = 0; m < g.models.size(); ++m) {
+      auto& row = p.chat.emplace_back();
+      try {
+        const ChatTemplate tmpl = ChatTemplate::load(run::chat_template_location(g.models[m]));
+        for (size_t i = 0; i < g.prompts.size(); ++i)
+          row.push_back(
+              run::render_chat(tmpl, chat.chat ? user_chat_messages(p.prompt_texts[i], chat.system) : messages, true));
+      } catch (const InputError& e) {
+        throw InputError(g.where(g.model_lines[m]), e.what());
+      }
+    }
+    p.chat_key = chat.chat ? "|chat" + (chat.system ? "|system=" + fnv1a_hex(*chat.system) : std::string())
+                           : std::string("|messages");
+  }
   // Each pipeline built once, with the first budget if it uses one (every budget is in range).
   for (size_t i = 0; i < p.pipelines.size(); ++i) {
     run::RunOptions options;
@@ -238,6 +308,7 @@ Runner add_sweep(CLI::App& app) {
   struct Args {
     std::string grid, db, shard, devices, emit_slurm;
     uint64_t max_runs = 100000;
+    ChatArgs chat;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("GRID", a->grid, "Sweep grid (TOML)")->required();
@@ -250,6 +321,13 @@ Runner add_sweep(CLI::App& app) {
                   "Refuse a grid of more runs than this, before anything runs (the whole grid, not one shard)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--chat", a->chat.chat,
+                "Render each prompt as one user message with each model's chat template (and its generation prompt); "
+                "the grid's bos must be auto");
+  cmd->add_option("--system", a->chat.system, "With --chat: a system message before each prompt");
+  cmd->add_option("--messages", a->chat.messages,
+                  "JSON file: a list of {\"role\", \"content\"} messages, rendered as --chat renders one: the prompt "
+                  "of every run (the grid then has no prompts)");
   return [a]() {
     PolicyRegistry registry;
     register_builtin_policies(registry);
@@ -264,7 +342,7 @@ Runner add_sweep(CLI::App& app) {
     std::vector<std::string> devices;
     std::stringstream ss(a->devices);
     for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
-    const Plan plan = plan_sweep(registry, a->grid, a->max_runs, devices);
+    const Plan plan = plan_sweep(registry, a->grid, a->max_runs, devices, a->chat);
     if (!a->emit_slurm.empty()) {
       const uint64_t tasks = std::max<uint64_t>(n_shards, 1);
       std::ofstream out(a->emit_slurm);
@@ -276,7 +354,12 @@ Runner add_sweep(CLI::App& app) {
           << "set -euo pipefail\n"
           << "kvscope-cli sweep '" << std::filesystem::absolute(a->grid).string() << "' --db '" << a->db
           << ".shard-${SLURM_ARRAY_TASK_ID}.db' --shard ${SLURM_ARRAY_TASK_ID}/" << tasks << " --max-runs "
-          << a->max_runs << "\n";
+          << a->max_runs << (a->chat.chat ? " --chat" : "")
+          << (a->chat.system ? " --system " + shell_quote(*a->chat.system) : std::string())
+          << (a->chat.messages.empty()
+                  ? std::string()
+                  : " --messages " + shell_quote(std::filesystem::absolute(a->chat.messages).string()))
+          << "\n";
       std::cout << "wrote " << a->emit_slurm << " (" << tasks << " tasks, " << plan.size << " runs)\n";
       return 0;
     }

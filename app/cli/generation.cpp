@@ -83,8 +83,8 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
   GenerateResult res;
   if (comp && !comp->db.empty()) {
     auto store = sessions::SessionStore::open(comp->db);
-    res = run::generate_into_store(store, engine, pipeline.get(), registry, req, options.prompt_text, comp->name,
-                                   std::nullopt, session_id, on_token);
+    res = run::generate_into_store(store, engine, pipeline.get(), registry, req, run::recorded_prompt(options),
+                                   comp->name, std::nullopt, session_id, on_token);
   } else {
     res = generate(engine, req, on_token);
   }
@@ -104,6 +104,7 @@ int execute_generation(const ModelOptions& opts, const CompressionOptions* comp)
   nlohmann::json j;
   if (session_id >= 0) j["session_id"] = session_id;
   j["input_ids"] = req.prompt_ids;
+  if (options.chat) j["chat"] = {{"template", options.chat->source}, {"text", options.chat->text}};
   j["output_ids"] = res.output_ids;
   j["text"] = model.tokenizer ? decode_continuation(*model.tokenizer, req.prompt_ids, res.output_ids) : "";
   j["timings"] = {{"prefill_ms", res.prefill_ms}, {"decode_tokens_per_s", res.decode_tokens_per_s()}};

@@ -25,6 +25,13 @@ void ModelOptions::add_to(CLI::App& cmd) {
                             "JSON file holding the prompt as a list of token ids (used verbatim: no BOS added)");
   p->excludes(pf);
   pi->excludes(p)->excludes(pf);
+  cmd.add_flag("--chat", chat,
+               "Render the prompt as one user message with the model's chat template (and its generation "
+               "prompt), tokenized as transformers' apply_chat_template(tokenize=True): no BOS added");
+  cmd.add_option("--system", system, "With --chat: a system message before the prompt");
+  cmd.add_option("--messages", messages_file,
+                 "JSON file: a list of {\"role\", \"content\"} messages, rendered as --chat renders one (instead of "
+                 "--prompt)");
   cmd.add_option("--turn", turns, "A later user turn (repeat for several): generation continues on the same cache");
   cmd.add_option("--bos", bos, "Prepend the model's BOS: auto (tokenizer convention) | always | never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
@@ -80,12 +87,52 @@ std::vector<int32_t> read_prompt_ids(const std::string& path) {
   return ids;
 }
 
+/// The flags of a chat prompt that cannot go together, each refused in one line (naming the file).
+void check_chat_options(const ModelOptions& o) {
+  const bool messages = !o.messages_file.empty();
+  if (o.system && !o.chat) {
+    if (messages)
+      throw InputError(o.messages_file,
+                       "--system goes with --chat; with --messages, put the system message first "
+                       "in this file");
+    throw InputError("--system without --chat: a system message goes before a chat prompt (add --chat)");
+  }
+  if (messages && o.chat)
+    throw InputError(o.messages_file,
+                     "--chat and --messages: give the prompt as --chat --prompt TEXT, or the whole "
+                     "conversation as --messages");
+  if (messages && (!o.prompt.empty() || !o.prompt_file.empty() || !o.prompt_ids_file.empty()))
+    throw InputError(o.messages_file, "--messages is the whole prompt: drop --prompt / --prompt-file / --prompt-ids");
+  if (o.chat && !o.prompt_ids_file.empty())
+    throw InputError(o.prompt_ids_file,
+                     "--chat renders a text prompt with the chat template, --prompt-ids gives "
+                     "token ids used verbatim: give one of them");
+  if (o.chat && o.prompt.empty() && o.prompt_file.empty())
+    throw InputError("--chat: give the user message as --prompt TEXT or --prompt-file FILE");
+  const std::string what = messages ? "--messages" : "--chat";
+  if ((o.chat || messages) && o.bos != "auto")
+    throw InputError("--bos " + o.bos + " with " + what +
+                     ": a chat prompt's BOS is where its template writes it: leave --bos auto");
+  if ((o.chat || messages) && !o.turns.empty())
+    throw InputError("--turn with " + what +
+                     ": later turns are not rendered with the chat template; give the whole conversation as "
+                     "--messages");
+}
+
 }  // namespace
 
 run::RunOptions ModelOptions::run_options() const {
+  check_chat_options(*this);
   run::RunOptions r;
   r.prompt_text = prompt_text();
   if (!prompt_ids_file.empty()) r.prompt_ids = read_prompt_ids(prompt_ids_file);
+  if (chat || !messages_file.empty()) {
+    // Rendered before the model loads: a missing template or a bad messages file costs nothing.
+    const nlohmann::ordered_json messages =
+        chat ? user_chat_messages(r.prompt_text, system) : run::read_chat_messages(messages_file);
+    r.chat = run::render_chat(run::chat_template_location(model, tokenizer), messages);
+    r.prompt_text = r.chat->text;
+  }
   r.follow_up_turns = turns;
   r.bos = run::parse_bos_mode(bos);
   r.max_new_tokens = max_new_tokens;

@@ -240,7 +240,7 @@ std::string toml_3_3_hazard(std::string_view text) {
 
 }  // namespace
 
-Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
+Grid parse_grid_text(std::string_view text, const std::filesystem::path& file, const std::string& messages_file) {
   if (const std::string hazard = toml_3_3_hazard(text); !hazard.empty())
     throw InputError(file, "not valid TOML: " + hazard);
   toml::table t;
@@ -293,7 +293,18 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file) {
     if (!b) throw InputError(g.where(line_of(*n)), "'allow_prompts_outside_grid' must be true or false");
     g.allow_prompts_outside_grid = b->get();
   }
-  for (const auto& [p, line] : strings_of(t, "prompts", g)) {
+  if (!messages_file.empty()) {
+    // sweep --messages: one conversation is the prompt of every run, in place of the grid's prompts.
+    if (const toml::node* n = t.get("prompts"))
+      throw InputError(g.where(line_of(*n)), "--messages " + messages_file +
+                                                 " is the prompt of every run: the grid's 'prompts' would be "
+                                                 "unused; remove them or drop --messages");
+    g.prompts.push_back(canonical_path(std::filesystem::absolute(messages_file)).string());
+    g.legacy_prompts.push_back(messages_file);
+    g.prompt_lines.push_back(0);
+  }
+  for (const auto& [p, line] :
+       messages_file.empty() ? strings_of(t, "prompts", g) : std::vector<std::pair<std::string, int64_t>>{}) {
     g.prompts.push_back(resolve(p));
     g.legacy_prompts.push_back(legacy(p));
     g.prompt_lines.push_back(line);
@@ -439,12 +450,12 @@ std::string Grid::where(const std::string& key) const {
   return where(it == key_lines.end() ? 0 : it->second);
 }
 
-Grid parse_grid(const std::filesystem::path& file) {
+Grid parse_grid(const std::filesystem::path& file, const std::string& messages_file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(file, std::filesystem::exists(file) ? "cannot be read" : "no such file");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_grid_text(ss.str(), file);
+  return parse_grid_text(ss.str(), file, messages_file);
 }
 
 }  // namespace kvscope::cli

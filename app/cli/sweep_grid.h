@@ -44,11 +44,13 @@ struct Grid {
 /// Reads and parses the grid file. Throws InputError(file, ...) if it cannot be read or is not
 /// TOML, and InputError("FILE:LINE", ...) for an unknown key, or a key missing, empty, of the wrong
 /// type or out of range (budgets against their unit's range), or a prompt outside the grid's
-/// folder without `allow_prompts_outside_grid = true`.
-Grid parse_grid(const std::filesystem::path& file);
+/// folder without `allow_prompts_outside_grid = true`. With `messages_file` (sweep --messages: one
+/// conversation, the prompt of every run) the grid has no `prompts` (refused if it has) and the
+/// file, made canonical and absolute, is its one prompt.
+Grid parse_grid(const std::filesystem::path& file, const std::string& messages_file = {});
 
 /// The same from the file's text; relative paths resolve against `file`'s folder, errors name `file`.
-Grid parse_grid_text(std::string_view text, const std::filesystem::path& file);
+Grid parse_grid_text(std::string_view text, const std::filesystem::path& file, const std::string& messages_file = {});
 
 /// One pipeline of a grid, checked against the policy catalogue.
 struct GridPipeline {

@@ -168,7 +168,10 @@ void draw_context_bar(AppState& s) {
   std::vector<std::string> shown = figures::elide_identities(ids, static_cast<int>(width));
   for (auto& x : shown) x = ellipsize(x, width);
   ImGui::TextUnformatted(with_id(a, shown[0]).c_str());
-  item_tooltip(a.title() + "\n" + a.caption() + "\n" + ellipsize(a.record.info.prompt.text, 400));
+  const std::string& chat = a.record.info.prompt.chat_template;
+  item_tooltip(a.title() + "\n" + a.caption() + "\n" +
+               (chat.empty() ? "" : "chat prompt, rendered with " + chat + ":\n") +
+               ellipsize(a.record.info.prompt.text, 400));
   for (std::size_t i = 0; i < s.others.size(); ++i) {
     const RunData& o = *s.others[i];
     ImGui::SameLine();

@@ -26,6 +26,10 @@
 #include "view_table.h"
 #include "view_types.h"
 
+namespace kvscope {
+class ChatTemplate;
+}
+
 namespace kvscope::gui {
 
 using figures::display_token;
@@ -43,7 +47,9 @@ struct OpenDb {
   std::vector<sessions::RunRow> rows;
   /// Per run id: prompt preview and model shape, read lazily (list_runs has neither).
   struct Extra {
-    std::string prompt;
+    std::string prompt;         ///< the text tokenized (a chat prompt: rendered by its template)
+    std::string chat_template;  ///< a chat prompt's template source ("" for other prompts)
+    std::string chat_preview;   ///< a chat prompt's last message (the list shows it)
     std::int64_t n_prompt = 0, n_layer = 0, n_head_kv = 0;
     std::int64_t notes = 0, bookmarks = 0;
   };
@@ -179,6 +185,13 @@ struct RunState {
   std::string prompt_tokens_why;    ///< why not known (no model, tokenizer does not load)
   std::int64_t kept_per_head = -1;  ///< entries per KV head after prefill; -1: not known
   std::string budget_problem;       ///< run::check_kept_entries' one line; non-empty disables Run
+  // The chat template of the form's tokenizer (run_panel.cpp), loaded once per location: the
+  // "chat template" box is disabled, with the reason, where there is none.
+  std::string chat_location;                          ///< where it was looked for; "" = not yet
+  std::shared_ptr<const ChatTemplate> chat_template;  ///< null: none (chat_template_why says why)
+  std::string chat_template_why;
+  std::string chat_rendered;  ///< the form's prompt as the template renders it (chat on; the count's text)
+  std::string chat_problem;   ///< rendering it failed (raise_exception, ...): shown, and disables Run
   // "Open in Run" (run_from_record.h): which run filled the form, and what it could not fill.
   std::string filled_from;              ///< "#5 of runs.db"; empty: the form was not filled from a run
   std::vector<std::string> fill_notes;  ///< fields the run did not record (kept from the form or estimated)

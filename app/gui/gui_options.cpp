@@ -176,7 +176,11 @@ void read_run_request(const std::string& path, RunRequest& req) {
       std::ifstream f(text(key, v), std::ios::binary);
       if (!f) throw std::invalid_argument(path + ": prompt_file '" + v.get<std::string>() + "' cannot be read");
       req.prompt.assign(std::istreambuf_iterator<char>(f), {});
-    } else if (key == "bos")
+    } else if (key == "chat")
+      req.chat = flag(key, v);
+    else if (key == "system")
+      req.system = text(key, v);
+    else if (key == "bos")
       req.bos = text(key, v);
     else if (key == "pipeline_spec")
       req.pipeline_spec = text(key, v);

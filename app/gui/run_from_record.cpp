@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "app_state.h"
 #include "kvscope/core/budget.h"
 #include "kvscope/core/tokenizer.h"
@@ -56,9 +58,39 @@ RunFill fill_from_run(const sessions::RunRecord& rec, const std::string& db, con
   if (!rec.info.model.device.empty()) f.device = rec.info.model.device;
   if (!rec.info.model.dtype.empty()) f.dtype = rec.info.model.dtype;
 
-  // Prompt: the text as given; token ids alone only through the tokenizer.
+  // Prompt: the text as given; token ids alone only through the tokenizer. A chat prompt of a user
+  // message (after a system message) goes back to "chat template" with them; another conversation
+  // (--messages) is its rendered text, tokenized as is (BOS never).
   const auto& ids = rec.info.prompt.tokens;
-  if (!rec.info.prompt.text.empty()) {
+  f.chat = false;
+  f.system.clear();
+  bool bos_known = false;
+  if (!rec.info.prompt.chat_template.empty()) {
+    nlohmann::ordered_json messages;
+    try {
+      messages = nlohmann::ordered_json::parse(rec.info.prompt.chat_messages);
+    } catch (const std::exception&) {
+      messages = nullptr;
+    }
+    const auto is = [&](std::size_t i, const char* role) {
+      return messages[i].is_object() && messages[i].value("role", "") == role && messages[i].contains("content") &&
+             messages[i]["content"].is_string();
+    };
+    const bool user = messages.is_array() && (messages.size() == 1 || messages.size() == 2) &&
+                      is(messages.size() - 1, "user") && (messages.size() == 1 || is(0, "system"));
+    if (user) {
+      f.chat = true;
+      f.prompt = messages.back()["content"].get<std::string>();
+      if (messages.size() == 2) f.system = messages[0]["content"].get<std::string>();
+      f.bos = "auto";
+    } else {
+      f.prompt = rec.info.prompt.text;
+      f.bos = "never";
+      out.notes.push_back(id + "'s prompt was a conversation rendered with " + rec.info.prompt.chat_template +
+                          ": the form holds the rendered text, tokenized as is");
+    }
+    bos_known = true;
+  } else if (!rec.info.prompt.text.empty()) {
     f.prompt = rec.info.prompt.text;
   } else if (tokenizer && !ids.empty()) {
     f.prompt = tokenizer->decode(ids);
@@ -69,8 +101,7 @@ RunFill fill_from_run(const sessions::RunRecord& rec, const std::string& db, con
                         " token ids): the form's prompt kept");
   }
   // BOS: not recorded, but the stored ids tell whether one was prepended to the text's tokens.
-  bool bos_known = false;
-  if (tokenizer && !rec.info.prompt.text.empty()) {
+  if (!bos_known && tokenizer && !rec.info.prompt.text.empty()) {
     const std::vector<int32_t> enc = tokenizer->encode(rec.info.prompt.text);
     if (ids == enc) {
       f.bos = "never", bos_known = true;

@@ -33,7 +33,9 @@ struct RunFill {
 /// the full cache), budget unit and value, capture level (from the stored blobs: per-layer arrays =
 /// full, head summaries or a timeline = summary, else off), the full-cache reference (a "kl" step
 /// metric or "mean_kl"), beyond-context (summary "beyond_context_tokens"), the run's name and its
-/// database. BOS mode: with `tokenizer` (the model's; may be null), "never" when the stored ids are
+/// database. A chat prompt of one user message (after a system message) fills "chat template", the
+/// message and the system text; another conversation its rendered text with BOS "never". BOS mode
+/// of other prompts: with `tokenizer` (the model's; may be null), "never" when the stored ids are
 /// the text's tokens, "always" when they are one id more; a note when they are neither (the re-run
 /// would not be on the same ids). Not recorded, so kept from `base` with a note: max new tokens (set
 /// to the tokens the run generated when it generated any: at most the limit it had), sampling, the

@@ -38,6 +38,13 @@ run::RunOptions run_options(const PolicyRegistry& registry, const RunRequest& re
   run::RunOptions o;
   o.prompt_text = req.prompt;
   o.bos = run::parse_bos_mode(req.bos);
+  if (req.chat) {  // as kvscope-cli --chat [--system]: rendered before the model loads
+    o.chat =
+        run::render_chat(run::chat_template_location(req.random_init.empty() ? req.model_path : "", req.tokenizer_path),
+                         user_chat_messages(req.prompt, req.system.empty() ? std::nullopt : std::optional(req.system)));
+    o.prompt_text = o.chat->text;
+    o.bos = BosMode::kAuto;  // the template writes the BOS; the form's BOS box is disabled
+  }
   o.pipeline = req.pipeline_spec;
   // The window always shows a budget; a pipeline that uses none (a head pattern) runs without it.
   if (!req.pipeline_spec.empty() && pipeline_uses_budget(resolve_pipeline(registry.catalog(), req.pipeline_spec)))
@@ -118,8 +125,8 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
       emit({RunUpdate::Kind::kToken, decode_continuation(*model.tokenizer, shown, {id}), req.db_path, run_id, n});
       shown.push_back(id);
     };
-    run::generate_into_store(store, *slot.engine, pipeline.get(), registry, g, req.prompt, req.name, std::nullopt,
-                             run_id, on_token);
+    run::generate_into_store(store, *slot.engine, pipeline.get(), registry, g, run::recorded_prompt(options), req.name,
+                             std::nullopt, run_id, on_token);
     done.kind = RunUpdate::Kind::kFinished;
     done.text = "recorded run #" + std::to_string(run_id) + " in " + req.db_path;
   } catch (const RunCancelled& e) {

@@ -30,6 +30,10 @@ struct RunRequest {
   std::string random_init;
   std::string tokenizer_path;  ///< optional override
   std::string prompt;
+  /// The prompt as one user message rendered with the model's chat template (and its generation
+  /// prompt), as kvscope-cli --chat: no BOS added (the template writes it), `bos` unused.
+  bool chat = false;
+  std::string system;         ///< with `chat`: a system message before the prompt (empty: none)
   std::string bos = "auto";   ///< auto | always | never
   std::string pipeline_spec;  ///< empty: full cache, no compression
   std::string budget_unit =

@@ -155,7 +155,25 @@ std::vector<StageSpec> pipeline_stage_specs(const Pipeline& pipeline) {
 
 GenerateRequest make_request(const Model& model, const Pipeline* pipeline, const RunOptions& options) {
   GenerateRequest req;
-  if (options.prompt_ids) {
+  if (options.chat) {
+    // The rendered text, encoded as apply_chat_template(tokenize=True) encodes it: the template wrote
+    // the BOS where the model wants one, so no BOS mode applies and nothing is added twice.
+    const std::string& source = options.chat->source;
+    if (options.prompt_ids)
+      throw InputError(source,
+                       "a chat prompt is text rendered with this template; --prompt-ids gives token ids "
+                       "verbatim: give one of them");
+    if (options.bos != BosMode::kAuto)
+      throw InputError(source, "a chat prompt's BOS is where this template writes it: leave --bos auto");
+    if (!options.follow_up_turns.empty())
+      throw InputError(source,
+                       "later turns (--turn) are not rendered with the chat template: give the whole "
+                       "conversation as --messages");
+    if (!model.tokenizer)
+      throw InputError(model.source, "the model has no tokenizer: cannot encode the chat prompt (give --tokenizer)");
+    req.prompt_ids = chat_prompt_ids(*model.tokenizer, options.chat->text);
+    if (req.prompt_ids.empty()) throw InputError(source, "the chat prompt rendered to no tokens");
+  } else if (options.prompt_ids) {
     if (options.prompt_ids->empty()) throw InputError("--prompt-ids: the prompt holds no token ids");
     req.prompt_ids = *options.prompt_ids;
   } else if (model.tokenizer) {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat_prompt.h"
 #include "kvscope/core/budget.h"
 #include "kvscope/core/capture.h"
 #include "kvscope/core/generate.h"
@@ -34,6 +35,11 @@ struct RunOptions {
   /// The prompt as token ids, used verbatim (no BOS added) instead of encoding prompt_text: for a
   /// checkpoint without a tokenizer, or to feed exactly what another tool tokenized.
   std::optional<std::vector<int32_t>> prompt_ids;
+  /// A chat prompt (--chat, --messages, the Run view's "chat template"): messages rendered with the
+  /// tokenizer's chat template (render_chat). prompt_text holds the same rendered text; its ids are
+  /// chat_prompt_ids (no BOS added: the template writes it), and the session records the template's
+  /// source and the messages. Takes neither prompt_ids, follow-up turns nor a BOS mode but auto.
+  std::optional<ChatPrompt> chat;
   std::vector<std::string> follow_up_turns;  ///< later user turns (multi-turn), each a text
   BosMode bos = BosMode::kAuto;
   std::string pipeline;              ///< pipeline SPEC (presets allowed); empty: the full cache
@@ -75,10 +81,12 @@ std::unique_ptr<Pipeline> make_pipeline(const PolicyRegistry& registry, const Ru
 std::vector<StageSpec> pipeline_stage_specs(const Pipeline& pipeline);
 
 /// The request of `options` for `model` under `pipeline` (from make_pipeline; may be null): prompt
-/// tokens (BOS per options.bos; a model without a tokenizer gets its BOS id alone), follow-up turns,
+/// tokens (BOS per options.bos; a chat prompt's chat_prompt_ids; a model without a tokenizer gets
+/// its BOS id alone), follow-up turns,
 /// sampling, stop tokens, budget, reference, capture and prefill chunking. Throws InputError for a
 /// model without a tokenizer given follow-up turns, a token id the model has no embedding for (a
-/// tokenizer of another model), and a run longer than the model's context (positions_needed >
+/// tokenizer of another model), a chat prompt with prompt ids, follow-up turns or a BOS mode other
+/// than auto (or for a model without a tokenizer), and a run longer than the model's context (positions_needed >
 /// max_position_embeddings) unless options.allow_beyond_context, with the numbers, and a pinned head
 /// outside the model; and a budget whose entries per KV head after prefill (Pipeline::begin_run)
 /// are fewer than the pipeline always keeps (check_kept_entries: "budget fraction 0.25 keeps 22

@@ -36,8 +36,26 @@ sessions::Blob f32_blob(const std::string& name, int64_t layer, const at::Tensor
 
 }  // namespace
 
+sessions::PromptInfo recorded_prompt(const RunOptions& options) {
+  sessions::PromptInfo p;
+  p.text = options.chat ? options.chat->text : options.prompt_text;
+  if (options.chat) {
+    p.chat_template = options.chat->source;
+    p.chat_messages = options.chat->messages.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  }
+  return p;
+}
+
 sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const PolicyRegistry& registry,
                            const GenerateRequest& req, const std::string& prompt_text, const std::string& name,
+                           const std::optional<std::string>& sweep_key) {
+  sessions::PromptInfo prompt;
+  prompt.text = prompt_text;
+  return run_info(model, pipeline, registry, req, prompt, name, sweep_key);
+}
+
+sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const PolicyRegistry& registry,
+                           const GenerateRequest& req, const sessions::PromptInfo& prompt, const std::string& name,
                            const std::optional<std::string>& sweep_key) {
   sessions::RunInfo info;
   info.name = name;
@@ -60,7 +78,8 @@ sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const P
     info.pipeline.spec = "full";
     info.budget = {BudgetUnit::kFraction, 1.0};
   }
-  info.prompt = {prompt_text, req.prompt_ids};
+  info.prompt = prompt;
+  info.prompt.tokens = req.prompt_ids;
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   info.env = {"0.1.0", TORCH_VERSION, model.device.is_cuda() ? "cuda" : "cpu", host};
@@ -146,7 +165,17 @@ GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& 
                                    const std::string& prompt_text, const std::string& name,
                                    const std::optional<std::string>& sweep_key, int64_t& run_id,
                                    const std::function<void(int32_t)>& on_token) {
-  run_id = store.begin_run(run_info(engine.model(), pipeline, registry, req, prompt_text, name, sweep_key));
+  sessions::PromptInfo prompt;
+  prompt.text = prompt_text;
+  return generate_into_store(store, engine, pipeline, registry, req, prompt, name, sweep_key, run_id, on_token);
+}
+
+GenerateResult generate_into_store(sessions::SessionStore& store, const Engine& engine, const Pipeline* pipeline,
+                                   const PolicyRegistry& registry, const GenerateRequest& req,
+                                   const sessions::PromptInfo& prompt, const std::string& name,
+                                   const std::optional<std::string>& sweep_key, int64_t& run_id,
+                                   const std::function<void(int32_t)>& on_token) {
+  run_id = store.begin_run(run_info(engine.model(), pipeline, registry, req, prompt, name, sweep_key));
   // A run allowed past the model's context (--allow-beyond-context; make_request refuses it
   // otherwise) says so, so its numbers are not read as those of an ordinary run.
   const int64_t beyond = positions_needed(req) - engine.model().config.max_position_embeddings;

@@ -9,7 +9,8 @@
 
 namespace kvscope {
 
-at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionShape& shape) {
+at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionShape& shape,
+                         const at::Tensor& q_positions, const at::Tensor& k_positions) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   const int64_t Hkv = k.size(0), N = k.size(1), G = H / Hkv;
   const double scale = shape.scale > 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(D));
@@ -23,11 +24,14 @@ at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
     at::Tensor qb = qg.narrow(2, t0, tb).reshape({Hkv, G * tb, D});
     at::Tensor s = at::bmm(qb, kt).to(at::kFloat).mul_(scale).view({Hkv, G, tb, N});
     if (shape.softcap > 0) s = at::tanh(s / shape.softcap) * shape.softcap;
-    if (T > 1 || shape.window > 0) {
+    const bool by_position = q_positions.defined() && k_positions.defined();
+    if (T > 1 || shape.window > 0 || by_position) {
       // query t (global index t0 + i) sits at key index N - T + t0 + i; keys after it are masked,
-      // and with a window those at or before its index - window.
-      at::Tensor qi = at::arange(t0, t0 + tb, s.options().dtype(at::kLong)).unsqueeze(1) + (N - T);
-      at::Tensor kj = at::arange(N, s.options().dtype(at::kLong)).unsqueeze(0);
+      // and with a window those at or before its index - window. By position: the same on positions.
+      const auto li = s.options().dtype(at::kLong);
+      at::Tensor qi = by_position ? q_positions.narrow(0, t0, tb).to(li).unsqueeze(1)
+                                  : at::arange(t0, t0 + tb, li).unsqueeze(1) + (N - T);
+      at::Tensor kj = by_position ? k_positions.to(li).unsqueeze(0) : at::arange(N, li).unsqueeze(0);
       at::Tensor masked = kj > qi;
       if (shape.window > 0) masked = masked.logical_or(kj <= qi - shape.window);
       s.masked_fill_(masked, -std::numeric_limits<float>::infinity());

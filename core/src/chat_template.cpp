@@ -22,6 +22,7 @@ struct ChatTemplate::Impl {
   std::string origin;
   std::vector<std::string> names;
   std::vector<std::string> texts;
+  std::vector<std::string> sources;  ///< where each template came from (ChatTemplate::source)
   std::vector<jinja::Template> templates;
   ojson special_tokens = ojson::object();
 
@@ -29,6 +30,7 @@ struct ChatTemplate::Impl {
     templates.emplace_back(text, source_name);
     names.push_back(name);
     texts.push_back(std::move(text));
+    sources.push_back(source_name);
   }
 
   /// transformers' choice: the named one; else "tool_use" with tools, "default", or the only one.
@@ -249,6 +251,11 @@ std::string ChatTemplate::render_variables(const ojson& variables, const std::st
 
 const std::string& ChatTemplate::origin() const { return impl_->origin; }
 
+const std::string& ChatTemplate::source(const ojson& extra, const std::string& template_name) const {
+  const bool with_tools = extra.is_object() && extra.contains("tools") && !extra["tools"].is_null();
+  return impl_->sources[impl_->choose(template_name, with_tools)];
+}
+
 std::vector<std::string> ChatTemplate::names() const { return impl_->names; }
 
 const std::string& ChatTemplate::text(const std::string& name) const {
@@ -256,5 +263,39 @@ const std::string& ChatTemplate::text(const std::string& name) const {
 }
 
 const ojson& ChatTemplate::special_tokens() const { return impl_->special_tokens; }
+
+ojson parse_chat_messages(std::string_view json_text, const std::string& origin) {
+  ojson doc;
+  try {
+    doc = ojson::parse(json_text);
+  } catch (const ojson::parse_error& e) {
+    throw InputError(origin, std::string("not valid JSON: ") + e.what());
+  }
+  if (doc.is_object() && doc.contains("messages")) doc = std::move(doc["messages"]);
+  const std::string shape = "expected a JSON array of messages ({\"role\", \"content\"} objects)";
+  if (!doc.is_array()) throw InputError(origin, shape + ", not " + doc.type_name());
+  if (doc.empty()) throw InputError(origin, "holds no messages: " + shape);
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const ojson& m = doc[i];
+    const std::string which = "message " + std::to_string(i);
+    if (!m.is_object()) throw InputError(origin, which + " is not a {\"role\", \"content\"} object");
+    if (!m.contains("role") || !m["role"].is_string())
+      throw InputError(origin, which + " has no \"role\" string (\"system\", \"user\", \"assistant\", ...)");
+    const bool content = m.contains("content") && !m["content"].is_null();
+    if (content && !m["content"].is_string() && !m["content"].is_array())
+      throw InputError(origin,
+                       which + "'s \"content\" is " + m["content"].type_name() + ", not a string or a list of parts");
+    if (!content && !m.contains("tool_calls"))
+      throw InputError(origin, which + " has no \"content\" (only a message with \"tool_calls\" may omit it)");
+  }
+  return doc;
+}
+
+ojson user_chat_messages(std::string_view user, const std::optional<std::string>& system) {
+  ojson out = ojson::array();
+  if (system) out.push_back({{"role", "system"}, {"content", *system}});
+  out.push_back({{"role", "user"}, {"content", std::string(user)}});
+  return out;
+}
 
 }  // namespace kvscope

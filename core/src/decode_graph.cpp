@@ -4,6 +4,7 @@
 // sized for each layer's capacity, so a graph captured at one length serves every later one.
 #include "kvscope/core/decode_graph.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,14 +25,20 @@ namespace kvscope {
 bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t steps) {
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
   const Model& m = engine.model();
-  if (!m.device.is_cuda() || (m.config.head_dim != 64 && m.config.head_dim != 128)) return false;
-  if (!m.config.unfused_features().empty()) return false;         // family layers: the unfused path (engine.cpp)
+  if (!m.device.is_cuda()) return false;
+  if (!m.config.unfused_features().empty()) return false;         // what the fused kernels cannot take (engine.cpp)
   if (cache.n_head_kv() % m.config.n_head_kv != 0) return false;  // B x n_head_kv heads: a batch of B
+  // One captured table serves every step only within one RoPE regime (longrope, dynamic NTK).
+  if (!engine.rope_fixed_over(cache.next_position() + 1, cache.next_position() + steps)) return false;
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     const LayerKv& L = cache.layer(l);
     for (size_t h = 0; h < L.length.size(); ++h) {
       if (!L.ring_window.empty() && L.ring_window[h] > 0) return false;
-      if (L.length[h] + steps > L.capacity[h]) return false;
+      if (L.window > 0) {  // a sliding-window layer decodes as its ring, which stays within the window
+        if (!L.ringed || std::min(L.length[h] + steps, L.window) > L.capacity[h]) return false;
+      } else if (L.length[h] + steps > L.capacity[h]) {
+        return false;
+      }
     }
   }
   return true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -25,33 +26,68 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 Engine::Engine(const Model& model) : model_(model) {
   const ModelConfig& c = model.config;
-  inv_freq_ = rope_inv_freq(c).to(model.device);
-  inv_freqs_ = {inv_freq_};
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const at::Tensor f = rope_inv_freq(c, l).to(model.device);
-    int k = 0;
-    while (k < static_cast<int>(inv_freqs_.size()) && !at::equal(inv_freqs_[static_cast<std::size_t>(k)], f)) ++k;
-    if (k == static_cast<int>(inv_freqs_.size())) inv_freqs_.push_back(f);
-    layer_freq_.push_back(k);
+  // Distinct frequency sets, one per regime of the context length (HF's longrope short / long;
+  // dynamic NTK is recomputed past its threshold, rope_sets), and which one each layer takes.
+  for (const int64_t seq_len : {int64_t{0}, std::numeric_limits<int64_t>::max() / 2}) {
+    std::vector<int> per_layer;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const RopeFrequencies f = rope_frequencies(c, l, seq_len);
+      const at::Tensor inv = f.inv_freq.to(model.device);
+      std::size_t k = 0;
+      while (k < rope_sets_.size() &&
+             !(rope_sets_[k].scaling == f.attention_scaling && at::equal(rope_sets_[k].inv_freq, inv)))
+        ++k;
+      if (k == rope_sets_.size()) rope_sets_.push_back({inv, f.attention_scaling});
+      per_layer.push_back(static_cast<int>(k));
+    }
+    layer_freq_[seq_len == 0 ? 0 : 1] = per_layer;
   }
-  std::string extras = c.unfused_features();
-  if (c.head_dim != 64 && c.head_dim != 128)  // what the fused decode attention kernels take
-    extras += (extras.empty() ? "" : ", ") + std::string("head_dim ") + std::to_string(c.head_dim);
+  // Gemma: embeddings times sqrt(hidden), the factor rounded to the weights' dtype as HF does.
+  embed_scale_ = c.embed_scale == 1.0
+                     ? 1.0
+                     : at::scalar_tensor(c.embed_scale, at::TensorOptions().dtype(model.dtype)).item<double>();
+  const std::string extras = c.unfused_features();
   fused_layers_ = extras.empty();
   if (!fused_layers_ && model.device.is_cuda() && ops::cuda_kernels_available())
     std::cerr << "kvscope: " << c.model_type << " (" << extras
               << ") runs the unfused LibTorch layers on CUDA, without the CUDA graph: the fused decode kernels "
-                 "take Llama-style layers only\n";
+                 "do not take it\n";
 }
 
-std::vector<RopeTable> Engine::rope_tables(const at::Tensor& positions) const {
-  std::vector<RopeTable> out;
-  for (const at::Tensor& f : inv_freqs_) out.push_back(rope_table(positions, f, model_.dtype));
+std::vector<RopeTable> Engine::rope_tables(const at::Tensor& positions, int64_t seq_len) const {
+  const ModelConfig& c = model_.config;
+  std::vector<RopeTable> out(static_cast<std::size_t>(c.n_layer));
+  const RopeSeqDependence dep = rope_seq_dependence(c);
+  const bool past = dep.kind != RopeSeqDependence::Kind::kNone && seq_len > dep.threshold;
+  std::vector<RopeTable> sets(rope_sets_.size());
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const auto k = static_cast<std::size_t>(layer_freq_[past ? 1 : 0][static_cast<std::size_t>(l)]);
+    if (past && dep.kind == RopeSeqDependence::Kind::kDynamic &&
+        rope_seq_dependence(c, l).kind == RopeSeqDependence::Kind::kDynamic) {
+      // Dynamic NTK: the base grows with the context (HF recomputes it at every new length).
+      const RopeFrequencies f = rope_frequencies(c, l, seq_len);
+      out[static_cast<std::size_t>(l)] =
+          rope_table(positions, f.inv_freq.to(positions.device()), model_.dtype, f.attention_scaling);
+      continue;
+    }
+    if (!sets[k].cos.defined())
+      sets[k] = rope_table(positions, rope_sets_[k].inv_freq, model_.dtype, rope_sets_[k].scaling);
+    out[static_cast<std::size_t>(l)] = sets[k];
+  }
   return out;
 }
 
-const RopeTable& Engine::layer_rope(const std::vector<RopeTable>& tables, int64_t l) const {
-  return tables[static_cast<std::size_t>(layer_freq_[static_cast<std::size_t>(l)])];
+bool Engine::rope_fixed_over(int64_t first_seq_len, int64_t last_seq_len) const {
+  const RopeSeqDependence dep = rope_seq_dependence(model_.config);
+  switch (dep.kind) {
+    case RopeSeqDependence::Kind::kNone:
+      return true;
+    case RopeSeqDependence::Kind::kLongShort:
+      return (first_seq_len > dep.threshold) == (last_seq_len > dep.threshold);
+    case RopeSeqDependence::Kind::kDynamic:
+      return last_seq_len <= dep.threshold;
+  }
+  return false;
 }
 
 KvCache Engine::new_cache(int64_t capacity) const {
@@ -80,24 +116,33 @@ Engine::DecodeRows Engine::layer_forward(int64_t l, const DecodeRows& in, const 
   at::Tensor q = qk.narrow(1, 0, H), k = qk.narrow(1, H, Hkv);
   at::Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).view({T, Hkv, D});
   at::Tensor kh = k.transpose(0, 1), vh = v.transpose(0, 1);  // [Hkv, T, D]
-  cache.append(l, kh, vh, positions);
   const AttentionShape shape{c.attn_scale, c.attn_softcap, c.window(l)};
   at::Tensor attn;
-  if (decode_attention && T == 1) {
-    attn = decode_attention->attend(l, q[0], cache).reshape({1, H * D});
-  } else if (self_only) {
-    attn = gqa_causal_self_attention(q, kh, vh, shape);
-  } else if (cache.layer(l).uniform()) {
-    attn = gqa_attention(q, cache.keys(l), cache.values(l), shape);
+  if (shape.window > 0 && !self_only) {
+    // A sliding-window layer: its ring holds the last `window` positions in any order (KvCache), so
+    // the block attends over them and itself by position, before the append overwrites the oldest.
+    const at::Tensor kv_pos = at::cat({cache.positions(l).select(0, 0), positions});
+    attn =
+        gqa_attention(q, at::cat({cache.keys(l), kh}, 1), at::cat({cache.values(l), vh}, 1), shape, positions, kv_pos);
+    cache.append(l, kh, vh, positions);
   } else {
-    // Ragged heads (head-wise budgets): one attention per KV head over its own entries.
-    const int64_t G = H / Hkv;
-    std::vector<at::Tensor> per_head;
-    for (int64_t g = 0; g < Hkv; ++g)
-      per_head.push_back(gqa_attention(q.narrow(1, g * G, G), cache.head_keys(l, g).unsqueeze(0),
-                                       cache.head_values(l, g).unsqueeze(0), shape)
-                             .view({T, G, D}));
-    attn = at::cat(per_head, 1).view({T, H * D});
+    cache.append(l, kh, vh, positions);
+    if (decode_attention && T == 1) {
+      attn = decode_attention->attend(l, q[0], cache).reshape({1, H * D});
+    } else if (self_only) {
+      attn = gqa_causal_self_attention(q, kh, vh, shape);
+    } else if (cache.layer(l).uniform()) {
+      attn = gqa_attention(q, cache.keys(l), cache.values(l), shape);
+    } else {
+      // Ragged heads (head-wise budgets): one attention per KV head over its own entries.
+      const int64_t G = H / Hkv;
+      std::vector<at::Tensor> per_head;
+      for (int64_t g = 0; g < Hkv; ++g)
+        per_head.push_back(gqa_attention(q.narrow(1, g * G, G), cache.head_keys(l, g).unsqueeze(0),
+                                         cache.head_values(l, g).unsqueeze(0), shape)
+                               .view({T, G, D}));
+      attn = at::cat(per_head, 1).view({T, H * D});
+    }
   }
   if (observer) observer(LayerEvent{c, l, q, cache});
   at::Tensor attn_out = at::linear(attn, w.w_o);
@@ -159,27 +204,48 @@ Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, c
   if (B > 1 && (m.commit || observer || cache.n_head_kv() != B * Hkv))
     throw std::invalid_argument(
         "fused_decode_layer: a batch of rows needs a cache of B x n_head_kv heads, the graph path and no observer");
+  // Nothing pending (the first layer, or after an unfused one): the norm as a launch (fp32 Gemma
+  // weights: LibTorch).
   const ops::NormedRows h = in.gx.defined() ? ops::NormedRows(in.gx, in.sumsq, c.rms_norm_eps)
-                                            : ops::NormedRows(ops::rms_norm(x, w.attn_norm, c.rms_norm_eps));
+                            : w.attn_norm.scalar_type() == x.scalar_type()
+                                ? ops::NormedRows(ops::rms_norm(x, w.attn_norm, c.rms_norm_eps))
+                                : ops::NormedRows(rms_norm(x, w.attn_norm, c.rms_norm_eps));
+  ops::QkvFeatures features;
+  features.q_norm = w.q_norm;  // Qwen3 / Gemma 3 (undefined otherwise)
+  features.k_norm = w.k_norm;
+  features.norm_eps = c.rms_norm_eps;
+  features.ring = L.window;  // a sliding-window layer's ring
   // One launch for the fused QKV projection with RoPE and the cache append in its epilogue; its
   // output comes in q, k, v blocks, so a batch's heads are [B * heads, D] (sequence b's heads at
   // b * heads ..). Advances m.length on the device.
   const auto [q, k, v] =
-      ops::qkv_rope_append(h, w.w_qkv, w.b_qkv, H, Hkv, rope.cos.view({D / 2}), rope.sin.view({D / 2}), c.rope_layout,
-                           L.k, L.v, L.pos, m.offset, m.length, m.tickets, m.position);
+      ops::qkv_rope_append(h, w.w_qkv, w.b_qkv, H, Hkv, rope.cos.view({-1}), rope.sin.view({-1}), c.rope_layout, L.k,
+                           L.v, L.pos, m.offset, m.length, m.tickets, m.position, features);
   if (m.commit) cache.commit_append(l, 1);
   at::Tensor attn;
   if (!decode_attention)
-    attn = ops::decode_attention(q, L.k, L.v, m.offset, m.length, m.max_len, m.total_len, H / Hkv).view({B, H * D});
+    attn = ops::decode_attention(q, L.k, L.v, m.offset, m.length, m.max_len, m.total_len, H / Hkv, c.attn_scale, 0, {},
+                                 c.attn_softcap)
+               .view({B, H * D});
   else if (m.commit)
     attn = decode_attention->attend(l, q, cache).reshape({1, H * D});
   else
     attn = decode_attention->attend_device(l, q, cache, m.offset, m.length).reshape({B, H * D});
   if (observer) observer(LayerEvent{c, l, q.unsqueeze(0), cache});
   if (m.hook && *m.hook) (*m.hook)(l, q, m.offset, m.length);
+  if (w.post_attn_norm.defined()) {
+    // Gemma's sandwich norms: each sublayer's output is normalised before the residual add, one
+    // launch that also leaves the next norm pending (ops::rms_norm_residual).
+    const auto [residual, h2] =
+        ops::rms_norm_residual(ops::linear_row(attn, w.w_o), w.post_attn_norm, x, w.mlp_norm, c.rms_norm_eps);
+    const at::Tensor act = ops::linear_row_swiglu(h2, w.w_gate_up, c.activation);
+    const auto [out, next] =
+        ops::rms_norm_residual(ops::linear_row(act, w.w_down), w.post_ffn_norm, residual, next_norm, c.rms_norm_eps);
+    return next.pending() ? DecodeRows{out, next.x, next.sumsq} : DecodeRows{out, {}, {}};
+  }
   // The o and down projections add the residual stream as their bias (one kernel, one rounding).
   const auto [residual, h2] = ops::linear_row_norm_out(attn, w.w_o, x, w.mlp_norm, c.rms_norm_eps);
-  const at::Tensor act = ops::linear_row_swiglu(h2, w.w_gate_up);  // gate/up with its SwiGLU: one launch
+  const at::Tensor act = ops::linear_row_swiglu(h2, w.w_gate_up, c.activation);  // gate/up + activation: one launch
   if (!next_norm.defined()) return DecodeRows{ops::linear_row(act, w.w_down, residual), {}, {}};
   const auto [out, next] = ops::linear_row_norm_out(act, w.w_down, residual, next_norm, c.rms_norm_eps);
   return DecodeRows{out, next.x, next.sumsq};
@@ -196,15 +262,17 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s,
       s.total_len.size() != s.meta.size())
     throw std::invalid_argument("decode_step_device: one meta tensor and bound per layer expected");
   DecodeRows x{at::embedding(model_.weights.embed, s.token), {}, {}};  // [B, hidden]
-  const RopeTable rope = rope_table(s.position, inv_freq_, model_.dtype);
+  if (embed_scale_ != 1.0) x.x = x.x * embed_scale_;
+  // The tables of the context length at capture (DecodeGraph::supported keeps within one regime).
+  const std::vector<RopeTable> ropes = rope_tables(s.position, cache.next_position() + 1);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecodeLayerMeta m{s.meta[l][0],     s.meta[l][1],      s.meta[l][2], s.position, s.max_len[l], s.total_len[l],
                             /*commit=*/false, &s.after_attention};
-    x = fused_decode_layer(l, x, rope, cache, m, decode_attention, {}, norm_after(l));
+    x = fused_decode_layer(l, x, ropes[static_cast<std::size_t>(l)], cache, m, decode_attention, {}, norm_after(l));
   }
   s.position.add_(1);
-  const ops::NormedRows normed(x.gx, x.sumsq, c.rms_norm_eps);                  // the final norm, pending
-  return ops::linear_row(normed, model_.weights.lm_head, {}, true).squeeze(0);  // [vocab] or [B, vocab]
+  const ops::NormedRows normed(x.gx, x.sumsq, c.rms_norm_eps);  // the final norm, pending
+  return final_softcap(ops::linear_row(normed, model_.weights.lm_head, {}, true).squeeze(0));  // [vocab] or [B, vocab]
 }
 
 at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool all_logits, const LayerObserver& observer,
@@ -224,17 +292,17 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
   for (int64_t l = 0; l < cache.n_layer(); ++l)
     for (int64_t n : cache.layer(l).length) self_only = self_only && n == 0;
   DecodeRows rows{at::embedding(model_.weights.embed, tok), {}, {}};  // [T, hidden]
-  // Gemma: embeddings times sqrt(hidden), the factor rounded to the weights' dtype as HF does.
-  if (c.embed_scale != 1.0)
-    rows.x = rows.x * at::scalar_tensor(c.embed_scale, at::TensorOptions().dtype(model_.dtype)).item<double>();
-  const std::vector<RopeTable> ropes = rope_tables(positions);
+  if (embed_scale_ != 1.0) rows.x = rows.x * embed_scale_;
+  // HF's rotary embeddings take the block's last position + 1 as the context length (seq-length
+  // dependent scalings: longrope, dynamic NTK; for one sequence HF's cached maximum is that value).
+  const std::vector<RopeTable> ropes = rope_tables(positions, cache.next_position() + T);
   for (int64_t l = 0; l < c.n_layer; ++l)
-    rows = layer_forward(l, rows, positions, layer_rope(ropes, l), cache, self_only, observer, decode_attention,
-                         norm_after(l));
+    rows = layer_forward(l, rows, positions, ropes[static_cast<std::size_t>(l)], cache, self_only, observer,
+                         decode_attention, norm_after(l));
   cache.advance_position(T);
   if (rows.gx.defined()) {  // a fused decode step: the final norm is pending, as in decode_step_device
-    const at::Tensor logits =
-        ops::linear_row(ops::NormedRows(rows.gx, rows.sumsq, c.rms_norm_eps), model_.weights.lm_head, {}, true);
+    const at::Tensor logits = final_softcap(
+        ops::linear_row(ops::NormedRows(rows.gx, rows.sumsq, c.rms_norm_eps), model_.weights.lm_head, {}, true));
     return all_logits ? logits : logits.squeeze(0);
   }
   at::Tensor x = rows.x;
@@ -243,14 +311,23 @@ at::Tensor Engine::forward(KvCache& cache, std::span<const int32_t> ids, bool al
   at::Tensor logits = !all_logits && x.is_cuda() && ops::cuda_kernels_available()
                           ? ops::linear_row(normed, model_.weights.lm_head, {}, /*fp32_out=*/true)
                           : at::linear(normed, model_.weights.lm_head).to(at::kFloat);
-  if (c.final_softcap > 0) logits = at::tanh(logits / c.final_softcap) * c.final_softcap;  // Gemma 2
+  logits = final_softcap(logits);
   return all_logits ? logits : logits.squeeze(0);
+}
+
+at::Tensor Engine::final_softcap(const at::Tensor& logits) const {
+  const double cap = model_.config.final_softcap;  // Gemma 2: cap * tanh(logits / cap)
+  return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }
 
 at::Tensor Engine::prefill(KvCache& cache, std::span<const int32_t> ids, int64_t chunk, bool all_logits,
                            const LayerObserver& observer) const {
   const int64_t T = static_cast<int64_t>(ids.size());
-  if (chunk <= 0 || chunk >= T) return forward(cache, ids, all_logits, observer);
+  if (chunk <= 0 || chunk >= T) {
+    at::Tensor logits = forward(cache, ids, all_logits, observer);
+    cache.ring_windows();  // sliding-window layers keep only their window from here on
+    return logits;
+  }
   std::vector<at::Tensor> logits;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
@@ -258,9 +335,12 @@ at::Tensor Engine::prefill(KvCache& cache, std::span<const int32_t> ids, int64_t
     at::Tensor lg = forward(cache, ids.subspan(t0, n), all_logits, observer);
     if (all_logits)
       logits.push_back(lg);
-    else if (last)
+    else if (last) {
+      cache.ring_windows();
       return lg;
+    }
   }
+  cache.ring_windows();
   return at::cat(logits, 0);
 }
 

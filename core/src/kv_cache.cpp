@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -16,18 +17,27 @@ bool LayerKv::uniform() const {
   return true;
 }
 
+static void require_full_attention(const LayerKv& L, int64_t l, const char* what) {
+  if (L.window > 0)
+    throw std::logic_error(std::string("KvCache::") + what + ": layer " + std::to_string(l) +
+                           " is a sliding-window layer; it keeps its window and is never compressed");
+}
+
 KvCache::KvCache(const ModelConfig& c, int64_t capacity, c10::Device device, c10::ScalarType dtype)
     : n_head_kv_(c.n_head_kv), head_dim_(c.head_dim) {
-  capacity = std::max<int64_t>(capacity, 1);
   const auto opts = at::TensorOptions().device(device).dtype(dtype);
   layers_.resize(c.n_layer);
-  for (auto& L : layers_) {
-    L.k = at::empty({n_head_kv_ * capacity, head_dim_}, opts);
-    L.v = at::empty({n_head_kv_ * capacity, head_dim_}, opts);
-    L.pos = at::empty({n_head_kv_ * capacity}, opts.dtype(at::kLong));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    LayerKv& L = layers_[l];
+    L.window = c.window(l);
+    // A sliding layer never holds more than its window between forwards (a prompt block grows it).
+    const int64_t cap = std::max<int64_t>(L.window > 0 ? std::min(capacity, L.window) : capacity, 1);
+    L.k = at::empty({n_head_kv_ * cap, head_dim_}, opts);
+    L.v = at::empty({n_head_kv_ * cap, head_dim_}, opts);
+    L.pos = at::empty({n_head_kv_ * cap}, opts.dtype(at::kLong));
     for (int64_t h = 0; h < n_head_kv_; ++h) {
-      L.offset.push_back(h * capacity);
-      L.capacity.push_back(capacity);
+      L.offset.push_back(h * cap);
+      L.capacity.push_back(cap);
       L.length.push_back(0);
     }
     L.ring_sink.assign(n_head_kv_, 0);
@@ -42,6 +52,7 @@ void KvCache::grow(int64_t l, int64_t min_capacity) {
   std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_);
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     cap[h] = L.ring_window[h] > 0 ? L.capacity[h] : std::max(min_capacity, 2 * L.capacity[h]);
+    if (L.ringed) cap[h] = std::max(min_capacity, std::min(cap[h], L.window));  // a ring never exceeds its window
     off[h] = total;
     total += cap[h];
   }
@@ -78,9 +89,60 @@ void KvCache::append_ring(int64_t l, int64_t h, const at::Tensor& k, const at::T
   }
 }
 
+void KvCache::append_window(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions) {
+  // One token into a ringed sliding-window layer: row position % window, on the device (no sync).
+  LayerKv& L = layers_[l];
+  const int64_t need = std::min(L.length[0] + 1, L.window);
+  if (need > L.capacity[0]) grow(l, need);
+  const int64_t cap = L.capacity[0];
+  const at::Tensor rows = positions.remainder(L.window);
+  L.k.view({n_head_kv_, cap, head_dim_}).index_copy_(1, rows, k);
+  L.v.view({n_head_kv_, cap, head_dim_}).index_copy_(1, rows, v);
+  L.pos.view({n_head_kv_, cap}).index_copy_(1, rows, positions.unsqueeze(0).expand({n_head_kv_, 1}).contiguous());
+  for (int64_t& n : L.length) n = need;
+}
+
+void KvCache::ring_window_layer(int64_t l) {
+  LayerKv& L = layers_[l];
+  if (L.window <= 0 || L.ringed) return;
+  L.ringed = true;
+  const int64_t n = L.length[0], P = next_position_, W = L.window;
+  if (n == 0) return;
+  const at::Tensor pos = positions(l).select(0, 0);          // [n], all heads alike
+  const at::Tensor idx = pos.ge(P - W).nonzero().flatten();  // the last W positions
+  const int64_t m = idx.numel(), cap = P >= W ? W : std::max(P, std::min(L.capacity[0], W));
+  const at::Tensor rows = pos.index_select(0, idx).remainder(W);
+  at::Tensor k = at::empty({n_head_kv_, cap, head_dim_}, L.k.options());
+  at::Tensor v = at::empty({n_head_kv_, cap, head_dim_}, L.v.options());
+  at::Tensor p = at::empty({n_head_kv_, cap}, L.pos.options());
+  k.index_copy_(1, rows, keys(l).index_select(1, idx));
+  v.index_copy_(1, rows, values(l).index_select(1, idx));
+  p.index_copy_(1, rows, positions(l).index_select(1, idx));
+  L.k = k.view({n_head_kv_ * cap, head_dim_});
+  L.v = v.view({n_head_kv_ * cap, head_dim_});
+  L.pos = p.view({n_head_kv_ * cap});
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    L.offset[h] = h * cap;
+    L.capacity[h] = cap;
+    L.length[h] = m;
+  }
+}
+
+void KvCache::ring_windows() {
+  for (int64_t l = 0; l < n_layer(); ++l) ring_window_layer(l);
+}
+
 void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions) {
   LayerKv& L = layers_[l];
   const int64_t T = k.size(1);
+  if (L.window > 0) {
+    if (T == 1) {
+      ring_window_layer(l);
+      append_window(l, k, v, positions);
+      return;
+    }
+    L.ringed = false;  // a block goes in in order; ring_windows folds it back
+  }
   int64_t need = 0;
   for (int64_t h = 0; h < n_head_kv_; ++h) need = std::max(need, L.length[h] + T);
   bool fits = true;
@@ -114,6 +176,7 @@ void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t res
 void KvCache::assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
                            int64_t reserve) {
   LayerKv& L = layers_[l];
+  require_full_attention(L, l, "assign_layer");
   const int64_t n = k.size(1), cap = n + std::max<int64_t>(reserve, 1);
   L.k = at::empty({n_head_kv_ * cap, head_dim_}, L.k.options());
   L.v = at::empty({n_head_kv_ * cap, head_dim_}, L.v.options());
@@ -149,6 +212,7 @@ std::vector<std::vector<std::vector<int32_t>>> KvCache::host_positions() const {
 
 void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
   LayerKv& L = layers_[l];
+  require_full_attention(L, l, "set_window");
   if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)
     throw std::invalid_argument("KvCache::set_window: layer " + std::to_string(l) + " head " + std::to_string(h) +
                                 " holds " + std::to_string(L.length[h]) + " entries in " +
@@ -161,6 +225,7 @@ void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
 
 void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, const std::vector<int64_t>& reserve) {
   LayerKv& L = layers_[l];
+  require_full_attention(L, l, "retain");
   if (static_cast<int64_t>(kept.size()) != n_head_kv_)
     throw std::invalid_argument("KvCache::retain: " + std::to_string(kept.size()) + " index sets for " +
                                 std::to_string(n_head_kv_) + " KV heads");
@@ -209,17 +274,20 @@ bool KvCache::reserve_append(int64_t l, int64_t n) {
   LayerKv& L = layers_[l];
   int64_t need = 0;
   bool fits = true;
+  ring_window_layer(l);
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     if (L.ring_window[h] > 0) return false;
-    need = std::max(need, L.length[h] + n);
-    fits = fits && L.length[h] + n <= L.capacity[h];
+    const int64_t after = L.window > 0 ? std::min(L.length[h] + n, L.window) : L.length[h] + n;
+    need = std::max(need, after);
+    fits = fits && after <= L.capacity[h];
   }
   if (!fits) grow(l, need);
   return true;
 }
 
 void KvCache::commit_append(int64_t l, int64_t n) {
-  for (int64_t& len : layers_[l].length) len += n;
+  LayerKv& L = layers_[l];
+  for (int64_t& len : L.length) len = L.window > 0 ? std::min(len + n, L.window) : len + n;
 }
 
 static void require_uniform(const LayerKv& L) {

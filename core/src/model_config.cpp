@@ -35,24 +35,158 @@ int64_t int_or(const json& j, const char* key, int64_t fallback, const std::file
   return *v;
 }
 
-RopeScaling parse_rope_scaling(const json& s, const std::filesystem::path& source) {
+/// What the RoPE parameters depend on beyond their own object (HF 5.x `standardize_rope_params`).
+struct RopeContext {
+  std::string model_type;
+  int64_t max_position_embeddings = 0;
+  const json* top = nullptr;  ///< the config object, for a top-level original_max_position_embeddings
+  bool layered = false;       ///< rope_parameters keyed by layer type (Gemma 3)
+};
+
+/// A JSON value for an error message, at most 40 characters.
+std::string short_dump(const json& v) {
+  const std::string d = v.dump();
+  return d.size() <= 40 ? d : d.substr(0, 37) + "...";
+}
+
+/// An optional number field of the RoPE parameters: `fallback` if absent or null.
+double rope_number(const json& s, const char* key, double fallback, const std::string& type,
+                   const std::filesystem::path& source) {
+  const auto it = s.find(key);
+  if (it == s.end() || it->is_null()) return fallback;
+  if (!it->is_number() || !std::isfinite(it->get<double>()))
+    throw InputError(
+        source, "rope scaling '" + type + "': '" + key + "' must be a finite number (got " + short_dump(*it) + ")");
+  return it->get<double>();
+}
+
+/// A list of finite numbers > 0 (longrope's short_factor / long_factor).
+std::vector<double> rope_factor_list(const json& s, const char* key, const std::string& type,
+                                     const std::filesystem::path& source) {
+  const auto it = s.find(key);
+  if (it == s.end() || it->is_null())
+    throw InputError(source, "rope scaling '" + type + "' needs '" + key + "' (a list of numbers)");
+  if (!it->is_array()) throw InputError(source, "rope scaling '" + type + "': '" + key + "' must be a list of numbers");
+  std::vector<double> out;
+  for (const auto& v : *it) {
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      throw InputError(source, "rope scaling '" + type + "': '" + key + "' holds " + short_dump(v) +
+                                   " (entries must be finite numbers > 0)");
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+/// rope_scaling (transformers < 5) or rope_parameters (>= 5), "rope_type" or its old spelling
+/// "type", with every default resolved as transformers 5.x's modeling_rope_utils.py does.
+RopeScaling parse_rope_scaling(const json& s, const RopeContext& ctx, const std::filesystem::path& source) {
   RopeScaling r;
   if (s.is_null()) return r;
-  std::string type = s.value("rope_type", s.value("type", std::string("default")));
+  if (!s.is_object())
+    throw InputError(source,
+                     "rope_scaling / rope_parameters must be an object (got " + std::string(s.type_name()) + ")");
+  const auto type_it = s.contains("rope_type") ? s.find("rope_type") : s.find("type");
+  if (type_it != s.end() && !type_it->is_null() && !type_it->is_string())
+    throw InputError(source, "rope scaling type must be a string (got " + short_dump(*type_it) + ")");
+  std::string type = type_it == s.end() || type_it->is_null() ? "default" : type_it->get<std::string>();
+  // Phi3Config maps its earlier names to longrope.
+  if (ctx.model_type == "phi3" && (type == "su" || type == "yarn")) type = "longrope";
   if (type == "default") return r;
-  r.factor = s.value("factor", 1.0);
-  if (type == "linear") {
+  if (type == "linear")
     r.type = RopeScaling::Type::kLinear;
-  } else if (type == "llama3") {
+  else if (type == "llama3")
     r.type = RopeScaling::Type::kLlama3;
-    r.low_freq_factor = s.value("low_freq_factor", 1.0);
-    r.high_freq_factor = s.value("high_freq_factor", 4.0);
-    r.original_max_position_embeddings = int_or(s, "original_max_position_embeddings", 8192, source);
-  } else {
-    throw InputError(source, "unsupported rope scaling type '" + type + "' (supported: default, linear, llama3)");
+  else if (type == "dynamic")
+    r.type = RopeScaling::Type::kDynamic;
+  else if (type == "yarn")
+    r.type = RopeScaling::Type::kYarn;
+  else if (type == "longrope")
+    r.type = RopeScaling::Type::kLongRope;
+  else
+    throw InputError(source, "unsupported rope scaling type '" + type +
+                                 "' (supported: default, linear, dynamic, yarn, longrope, llama3)");
+  // The pretraining context: a top-level field wins (Phi-3 writes it there; Phi3Config defaults it
+  // to 4096), then the RoPE parameters' own, then max_position_embeddings.
+  if (r.type == RopeScaling::Type::kLlama3 || r.type == RopeScaling::Type::kYarn ||
+      r.type == RopeScaling::Type::kLongRope) {
+    int64_t orig = int_or(s, "original_max_position_embeddings", ctx.max_position_embeddings, source);
+    if (!ctx.layered && ctx.top != nullptr)
+      orig = int_or(*ctx.top, "original_max_position_embeddings", ctx.model_type == "phi3" ? 4096 : orig, source);
+    if (orig <= 0)
+      throw InputError(source, "rope scaling '" + type + "': original_max_position_embeddings must be > 0 (got " +
+                                   std::to_string(orig) + ")");
+    r.original_max_position_embeddings = orig;
   }
-  if (r.factor <= 0) throw InputError(source, "rope scaling factor must be > 0");
+  // factor: required by every type but longrope (HF: "Missing required keys"); yarn's may be null
+  // and longrope's absent: then max_position_embeddings / original_max_position_embeddings.
+  const bool has_factor = s.contains("factor") && !s["factor"].is_null();
+  const double implicit =
+      static_cast<double>(ctx.max_position_embeddings) / static_cast<double>(r.original_max_position_embeddings);
+  if (!has_factor &&
+      !(r.type == RopeScaling::Type::kLongRope || (r.type == RopeScaling::Type::kYarn && s.contains("factor"))))
+    throw InputError(source, "rope scaling '" + type + "' needs 'factor'");
+  r.factor = rope_number(s, "factor", implicit, type, source);
+  if (!(r.factor > 0)) throw InputError(source, "rope scaling factor must be > 0");
+  if (r.type == RopeScaling::Type::kLlama3) {
+    for (const char* key : {"low_freq_factor", "high_freq_factor"})
+      if (!s.contains(key) || s[key].is_null())
+        throw InputError(source, "rope scaling 'llama3' needs '" + std::string(key) + "'");
+    r.low_freq_factor = rope_number(s, "low_freq_factor", 1.0, type, source);
+    r.high_freq_factor = rope_number(s, "high_freq_factor", 4.0, type, source);
+    if (r.high_freq_factor == r.low_freq_factor)
+      throw InputError(
+          source,
+          "rope scaling 'llama3': high_freq_factor equals low_freq_factor (the smoothing divides by their difference)");
+  }
+  if (r.type == RopeScaling::Type::kYarn) {
+    // HF: `get("beta_fast") or 32`, `get("beta_slow") or 1`.
+    r.beta_fast = rope_number(s, "beta_fast", 0, type, source);
+    r.beta_slow = rope_number(s, "beta_slow", 0, type, source);
+    if (r.beta_fast < 0 || r.beta_slow < 0)
+      throw InputError(source, "rope scaling 'yarn': beta_fast and beta_slow must be > 0");
+    if (r.beta_fast == 0) r.beta_fast = 32;
+    if (r.beta_slow == 0) r.beta_slow = 1;
+    r.mscale = rope_number(s, "mscale", 0, type, source);
+    r.mscale_all_dim = rope_number(s, "mscale_all_dim", 0, type, source);
+    // HF reads truncate from the outer rope_parameters: with parameters by layer type, its default.
+    const auto t = s.find("truncate");
+    if (!ctx.layered && t != s.end() && !t->is_null()) {
+      if (!t->is_boolean())
+        throw InputError(source, "rope scaling 'yarn': 'truncate' must be true or false (got " + short_dump(*t) + ")");
+      r.truncate = t->get<bool>();
+    }
+  }
+  if (r.type == RopeScaling::Type::kYarn || r.type == RopeScaling::Type::kLongRope) {
+    r.attention_factor = rope_number(s, "attention_factor", 0, type, source);
+    if (s.contains("attention_factor") && !s["attention_factor"].is_null() && !(r.attention_factor > 0))
+      throw InputError(source, "rope scaling '" + type + "': attention_factor must be > 0");
+  }
+  if (r.type == RopeScaling::Type::kLongRope) {
+    r.short_factor = rope_factor_list(s, "short_factor", type, source);
+    r.long_factor = rope_factor_list(s, "long_factor", type, source);
+  }
   return r;
+}
+
+/// The checks that need the rotary dimension (after validate()).
+void check_rope_scaling(const ModelConfig& c, const std::filesystem::path& source) {
+  const RopeScaling& r = c.rope_scaling;
+  const int64_t half = c.rope_dim() / 2;
+  if (r.type == RopeScaling::Type::kLongRope)
+    for (const auto* f : {&r.short_factor, &r.long_factor})
+      if (static_cast<int64_t>(f->size()) != half)
+        throw InputError(source, std::string("rope scaling 'longrope': ") +
+                                     (f == &r.short_factor ? "short_factor" : "long_factor") + " has " +
+                                     std::to_string(f->size()) + " entries, the rotary dimension " +
+                                     std::to_string(c.rope_dim()) + " needs " + std::to_string(half));
+  if (r.type == RopeScaling::Type::kDynamic && c.rope_dim() <= 2)
+    throw InputError(source,
+                     "rope scaling 'dynamic' needs more than 2 rotary channels (its exponent is dim / (dim - 2))");
+  if (r.type == RopeScaling::Type::kYarn && c.rope_theta == 1.0)
+    throw InputError(source, "rope scaling 'yarn' needs rope_theta != 1 (its correction range divides by ln(theta))");
+  const double a = r.attention_scaling();
+  if (!(a > 0) || !std::isfinite(a))
+    throw InputError(source, "rope scaling: the attention scaling is not a finite number > 0");
 }
 
 std::vector<int32_t> ids_of(const json& v) {
@@ -81,6 +215,19 @@ __int128 parameter_count_wide(const ModelConfig& c) {
 }
 
 }  // namespace
+
+double RopeScaling::attention_scaling() const {
+  if (type != Type::kYarn && type != Type::kLongRope) return 1.0;
+  if (attention_factor > 0) return attention_factor;
+  // (a zero denominator gives infinity, which parse_hf_config refuses, rather than dividing by zero)
+  const auto ratio = [](double num, double den) { return den != 0 ? num / den : HUGE_VAL; };
+  if (type == Type::kYarn) {
+    const auto get_mscale = [&](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+    return mscale != 0 && mscale_all_dim != 0 ? ratio(get_mscale(mscale), get_mscale(mscale_all_dim)) : get_mscale(1.0);
+  }
+  if (factor <= 1) return 1.0;
+  return std::sqrt(1 + ratio(std::log(factor), std::log(static_cast<double>(original_max_position_embeddings))));
+}
 
 int64_t ModelConfig::parameter_count() const { return static_cast<int64_t>(parameter_count_wide(*this)); }
 
@@ -137,15 +284,10 @@ std::string ModelConfig::unfused_features() const {
   auto add = [&](bool on, const char* what) {
     if (on) out += (out.empty() ? "" : ", ") + std::string(what);
   };
-  add(qk_norm, "q/k norm");
-  add(sandwich_norms, "sandwich norms");
-  add(activation != GatedActivation::kSilu, "GeGLU");
-  add(embed_scale != 1.0, "scaled embeddings");
-  add(attn_scale != 0, "query_pre_attn_scalar");
-  add(attn_softcap != 0 || final_softcap != 0, "soft-capping");
-  add(rotary_dim != 0 && rotary_dim != head_dim, "partial rotary");
-  add(!layer_window.empty(), "sliding windows");
-  add(!layer_rope_theta.empty(), "per-layer RoPE");
+  // The decode attention kernels are built for these head sizes (kernels/decode.h).
+  add(head_dim != 64 && head_dim != 96 && head_dim != 128 && head_dim != 256,
+      ("head_dim " + std::to_string(head_dim)).c_str());
+  add(rope_dim() % 2 != 0, "odd rotary_dim");
   return out;
 }
 
@@ -252,17 +394,22 @@ ModelConfig parse_hf_config_fields(const json& top, const std::filesystem::path&
       !j.contains("layer_types"))
     c.sliding_window = 0;
   // RoPE: transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters, for Gemma 3
-  // keyed by layer type (the full-attention entry is the model's; sliding layers: parse_layers).
-  json params = j.value("rope_parameters", json());
-  if (params.is_object() && params.contains("full_attention") && params["full_attention"].is_object())
-    params = params["full_attention"];
-  if (params.is_object()) {
-    c.rope_theta = params.value("rope_theta", j.value("rope_theta", 10000.0));
-    c.rope_scaling = parse_rope_scaling(params, source);
-  } else {
-    c.rope_theta = j.value("rope_theta", 10000.0);
-    c.rope_scaling = parse_rope_scaling(j.value("rope_scaling", json()), source);
+  // keyed by layer type (the full-attention entry is the model's; sliding layers: parse_layers). As
+  // in HF, a non-empty rope_scaling wins, and the parameters' own rope_theta over the top-level one.
+  RopeContext rope_ctx{c.model_type, c.max_position_embeddings, &j, false};
+  json params = j.value("rope_scaling", json());
+  if (!params.is_null() && !params.is_object())
+    throw InputError(source, "rope_scaling must be an object (got " + std::string(params.type_name()) + ")");
+  if (params.is_null() || params.empty()) {
+    params = j.value("rope_parameters", json());
+    if (params.is_object() && params.contains("full_attention") && params["full_attention"].is_object()) {
+      params = params["full_attention"];
+      rope_ctx.layered = true;
+    }
   }
+  c.rope_theta =
+      params.is_object() ? params.value("rope_theta", j.value("rope_theta", 10000.0)) : j.value("rope_theta", 10000.0);
+  c.rope_scaling = parse_rope_scaling(params, rope_ctx, source);
   // Family features beyond Llama.
   const double partial = params.is_object()
                              ? params.value("partial_rotary_factor", number_or(j, "partial_rotary_factor", 1.0))
@@ -293,6 +440,7 @@ ModelConfig parse_hf_config_fields(const json& top, const std::filesystem::path&
   if (j.contains("eos_token_id")) c.eos_token_ids = ids_of(j["eos_token_id"]);
   c.weights_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
   c.validate(source);
+  check_rope_scaling(c, source);
   parse_layers(j, c, source);
   return c;
 }

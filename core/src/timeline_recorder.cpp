@@ -109,6 +109,10 @@ void TimelineRecorder::after_layer(const KvCache& cache, int64_t layer, int64_t 
     std::vector<int32_t>& rows = rows_[layer][h];
     if (kv.length[h] > static_cast<int64_t>(rows.size())) {
       rows.push_back(static_cast<int32_t>(position));
+    } else if (kv.window > 0) {  // a sliding-window layer: row position % window was just overwritten
+      const auto slot = static_cast<size_t>(position % kv.window);
+      evict(layer, h, rows[slot], EvictionCause::kRing);
+      rows[slot] = static_cast<int32_t>(position);
     } else if (kv.ring_window[h] > 0) {  // the slot before the ring's cursor was just overwritten
       const int64_t S = kv.ring_sink[h], W = kv.ring_window[h];
       const int64_t slot = S + (kv.ring_next[h] - S - 1 + W) % W;

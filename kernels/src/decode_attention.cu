@@ -132,7 +132,8 @@ struct Params {
   const int64_t* length;
   const int32_t* index;
   int64_t index_stride;
-  float scale_log2;  // scale * log2(e)
+  float scale_log2;    // scale * log2(e)
+  float softcap_log2;  // softcap * log2(e); 0: no soft-capping
   void* o;
   float* part_o;    // [n_head, n_split, D]
   float2* part_ml;  // [n_head, n_split]: (max in log2 units, sum)
@@ -153,10 +154,18 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[8],
   for (int j = 0; j < 8; ++j) acc[j] = acc[j] * a + acco[j] * b;
 }
 
+// Row width in lanes' 8-element words, padded to a power of two (D 96 runs as 128 with the last 4
+// lanes of a row idle: their loads read nothing and their q is zero).
+template <int D>
+constexpr int kPaddedDim = D <= 64    ? 64
+                           : D <= 128 ? 128
+                                      : 256;
+
 // Pass-1 shape of one instance: lanes per token row, rows per warp load, loads in flight.
 template <typename T, int D, int GT>
 struct Shape {
-  static constexpr int LPT = D / 8;                 // lanes per token row (8 elements each)
+  static constexpr int DP = kPaddedDim<D>;
+  static constexpr int LPT = DP / 8;                // lanes per token row (8 elements each)
   static constexpr int TPW = 32 / LPT;              // token rows per warp step
   static constexpr int W = sizeof(T) == 4 ? 2 : 1;  // 16-byte words per lane per row
   // Rows per lane per pipeline stage: fewer for many heads (q and acc take 16 GT floats a lane).
@@ -265,6 +274,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   if (hk < 0 || split >= p.n_split) return;  // past the work (or a length above the planned max)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slot = lane / LPT, sub = lane % LPT;
+  const bool lane_live = sub * 8 < D;                              // false only for the padding lanes of D 96
   const int h0 = hk * p.group + hc * GT;                           // first query head of the block
   const int nh = p.group - hc * GT < GT ? p.group - hc * GT : GT;  // valid heads in the chunk
 
@@ -273,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   Raw8<T> qr[GT];
 #pragma unroll
   for (int g = 0; g < GT; ++g) {
-    if (g < nh)
+    if (g < nh && lane_live)
       qr[g] = load8(qp + (h0 + g) * p.q_stride + sub * 8);
     else
       zero8(qr[g]);
@@ -311,8 +321,8 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t t = t0 + u * TPW + slot;
-      const bool ok = t < t_end;
-      const int64_t row = !ok ? 0 : kGather ? static_cast<int64_t>(__ldg(ip + t)) : t;
+      const bool ok = t < t_end && lane_live;
+      const int64_t row = t >= t_end ? 0 : kGather ? static_cast<int64_t>(__ldg(ip + t)) : t;
 #pragma unroll
       for (int w = 0; w < W; ++w) {
         cp_async16(buf(stage, u, 0, w), kp + row * D + w * (16 / sizeof(T)), ok);
@@ -370,6 +380,13 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int g = 0; g < GT; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+    // Soft-capping (Gemma 2): cap * tanh(x / cap) of the scaled logit x, here in log2 units.
+    if (p.softcap_log2 > 0.f) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int g = 0; g < GT; ++g) s[u][g] = p.softcap_log2 * tanhf(s[u][g] / p.softcap_log2);
+    }
 
     // Online softmax with lazy rescaling: the running max m only moves (and acc / l are rescaled)
     // when some score of the warp exceeds it by more than kLazy (log2 units); otherwise the weights
@@ -436,9 +453,10 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const Params p) 
   }
   // Merge the warps through shared memory (reusing the pipeline ring: everything has landed).
   __syncthreads();
-  float(*s_acc)[GT][D] = reinterpret_cast<float(*)[GT][D]>(s_pipe);
-  float2(*s_ml)[GT] = reinterpret_cast<float2(*)[GT]>(reinterpret_cast<float*>(s_pipe) + kWarps * GT * D);
-  static_assert(kWarps * GT * D * sizeof(float) + kWarps * GT * sizeof(float2) <= Sh::kSmemBytes, "merge buffer");
+  constexpr int DP = Sh::DP;
+  float(*s_acc)[GT][DP] = reinterpret_cast<float(*)[GT][DP]>(s_pipe);
+  float2(*s_ml)[GT] = reinterpret_cast<float2(*)[GT]>(reinterpret_cast<float*>(s_pipe) + kWarps * GT * DP);
+  static_assert(kWarps * GT * DP * sizeof(float) + kWarps * GT * sizeof(float2) <= Sh::kSmemBytes, "merge buffer");
   if (slot == 0) {
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
@@ -573,9 +591,18 @@ cudaError_t launch_gt(const Params& p, int gt, int n_head, int n_items, cudaStre
 
 template <typename T>
 cudaError_t launch_d(const Params& p, int d, int gt, int n_head, int n_items, cudaStream_t stream) {
-  if (d == 64) return launch_gt<T, 64>(p, gt, n_head, n_items, stream);
-  if (d == 128) return launch_gt<T, 128>(p, gt, n_head, n_items, stream);
-  return cudaErrorInvalidValue;
+  switch (d) {
+    case 64:
+      return launch_gt<T, 64>(p, gt, n_head, n_items, stream);
+    case 96:
+      return launch_gt<T, 96>(p, gt, n_head, n_items, stream);
+    case 128:
+      return launch_gt<T, 128>(p, gt, n_head, n_items, stream);
+    case 256:
+      return launch_gt<T, 256>(p, gt, n_head, n_items, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 /// Resident pass-1 blocks per SM of the dense instance for (dtype, D, GT); 0 if unsupported.
@@ -596,9 +623,18 @@ int occupancy_d(int d, int gt) {
         return 0;
     }
   };
-  if (d == 64) return pick(std::integral_constant<int, 64>{});
-  if (d == 128) return pick(std::integral_constant<int, 128>{});
-  return 0;
+  switch (d) {
+    case 64:
+      return pick(std::integral_constant<int, 64>{});
+    case 96:
+      return pick(std::integral_constant<int, 96>{});
+    case 128:
+      return pick(std::integral_constant<int, 128>{});
+    case 256:
+      return pick(std::integral_constant<int, 256>{});
+    default:
+      return 0;
+  }
 }
 
 int occupancy_of(DType dtype, int d, int gt) {
@@ -623,10 +659,14 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 }  // namespace
 
+bool decode_attention_head_dim_supported(int head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+}
+
 DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv, int head_dim, int64_t max_len,
                                           int64_t total_len, int n_split_override) {
   DecodeAttentionPlan plan;
-  if (n_head <= 0 || n_head_kv <= 0 || (head_dim != 64 && head_dim != 128)) return plan;
+  if (n_head <= 0 || n_head_kv <= 0 || !decode_attention_head_dim_supported(head_dim)) return plan;
   const int group = std::max(1, n_head / n_head_kv);
   plan.head_chunk = head_chunk_for(group);
   const int n_hchunk = (group + plan.head_chunk - 1) / plan.head_chunk;
@@ -643,7 +683,8 @@ DecodeAttentionPlan plan_decode_attention(DType dtype, int n_head, int n_head_kv
     int64_t chunk = items > 0 ? (total + items - 1) / items : max_len;
     const int64_t min_chunk = 2 * total * n_hchunk / kMinChunk >= 3 * detail::sm_count() ? kMinChunk : kMinChunk / 2;
     chunk = std::max<int64_t>(min_chunk, chunk);
-    const int64_t step = kWarps * (head_dim == 64 ? 4 : 2) * 4;  // tokens per block step (bf16/fp16, GT <= 4)
+    const int rows_per_warp = 32 / ((head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256) / 8);  // Shape::TPW
+    const int64_t step = kWarps * rows_per_warp * 4;  // tokens per block step (bf16/fp16, GT <= 4)
     plan.chunk = (chunk + step - 1) / step * step;
   } else {
     const int64_t ns = std::min<int64_t>(n_split_override, max_len);
@@ -662,7 +703,7 @@ cudaError_t decode_attention(const DecodeAttentionArgs& a, const DecodeAttention
                              cudaStream_t stream) {
   if (a.n_head <= 0 || a.n_head_kv <= 0 || a.group <= 0 || a.n_head != a.n_head_kv * a.group)
     return cudaErrorInvalidValue;
-  if (a.head_dim != 64 && a.head_dim != 128) return cudaErrorInvalidValue;
+  if (!decode_attention_head_dim_supported(a.head_dim) || !(a.softcap >= 0.f)) return cudaErrorInvalidValue;
   if (plan.n_split < 1 || plan.chunk < 1 || plan.n_items < 1 || plan.head_chunk != head_chunk_for(a.group))
     return cudaErrorInvalidValue;
   if (!a.q || !a.k || !a.v || !a.o || !a.offset || !a.length) return cudaErrorInvalidValue;
@@ -683,6 +724,7 @@ cudaError_t decode_attention(const DecodeAttentionArgs& a, const DecodeAttention
   p.index = a.index;
   p.index_stride = a.index_stride;
   p.scale_log2 = a.scale * kLog2e;
+  p.softcap_log2 = a.softcap * kLog2e;
   p.o = a.o;
   p.group = a.group;
   p.n_head_kv = a.n_head_kv;

@@ -43,4 +43,11 @@ __device__ __forceinline__ float round_to(float x) {
 /// MLP's activation; silu_mul.cu and the GEMVs' fused epilogue share it).
 __device__ __forceinline__ float swiglu(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
 
+/// GeGLU of one gate / up pair in fp32: gelu_tanh(gate) * up, gelu_tanh(x) = x / 2 (1 + tanh(sqrt(2/pi)
+/// (x + 0.044715 x³))) (Gemma 2/3's gelu_pytorch_tanh; Shazeer 2020, GLU variants).
+__device__ __forceinline__ float geglu(float gate, float up) {
+  const float inner = 0.7978845608028654f * fmaf(0.044715f * gate, gate * gate, gate);
+  return 0.5f * gate * (1.f + tanhf(inner)) * up;
+}
+
 }  // namespace kvscope::kernels::dtype

@@ -208,8 +208,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     if (lane == 0) s_dot[warp] = dtype::round_to<T>(acc);  // the gate / up value a dtype tensor would hold
     __syncthreads();
     if (threadIdx.x < kOut && blockIdx.x * kOut + threadIdx.x < inter)
-      static_cast<T*>(a.y)[blockIdx.x * kOut + threadIdx.x] =
-          dtype::from_f<T>(dtype::swiglu(s_dot[threadIdx.x], s_dot[threadIdx.x + kOut]));
+      static_cast<T*>(a.y)[blockIdx.x * kOut + threadIdx.x] = dtype::from_f<T>(
+          a.epilogue == GemvEpilogue::kGeGlu ? dtype::geglu(s_dot[threadIdx.x], s_dot[threadIdx.x + kOut])
+                                             : dtype::swiglu(s_dot[threadIdx.x], s_dot[threadIdx.x + kOut]));
   } else {
     if constexpr (kNormOut) {  // y, g ⊙ y and the block's Σ y² (GemvArgs::next_norm_g)
       const float v = live ? dtype::round_to<T>(acc) : 0.f;
@@ -264,8 +265,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
     angle = rope_angle<T>(a, base);
     if (kv >= 0) {
       len = r.length[kv];
-      cache_row = r.offset[kv] + len;
       position = r.position_dev ? *r.position_dev : r.position;
+      cache_row = r.offset[kv] + (r.ring > 0 ? position % r.ring : len);  // a sliding layer's ring
     }
   }
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
@@ -291,7 +292,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
   if (kv < 0 || ticket != static_cast<unsigned long long>(r.head_dim) - 1) return;
   r.tickets[kv] = 0;  // the head's last K / V warp: every other one has read the length
   if (r.pos) r.pos[cache_row] = position;
-  r.length[kv] = len + 1;
+  r.length[kv] = r.ring > 0 && len + 1 > r.ring ? r.ring : len + 1;
 }
 
 template <typename T>
@@ -300,6 +301,7 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((a.n + kWarps - 1) / kWarps);
   switch (a.epilogue) {
     case GemvEpilogue::kSwiGlu:
+    case GemvEpilogue::kGeGlu:
       return launch_pdl(gemv_kernel<T, false, true>, blocks, kWarps * 32, 0, stream, a);
     case GemvEpilogue::kRopeAppend:  // one warp per pair: n / 2 / kWarps blocks (n / 2 % 8 == 0)
       return launch_pdl(gemv_rope_kernel<T>, static_cast<unsigned>(a.n / 2 / kWarps), kWarps * 32, 0, stream, a);
@@ -319,6 +321,7 @@ bool epilogue_supported(const GemvArgs& a) {
     case GemvEpilogue::kPlain:
       return true;
     case GemvEpilogue::kSwiGlu:
+    case GemvEpilogue::kGeGlu:
       return a.n % 2 == 0 && a.y_split[0] == 0 && a.y_split[1] == 0 && !a.y_fp32;
     case GemvEpilogue::kRopeAppend: {
       const GemvRopeAppend& r = a.rope;
@@ -327,7 +330,7 @@ bool epilogue_supported(const GemvArgs& a) {
              (r.mode == RopeMode::kRotateHalf || r.mode == RopeMode::kAdjacentPairs) &&
              a.n == (r.n_head + 2 * static_cast<int64_t>(r.n_head_kv)) * D && a.y_split[0] == r.n_head * D &&
              a.y_split[1] == (r.n_head + static_cast<int64_t>(r.n_head_kv)) * D && r.cos && r.sin && r.k_cache &&
-             r.v_cache && r.offset && r.length && r.tickets;
+             r.v_cache && r.offset && r.length && r.tickets && r.ring >= 0;
     }
   }
   return false;

@@ -195,8 +195,9 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
       su += dtype::to_f<T>(bias[col * a.b_stride + up_row]);
     }
     // Both rounded to dtype first: the values the two-kernel path's gate_up tensor would hold.
+    const float g = dtype::round_to<T>(sg), u = dtype::round_to<T>(su);
     static_cast<T*>(a.y)[col * (a.n / 2) + gate_row] =
-        dtype::from_f<T>(dtype::swiglu(dtype::round_to<T>(sg), dtype::round_to<T>(su)));
+        dtype::from_f<T>(a.epilogue == GemvEpilogue::kGeGlu ? dtype::geglu(g, u) : dtype::swiglu(g, u));
     return;
   }
   const int r = threadIdx.x % kRows, col = threadIdx.x / kRows;  // consecutive threads: consecutive rows of y
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(kWarps * 32, kThreadsPerSm / (kWarps * 32)) ge
 template <typename T, int kWarps>
 cudaError_t launch_warps(const GemvArgs& a, unsigned tiles, cudaStream_t stream) {
   const size_t smem = a.norm_sumsq ? static_cast<size_t>(a.m * a.norm_parts) * sizeof(float) : 0;
-  if (a.epilogue == GemvEpilogue::kSwiGlu)
+  if (a.epilogue == GemvEpilogue::kSwiGlu || a.epilogue == GemvEpilogue::kGeGlu)
     return launch_pdl(gemv_rows_kernel<T, false, kWarps, true>, tiles, kWarps * 32, smem, stream, a);
   return a.y_fp32 ? launch_pdl(gemv_rows_kernel<T, true, kWarps, false>, tiles, kWarps * 32, smem, stream, a)
                   : launch_pdl(gemv_rows_kernel<T, false, kWarps, false>, tiles, kWarps * 32, smem, stream, a);

@@ -192,8 +192,17 @@ ALTER TABLE runs ADD COLUMN output_tokens_checksum INTEGER;
 
 void step_v3_to_v4(Db& db) { db.exec(kV4); }
 
+// ---- v5: chat prompts: the template's source and the messages; NULL for other prompts ------------
+
+constexpr const char* kV5 = R"sql(
+ALTER TABLE runs ADD COLUMN prompt_chat_template TEXT;
+ALTER TABLE runs ADD COLUMN prompt_chat_messages TEXT;
+)sql";
+
+void step_v4_to_v5(Db& db) { db.exec(kV5); }
+
 using Step = void (*)(Db&);
-constexpr Step kSteps[] = {step_v0_to_v1, step_v1_to_v2, step_v2_to_v3, step_v3_to_v4};
+constexpr Step kSteps[] = {step_v0_to_v1, step_v1_to_v2, step_v2_to_v3, step_v3_to_v4, step_v4_to_v5};
 static_assert(sizeof(kSteps) / sizeof(kSteps[0]) == kSchemaVersion, "one step per version");
 
 std::string hex32(int64_t v) {

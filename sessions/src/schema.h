@@ -1,5 +1,5 @@
 #pragma once
-// The schema of a session database and its one migration ladder (v0 -> v1 -> v2 -> v3 -> v4).
+// The schema of a session database and its one migration ladder (v0 -> v1 -> ... -> v5).
 // Private to kvscope_sessions; the user-facing description is docs/sessions.md.
 #include <cstdint>
 
@@ -8,7 +8,7 @@
 namespace kvscope::sessions::detail {
 
 inline constexpr int32_t kApplicationId = 0x4B565343;  // "KVSC"
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 /// What the header of an existing database says.
 struct Header {

@@ -434,10 +434,11 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
             "n_head_kv, head_dim, dtype, device, pipeline_spec, budget_unit, budget_value, prompt_text, prompt_tokens, "
             "n_prompt_tokens, kvscope_version, torch_version, device_name, hostname, sweep_key, writer_pid, "
             "writer_host, "
-            "writer_start, heartbeat_at, prompt_tokens_checksum) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+            "writer_start, heartbeat_at, prompt_tokens_checksum, prompt_chat_template, prompt_chat_messages) VALUES "
+            "(?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
             "?9, ?10, ?11, ?12, ?13, "
             "?14, "
-            "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2, ?26)");
+            "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2, ?26, ?27, ?28)");
         s.bind(1, info.name).bind(2, now).bind(3, info.model.path).bind(4, info.model.config_hash);
         s.bind(5, info.model.model_type).bind(6, info.model.n_layer).bind(7, info.model.n_head);
         s.bind(8, info.model.n_head_kv)
@@ -451,6 +452,9 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
         s.bind(23, m.pid).bind(24, m.host);
         if (m.start_ticks >= 0) s.bind(25, m.start_ticks);
         s.bind(26, static_cast<int64_t>(detail::crc32(prompt_tokens)));
+        // NULL for a prompt that is not a chat prompt (as in runs written before v5).
+        const auto or_null = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional(v); };
+        s.bind(27, or_null(info.prompt.chat_template)).bind(28, or_null(info.prompt.chat_messages));
         s.run();
         id = sqlite3_last_insert_rowid(db.handle());
         m.last_heartbeat[id] = std::chrono::steady_clock::now();
@@ -654,10 +658,11 @@ std::vector<RunRow> SessionStore::list_runs() const {
       [&] {
         rows.clear();
         std::map<int64_t, size_t> index;
-        Stmt& s = db.cached(std::string("SELECT ") + kRowCols + " FROM runs ORDER BY id");
+        Stmt& s = db.cached(std::string("SELECT ") + kRowCols + ", prompt_chat_template FROM runs ORDER BY id");
         while (s.step()) {
           index[s.col_int(0)] = rows.size();
           rows.push_back(row_from(db, s));
+          rows.back().chat_template = s.col_text(15);
         }
         Stmt& sm = db.cached("SELECT run_id, name, value FROM summary_metrics ORDER BY run_id, name");
         while (sm.step()) {
@@ -679,7 +684,8 @@ RunRecord SessionStore::load_run(int64_t run) const {
             db.cached(std::string("SELECT ") + kRowCols +
                       ", model_config_hash, model_type, n_layer, n_head, n_head_kv, head_dim, dtype, device, "
                       "prompt_text, prompt_tokens, output_text, output_tokens, kvscope_version, torch_version, "
-                      "device_name, hostname, prompt_tokens_checksum, output_tokens_checksum FROM runs WHERE id = ?1");
+                      "device_name, hostname, prompt_tokens_checksum, output_tokens_checksum, prompt_chat_template, "
+                      "prompt_chat_messages FROM runs WHERE id = ?1");
         s.bind(1, run);
         if (!s.step()) throw SessionError(db.path(), "no run " + std::to_string(run));
         r.row = row_from(db, s);
@@ -700,6 +706,9 @@ RunRecord SessionStore::load_run(int64_t run) const {
           throw SessionError(db.path(),
                              "output_tokens of run " + std::to_string(run) + " are damaged (checksum mismatch)");
         i.prompt.tokens = tokens_from(db, prompt_tokens, run, "prompt_tokens");
+        i.prompt.chat_template = s.col_text(33);
+        i.prompt.chat_messages = s.col_text(34);
+        r.row.chat_template = i.prompt.chat_template;
         r.outputs.text = s.col_text(25);
         r.outputs.tokens = tokens_from(db, output_tokens, run, "output_tokens");
         i.env = {s.col_text(27), s.col_text(28), s.col_text(29), s.col_text(30)};

@@ -118,10 +118,15 @@ TEST(ModelFamilyPipelines, SlidingLayersAreNeverCompressed) {
   const Pipeline snap(registry, "snapkv:window=8");
   req.pipeline = &snap;
   const GenerateResult res = generate(engine, req);
-  const auto n = static_cast<std::size_t>(req.prompt_ids.size());
-  for (std::size_t l = 0; l < res.kept.size(); ++l)
-    for (const auto& head : res.kept[l])
-      EXPECT_EQ(head.size(), model.config.window(static_cast<int64_t>(l)) > 0 ? n : n / 2) << "layer " << l;
+  const auto n = static_cast<int64_t>(req.prompt_ids.size());
+  for (std::size_t l = 0; l < res.kept.size(); ++l) {
+    const int64_t window = model.config.window(static_cast<int64_t>(l));
+    for (const auto& head : res.kept[l]) {
+      // A sliding layer keeps exactly its window (the last `window` positions), a global one half.
+      ASSERT_EQ(static_cast<int64_t>(head.size()), window > 0 ? std::min(n, window) : n / 2) << "layer " << l;
+      if (window > 0) EXPECT_EQ(*std::min_element(head.begin(), head.end()), n - window) << "layer " << l;
+    }
+  }
   const Pipeline rocket(registry, "rocketkv");
   req.pipeline = &rocket;
   req.budget = {BudgetSpec::Unit::kStored, 64};
@@ -131,6 +136,45 @@ TEST(ModelFamilyPipelines, SlidingLayersAreNeverCompressed) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("sliding-window layers"), std::string::npos) << e.what();
   }
+}
+
+// A sliding-window layer keeps a ring of its window (KvCache::ring_windows): decoding far past the
+// window through the ring, after a chunked prefill, and a later multi-token turn on top of it, gives
+// the logits of one teacher-forced prefill of the whole sequence (the window mask on contiguous
+// positions), and the layer never holds more than its window between forwards.
+TEST(ModelFamilyPipelines, SlidingLayersDecodeThroughARingOfTheirWindow) {
+  const Model model = load_model(tiny_dir() / "mistral-sliding", LoadOptions{});
+  const Engine engine(model);
+  const int64_t W = model.config.window(0), n_prompt = 100, steps = 2 * W + 5, n_turn = 20;
+  ASSERT_EQ(W, 48);
+  std::vector<int32_t> ids(static_cast<std::size_t>(n_prompt + steps + n_turn));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % model.config.vocab_size);
+  KvCache whole = engine.new_cache(static_cast<int64_t>(ids.size()));
+  const at::Tensor want = engine.forward(whole, ids, /*all_logits=*/true);  // [T, vocab]
+  KvCache cache = engine.new_cache(n_prompt + steps + n_turn);
+  at::Tensor got = engine.prefill(cache, std::span<const int32_t>(ids.data(), n_prompt), /*chunk=*/32);
+  double worst = (got - want[n_prompt - 1]).abs().max().item<double>();
+  for (int64_t l = 0; l < model.config.n_layer; ++l) {
+    EXPECT_EQ(cache.layer(l).capacity[0], W) << "layer " << l << ": the prompt's keys past the window are freed";
+    EXPECT_TRUE(cache.layer(l).ringed);
+  }
+  for (int64_t t = n_prompt; t < n_prompt + steps; ++t) {
+    got = engine.forward(cache, std::span<const int32_t>(&ids[static_cast<std::size_t>(t)], 1));
+    worst = std::max(worst, (got - want[t]).abs().max().item<double>());
+    // Position p sits at row p % W of every head.
+    const at::Tensor pos = cache.positions(0).select(0, 0);
+    EXPECT_EQ(pos[t % W].item<int64_t>(), t);
+    EXPECT_EQ(cache.layer(0).length[0], std::min(t + 1, W));
+  }
+  const int64_t t0 = n_prompt + steps;
+  const at::Tensor turn =
+      engine.prefill(cache, std::span<const int32_t>(&ids[static_cast<std::size_t>(t0)], n_turn), 0, true);
+  worst = std::max(worst, (turn - want.narrow(0, t0, n_turn)).abs().max().item<double>());
+  EXPECT_LT(worst, 1e-4) << "max |logit diff| against the whole sequence in one prefill";
+  EXPECT_EQ(cache.layer(0).length[0], W);
+  EXPECT_EQ(cache.positions(0).min().item<int64_t>(), t0 + n_turn - W);
+  EXPECT_THROW(cache.retain(0, std::vector<at::Tensor>(2, at::arange(4)), 1), std::logic_error)
+      << "a sliding layer is never compressed";
 }
 
 TEST(ModelFamilyConfig, ParsesEachFamilysStructure) {
@@ -150,8 +194,9 @@ TEST(ModelFamilyConfig, ParsesEachFamilysStructure) {
   const ModelConfig qwen3 = parse_hf_config(tiny_dir() / "qwen3-qknorm/config.json");
   EXPECT_TRUE(qwen3.layer_window.empty()) << "use_sliding_window false";
   EXPECT_TRUE(qwen3.qk_norm);
-  EXPECT_NE(qwen3.unfused_features().find("q/k norm"), std::string::npos);
-  EXPECT_EQ(parse_hf_config(tiny_dir() / "llama-llama3-rope/config.json").unfused_features(), "");
+  EXPECT_EQ(qwen3.unfused_features(), "head_dim 32") << "q/k norms are fused; the tiny head size is not";
+  EXPECT_EQ(gemma3.unfused_features(), "head_dim 32") << "the decode kernels take 64, 96, 128, 256";
+  EXPECT_EQ(parse_hf_config(tiny_dir() / "llama-llama3-rope/config.json").unfused_features(), "head_dim 16");
 }
 
 TEST(ModelFamilyConfig, BadConfigsNameTheFileAndTheField) {

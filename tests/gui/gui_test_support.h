@@ -42,6 +42,23 @@ inline std::string read_text(const std::filesystem::path& p) {
 inline std::filesystem::path source_dir() { return KVSCOPE_SOURCE_DIR; }
 inline std::filesystem::path pycode_dir() { return source_dir() / "assets/models/pycode-16m"; }
 
+/// ChatML as Qwen's templates write it, with the tokenizer's BOS first (so a run that added a BOS of
+/// its own would show it twice).
+inline constexpr const char* kChatMlTemplate =
+    "{{ bos_token }}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// An instruct-model directory in `dir`: pycode-16m's config, weights and tokenizer (symbolic links;
+/// its tokenizer has ChatML's <|im_start|> / <|im_end|> tokens) with kChatMlTemplate as
+/// chat_template.jinja. Returns `dir`.
+inline std::filesystem::path make_chat_model(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::create_symlink(pycode_dir() / f, dir / f);
+  std::ofstream(dir / "chat_template.jinja", std::ios::binary) << kChatMlTemplate;
+  return dir;
+}
+
 /// Writes a synthetic session at `db` (model path = the embedded pycode-16m, so token texts load).
 inline SyntheticRuns write_test_session(const std::filesystem::path& db, SyntheticSpec spec = {}) {
   std::unique_ptr<Tokenizer> tok;

@@ -15,6 +15,7 @@
 #include "gui_test_support.h"
 #include "headless.h"
 #include "kvscope/core/capture.h"
+#include "kvscope/core/chat_template.h"
 #include "kvscope/core/policy.h"
 #include "kvscope/core/presets.h"
 #include "kvscope/core/tokenizer.h"
@@ -520,6 +521,56 @@ TEST_F(GuiPanels, RunViewCountsPromptTokensAndWarnsOfABudgetBelowTheWindow) {
   EXPECT_TRUE(st.budget_problem.empty());
 }
 
+// The Run view's "chat template" box: off and disabled (with the reason) where the model's tokenizer
+// has no template; on, the prompt is counted as the template renders it (no BOS added), with the
+// system message first; a template that fails on the prompt says why and disables Run.
+TEST_F(GuiPanels, RunViewChatTemplateBoxFollowsTheModelsTemplate) {
+  if (!std::filesystem::exists(testing::pycode_dir() / "tokenizer.json")) GTEST_SKIP() << "pycode-16m not present";
+  RunState& st = state_->run;
+  st.form.model_path = testing::pycode_dir().string();
+  st.form.prompt = "def fib(n):";
+  st.pipeline = from_spec("", *catalog_);
+  st.pipeline_initialised = true;
+  draw_view_frames(View::kRun, 2, false);
+  EXPECT_EQ(st.chat_template, nullptr);
+  EXPECT_NE(st.chat_template_why.find("tokenizer_config.json: has no chat template"), std::string::npos)
+      << st.chat_template_why;
+
+  const auto chat_dir = testing::make_chat_model(dir_ / "chat-model");
+  st.form.model_path = chat_dir.string();
+  st.form.chat = true;
+  st.form.system = "Be brief.";
+  draw_view_frames(View::kRun, 2, false);
+  ASSERT_NE(st.chat_template, nullptr) << st.chat_template_why;
+  EXPECT_EQ(st.chat_template->source(), (chat_dir / "chat_template.jinja").string());
+  const std::string rendered =
+      "<|endoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\ndef fib(n):<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  EXPECT_EQ(st.chat_rendered, rendered);
+  const auto tok = load_tokenizer(chat_dir);
+  EXPECT_EQ(st.prompt_tokens, static_cast<std::int64_t>(tok->encode(rendered).size()));
+  EXPECT_TRUE(st.chat_problem.empty()) << st.chat_problem;
+  // Without the system message: the prompt alone as the user message.
+  st.form.system.clear();
+  draw_view_frames(View::kRun, 1, false);
+  EXPECT_EQ(st.chat_rendered.rfind("<|endoftext|><|im_start|>user\ndef fib(n):", 0), 0u) << st.chat_rendered;
+
+  // A template that refuses the conversation: its message, and no count.
+  const auto raises = dir_ / "raising-model";
+  std::filesystem::create_directories(raises);
+  std::ofstream(raises / "chat_template.jinja") << "{{ raise_exception('Only user and assistant roles') }}";
+  st.form.model_path = raises.string();
+  draw_view_frames(View::kRun, 2, false);
+  ASSERT_NE(st.chat_template, nullptr);
+  EXPECT_NE(st.chat_problem.find("Only user and assistant roles"), std::string::npos) << st.chat_problem;
+  EXPECT_EQ(st.prompt_tokens, -1);
+  st.form.chat = false;
+  st.form.model_path = testing::pycode_dir().string();
+  draw_view_frames(View::kRun, 1, false);
+  EXPECT_TRUE(st.chat_problem.empty());
+  EXPECT_TRUE(st.chat_rendered.empty());
+}
+
 // Issue 30: "Load preset..." left the budget unit as it was; snapkv-kvpress is documented as
 // --compression-ratio.
 TEST(GuiRunForm, LoadingAPresetSetsItsBudgetUnit) {
@@ -654,6 +705,10 @@ TEST(GuiOptionsTest, StartRunReadsTheRunViewFieldsFromJson) {
   EXPECT_EQ(r.random_init, "cfg.json");
   EXPECT_EQ(r.tokenizer_path, "tok.json");
   EXPECT_NE(error_of(R"({"random_init": 3})").find("'random_init' must be a string"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"chat": true, "system": "Be brief."})"), "accepted");
+  EXPECT_TRUE(r.chat);
+  EXPECT_EQ(r.system, "Be brief.");
+  EXPECT_NE(error_of(R"({"chat": "yes"})").find("'chat' must be true or false"), std::string::npos);
   remove_tree(dir);
 }
 

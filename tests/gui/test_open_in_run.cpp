@@ -139,6 +139,44 @@ TEST(FillFromRun, TheTokenizerRecoversBosModeAndIdOnlyPrompts) {
   EXPECT_EQ(fill_from_run(record(enc, ""), "x.db", base).form.prompt, "mine");
 }
 
+// A chat prompt (kvscope-cli --chat, the Run view's "chat template") goes back to the box with its
+// user and system messages; a longer conversation (--messages) to its rendered text, tokenized as
+// is (BOS never), with a note.
+TEST(FillFromRun, AChatPromptGoesBackToTheChatTemplateBox) {
+  const std::string rendered = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n";
+  sessions::RunRecord r = record({1, 2, 3}, rendered);
+  r.info.prompt.chat_template = "/models/chat/chat_template.jinja";
+  r.info.prompt.chat_messages = R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}])";
+  RunRequest base;
+  base.bos = "always";
+  RunFill f = fill_from_run(r, "/tmp/runs.db", base);
+  EXPECT_TRUE(f.form.chat);
+  EXPECT_EQ(f.form.prompt, "Hi");
+  EXPECT_EQ(f.form.system, "Be brief.");
+  EXPECT_EQ(f.form.bos, "auto");
+  EXPECT_FALSE(has_note(f, "BOS mode not recorded"));
+
+  r.info.prompt.chat_messages = R"([{"role":"user","content":"Hi"}])";
+  base.system = "left over";
+  f = fill_from_run(r, "/tmp/runs.db", base);
+  EXPECT_TRUE(f.form.chat);
+  EXPECT_EQ(f.form.system, "");
+
+  r.info.prompt.chat_messages =
+      R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":"Bye"}])";
+  f = fill_from_run(r, "/tmp/runs.db", base);
+  EXPECT_FALSE(f.form.chat);
+  EXPECT_EQ(f.form.prompt, rendered);
+  EXPECT_EQ(f.form.bos, "never");
+  EXPECT_TRUE(has_note(f, "a conversation rendered with /models/chat/chat_template.jinja"));
+
+  // A plain prompt clears a chat form.
+  base.chat = true;
+  f = fill_from_run(record({1, 2, 3}), "/tmp/runs.db", base);
+  EXPECT_FALSE(f.form.chat);
+  EXPECT_EQ(f.form.prompt, "def f():");
+}
+
 TEST(AbMismatch, NamesWhatDiffersWithBothSides) {
   sessions::RunRecord a = record({1, 2, 3, 4});
   sessions::RunRecord b = a;

@@ -7,9 +7,12 @@
 #include <chrono>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "app_state.h"
 #include "gui_test_support.h"
 #include "kvscope/core/policy.h"
+#include "kvscope/core/tokenizer.h"
 #include "run_worker.h"
 
 namespace kvscope::gui {
@@ -127,6 +130,52 @@ TEST(RunWorker, CancelStopsBetweenDecodeStepsAndRecordsAFailedRun) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].status, sessions::RunStatus::kFailed);
   EXPECT_NE(rows[0].error.find("cancel"), std::string::npos);
+  remove_tree(dir);
+}
+
+// "chat template" on: the prompt rendered with the model's template (system message first, the
+// generation prompt last) is what the run tokenizes, with no BOS of its own, as kvscope-cli --chat;
+// the session records the rendered text, the template's file and the messages. A model without a
+// template fails in one line naming its tokenizer_config.json.
+TEST(RunWorker, AChatPromptIsRenderedWithTheTemplateAndRecorded) {
+  if (!std::filesystem::exists(pycode_dir() / "model.safetensors")) GTEST_SKIP() << "embedded model missing";
+  const auto dir = make_temp_dir("gui_worker_chat");
+  const auto model = testing::make_chat_model(dir / "model");
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  std::atomic<bool> cancel{false};
+  RunRequest r = small_request(dir / "runs.db");
+  r.model_path = model.string();
+  r.prompt = "def fib(n):";
+  r.chat = true;
+  r.system = "Be brief.";
+  r.bos = "always";  // ignored: the template writes the BOS
+  r.reference_full = false;
+  r.capture = "summary";
+  const RunUpdate done = execute_run(
+      registry, r, [](const RunUpdate&) {}, cancel);
+  ASSERT_EQ(done.kind, RunUpdate::Kind::kFinished) << done.text;
+  const auto store = sessions::SessionStore::open((dir / "runs.db").string(), sessions::OpenMode::kReadOnly);
+  const sessions::RunRecord rec = store.load_run(done.run_id);
+  const std::string rendered =
+      "<|endoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\ndef fib(n):<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  EXPECT_EQ(rec.info.prompt.text, rendered);
+  EXPECT_EQ(rec.info.prompt.tokens, load_tokenizer(model)->encode(rendered));
+  EXPECT_EQ(rec.info.prompt.tokens.at(0), 0);  // <|endoftext|> once, from the template
+  EXPECT_NE(rec.info.prompt.tokens.at(1), 0);
+  EXPECT_EQ(rec.info.prompt.chat_template, (model / "chat_template.jinja").string());
+  EXPECT_EQ(nlohmann::ordered_json::parse(rec.info.prompt.chat_messages),
+            nlohmann::ordered_json::parse(
+                R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "def fib(n):"}])"));
+
+  r.model_path = pycode_dir().string();
+  const RunUpdate refused = execute_run(
+      registry, r, [](const RunUpdate&) {}, cancel);
+  EXPECT_EQ(refused.kind, RunUpdate::Kind::kFailed);
+  EXPECT_NE(refused.text.find((pycode_dir() / "tokenizer_config.json").string() + ": has no chat template"),
+            std::string::npos)
+      << refused.text;
   remove_tree(dir);
 }
 

@@ -423,6 +423,69 @@ TEST(Sessions, MigratesHandMadeV2ToCurrent) {
   EXPECT_EQ(s.integrity_check(), "ok");
 }
 
+/// The v3 and v4 steps by hand on a v2 file: raw_size back-filled (the blob guard lifted for it, as
+/// the v3 step does), then the checksum columns.
+const char* kV3V4Delta = R"sql(
+DROP TRIGGER blobs_frozen_update;
+ALTER TABLE blobs ADD COLUMN raw_size INTEGER;
+UPDATE blobs SET raw_size = 24;
+CREATE TRIGGER blobs_frozen_update BEFORE UPDATE ON blobs WHEN (SELECT status FROM runs WHERE id = OLD.run_id) IN ('complete', 'failed') OR (SELECT status FROM runs WHERE id = NEW.run_id) IN ('complete', 'failed')
+BEGIN SELECT RAISE(ABORT, 'run is finished and immutable'); END;
+ALTER TABLE blobs ADD COLUMN checksum INTEGER;
+ALTER TABLE runs ADD COLUMN prompt_tokens_checksum INTEGER;
+ALTER TABLE runs ADD COLUMN output_tokens_checksum INTEGER;
+PRAGMA user_version = 4;
+)sql";
+
+// v5 adds the chat prompt's template source and messages: a v4 file (no such columns) opens, read-only
+// (migrated in memory, the file untouched) and read-write, its runs read as plain prompts, and a chat
+// prompt round-trips on the migrated file.
+TEST(Sessions, MigratesHandMadeV4ToCurrentWithChatPromptColumns) {
+  TempDir dir;
+  const std::string path = dir.file("v4.db");
+  make_v1(path);
+  {
+    RawDb raw(path);
+    raw.exec(kV2Delta);
+    raw.exec(kV3V4Delta);
+    EXPECT_EQ(raw.one("SELECT count(*) FROM pragma_table_info('runs') WHERE name LIKE 'prompt_chat%'"), "0");
+  }
+  const std::string before = read_bytes(path);
+  {
+    SessionStore ro = SessionStore::open(path, OpenMode::kReadOnly);
+    const RunRecord r = ro.load_run(1);
+    EXPECT_EQ(r.info.prompt.text, "Once upon");
+    EXPECT_EQ(r.info.prompt.chat_template, "");
+    EXPECT_EQ(r.info.prompt.chat_messages, "");
+    EXPECT_EQ(ro.list_runs().at(0).chat_template, "");
+  }
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_EQ(RawDb(path).one("PRAGMA user_version"), "4");
+
+  const std::string fresh = dir.file("fresh.db");
+  SessionStore::open(fresh);
+  SessionStore s = SessionStore::open(path);
+  EXPECT_EQ(s.schema_version(), SessionStore::kSchemaVersion);
+  EXPECT_EQ(schema_fingerprint(path), schema_fingerprint(fresh));
+  EXPECT_EQ(s.integrity_check(), "ok");
+  EXPECT_EQ(s.load_run(1).info.prompt.chat_template, "");
+  EXPECT_EQ(RawDb(path).one("SELECT count(*) FROM runs WHERE prompt_chat_template IS NULL"), "2");
+
+  RunInfo chat = sample_info("chat");
+  chat.prompt.text = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  chat.prompt.chat_template = "/models/m/chat_template.jinja";
+  chat.prompt.chat_messages = R"([{"role":"user","content":"Hi"}])";
+  const int64_t id = s.begin_run(chat);
+  s.finish_run(id, {});
+  EXPECT_EQ(s.load_run(id).info, chat);
+  EXPECT_EQ(s.list_runs().back().chat_template, "/models/m/chat_template.jinja");
+  // A plain prompt stores NULL, as rows written before v5 hold.
+  const int64_t plain = s.begin_run(sample_info("plain"));
+  EXPECT_EQ(RawDb(path).one("SELECT count(*) FROM runs WHERE id = " + std::to_string(plain) +
+                            " AND prompt_chat_template IS NULL AND prompt_chat_messages IS NULL"),
+            "1");
+}
+
 TEST(Sessions, FailedMigrationStepRollsBackToThePreviousVersion) {
   TempDir dir;
   const std::string path = dir.file("bad.db");

@@ -10,7 +10,9 @@
 #include "../ui_util.h"
 #include "budget_check.h"  // kvscope_run: the check kvscope-cli run makes too
 #include "budget_text.h"   // kvscope_run: budgets as the share kept
+#include "chat_prompt.h"   // kvscope_run: chat prompts rendered and tokenized as kvscope-cli --chat does
 #include "kvscope/core/budget.h"
+#include "kvscope/core/chat_template.h"
 #include "kvscope/core/presets.h"
 #include "kvscope/core/tokenizer.h"
 #include "panels.h"
@@ -30,6 +32,50 @@ bool combo(const char* label, std::string& value, const std::vector<std::string_
   return changed;
 }
 
+/// The form's chat messages: its prompt as one user message, after the system message if one is typed.
+nlohmann::ordered_json form_messages(const RunRequest& f) {
+  return user_chat_messages(f.prompt, f.system.empty() ? std::nullopt : std::optional(f.system));
+}
+
+/// Loads the chat template of the form's tokenizer (the override, else the model) when where it is
+/// looked for changed: st.chat_template, or null with st.chat_template_why.
+void refresh_chat_template(RunState& st) {
+  const RunRequest& f = st.form;
+  std::string location;
+  try {
+    location = run::chat_template_location(f.random_init.empty() ? f.model_path : "", f.tokenizer_path).string();
+  } catch (const std::exception&) {
+    location.clear();  // no model yet
+  }
+  const std::string key = "@" + location;
+  if (key == st.chat_location) return;
+  st.chat_location = key;
+  st.chat_template.reset();
+  st.chat_template_why.clear();
+  st.prompt_key.clear();  // the count depends on the template
+  if (location.empty()) {
+    st.chat_template_why = "choose a model first";
+    return;
+  }
+  try {
+    st.chat_template = std::make_shared<const ChatTemplate>(ChatTemplate::load(location));
+  } catch (const std::exception& e) {
+    st.chat_template_why = e.what();
+  }
+}
+
+/// Why the form's chat prompt cannot run ("" when it can, or chat is off).
+std::string chat_blocker(const RunState& st) {
+  if (!st.form.chat) return "";
+  if (!st.chat_template) return "the model's tokenizer has no chat template: uncheck \"chat template\"";
+  if (!st.chat_problem.empty()) return "the chat template fails on this prompt: see Prompt below";
+  return "";
+}
+
+/// A BOS the run adds before the prompt's tokens (auto: most models add one; a chat prompt: none,
+/// its template writes it).
+bool form_adds_bos(const RunRequest& f) { return !f.chat && f.bos != "never"; }
+
 /// Prompts up to this size are tokenized as they are typed; bigger ones once they stop changing.
 constexpr std::size_t kTokenizeAtOnceBytes = 16 << 10;
 constexpr double kSettleSeconds = 0.4;
@@ -41,8 +87,9 @@ void count_prompt_tokens(AppState& s) {
   RunState& st = s.run;
   const RunRequest& f = st.form;
   const std::string tok_path = !f.tokenizer_path.empty() ? f.tokenizer_path : f.model_path;
-  const std::string key =
-      tok_path + '\n' + std::to_string(f.prompt.size()) + ':' + std::to_string(std::hash<std::string>{}(f.prompt));
+  const std::string key = tok_path + '\n' + std::to_string(f.prompt.size()) + ':' +
+                          std::to_string(std::hash<std::string>{}(f.prompt)) +
+                          (f.chat ? "\nchat\n" + st.chat_location + '\n' + f.system : std::string());
   if (key == st.prompt_key) return;
   if (f.prompt.size() > kTokenizeAtOnceBytes) {
     const double now = ImGui::GetTime();
@@ -58,12 +105,28 @@ void count_prompt_tokens(AppState& s) {
   st.prompt_pending.clear();
   st.prompt_tokens = -1;
   st.prompt_tokens_why.clear();
+  st.chat_rendered.clear();
+  st.chat_problem.clear();
+  if (f.chat) {  // the text the run tokenizes: the prompt rendered as kvscope-cli --chat renders it
+    if (!st.chat_template) {
+      st.prompt_tokens_why = "no chat template";
+      return;
+    }
+    try {
+      st.chat_rendered = run::render_chat(*st.chat_template, form_messages(f), true).text;
+    } catch (const std::exception& e) {
+      st.chat_problem = e.what();
+      st.prompt_tokens_why = "the chat template fails on this prompt";
+      return;
+    }
+  }
   if (tok_path.empty()) {
     st.prompt_tokens_why = "choose a model to count them";
     return;
   }
   if (const Tokenizer* tok = s.tokenizers.get(tok_path, &st.prompt_tokens_why)) {
-    st.prompt_tokens = static_cast<std::int64_t>(tok->encode(f.prompt).size());
+    st.prompt_tokens = static_cast<std::int64_t>(f.chat ? run::chat_prompt_ids(*tok, st.chat_rendered).size()
+                                                        : tok->encode(f.prompt).size());
     st.prompt_tokens_why.clear();
   }
 }
@@ -78,7 +141,7 @@ kvscope::run::KeptShare form_kept_share(const RunState& st) {
   k.unit = *unit;
   k.given = format_budget(*unit, st.form.budget_value);
   k.measured = true;  // what the pipeline will keep, computed as it will (not an estimate)
-  const std::int64_t n_prompt = st.prompt_tokens < 0 ? -1 : st.prompt_tokens + (st.form.bos != "never" ? 1 : 0);
+  const std::int64_t n_prompt = st.prompt_tokens < 0 ? -1 : st.prompt_tokens + (form_adds_bos(st.form) ? 1 : 0);
   if (st.kept_per_head >= 0 && n_prompt > 0) {
     k.per_head = static_cast<double>(st.kept_per_head);
     k.fraction = k.per_head / static_cast<double>(n_prompt);
@@ -95,13 +158,15 @@ void preflight(AppState& s, const PolicyCatalog* catalog) {
   count_prompt_tokens(s);
   st.kept_per_head = -1;
   st.budget_problem.clear();
-  const bool bos = f.bos != "never";  // auto: most models add one (the run itself counts exactly)
+  const bool bos = form_adds_bos(f);  // auto: most models add one (the run itself counts exactly)
   const std::int64_t n_prompt = st.prompt_tokens < 0 ? -1 : st.prompt_tokens + (bos ? 1 : 0);
   if (n_prompt < 0)
     ImGui::TextDisabled("prompt: ? tokens (%s)", st.prompt_tokens_why.c_str());
   else
     ImGui::Text("prompt: %lld tokens%s", static_cast<long long>(n_prompt),
-                f.bos == "auto" ? " (with BOS if the model adds one)" : (bos ? " (with BOS)" : ""));
+                f.chat            ? " (chat template applied)"
+                : f.bos == "auto" ? " (with BOS if the model adds one)"
+                                  : (bos ? " (with BOS)" : ""));
   if (!catalog || st.pipeline.stages.empty()) {
     ImGui::SameLine();
     ImGui::TextDisabled("- full cache: every entry kept");
@@ -165,7 +230,8 @@ void run_bar(AppState& s, Ui& ui, bool busy) {
   RunRequest& f = st.form;
   if (!busy) {
     const bool can = ui.worker != nullptr;
-    ImGui::BeginDisabled(!can || !st.budget_problem.empty() || !st.spec_error.empty());
+    const std::string chat_problem = chat_blocker(st);
+    ImGui::BeginDisabled(!can || !st.budget_problem.empty() || !st.spec_error.empty() || !chat_problem.empty());
     if (ImGui::Button("Run", {120, 0})) {
       RunRequest req = f;
       req.pipeline_spec = ui.catalog ? to_spec(st.pipeline, *ui.catalog) : std::string();
@@ -183,6 +249,8 @@ void run_bar(AppState& s, Ui& ui, bool busy) {
       ImGui::TextDisabled("(fix the pipeline SPEC: see Pipeline below)");
     else if (!st.budget_problem.empty())
       ImGui::TextDisabled("(raise the budget: see Budget below)");
+    else if (!chat_problem.empty())
+      ImGui::TextDisabled("(%s)", chat_problem.c_str());
     else {
       // What Run starts: the editor's pipeline and the form's budget, into the form's database.
       std::string what = "full cache";
@@ -236,6 +304,7 @@ void run(AppState& s, Ui& ui) {
     st.pipeline_initialised = true;
   }
 
+  refresh_chat_template(st);
   run_bar(s, ui, busy);
   ImGui::Separator();
   const float left_w = std::max(520.0f, ImGui::GetContentRegionAvail().x * 0.56f);
@@ -254,10 +323,41 @@ void run(AppState& s, Ui& ui) {
   ImGui::SameLine();
   combo("dtype", f.dtype, {"fp32", "bf16", "fp16"}, 90);
   ImGui::SameLine();
+  ImGui::BeginDisabled(f.chat);
   combo("BOS", f.bos, {"auto", "always", "never"}, 90);
+  ImGui::EndDisabled();
+  if (f.chat && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("A chat prompt's BOS is where its template writes it: none is added");
 
   ImGui::Spacing();
+  ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted("Prompt");
+  ImGui::SameLine();
+  // Off and disabled where the tokenizer has no template (left enabled while on, to turn it off).
+  ImGui::BeginDisabled(!st.chat_template && !f.chat);
+  ImGui::Checkbox("chat template", &f.chat);
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+    if (st.chat_template)
+      ImGui::SetTooltip(
+          "The prompt as one user message (after the system message, if any), rendered with the model's chat "
+          "template and its generation prompt, as kvscope-cli --chat.\nTemplate: %s",
+          st.chat_template->source().c_str());
+    else
+      ImGui::SetTooltip("The model's tokenizer has no chat template:\n%s", st.chat_template_why.c_str());
+  }
+  if (f.chat) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(-1);
+    input_text_hint("##system", "system message (optional)", f.system);
+    if (!st.chat_template)
+      ImGui::TextColored({0.85f, 0.45f, 0.0f, 1}, "no chat template: %s", st.chat_template_why.c_str());
+    else if (!st.chat_problem.empty()) {
+      ImGui::PushTextWrapPos(0);
+      ImGui::TextColored({0.75f, 0.1f, 0.1f, 1}, "%s", st.chat_problem.c_str());
+      ImGui::PopTextWrapPos();
+    }
+  }
   input_text_multiline("##prompt", f.prompt, {-1, 110});
   static_assert(sizeof(std::int64_t) == sizeof(ImS64));
   ImGui::SetNextItemWidth(140);
@@ -359,7 +459,8 @@ void run(AppState& s, Ui& ui) {
   const bool live = st.live && st.live->timeline;
   ImGui::BeginChild("stream", {0, ImGui::GetContentRegionAvail().y * (live ? 0.25f : 0.6f)}, false);
   ImGui::PushTextWrapPos(0);
-  ImGui::TextDisabled("%s", ellipsize(f.prompt, 2000).c_str());
+  // The prompt as the run tokenizes it: a chat prompt as its template renders it.
+  ImGui::TextDisabled("%s", ellipsize(f.chat && !st.chat_rendered.empty() ? st.chat_rendered : f.prompt, 2000).c_str());
   ImGui::TextUnformatted(st.output.c_str());
   ImGui::PopTextWrapPos();
   if (busy) ImGui::SetScrollHereY(1.0f);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "../run_from_record.h"
 #include "../ui_util.h"
 #include "budget_text.h"
@@ -45,6 +47,15 @@ const OpenDb::Extra& extra_of(OpenDb& d, const sessions::RunRow& r) {
   try {
     const auto rec = d.store->load_run(r.id);
     e.prompt = rec.info.prompt.text;
+    e.chat_template = rec.info.prompt.chat_template;
+    if (!e.chat_template.empty()) {  // a chat prompt: its last message reads better than the rendered text
+      const auto messages = nlohmann::ordered_json::parse(rec.info.prompt.chat_messages, nullptr, false);
+      if (messages.is_array() && !messages.empty() && messages.back().is_object() &&
+          messages.back().contains("content") && messages.back()["content"].is_string())
+        e.chat_preview = messages.back()["content"].get<std::string>();
+      else
+        e.chat_preview = e.prompt;
+    }
     e.n_prompt = static_cast<std::int64_t>(rec.info.prompt.tokens.size());
     e.n_layer = rec.info.model.n_layer;
     e.n_head_kv = rec.info.model.n_head_kv;
@@ -370,10 +381,13 @@ void sessions(AppState& s, Ui& ui) {
         item_tooltip(r.model_path + "\n" + std::to_string(ex.n_layer) + " layers, " + std::to_string(ex.n_head_kv) +
                      " KV heads");
         ImGui::TableSetColumnIndex(kColPrompt);
-        std::string p = ex.prompt;
+        const bool chat = !ex.chat_template.empty();
+        std::string p = chat ? ex.chat_preview : ex.prompt;
         std::replace(p.begin(), p.end(), '\n', ' ');
-        ImGui::Text("%lld tok: %s", static_cast<long long>(ex.n_prompt), ellipsize(p, 30).c_str());
-        item_tooltip(ellipsize(ex.prompt, 600));
+        ImGui::Text("%lld tok%s: %s", static_cast<long long>(ex.n_prompt), chat ? " chat" : "",
+                    ellipsize(p, chat ? 25 : 30).c_str());
+        item_tooltip(chat ? "chat prompt, rendered with " + ex.chat_template + ":\n" + ellipsize(ex.prompt, 600)
+                          : ellipsize(ex.prompt, 600));
         ImGui::TableSetColumnIndex(kColPipeline);
         ImGui::TextUnformatted(ellipsize(r.pipeline_spec, 36).c_str());
         item_tooltip(r.pipeline_spec);

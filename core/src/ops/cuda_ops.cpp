@@ -44,12 +44,13 @@ int64_t heads_of(const at::Tensor& q) { return q.dim() == 3 ? q.size(1) : q.size
 
 at::Tensor run_decode(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
                       const at::Tensor& length_dev, const at::Tensor* index, int64_t max_len, int64_t total_len,
-                      int64_t group, double scale, int n_split, at::Tensor out) {
+                      int64_t group, double scale, int n_split, at::Tensor out, double softcap = 0.0) {
   const char* op = "decode_attention";
   check_same(op, {&q_in, &k, &v});
   const at::Tensor q = as_heads(q_in, op);
   const int64_t n_head = q.size(0), D = q.size(1);
-  if (D != 64 && D != 128) bad("decode_attention: head_dim must be 64 or 128");
+  if (!kk::decode_attention_head_dim_supported(static_cast<int>(D)))
+    bad("decode_attention: head_dim must be 64, 96, 128 or 256");
   if (k.dim() != 2 || v.dim() != 2 || k.size(1) != D || v.size(1) != D || !k.is_contiguous() || !v.is_contiguous())
     bad("decode_attention: k and v must be contiguous [rows, head_dim]");
   if (group <= 0 || n_head % group != 0) bad("decode_attention: n_head must be a multiple of group");
@@ -88,6 +89,7 @@ at::Tensor run_decode(const at::Tensor& q_in, const at::Tensor& k, const at::Ten
     a.index_stride = index->stride(0);
   }
   a.scale = static_cast<float>(scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D)));
+  a.softcap = static_cast<float>(softcap);
   a.o = out.data_ptr();
   check_cuda(kk::decode_attention(a, plan, ws.defined() ? ws.data_ptr() : nullptr, at::cuda::getCurrentCUDAStream()),
              op);
@@ -132,9 +134,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
                             const at::Tensor& length_dev, int64_t max_len, int64_t total_len, int64_t group,
-                            double scale, int n_split, at::Tensor out) {
-  return run_decode(q, k, v, offset_dev, length_dev, nullptr, max_len, total_len, group, scale, n_split,
-                    std::move(out));
+                            double scale, int n_split, at::Tensor out, double softcap) {
+  return run_decode(q, k, v, offset_dev, length_dev, nullptr, max_len, total_len, group, scale, n_split, std::move(out),
+                    softcap);
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale) {
@@ -299,21 +301,67 @@ std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor
   return linear_segments(x, w, b, false, s0, s1);
 }
 
-at::Tensor linear_row_swiglu(const NormedRows& in, const at::Tensor& w_gate_up) {
+at::Tensor linear_row_swiglu(const NormedRows& in, const at::Tensor& w_gate_up, GatedActivation act) {
   const char* op = "linear_row_swiglu";
   const at::Tensor& x = in.x;
   kk::GemvArgs a = gemv_args(op, x, w_gate_up);
   if (a.n % 2 != 0) bad("linear_row_swiglu: w_gate_up must be [2 * inter, k] (an even row count)");
   set_norm_in(a, in, op);
-  a.epilogue = kk::GemvEpilogue::kSwiGlu;
+  const bool gelu = act == GatedActivation::kGeluTanh;
+  a.epilogue = gelu ? kk::GemvEpilogue::kGeGlu : kk::GemvEpilogue::kSwiGlu;
   a.y = reinterpret_cast<void*>(16);  // placeholder: the output is allocated below
-  if (!gemv_operands_plain(x, w_gate_up, {}) || !kk::gemv_supported(a))
-    return silu_mul(linear_row(in, w_gate_up));  // two launches (cuBLAS for what the GEMV does not take)
+  if (!gemv_operands_plain(x, w_gate_up, {}) || !kk::gemv_supported(a)) {
+    // two launches (cuBLAS for what the GEMV does not take)
+    if (!gelu) return silu_mul(linear_row(in, w_gate_up));
+    const at::Tensor gu = linear_row(in, w_gate_up);
+    const int64_t I = gu.size(-1) / 2;
+    return at::gelu(gu.narrow(-1, 0, I), "tanh") * gu.narrow(-1, I, I);
+  }
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({a.m, a.n / 2}, x.options());
   a.y = y.data_ptr();
   check_cuda(kk::gemv(a, at::cuda::getCurrentCUDAStream()), op);
   return y;
+}
+
+std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const at::Tensor& w_post,
+                                                    const at::Tensor& residual, const at::Tensor& w_next, double eps) {
+  const char* op = "rms_norm_residual";
+  check_same(op, {&y, &residual});
+  const at::Tensor y2 = as_rows(y).contiguous(), r2 = as_rows(residual).contiguous();
+  const int64_t m = y2.size(0), hidden = y2.size(1);
+  if (r2.sizes() != y2.sizes()) bad("rms_norm_residual: y and residual must both be [m, hidden]");
+  auto check_w = [&](const at::Tensor& w, const char* name) {
+    if (w.numel() != hidden || !w.is_contiguous() || w.device() != y.device() ||
+        (w.scalar_type() != y.scalar_type() && w.scalar_type() != at::kFloat))
+      bad(std::string("rms_norm_residual: ") + name + " must be contiguous [hidden] in y's dtype or fp32");
+  };
+  check_w(w_post, "w_post");
+  if (w_next.defined()) check_w(w_next, "w_next");
+  const c10::cuda::CUDAGuard guard(y.device());
+  at::Tensor out = at::empty_like(y2);
+  kk::RmsNormResidualArgs a;
+  a.dtype = kernel_dtype(y, op);
+  a.rows = m;
+  a.hidden = hidden;
+  a.y = y2.data_ptr();
+  a.w_post = w_post.data_ptr();
+  a.w_post_fp32 = w_post.scalar_type() == at::kFloat;
+  a.residual = r2.data_ptr();
+  a.out = out.data_ptr();
+  a.eps = static_cast<float>(eps);
+  at::Tensor gx, sumsq;
+  if (w_next.defined()) {
+    gx = at::empty_like(y2);
+    sumsq = at::empty({m, 1}, y.options().dtype(at::kFloat));
+    a.w_next = w_next.data_ptr();
+    a.w_next_fp32 = w_next.scalar_type() == at::kFloat;
+    a.next_gx = gx.data_ptr();
+    a.next_sumsq = sumsq.data_ptr<float>();
+  }
+  check_cuda(kk::rms_norm_residual(a, at::cuda::getCurrentCUDAStream()), op);
+  if (!w_next.defined()) return {out, NormedRows(out)};
+  return {out, NormedRows(gx, sumsq, eps)};
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
@@ -345,8 +393,9 @@ std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tenso
   if (kh.size(1) != D || vh.size(1) != D || vh.size(0) != n_head_kv || D % 2 != 0)
     bad("rope_append: q, k, v head_dim mismatch (or odd head_dim)");
   if (qh.stride(1) != 1 || kh.stride(1) != 1 || vh.stride(1) != 1) bad("rope_append: q, k, v rows must be contiguous");
-  if (cos.numel() != D / 2 || sin.numel() != D / 2 || !cos.is_contiguous() || !sin.is_contiguous())
-    bad("rope_append: cos/sin must be contiguous with head_dim/2 elements");
+  if (cos.numel() != sin.numel() || cos.numel() < 1 || cos.numel() > D / 2 || !cos.is_contiguous() ||
+      !sin.is_contiguous())
+    bad("rope_append: cos/sin must be contiguous with rotary_dim/2 <= head_dim/2 elements");
   if (k_cache.dim() != 2 || v_cache.dim() != 2 || k_cache.size(1) != D || v_cache.size(1) != D ||
       !k_cache.is_contiguous() || !v_cache.is_contiguous())
     bad("rope_append: caches must be contiguous [rows, head_dim]");
@@ -367,13 +416,33 @@ void check_rope_meta(const char* op, const at::Tensor& offset_dev, const at::Ten
     bad(std::string(op) + ": position must be one int64 on q's device");
 }
 
+/// The QkvFeatures of a decode append against head_dim D and q's dtype / device.
+void check_features(const QkvFeatures& f, const at::Tensor& q, int64_t D) {
+  if (f.q_norm.defined() != f.k_norm.defined()) bad("rope_append: q_norm and k_norm go together");
+  for (const at::Tensor* w : {&f.q_norm, &f.k_norm})
+    if (w->defined() && (w->numel() != D || !w->is_contiguous() || w->device() != q.device() ||
+                         (w->scalar_type() != q.scalar_type() && w->scalar_type() != at::kFloat) ||
+                         w->scalar_type() != f.q_norm.scalar_type()))
+      bad("rope_append: q_norm / k_norm must be contiguous [head_dim] in q's dtype or fp32, on q's device");
+  if (f.ring < 0) bad("rope_append: ring must be >= 0");
+}
+
 void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& cos, const at::Tensor& sin,
                         RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
                         const at::Tensor& pos_cache, const int64_t* offset, int64_t* length, int64_t position,
-                        const int64_t* position_dev) {
+                        const int64_t* position_dev, const QkvFeatures& f = {}) {
   const char* op = "rope_append";
   const auto& [qh, kh, vh] = qkv;
+  check_features(f, qh, qh.size(1));
   kk::RopeAppendArgs a;
+  a.rotary_dim = static_cast<int>(2 * cos.numel());
+  if (f.q_norm.defined()) {
+    a.q_norm = f.q_norm.data_ptr();
+    a.k_norm = f.k_norm.data_ptr();
+    a.norm_fp32 = f.q_norm.scalar_type() == at::kFloat;
+    a.norm_eps = static_cast<float>(f.norm_eps);
+  }
+  a.ring = f.ring;
   a.dtype = kernel_dtype(qh, op);
   a.mode = layout == RopeLayout::kAdjacentPairs ? kk::RopeMode::kAdjacentPairs : kk::RopeMode::kRotateHalf;
   a.n_head = static_cast<int>(qh.size(0));
@@ -420,12 +489,12 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
                  const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
                  const at::Tensor& pos_cache, const at::Tensor& offset_dev, const at::Tensor& length_dev,
-                 const at::Tensor& position_dev) {
+                 const at::Tensor& position_dev, const QkvFeatures& features) {
   const auto qkv = check_rope_append(q, k, v, cos, sin, k_cache, v_cache, pos_cache);
   check_rope_meta("rope_append", offset_dev, length_dev, position_dev, qkv[1].size(0), q.device());
   const c10::cuda::CUDAGuard guard(q.device());
   launch_rope_append(qkv, cos, sin, layout, k_cache, v_cache, pos_cache, offset_dev.data_ptr<int64_t>(),
-                     length_dev.data_ptr<int64_t>(), 0, position_dev.data_ptr<int64_t>());
+                     length_dev.data_ptr<int64_t>(), 0, position_dev.data_ptr<int64_t>(), features);
 }
 
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
@@ -440,7 +509,8 @@ std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& in, const at::Tensor
                                           const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache,
                                           const at::Tensor& v_cache, const at::Tensor& pos_cache,
                                           const at::Tensor& offset_dev, const at::Tensor& length_dev,
-                                          const at::Tensor& tickets, const at::Tensor& position_dev) {
+                                          const at::Tensor& tickets, const at::Tensor& position_dev,
+                                          const QkvFeatures& features) {
   const char* op = "qkv_rope_append";
   const at::Tensor& x = in.x;
   kk::GemvArgs a = gemv_args(op, x, w_qkv);
@@ -462,15 +532,19 @@ std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& in, const at::Tensor
   r.n_head = static_cast<int>(n_head);
   r.n_head_kv = static_cast<int>(n_head_kv);
   r.head_dim = static_cast<int>(D);
+  r.ring = features.ring;
   // Placeholders for the support check (the operands are checked below, the output allocated).
   r.cos = r.sin = r.k_cache = r.v_cache = a.y = reinterpret_cast<void*>(16);
   r.offset = r.length = reinterpret_cast<int64_t*>(16);
   r.tickets = reinterpret_cast<unsigned long long*>(16);
-  const bool fused = gemv_operands_plain(x, w_qkv, b_qkv) && kk::gemv_supported(a);
+  // The epilogue rotates whole heads of plain projections: q / k norms and partial rotary take rope_append.
+  const bool fused = gemv_operands_plain(x, w_qkv, b_qkv) && kk::gemv_supported(a) && !features.q_norm.defined() &&
+                     2 * cos.numel() == D;
   if (!fused) {  // two launches: the projection (cuBLAS past the GEMV's shapes), then rope_append
     const auto [q, k, v] = linear_segments(in, w_qkv, b_qkv, false, s0, s1);
     const at::Tensor qh = q.view({m * n_head, D}), kh = k.view({m * n_head_kv, D}), vh = v.view({m * n_head_kv, D});
-    rope_append(qh, kh, vh, cos, sin, layout, k_cache, v_cache, pos_cache, offset_dev, length_dev, position_dev);
+    rope_append(qh, kh, vh, cos, sin, layout, k_cache, v_cache, pos_cache, offset_dev, length_dev, position_dev,
+                features);
     return {qh, kh, vh};
   }
   const c10::cuda::CUDAGuard guard(x.device());
@@ -523,7 +597,7 @@ at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tens
   unavailable("decode_attention");
 }
 at::Tensor decode_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, int64_t, int64_t, int64_t, double, int, at::Tensor) {
+                            const at::Tensor&, int64_t, int64_t, int64_t, double, int, at::Tensor, double) {
   unavailable("decode_attention");
 }
 at::Tensor decode_attention(const at::Tensor&, const LayerKv&, int64_t, double) { unavailable("decode_attention"); }
@@ -545,11 +619,13 @@ std::pair<at::Tensor, NormedRows> linear_row_norm_out(const at::Tensor&, const a
 std::array<at::Tensor, 3> linear_row_split(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t) {
   unavailable("linear_row_split");
 }
-at::Tensor linear_row_swiglu(const NormedRows&, const at::Tensor&) { unavailable("linear_row_swiglu"); }
+at::Tensor linear_row_swiglu(const NormedRows&, const at::Tensor&, GatedActivation) {
+  unavailable("linear_row_swiglu");
+}
 std::array<at::Tensor, 3> qkv_rope_append(const NormedRows&, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
                                           const at::Tensor&, const at::Tensor&, RopeLayout, const at::Tensor&,
                                           const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                          const at::Tensor&, const at::Tensor&) {
+                                          const at::Tensor&, const at::Tensor&, const QkvFeatures&) {
   unavailable("qkv_rope_append");
 }
 at::Tensor rms_norm(const at::Tensor&, const at::Tensor&, double, at::Tensor) { unavailable("rms_norm"); }
@@ -564,10 +640,14 @@ void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const 
 }
 void rope_append(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                  RopeLayout, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                 const at::Tensor&, const at::Tensor&) {
+                 const at::Tensor&, const at::Tensor&, const QkvFeatures&) {
   unavailable("rope_append");
 }
 at::Tensor silu_mul(const at::Tensor&, at::Tensor) { unavailable("silu_mul"); }
+std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                    const at::Tensor&, double) {
+  unavailable("rms_norm_residual");
+}
 
 #endif
 

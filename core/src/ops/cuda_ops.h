@@ -26,7 +26,7 @@ at::Tensor upload_int64(const std::vector<int64_t>& values, c10::Device device);
 bool cuda_kernels_available();
 
 /// Split-K decode attention of one token over a ragged per-KV-head cache.
-/// q: [n_head, D] or [1, n_head, D] (rows of D contiguous, any head stride), D in {64, 128};
+/// q: [n_head, D] or [1, n_head, D] (rows of D contiguous, any head stride), D in {64, 96, 128, 256};
 /// k, v: [rows, D] contiguous (LayerKv::k / ::v); offset / length: per KV head (host), entries of
 /// head h are rows offset[h] .. offset[h] + length[h] - 1; n_head == group * offset.size().
 /// scale <= 0 means 1 / sqrt(D); n_split > 0 forces the split count (tests, tuning).
@@ -38,10 +38,10 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 /// Same with offset / length already on the device (int64 [n_head_kv]) and host upper bounds
 /// max_len >= every length and total_len >= their sum (0: max_len * n_head_kv), which plan the
-/// split: no upload, no host sync.
+/// split: no upload, no host sync. softcap > 0: logits cap * tanh(x / cap) (Gemma 2).
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset_dev,
                             const at::Tensor& length_dev, int64_t max_len, int64_t total_len, int64_t group,
-                            double scale = 0.0, int n_split = 0, at::Tensor out = {});
+                            double scale = 0.0, int n_split = 0, at::Tensor out = {}, double softcap = 0.0);
 
 /// Convenience over one layer of a KvCache (its live entries).
 at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale = 0.0);
@@ -117,7 +117,27 @@ std::array<at::Tensor, 3> linear_row_split(const at::Tensor& x, const at::Tensor
 /// GEMV launch (kernels/gemv.h: swiglu) where the kernels take the shape, else those two calls.
 /// Throws std::invalid_argument on an odd row count or mismatched shapes.
 /// x's RMSNorm may be pending (NormedRows; then applied to the products before the activation).
-at::Tensor linear_row_swiglu(const NormedRows& x, const at::Tensor& w_gate_up);
+/// act kGeluTanh: GeGLU, gelu_tanh(x·W_gateᵀ) ⊙ (x·W_upᵀ) (Gemma 2/3), the same way.
+at::Tensor linear_row_swiglu(const NormedRows& x, const at::Tensor& w_gate_up,
+                             GatedActivation act = GatedActivation::kSilu);
+
+/// Gemma 2/3's sandwich norm closing a sublayer (kernels/norm.h: rms_norm_residual): returns
+/// out = residual + rmsnorm(y; w_post) (HF order, dtype) and, with w_next defined, the next norm
+/// pending: NormedRows{w_next ⊙ out, Σ out² [m, 1], eps}. y, residual: [m, hidden] in one dtype;
+/// w_post, w_next: [hidden] in that dtype or fp32 (Gemma's 1 + w). One launch. Throws
+/// std::invalid_argument on mismatched shapes, dtypes or devices.
+std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const at::Tensor& w_post,
+                                                    const at::Tensor& residual, const at::Tensor& w_next, double eps);
+
+/// What a family adds to the decode step's q / k path (ModelConfig): per-head q / k RMSNorm
+/// before RoPE (Qwen3, Gemma 3: q_norm / k_norm [head_dim], in the dtype or fp32), and the
+/// sliding-window ring of a layer of window W (kernels/rope.h: ring; rows offset + position % W).
+/// Partial rotary (Phi-3/4) needs nothing here: cos / sin then cover rotary_dim / 2 channels.
+struct QkvFeatures {
+  at::Tensor q_norm, k_norm;
+  double norm_eps = 1e-6;
+  int64_t ring = 0;
+};
 
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim
 /// contiguous, any row stride) or [hidden]; w: [hidden]. out: optional, same shape, contiguous.
@@ -139,7 +159,7 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
                  const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache, const at::Tensor& v_cache,
                  const at::Tensor& pos_cache, const at::Tensor& offset_dev, const at::Tensor& length_dev,
-                 const at::Tensor& position_dev);
+                 const at::Tensor& position_dev, const QkvFeatures& features = {});
 
 /// Same into a LayerKv (throws std::invalid_argument when a head is full: length == capacity). The
 /// caller then increments layer.length and its own position counter.
@@ -155,14 +175,15 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 /// x: [m, hidden], its RMSNorm possibly pending (NormedRows); w_qkv: [(H + 2 Hkv)·D, hidden]; b_qkv: [n] or undefined;
 /// offset_dev / length_dev: int64 [m·Hkv] (length advanced by one); tickets: int64 [>= Hkv] zeros on the device, left
 /// zero (the appending warps' counters); position_dev: int64 [1]. Batches (m > 1; the fused tiles were slower there),
-/// head_dim % 16 != 0 and strided operands take the two-launch path (tickets unused). Throws std::invalid_argument on
-/// mismatched shapes, dtypes or devices.
+/// head_dim % 16 != 0, strided operands, q / k norms and partial rotary take the two-launch path (tickets unused).
+/// features: QkvFeatures. Throws std::invalid_argument on mismatched shapes, dtypes or devices.
 std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
                                           int64_t n_head, int64_t n_head_kv, const at::Tensor& cos,
                                           const at::Tensor& sin, RopeLayout layout, const at::Tensor& k_cache,
                                           const at::Tensor& v_cache, const at::Tensor& pos_cache,
                                           const at::Tensor& offset_dev, const at::Tensor& length_dev,
-                                          const at::Tensor& tickets, const at::Tensor& position_dev);
+                                          const at::Tensor& tickets, const at::Tensor& position_dev,
+                                          const QkvFeatures& features = {});
 
 /// SwiGLU: gate_up [rows, 2I] (last dim contiguous, gate first) -> silu(gate) * up [rows, I].
 at::Tensor silu_mul(const at::Tensor& gate_up, at::Tensor out = {});

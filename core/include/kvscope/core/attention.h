@@ -22,8 +22,12 @@ struct AttentionShape {
 /// n_head % n_head_kv == 0. Query head h reads KV head h / G. Scores in the input dtype, softmax in
 /// fp32 (as HF eager). Returns [T, n_head * D] in q's dtype. Processes queries in blocks so the score
 /// buffer stays under ~256 MiB (never a full n_tok x n_tok matrix on long prompts).
+/// With q_positions (int64 [T]) and k_positions (int64 [N]) the mask comes from the positions
+/// instead (key j visible to query t iff k_pos[j] <= q_pos[t] and, with a window,
+/// k_pos[j] > q_pos[t] - window): keys in any order, e.g. a sliding-window layer's ring.
 at::Tensor gqa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const AttentionShape& shape = {});
+                         const AttentionShape& shape = {}, const at::Tensor& q_positions = {},
+                         const at::Tensor& k_positions = {});
 
 /// Same, for the whole-prompt case N == T, using the LibTorch fused kernel when available
 /// (PyTorch >= 2.5: scaled_dot_product_attention with enable_gqa; plain shapes only) and

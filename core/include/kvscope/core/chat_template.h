@@ -5,6 +5,7 @@
 // tokenizer's special tokens as variables). Torch-free (library kvscope_chat).
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,13 @@ class ChatTemplate {
   /// Where the template came from: "<dir>/chat_template.jinja", "<dir>/tokenizer_config.json
   /// (chat_template)", or from_text's origin.
   const std::string& origin() const;
+  /// Where the template that render() chooses for `extra` and `template_name` came from, for a
+  /// record of what was rendered: "<dir>/chat_template.jinja", "<dir>/tokenizer_config.json
+  /// (chat_template)", "<dir>/tokenizer_config.json (chat_template 'NAME')" for one of a named list,
+  /// "<dir>/additional_chat_templates/NAME.jinja", or from_text's origin. Throws InputError as
+  /// render() does for a name it has no template of.
+  const std::string& source(const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
+                            const std::string& template_name = "") const;
   /// The names of the templates ("default" for a single one).
   std::vector<std::string> names() const;
   /// The source text of template `name` (empty: the one render() would choose without tools).
@@ -73,5 +81,17 @@ class ChatTemplate {
   explicit ChatTemplate(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
 };
+
+/// Chat messages from the text of a JSON file (kvscope-cli --messages, chat-template --messages): an
+/// array of message objects, or {"messages": [...]}; each has a string "role" and a "content" (a
+/// string or a list of parts; null or absent only beside "tool_calls"), and there is at least one.
+/// Throws InputError naming `origin` (the file) for text that is not JSON or another shape, and
+/// the message at fault.
+nlohmann::ordered_json parse_chat_messages(std::string_view json_text, const std::string& origin);
+
+/// A prompt as chat messages: `system` as a system message when given, then `user` as one user
+/// message ([{"role": "system", "content": ...}, {"role": "user", "content": ...}]).
+nlohmann::ordered_json user_chat_messages(std::string_view user,
+                                          const std::optional<std::string>& system = std::nullopt);
 
 }  // namespace kvscope

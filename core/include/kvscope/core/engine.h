@@ -77,7 +77,12 @@ class Engine {
   at::Tensor decode_step_device(KvCache& cache, DeviceDecodeState& s,
                                 DecodeAttentionPolicy* decode_attention = nullptr) const;
 
-  /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward.
+  /// True when every context length in [first_seq_len, last_seq_len] rotates with the same RoPE
+  /// tables (always, but for longrope across its threshold and dynamic NTK past it): what one
+  /// captured CUDA graph needs.
+  bool rope_fixed_over(int64_t first_seq_len, int64_t last_seq_len) const;
+  /// Prefill in blocks of `chunk` tokens (0 = whole prompt at once). Same result as forward; then
+  /// the sliding-window layers keep only their window (KvCache::ring_windows).
   at::Tensor prefill(KvCache& cache, std::span<const int32_t> ids, int64_t chunk = 0, bool all_logits = false,
                      const LayerObserver& observer = {}) const;
 
@@ -114,15 +119,20 @@ class Engine {
   /// The RMSNorm weight applied to layer l's output: layer l + 1's attention norm, or the final
   /// norm after the last layer (the next_norm a fused decode layer leaves pending).
   const at::Tensor& norm_after(int64_t l) const;
-  /// The RoPE table of layer l among `tables` (one per distinct per-layer base).
-  const RopeTable& layer_rope(const std::vector<RopeTable>& tables, int64_t l) const;
-  /// One RoPE table per distinct inverse-frequency vector, for a block of positions.
-  std::vector<RopeTable> rope_tables(const at::Tensor& positions) const;
+  /// Every layer's RoPE table for a block of positions when the context is seq_len tokens long
+  /// (rope.h: longrope and dynamic NTK depend on it); layers sharing a frequency set share a table.
+  std::vector<RopeTable> rope_tables(const at::Tensor& positions, int64_t seq_len) const;
+  struct RopeSet {
+    at::Tensor inv_freq;  // fp32 [rope_dim/2] on the model device
+    double scaling = 1;   // YaRN / longrope attention scaling of cos and sin
+  };
   const Model& model_;
-  at::Tensor inv_freq_;                // fp32 [rope_dim/2] on the model device (the model's base)
-  std::vector<at::Tensor> inv_freqs_;  // distinct per-layer inverse frequencies (inv_freqs_[0] = inv_freq_)
-  std::vector<int> layer_freq_;        // per layer: index into inv_freqs_
-  bool fused_layers_ = true;           // Llama-style layers: the fused CUDA kernels apply
+  std::vector<RopeSet> rope_sets_;  // distinct frequency sets over layers and context regimes
+  std::vector<int> layer_freq_[2];  // per layer: index into rope_sets_, at or below / past the threshold
+  bool fused_layers_ = true;        // the fused CUDA kernels take the family's layers
+  double embed_scale_ = 1.0;        // Gemma: sqrt(hidden) rounded to the weights' dtype; 1 otherwise
+  /// Gemma 2's final logit soft-capping (identity for other models).
+  at::Tensor final_softcap(const at::Tensor& logits) const;
 };
 
 /// RMSNorm as HF computes it: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight (an

@@ -23,6 +23,14 @@ struct LayerKv {
   /// else the head is a ring buffer of ring_sink sink entries + ring_window recent entries; once
   /// full, each append overwrites the oldest non-sink entry (slot ring_next).
   std::vector<int64_t> ring_sink, ring_window, ring_next;
+  /// Sliding-window layer (ModelConfig::window, Mistral / Gemma 2/3 / Qwen3's local layers): a query
+  /// at position p sees positions > p - window, so between forwards each head keeps only its last
+  /// `window` positions, position p at row offset + p % window (`ringed`): memory is the window's,
+  /// whatever the context, and a decode append overwrites the oldest entry in place. A block of
+  /// several tokens is appended in order (ringed false) and KvCache::ring_windows folds it back.
+  /// Never compressed (Pipeline). 0 = a full-attention layer.
+  int64_t window = 0;
+  bool ringed = false;
   /// True when every head has the same capacity and length: the buffers view as [n_head_kv, cap, D].
   bool uniform() const;
 };
@@ -43,11 +51,19 @@ class KvCache {
   void append(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions);
 
   /// Makes room for `n` more entries in every head of layer l (growing as append does). For
-  /// kernels that write entries in place (rope_append); follow with commit_append(l, n).
-  /// Returns false if the layer has ring-buffer heads (those must go through append()).
+  /// kernels that write entries in place (rope_append); follow with commit_append(l, n). A
+  /// sliding-window layer is ringed first (its kernels write row offset + position % window).
+  /// Returns false if the layer has streaming ring-buffer heads (those must go through append()).
   bool reserve_append(int64_t l, int64_t n);
-  /// Counts `n` entries written in place at each head's end as live.
+  /// Counts `n` entries written in place at each head's end as live (a sliding-window layer: up to
+  /// its window).
   void commit_append(int64_t l, int64_t n);
+
+  /// Folds every sliding-window layer back to its ring (LayerKv::window): keeps the entries of the
+  /// last `window` positions, at rows position % window, in a segment of at most `window` entries
+  /// per head (less while the sequence is shorter), freeing the rest. Engine::prefill calls it
+  /// after the prompt; a single-token append calls it for its layer.
+  void ring_windows();
 
   /// Dense views of a uniform layer: [n_head_kv, length, head_dim] (and int64 [n_head_kv, length]).
   /// Throws std::logic_error if the layer is ragged (use head_keys/head_values).
@@ -94,6 +110,8 @@ class KvCache {
 
  private:
   void grow(int64_t l, int64_t min_capacity);
+  void ring_window_layer(int64_t l);
+  void append_window(int64_t l, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions);
   void append_ring(int64_t l, int64_t h, const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions);
   int64_t n_head_kv_, head_dim_;
   int64_t next_position_ = 0;

@@ -13,15 +13,45 @@ namespace kvscope {
 /// Meta / llama2.c checkpoints: adjacent pairs (2i, 2i+1). RoFormer (Su et al. 2021), eq. 34.
 enum class RopeLayout { kRotateHalf, kAdjacentPairs };
 
-/// rope_scaling. kLinear: positions divided by `factor` (Chen et al. 2023, position interpolation).
-/// kLlama3: per-frequency smoothing between `low_freq_factor` and `high_freq_factor` wavelengths
-/// (Llama 3.1 report; HF `_compute_llama3_parameters`).
+/// rope_scaling / rope_parameters, as transformers' modeling_rope_utils.py (5.x) computes them;
+/// kvscope/core/rope.h turns them into frequencies. parse_hf_config resolves every default, so the
+/// fields hold the values in force:
+/// - kLinear: positions divided by `factor` (Chen et al. 2023, position interpolation).
+/// - kLlama3: per-frequency smoothing between `low_freq_factor` and `high_freq_factor` wavelengths
+///   of `original_max_position_embeddings` (Llama 3.1 report; HF `_compute_llama3_parameters`).
+/// - kDynamic: dynamic NTK (HF `_compute_dynamic_ntk_parameters`): above max_position_embeddings
+///   the base grows with the forward's seq_len by `factor`; at or below it, the plain frequencies.
+/// - kYarn: YaRN (Peng et al. 2023): NTK-by-parts between extrapolation and interpolation by
+///   `factor`, ramped over the dimensions whose rotations over `original_max_position_embeddings`
+///   lie between `beta_slow` and `beta_fast` (floor/ceil of the bounds when `truncate`); cos and sin
+///   times attention_scaling(). Independent of seq_len.
+/// - kLongRope: LongRoPE (Phi-3/3.5/4-mini): frequencies divided per dimension by `short_factor`
+///   while seq_len <= `original_max_position_embeddings`, by `long_factor` above; cos and sin times
+///   attention_scaling().
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 } type = Type::kNone;
+  enum class Type { kNone, kLinear, kLlama3, kDynamic, kYarn, kLongRope } type = Type::kNone;
+  /// Scaling factor. kLongRope without one in the config: max_position_embeddings /
+  /// original_max_position_embeddings (HF's Phi-3 rule), which may be <= 1 (then no attention scaling).
   double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double low_freq_factor = 1.0;   ///< kLlama3
+  double high_freq_factor = 4.0;  ///< kLlama3
+  /// The pretraining context (kLlama3, kYarn, kLongRope). Parsed as HF 5.x standardizes it: a
+  /// top-level `original_max_position_embeddings` first (Phi-3 style; for phi3 its default 4096),
+  /// then the one in rope_scaling / rope_parameters, else max_position_embeddings.
   int64_t original_max_position_embeddings = 8192;
+  double beta_fast = 32.0;  ///< kYarn: rotations that bound extrapolation (HF: 0 or absent = 32)
+  double beta_slow = 1.0;   ///< kYarn: rotations that bound interpolation (HF: 0 or absent = 1)
+  double mscale = 0;        ///< kYarn (DeepSeek): with mscale_all_dim, both non-zero, the attention factor's ratio
+  double mscale_all_dim = 0;
+  bool truncate = true;                           ///< kYarn: floor/ceil the correction range (gpt-oss: false)
+  double attention_factor = 0;                    ///< kYarn, kLongRope: given in the config (> 0), or 0 = HF's default
+  std::vector<double> short_factor, long_factor;  ///< kLongRope: rope_dim / 2 entries each
+
+  /// The factor cos and sin are multiplied by (HF's `attention_scaling`): the given
+  /// attention_factor, else kYarn: get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+  /// when both are non-zero, else 0.1 ln(factor) + 1 (1 when factor <= 1); kLongRope:
+  /// sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) (1 when factor <= 1); others 1.
+  double attention_scaling() const;
 };
 
 /// The MLP's gated activation: SwiGLU silu(gate) * up (Llama, Qwen, Mistral, Phi-3) or GeGLU
@@ -77,8 +107,8 @@ struct ModelConfig {
   int64_t window(int64_t l) const { return l < static_cast<int64_t>(layer_window.size()) ? layer_window[l] : 0; }
   /// Channels RoPE rotates.
   int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
-  /// The family features the fused CUDA decode kernels do not implement, comma-separated ("" when
-  /// the layers are Llama-style and the fused path and CUDA graph apply).
+  /// What the fused CUDA decode kernels cannot take, comma-separated ("" when the fused path and
+  /// the CUDA graph apply: every family feature above is fused; head_dim must be 64, 96, 128 or 256).
   std::string unfused_features() const;
   /// Total parameter count implied by the shapes.
   int64_t parameter_count() const;
@@ -90,7 +120,8 @@ struct ModelConfig {
 /// Parses a Hugging Face config.json (plus generation_config.json beside it for extra EOS ids).
 /// Accepts model_type llama | mistral | qwen2 | qwen3 | gemma2 | gemma3_text | gemma3 (its
 /// text_config) | phi3; rope_theta or rope_parameters (also keyed by layer type);
-/// rope_scaling / rope_parameters of type default | linear | llama3.
+/// rope_scaling / rope_parameters (rope_type or type) of type default | linear | llama3 | dynamic |
+/// yarn | longrope (phi3 also su and yarn, as longrope, as transformers' Phi3Config does).
 /// Throws InputError(path, ...) for a missing file, bad JSON, unknown model_type or missing fields.
 ModelConfig parse_hf_config(const std::filesystem::path& config_json);
 

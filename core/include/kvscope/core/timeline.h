@@ -27,7 +27,8 @@ namespace kvscope {
 enum class EvictionCause : uint8_t {
   kNone = 0,     ///< never evicted (still live at the end)
   kPrefill = 1,  ///< the first prefill's compression (scoring + budget, head pattern, block-wise cap)
-  kRing = 2,     ///< a streaming head's ring buffer overwrote it (StreamingLLM §3, DuoAttention §3.2)
+  kRing = 2,     ///< a streaming head's ring buffer (StreamingLLM §3, DuoAttention §3.2) or a sliding-window layer's
+                 ///< window overwrote it
   kTurn = 3,     ///< a later turn's prefill reselected without it
   kDecode = 4,   ///< a decode-time eviction policy
 };

@@ -6,7 +6,8 @@
 // owns rows offset[h] .. offset[h] + length[h] - 1 (dense variant) or, in the gather variant, the
 // rows offset[h] + index[h * index_stride + j] for j < length[h]. Query head i reads KV head i / G.
 //
-// Math: o[i] = softmax(scale * K_h q_i) V_h with fp32 accumulation and an online softmax, in two
+// Math: o[i] = softmax(cap(scale * K_h q_i)) V_h, cap(x) = softcap * tanh(x / softcap) (Gemma 2's
+// attn_logit_softcapping; identity when softcap is 0), with fp32 accumulation and an online softmax, in two
 // passes: pass 1 runs one block per (KV head, split of its tokens, group of <= 8 query heads),
 // streams K/V once with 16-byte cp.async loads through a per-thread shared-memory ring, and writes
 // unnormalised fp32 partials to a workspace; pass 2 (a programmatic dependent launch) combines the
@@ -26,7 +27,7 @@ struct DecodeAttentionArgs {
   int n_head = 0;                   ///< query heads
   int n_head_kv = 0;                ///< KV heads; n_head == n_head_kv * group
   int group = 1;                    ///< G: query heads per KV head (any G >= 1)
-  int head_dim = 0;                 ///< D: 64 or 128
+  int head_dim = 0;                 ///< D: 64, 96, 128 or 256 (decode_attention_head_dim_supported)
   const void* q = nullptr;          ///< dtype, head i at q + i * q_stride (elements); rows 16-byte aligned
   int64_t q_stride = 0;             ///< elements between query heads (usually head_dim)
   const void* k = nullptr;          ///< dtype [rows, head_dim], contiguous, 16-byte aligned
@@ -38,9 +39,13 @@ struct DecodeAttentionArgs {
   /// Indices must lie in [0, capacity of head h); they need not be sorted or unique.
   const int32_t* index = nullptr;
   int64_t index_stride = 0;
-  float scale = 0.f;  ///< softmax scale, usually 1/sqrt(D)
-  void* o = nullptr;  ///< dtype [n_head, head_dim], contiguous; may not alias q
+  float scale = 0.f;    ///< softmax scale, usually 1/sqrt(D) (Gemma: query_pre_attn_scalar^-1/2)
+  float softcap = 0.f;  ///< logit soft-capping (Gemma 2: 50); 0 = none
+  void* o = nullptr;    ///< dtype [n_head, head_dim], contiguous; may not alias q
 };
+
+/// The head dimensions the kernels are built for: 64, 96 (Phi-3), 128, 256 (Gemma 2/3).
+bool decode_attention_head_dim_supported(int head_dim);
 
 /// How pass 1 is cut. Computed on the host from the longest and the total length.
 struct DecodeAttentionPlan {

@@ -42,6 +42,8 @@ enum class GemvEpilogue : int {
   /// rows the tensor-core tiles' epilogue was slower than the two launches: docs/performance.md).
   /// Needs m == 1, dtype rows (no y_fp32), head_dim % 16 == 0.
   kRopeAppend = 2,
+  /// kSwiGlu with GeGLU: gelu_tanh(gate) * up (Gemma 2/3's MLP).
+  kGeGlu = 3,
 };
 
 /// The RoPE + cache-append epilogue's operands (GemvEpilogue::kRopeAppend; see rope.h for the
@@ -49,6 +51,7 @@ enum class GemvEpilogue : int {
 struct GemvRopeAppend {
   RopeMode mode = RopeMode::kRotateHalf;
   int n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t ring = 0;                       ///< sliding-window ring W (rope.h); 0 = row offset + length
   const void* cos = nullptr;              ///< dtype [head_dim / 2]
   const void* sin = nullptr;              ///< dtype [head_dim / 2]
   void* k_cache = nullptr;                ///< dtype [rows, head_dim] contiguous

@@ -9,6 +9,13 @@
 //   k_cache[offset[h] + length[h]] = k'[h], v_cache[...] = v[h], pos[offset[h] + length[h]] = position
 // then length[h] += 1 (the device-side bookkeeping of a CUDA-graph step; the host mirrors it). The
 // kernel does not check capacity: the caller guarantees length[h] < capacity[h].
+// Family features (ModelConfig): with q_norm / k_norm set, every q and k head is first
+// RMS-normalised over its head_dim (Qwen3, Gemma 3: x_n = x_fp32 * rsqrt(mean(x_fp32²) + eps);
+// dtype weight w: w * x_n.to(dtype); fp32 weight (Gemma's 1 + w): (x_n * w).to(dtype)), in place;
+// with rotary_dim < head_dim only the first rotary_dim channels rotate (Phi-3/4 partial rotary),
+// pairs (j, j + rotary_dim / 2); with ring = W > 0 (a sliding-window layer, Mistral / Gemma 2/3) the
+// row written is offset[h] + position % W and length[h] becomes min(length[h] + 1, W): the head
+// holds the last W tokens, each at row position % W (attention is order-free once RoPE is applied).
 #include <cstddef>
 #include <cstdint>
 
@@ -24,14 +31,20 @@ struct RopeAppendArgs {
   DType dtype = DType::kBFloat16;
   RopeMode mode = RopeMode::kRotateHalf;
   int n_head = 0, n_head_kv = 0, head_dim = 0;  ///< head_dim even
+  int rotary_dim = 0;                           ///< channels rotated, even, <= head_dim (0 = head_dim)
   void* q = nullptr;                            ///< dtype, head i at q + i * q_stride (in place)
   int64_t q_stride = 0;
   void* k = nullptr;  ///< dtype, head h at k + h * k_stride (rotated in place)
   int64_t k_stride = 0;
   const void* v = nullptr;  ///< dtype, head h at v + h * v_stride
   int64_t v_stride = 0;
-  const void* cos = nullptr;        ///< dtype [head_dim / 2]
-  const void* sin = nullptr;        ///< dtype [head_dim / 2]
+  const void* cos = nullptr;     ///< dtype [rotary_dim / 2]
+  const void* sin = nullptr;     ///< dtype [rotary_dim / 2]
+  const void* q_norm = nullptr;  ///< per-head RMSNorm weights [head_dim] (dtype, or fp32 with norm_fp32), or null
+  const void* k_norm = nullptr;  ///< set together with q_norm
+  bool norm_fp32 = false;        ///< q_norm / k_norm are fp32 (Gemma's 1 + w)
+  float norm_eps = 1e-6f;
+  int64_t ring = 0;                 ///< sliding window W of the layer (0: append at offset + length)
   void* k_cache = nullptr;          ///< dtype [rows, head_dim] contiguous
   void* v_cache = nullptr;          ///< dtype [rows, head_dim] contiguous
   int64_t* pos = nullptr;           ///< int64 [rows] (may be null: positions not recorded)

@@ -95,8 +95,15 @@ struct BudgetInfo {
 
 /// What the run was given to read.
 struct PromptInfo {
+  /// The text that was tokenized: the prompt as given, or a chat prompt as its template rendered it.
   std::string text;
   std::vector<int32_t> tokens;  ///< token ids, BOS included when the run added one
+  /// A chat prompt (kvscope-cli --chat / --messages, the Run view's "chat template"): where its
+  /// template came from, e.g. "<model dir>/chat_template.jinja" or "<dir>/tokenizer_config.json
+  /// (chat_template)"; empty for a prompt given as text or ids (and for runs written before v5).
+  std::string chat_template;
+  /// A chat prompt's messages, JSON ([{"role", "content"}, ...]); empty for any other prompt.
+  std::string chat_messages;
   bool operator==(const PromptInfo&) const = default;
 };
 
@@ -222,6 +229,7 @@ struct RunRow {
   std::optional<std::string> sweep_key;
   std::string error;                      ///< fail_run's message
   std::map<std::string, double> summary;  ///< every summary metric of the run
+  std::string chat_template;              ///< PromptInfo::chat_template: empty unless a chat prompt
 };
 
 /// Everything stored about one run (SessionStore::load_run). Blob bytes are not loaded: see
