@@ -13,9 +13,7 @@ budget=${KVSCOPE_BUDGET:-1024}
 status=0
 for cfg in ${KVSCOPE_CONFIGS:-llama-3.1-8b qwen3-8b mistral-7b-v0.3 mistral-7b-v0.1 gemma-3-12b phi-3.5-mini}; do
   echo "== $cfg"
-  # RocketKV's decode-time selection is refused on models with sliding-window layers (Pipeline).
   pipelines=snapkv,rocketkv
-  grep -q '"sliding_window": [0-9]' "bench/configs/$cfg.json" && [[ $cfg != phi-* ]] && pipelines=snapkv
   timeout 300 ./build-cuda/bench/bench_pipeline --random-init "bench/configs/$cfg.json" --device cuda --dtype bf16 \
     --context "$context" --decode-steps 16 --budgets "$budget" --pipelines "$pipelines" \
     --json "$OUT/bench_family_$cfg.json" 2>&1 | tee "$OUT/bench_family_$cfg.txt" | grep -v "^kvscope:" || status=1

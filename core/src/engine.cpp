@@ -200,6 +200,8 @@ Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, c
   const at::Tensor& x = in.x;
   const LayerWeights& w = model_.weights.layers[l];
   const int64_t H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, B = x.size(0);
+  // A sliding-window layer attends densely over its ring: decode-time selection is for global layers.
+  if (c.window(l) > 0) decode_attention = nullptr;
   const LayerKv& L = cache.layer(l);
   if (B > 1 && (m.commit || observer || cache.n_head_kv() != B * Hkv))
     throw std::invalid_argument(

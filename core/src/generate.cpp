@@ -142,11 +142,18 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   }
   int64_t step_no = 0;  // Timeline's step: decode forward passes and later turns' prefills
   const LayerObserver count_bytes = [&](const LayerEvent& ev) {
-    if (decode_attention) step_bytes += decode_attention->bytes_read_last();
+    // A sliding-window layer attends densely over its ring (no decode-time selection there).
+    const bool dense = ev.config.window(ev.layer) > 0;
+    if (decode_attention && dense) {
+      const LayerKv& kv = ev.cache.layer(ev.layer);
+      for (int64_t n : kv.length) step_bytes += 2 * n * kv.k.size(1) * kv.k.element_size();
+    } else if (decode_attention) {
+      step_bytes += decode_attention->bytes_read_last();
+    }
     if (topk) topk->add(ev.layer, ev.q[0], ev.cache);
     if (recorder) {
       recorder->after_layer(ev.cache, ev.layer, ev.cache.next_position());
-      if (decode_attention) {
+      if (decode_attention && !dense) {
         const auto rows = decode_attention->last_selection();
         if (!rows.empty()) recorder->on_selection(ev.cache, ev.layer, rows, ev.q[0]);
       }

@@ -73,14 +73,10 @@ void Pipeline::apply_head_pattern(const LayerEvent& ev, int64_t reserve) const {
 
 at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
   KvCache& cache = ev.cache;
-  if (ev.config.window(ev.layer) > 0) {
-    // Sliding-window layers keep their window and are never compressed (as kvpress does for Gemma 3:
-    // only global layers are). A decode-time stage would read past the window: refused.
-    if (decode_)
-      throw InputError("pipeline: " + decode_->name() + " on " + ev.config.model_type +
-                       ", whose sliding-window layers it cannot read yet; use a prefill eviction pipeline");
-    return {};
-  }
+  // Sliding-window layers keep their window and are never compressed (as kvpress does for Gemma 3:
+  // only global layers are); they also attend densely over it at decode, so a decode-time stage
+  // never sees them (Engine, generate).
+  if (ev.config.window(ev.layer) > 0) return {};
   if (!cache.layer(ev.layer).uniform())
     throw InputError(
         "pipeline: re-compressing a cache with head-wise lengths (a later turn after Ada-KV, pyramid "

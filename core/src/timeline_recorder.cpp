@@ -179,6 +179,7 @@ void TimelineRecorder::on_selections(const KvCache& cache, const StepSelections&
   const int64_t H = t_.n_head_kv;
   std::vector<int64_t> sel;
   for (int64_t l = 0; l < std::min(s.n_layer, t_.n_layer); ++l) {
+    if (cache.layer(l).window > 0) continue;  // a sliding layer attends densely: no selection
     t_.pages[l].pad_to((step_ - 1) * H);
     t_.tokens[l].pad_to((step_ - 1) * H);
     for (int64_t h = 0; h < H; ++h) {

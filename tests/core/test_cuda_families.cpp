@@ -20,7 +20,10 @@
 #include "../../core/src/ops/cuda_ops.h"
 #include "kvscope/core/decode_graph.h"
 #include "kvscope/core/engine.h"
+#include "kvscope/core/generate.h"
 #include "kvscope/core/model.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/policy.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -146,6 +149,36 @@ TEST_P(CudaFamilies, FusedDecodeAndGraphMatchTheCpuLayers) {
     EXPECT_TRUE(at::equal(ref_cache.positions(l), graphed.positions(l).cpu())) << f.dir << " layer " << l;
     EXPECT_LT((ref_cache.keys(l) - graphed.keys(l).cpu()).abs().max().item<double>(), 1e-3) << f.dir << " " << l;
   }
+}
+
+// RocketKV's decode-time selection (HSA) on a model with sliding layers, on the GPU (eager fused and
+// CUDA-graph steps): it selects on the global layers while the sliding ones attend densely over their
+// rings; with a budget covering the whole history it gives the dense run's tokens.
+TEST_P(CudaFamilies, DecodeSelectionRunsOnTheGlobalLayers) {
+  const Family f = GetParam();
+  const Model gpu = to_device(random_model(family_config(f.dir, f.head_dim, f.n_head, f.n_head_kv), f.dir),
+                              c10::Device("cuda:0"), at::kBFloat16);
+  const Engine engine(gpu);
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  GenerateRequest req;
+  std::mt19937 rng(9);
+  for (int i = 0; i < 200; ++i) req.prompt_ids.push_back(static_cast<int32_t>(rng() % gpu.config.vocab_size));
+  req.max_new_tokens = 3 * kWindow;
+  const GenerateResult dense = generate(engine, req);
+  const Pipeline hsa(registry, "hsa:stage1=false");
+  req.pipeline = &hsa;
+  req.budget = {BudgetSpec::Unit::kFetched, 1024};
+  EXPECT_EQ(generate(engine, req).output_ids, dense.output_ids) << f.dir;
+  req.budget = {BudgetSpec::Unit::kFetched, 64};
+  const GenerateResult sparse = generate(engine, req);
+  EXPECT_EQ(sparse.output_ids.size(), dense.output_ids.size()) << f.dir;
+  bool global = false;
+  for (int64_t l = 0; l < gpu.config.n_layer; ++l) global = global || gpu.config.window(l) == 0;
+  if (global)  // the global layers read fewer entries than the dense step
+    EXPECT_LT(sparse.bytes_read.back(), dense.bytes_read.back()) << f.dir;
+  else  // Mistral's window on every layer: nothing to select on
+    EXPECT_EQ(sparse.bytes_read.back(), dense.bytes_read.back()) << f.dir;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaFamilies,

@@ -206,7 +206,8 @@ at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, 
 
 bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
   if (!configured_ || !kernels_fit(cache)) return false;
-  for (int64_t l = 0; l < cache.n_layer(); ++l) pages_.prepare(l, cache, steps);
+  for (int64_t l = 0; l < cache.n_layer(); ++l)
+    if (cache.layer(l).window == 0) pages_.prepare(l, cache, steps);  // sliding layers attend densely
   const at::Tensor& k = cache.layer(0).k;
   if (k.is_cuda()) {  // the staging buffers the captured step writes its selections into
     stage_width_ = kernel_plan(cache.head_dim()).width;
@@ -252,8 +253,13 @@ std::pair<at::Tensor, at::Tensor> PagedSelectionBase::device_selection(int64_t l
 int64_t PagedSelectionBase::after_graph_step(const KvCache& cache) {
   int64_t bytes = 0;
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    const LayerKv& kv = cache.layer(l);
+    if (kv.window > 0) {  // a sliding layer's dense step over its ring
+      for (int64_t n : kv.length) bytes += 2 * n * kv.k.size(1) * kv.k.element_size();
+      continue;
+    }
     pages_.mark_covered(l, cache);
-    bytes += layer_bytes(cache.layer(l));
+    bytes += layer_bytes(kv);
   }
   return bytes;
 }

@@ -195,7 +195,7 @@ int64_t ChannelPruningBase::layer_bytes(int64_t layer, const KvCache& cache) con
 
 bool ChannelPruningBase::prepare_graph(const KvCache& cache, int64_t) {
   for (int64_t l = 0; l < cache.n_layer(); ++l)
-    if (!fold_into_cache(l, cache)) return false;
+    if (cache.layer(l).window == 0 && !fold_into_cache(l, cache)) return false;  // sliding layers: dense
   return true;
 }
 
