@@ -57,33 +57,6 @@ using nlohmann::json;
 /// Byte length of the character at text[pos]; an invalid byte counts as a character of its own.
 size_t char_length(std::string_view text, size_t pos) { return std::max<size_t>(1, valid_utf8_length(text, pos)); }
 
-/// Code point of the well-formed character at text[pos] (of byte length `len`).
-char32_t decode_code_point(std::string_view text, size_t pos, size_t len) {
-  const auto lead = static_cast<unsigned char>(text[pos]);
-  if (len == 1) return lead;
-  char32_t cp = lead & (0x7F >> len);
-  for (size_t i = 1; i < len; ++i) cp = (cp << 6) | (static_cast<unsigned char>(text[pos + i]) & 0x3F);
-  return cp;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 std::string byte_token_name(unsigned char byte) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   return std::string("<0x") + kHex[byte >> 4] + kHex[byte & 0xF] + ">";

@@ -76,32 +76,12 @@ char32_t compose(char32_t first, char32_t second) {
   return it != std::end(kCompositions) && it->first == first && it->second == second ? it->composite : 0;
 }
 
-char32_t decode_at(std::string_view text, size_t pos, size_t len) {
-  const auto lead = static_cast<unsigned char>(text[pos]);
-  if (len == 1) return lead;
-  char32_t cp = lead & (0x7F >> len);
-  for (size_t i = 1; i < len; ++i) cp = (cp << 6) | (static_cast<unsigned char>(text[pos + i]) & 0x3F);
-  return cp;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp >= kRawByte) {
+/// UTF-8 of cp, or the raw byte it stands for (cp >= kRawByte: a byte of ill-formed input).
+void append_char(std::string& out, char32_t cp) {
+  if (cp >= kRawByte)
     out += static_cast<char>(cp - kRawByte);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  else
+    append_utf8(out, cp);
 }
 
 }  // namespace
@@ -119,7 +99,7 @@ std::string to_nfc(std::string_view text) {
       decomposed += kRawByte + static_cast<unsigned char>(text[pos++]);
       continue;
     }
-    decompose(decode_at(text, pos, len), decomposed);  // é too: a mark after it may reorder
+    decompose(decode_code_point(text, pos, len), decomposed);  // é too: a mark after it may reorder
     pos += len;
   }
   // Canonical ordering: each run of non-starters sorted by class, stably.
@@ -157,7 +137,7 @@ std::string to_nfc(std::string_view text) {
   }
   std::string out;
   out.reserve(text.size());
-  for (char32_t cp : composed) append_utf8(out, cp);
+  for (char32_t cp : composed) append_char(out, cp);
   return out;
 }
 

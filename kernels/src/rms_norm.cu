@@ -3,6 +3,7 @@
 // V-element vectors (V = 8: one 16-byte load for bf16/fp16, two for fp32; V = 1 fallback). Two
 // passes over the row: sum of squares (block reduction), then normalise; the second read hits
 // L1/L2 (a row is at most a few tens of KB).
+#include "block_sum.cuh"
 #include "dtype.cuh"
 #include "kvscope/kernels/norm.h"
 #include "pdl.cuh"
@@ -51,24 +52,7 @@ __device__ __forceinline__ void store_vec(T* p, const float (&f)[V]) {
   }
 }
 
-/// Sum over the block; every thread gets the result. blockDim.x is a multiple of 32, <= 1024.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float s_part[32];
-  __shared__ float s_total;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (lane == 0) s_part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float t = lane < static_cast<int>(blockDim.x >> 5) ? s_part[lane] : 0.f;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
-    if (lane == 0) s_total = t;
-  }
-  __syncthreads();
-  return s_total;
-}
+using detail::block_sum;
 
 template <typename T, int V>
 __global__ void rms_norm_kernel(const T* x, int64_t xs, const T* __restrict__ w, T* y, int64_t ys, int hidden,

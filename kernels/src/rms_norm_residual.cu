@@ -2,6 +2,7 @@
 // rms_norm_residual). One block per row, three sweeps over the row (Σ y², then out and Σ out², then
 // g_next ⊙ out): a row is a few thousand elements, so the re-reads hit L1 and the launch latency
 // dominates.
+#include "block_sum.cuh"
 #include "dtype.cuh"
 #include "kvscope/kernels/norm.h"
 #include "pdl.cuh"
@@ -18,23 +19,7 @@ using dtype::to_f;
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float block_total(float v) {
-  __shared__ float s_part[kThreads / 32];
-  __shared__ float s_total;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (lane == 0) s_part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float t = lane < kThreads / 32 ? s_part[lane] : 0.f;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
-    if (lane == 0) s_total = t;
-  }
-  __syncthreads();
-  return s_total;
-}
+using detail::block_sum;
 
 template <typename T>
 __device__ __forceinline__ float weight(const void* w, bool fp32, int64_t i) {
@@ -54,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_residual_kernel(const RmsNo
     const float v = to_f<T>(y[i]);
     ss = fmaf(v, v, ss);
   }
-  const float inv = rsqrtf(block_total(ss) / static_cast<float>(H) + a.eps);
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(H) + a.eps);
   float ss_out = 0.f;
   for (int64_t i = threadIdx.x; i < H; i += kThreads) {
     const float xn = to_f<T>(y[i]) * inv, w = weight<T>(a.w_post, a.w_post_fp32, i);
@@ -65,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_residual_kernel(const RmsNo
     ss_out = fmaf(o, o, ss_out);
   }
   if (!a.w_next) return;
-  const float total = block_total(ss_out);
+  const float total = block_sum(ss_out);
   if (threadIdx.x == 0) a.next_sumsq[row] = total;
   T* gx = static_cast<T*>(a.next_gx) + row * H;
   for (int64_t i = threadIdx.x; i < H; i += kThreads)

@@ -48,7 +48,7 @@ void check(const kvscope::jinja::Error& e, std::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  if (kvscope::jinja::first_invalid_utf8_offset(text) != std::string_view::npos) {
+  if (kvscope::first_invalid_utf8(text) != std::string_view::npos) {
     // Not UTF-8: refused in one InputError before parsing.
     try {
       kvscope::ChatTemplate::from_text(text, "fuzz.jinja");

@@ -161,7 +161,7 @@ std::string decode_string_literal(std::string_view body, int line) {
     }
   }
   // Surrogates written as escapes cannot be encoded in UTF-8 (Python would fail later on them).
-  if (first_invalid_utf8_offset(out) != std::string::npos)
+  if (first_invalid_utf8(out) != std::string::npos)
     throw Error("unsupported construct: a surrogate escape in a string literal", line);
   return out;
 }

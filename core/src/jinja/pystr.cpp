@@ -12,31 +12,6 @@
 namespace kvscope::jinja {
 namespace {
 
-/// Length of the well-formed UTF-8 sequence at s[pos] (1-4), or 0.
-size_t sequence_length(std::string_view s, size_t pos) {
-  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char c = b(pos);
-  const size_t left = s.size() - pos;
-  const auto cont = [&](size_t i) { return i < left && (b(pos + i) & 0xC0) == 0x80; };
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 0;
-    const unsigned char c1 = b(pos + 1);
-    if (c == 0xE0 && c1 < 0xA0) return 0;   // overlong
-    if (c == 0xED && c1 >= 0xA0) return 0;  // surrogate
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    const unsigned char c1 = b(pos + 1);
-    if (c == 0xF0 && c1 < 0x90) return 0;   // overlong
-    if (c == 0xF4 && c1 >= 0x90) return 0;  // past U+10FFFF
-    return 4;
-  }
-  return 0;
-}
-
 bool contains_cp(std::u32string_view set, char32_t cp) { return set.find(cp) != std::u32string_view::npos; }
 
 /// Simple case pairs: (upper, lower) for the scripts py_lower/py_upper cover.
@@ -91,20 +66,11 @@ bool is_unprintable(char32_t cp) {
 
 }  // namespace
 
-size_t first_invalid_utf8_offset(std::string_view s) {
-  for (size_t pos = 0; pos < s.size();) {
-    const size_t n = sequence_length(s, pos);
-    if (n == 0) return pos;
-    pos += n;
-  }
-  return std::string_view::npos;
-}
-
 std::u32string decode_utf8(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
   for (size_t pos = 0; pos < s.size();) {
-    const size_t n = sequence_length(s, pos);
+    const size_t n = valid_utf8_length(s, pos);
     const auto b = [&](size_t i) { return static_cast<char32_t>(static_cast<unsigned char>(s[pos + i])); };
     switch (n) {
       case 1:
@@ -127,24 +93,6 @@ std::u32string decode_utf8(std::string_view s) {
     pos += n;
   }
   return out;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 std::string encode_utf8(std::u32string_view cps) {

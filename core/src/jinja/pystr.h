@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kvscope/core/utf8.h"  // append_utf8, first_invalid_utf8, valid_utf8_length
+
 namespace kvscope::jinja {
 
 /// Code points of `s`. `s` is well-formed UTF-8 (templates and JSON inputs are checked on entry);
@@ -14,12 +16,8 @@ namespace kvscope::jinja {
 std::u32string decode_utf8(std::string_view s);
 /// UTF-8 of `cps`.
 std::string encode_utf8(std::u32string_view cps);
-/// Appends the UTF-8 of one code point.
-void append_utf8(std::string& out, char32_t cp);
 /// Python len(s): the number of code points.
 size_t codepoint_count(std::string_view s);
-/// Offset of the first byte that does not start a well-formed UTF-8 sequence, or npos.
-size_t first_invalid_utf8_offset(std::string_view s);
 
 /// Python str.isspace() for one code point (ASCII whitespace, \x1c-\x1f, \x85, Unicode spaces).
 bool is_py_space(char32_t cp);

@@ -23,7 +23,7 @@ namespace {
 }  // namespace
 
 Template::Template(std::string_view source, std::string source_name) : source_name_(std::move(source_name)) {
-  if (const size_t bad = first_invalid_utf8_offset(source); bad != std::string_view::npos)
+  if (const size_t bad = first_invalid_utf8(source); bad != std::string_view::npos)
     throw InputError(source_name_ + ": not valid UTF-8 at byte " + std::to_string(bad));
   try {
     program_ = std::make_shared<const Program>(parse_template(source));
