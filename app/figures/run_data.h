@@ -97,6 +97,12 @@ struct RunData {
   sessions::RunRecord record;
   std::int64_t n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   std::int64_t n_tok = 0;  ///< prompt tokens
+  /// Sliding window of layer l (0 = full attention; the model's, record.info.model.layer_window):
+  /// such a layer keeps its window and is never compressed.
+  std::int64_t window(std::int64_t l) const {
+    const auto& w = record.info.model.layer_window;
+    return l >= 0 && l < static_cast<std::int64_t>(w.size()) ? w[static_cast<std::size_t>(l)] : 0;
+  }
 
   std::vector<std::string> token_text;  ///< display text per prompt token ("#id" without a tokenizer)
   /// The same per generated token of the first turn (record.outputs.tokens; position n_tok + i).

@@ -62,6 +62,7 @@ sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const P
   const ModelConfig& c = model.config;
   info.model = {model.source.string(),   config_hash(model), c.model_type, c.n_layer, c.n_head, c.n_head_kv, c.head_dim,
                 dtype_name(model.dtype), model.device.str()};
+  info.model.layer_window = c.layer_window;  // sliding layers: never compressed (Budgets says so)
   if (pipeline) {
     info.pipeline.spec = pipeline->canonical();
     for (const auto& p : pipeline->stages()) {

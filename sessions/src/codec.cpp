@@ -116,6 +116,27 @@ std::string format_shape(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+std::string format_int_list(const std::vector<int64_t>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  return s;
+}
+
+std::optional<std::vector<int64_t>> parse_int_list(std::string_view text) {
+  std::vector<int64_t> out;
+  if (text.empty()) return out;
+  for (size_t i = 0;;) {
+    int64_t v = 0;
+    const auto [p, ec] = std::from_chars(text.data() + i, text.data() + text.size(), v);
+    if (ec != std::errc() || v < 0) return std::nullopt;
+    out.push_back(v);
+    i = static_cast<size_t>(p - text.data());
+    if (i == text.size()) return out;
+    if (text[i] != ',') return std::nullopt;
+    ++i;
+  }
+}
+
 std::optional<std::vector<int64_t>> parse_shape(std::string_view text) {
   size_t i = 0;
   auto skip = [&] {

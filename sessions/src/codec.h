@@ -29,6 +29,10 @@ inline constexpr int64_t kMaxBlobElements = int64_t(1) << 48;
 /// more than kMaxBlobElements elements.
 std::optional<std::vector<int64_t>> parse_shape(std::string_view text);
 
+/// "48,48,0,48" ("" for an empty list), and back: nullopt for malformed text or a negative value.
+std::string format_int_list(const std::vector<int64_t>& values);
+std::optional<std::vector<int64_t>> parse_int_list(std::string_view text);
+
 /// Token ids as little-endian int32 bytes, and back (nullopt when the size is not a multiple of 4).
 std::vector<uint8_t> encode_tokens(const std::vector<int32_t>& ids);
 std::optional<std::vector<int32_t>> decode_tokens(const std::vector<uint8_t>& bytes);

@@ -201,8 +201,16 @@ ALTER TABLE runs ADD COLUMN prompt_chat_messages TEXT;
 
 void step_v4_to_v5(Db& db) { db.exec(kV5); }
 
+// ---- v6: the model's sliding-window layers (comma-separated window per layer); NULL: none -------
+
+constexpr const char* kV6 = R"sql(
+ALTER TABLE runs ADD COLUMN model_layer_windows TEXT;
+)sql";
+
+void step_v5_to_v6(Db& db) { db.exec(kV6); }
+
 using Step = void (*)(Db&);
-constexpr Step kSteps[] = {step_v0_to_v1, step_v1_to_v2, step_v2_to_v3, step_v3_to_v4, step_v4_to_v5};
+constexpr Step kSteps[] = {step_v0_to_v1, step_v1_to_v2, step_v2_to_v3, step_v3_to_v4, step_v4_to_v5, step_v5_to_v6};
 static_assert(sizeof(kSteps) / sizeof(kSteps[0]) == kSchemaVersion, "one step per version");
 
 std::string hex32(int64_t v) {

@@ -8,7 +8,7 @@
 namespace kvscope::sessions::detail {
 
 inline constexpr int32_t kApplicationId = 0x4B565343;  // "KVSC"
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 /// What the header of an existing database says.
 struct Header {

@@ -434,11 +434,12 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
             "n_head_kv, head_dim, dtype, device, pipeline_spec, budget_unit, budget_value, prompt_text, prompt_tokens, "
             "n_prompt_tokens, kvscope_version, torch_version, device_name, hostname, sweep_key, writer_pid, "
             "writer_host, "
-            "writer_start, heartbeat_at, prompt_tokens_checksum, prompt_chat_template, prompt_chat_messages) VALUES "
+            "writer_start, heartbeat_at, prompt_tokens_checksum, prompt_chat_template, prompt_chat_messages, "
+            "model_layer_windows) VALUES "
             "(?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
             "?9, ?10, ?11, ?12, ?13, "
             "?14, "
-            "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2, ?26, ?27, ?28)");
+            "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?2, ?26, ?27, ?28, ?29)");
         s.bind(1, info.name).bind(2, now).bind(3, info.model.path).bind(4, info.model.config_hash);
         s.bind(5, info.model.model_type).bind(6, info.model.n_layer).bind(7, info.model.n_head);
         s.bind(8, info.model.n_head_kv)
@@ -455,6 +456,7 @@ int64_t SessionStore::begin_run(const RunInfo& info) {
         // NULL for a prompt that is not a chat prompt (as in runs written before v5).
         const auto or_null = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional(v); };
         s.bind(27, or_null(info.prompt.chat_template)).bind(28, or_null(info.prompt.chat_messages));
+        s.bind(29, or_null(detail::format_int_list(info.model.layer_window)));
         s.run();
         id = sqlite3_last_insert_rowid(db.handle());
         m.last_heartbeat[id] = std::chrono::steady_clock::now();
@@ -685,7 +687,7 @@ RunRecord SessionStore::load_run(int64_t run) const {
                       ", model_config_hash, model_type, n_layer, n_head, n_head_kv, head_dim, dtype, device, "
                       "prompt_text, prompt_tokens, output_text, output_tokens, kvscope_version, torch_version, "
                       "device_name, hostname, prompt_tokens_checksum, output_tokens_checksum, prompt_chat_template, "
-                      "prompt_chat_messages FROM runs WHERE id = ?1");
+                      "prompt_chat_messages, model_layer_windows FROM runs WHERE id = ?1");
         s.bind(1, run);
         if (!s.step()) throw SessionError(db.path(), "no run " + std::to_string(run));
         r.row = row_from(db, s);
@@ -695,6 +697,11 @@ RunRecord SessionStore::load_run(int64_t run) const {
         i.name = r.row.name;
         i.model = {r.row.model_path, s.col_text(15), s.col_text(16), s.col_int(17), s.col_int(18),
                    s.col_int(19),    s.col_int(20),  s.col_text(21), s.col_text(22)};
+        const auto windows = detail::parse_int_list(s.col_text(35));
+        if (!windows)
+          throw SessionError(db.path(), "model_layer_windows of run " + std::to_string(run) + " is malformed ('" +
+                                            s.col_text(35) + "')");
+        i.model.layer_window = *windows;
         i.pipeline.spec = r.row.pipeline_spec;
         i.budget = r.row.budget;
         i.prompt.text = s.col_text(23);

@@ -282,7 +282,8 @@ TEST_F(CliChat, AnOldSessionDatabaseWithoutTheChatColumnsStillOpens) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   exec_sql(db_,
            "PRAGMA wal_checkpoint(TRUNCATE); ALTER TABLE runs DROP COLUMN prompt_chat_template; "
-           "ALTER TABLE runs DROP COLUMN prompt_chat_messages; PRAGMA user_version = 4;");
+           "ALTER TABLE runs DROP COLUMN prompt_chat_messages; ALTER TABLE runs DROP COLUMN model_layer_windows; "
+           "PRAGMA user_version = 4;");
   const std::string before = test::read_text(db_);
   r = run_cli("inspect " + quote(db_), true);
   ASSERT_EQ(r.exit_code, 0) << r.out;

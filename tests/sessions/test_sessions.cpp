@@ -137,6 +137,7 @@ RunInfo sample_info(const std::string& name, std::optional<std::string> key = st
   RunInfo i;
   i.name = name;
   i.model = {"/models/pycode-16m", "sha256:0123abcd", "llama", 4, 8, 2, 64, "bf16", "cuda:0"};
+  i.model.layer_window = {1024, 1024, 0, 1024};  // Gemma-style sliding layers (schema v6)
   i.pipeline.spec = "snapkv:window=64,kernel=5,pool=avg,gqa=mean+adakv:alpha=0.2";
   i.pipeline.stages = {
       {"scoring",

@@ -35,6 +35,22 @@ void budgets(AppState& s, Ui& ui) {
               static_cast<long long>(total), static_cast<long long>(a.n_layer * a.n_head_kv),
               static_cast<long long>(a.n_tok), total / heads, static_cast<long long>(std::max<std::int64_t>(mn, 0)),
               static_cast<long long>(mx));
+  // Sliding-window layers (Mistral, Gemma 2/3): their kept count is the window, never a budget.
+  std::string sliding;
+  std::int64_t window = 0;
+  for (std::int64_t l = 0; l < a.n_layer; ++l)
+    if (a.window(l) > 0) {
+      sliding += (sliding.empty() ? "" : ", ") + std::to_string(l);
+      window = a.window(l);
+    }
+  if (!sliding.empty()) {
+    ImGui::TextDisabled("sliding-window layers %s (window %lld) keep their window and are never compressed",
+                        sliding.c_str(), static_cast<long long>(window));
+    item_tooltip(
+        "A sliding-window layer attends only to its last `window` positions, so the cache keeps exactly those "
+        "(a ring) and no pipeline stage compresses them or selects in them (as kvpress does for Gemma 3). The "
+        "budget applies to the full-attention layers.");
+  }
   side_selector(s, st.opt.side);
   const RunData* b = s.b();
   const RunData& shown = st.opt.side == Side::kB && b ? *b : a;
@@ -52,6 +68,7 @@ void budgets(AppState& s, Ui& ui) {
   heads_map_interaction(s, st.fig, 0, [&](std::int64_t l, std::int64_t h) {
     std::string t = "layer " + std::to_string(l) + ", KV head " + std::to_string(h) + ": " +
                     std::to_string(a.kept_count(l, h)) + " kept of " + std::to_string(a.n_tok);
+    if (a.window(l) > 0) t += " (sliding-window layer: its last " + std::to_string(a.window(l)) + " positions)";
     if (b && b->n_layer == a.n_layer && b->n_head_kv == a.n_head_kv)
       t += "  (B: " + std::to_string(b->kept_count(l, h)) + ")";
     return t;

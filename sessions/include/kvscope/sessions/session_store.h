@@ -32,7 +32,7 @@ class SessionStore {
   /// application_id of a kvscope session database: 0x4B565343, "KVSC" in ASCII.
   static constexpr int32_t kApplicationId = 0x4B565343;
   /// Schema version this build writes (PRAGMA user_version). History: docs/sessions.md.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   /// Opens (kReadWrite: creates) the database at `path` and migrates it to kSchemaVersion, one
   /// transaction per step. Refuses, leaving the file byte-identical, a file that is not SQLite,

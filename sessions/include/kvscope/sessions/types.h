@@ -60,6 +60,9 @@ struct ModelInfo {
   int64_t head_dim = 0;
   std::string dtype;   ///< compute dtype: "fp32" | "bf16" | "fp16"
   std::string device;  ///< torch device string: "cpu", "cuda:0"
+  /// Per layer: the sliding window it attends within (0 = full attention); empty when every layer
+  /// is full attention (and for runs recorded before schema v6). Sliding layers are never compressed.
+  std::vector<int64_t> layer_window;
   bool operator==(const ModelInfo&) const = default;
 };
 
