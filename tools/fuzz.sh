@@ -19,7 +19,7 @@ seconds=${1:-60}
 shift || true
 all=(fuzz_safetensors_header fuzz_safetensors_index fuzz_config_json fuzz_tokenizer_json fuzz_llama2c_header
      fuzz_llama2c_tokenizer fuzz_pipeline_spec fuzz_sweep_toml fuzz_session_open fuzz_head_pattern
-     fuzz_session_blob fuzz_timeline fuzz_chat_template)
+     fuzz_session_blob fuzz_timeline fuzz_chat_template fuzz_eval_samples)
 targets=("$@")
 ((${#targets[@]} == 0)) && targets=("${all[@]}")
 
@@ -52,7 +52,7 @@ for t in "${targets[@]}"; do
   max_len=16384
   [[ $t == fuzz_session_open ]] && max_len=262144
   dict=()
-  case $t in fuzz_safetensors_* | fuzz_config_json | fuzz_tokenizer_json | fuzz_head_pattern) dict=(-dict="$root/tests/fuzz/json.dict") ;; esac
+  case $t in fuzz_safetensors_* | fuzz_config_json | fuzz_tokenizer_json | fuzz_head_pattern | fuzz_eval_samples) dict=(-dict="$root/tests/fuzz/json.dict") ;; esac
   echo "== $t: ${seconds}s"
   rc=0
   committed=$out/fuzz-committed/$t  # the minimised corpus of past campaigns, tests/fuzz/corpus/<target>.tar.gz

@@ -202,6 +202,20 @@ def chat_template_seeds(out):
         write(out, "fuzz_chat_template", "small-%d" % i, text)
 
 
+def eval_seeds(out):
+    ruler = {"task": "niah_single_1", "length": 64, "chat": True, "instruction": "Find the number.\n",
+             "context": "The grass is green. The magic number is 42.", "question": "What is the number?",
+             "answer_prefix": " The number is", "answers": ["42"], "max_new_tokens": 8}
+    write(out, "fuzz_eval_samples", "ruler", json.dumps(ruler) + "\n" + json.dumps(dict(ruler, answers=["1", "2"])))
+    kvpress = {"context": "a b c", "question": "q?", "answer_prefix": "A:", "answer": "b", "max_new_tokens": 4}
+    write(out, "fuzz_eval_samples", "kvpress", json.dumps(kvpress) + "\n\n" + json.dumps(dict(kvpress, answer=["b"])))
+    golden = os.path.join(os.path.dirname(ROOT), "shared", "models", "pycode-recall-17m", "golden", "ruler.jsonl")
+    if os.path.exists(golden):
+        with open(golden, encoding="utf-8") as f:
+            first = f.readline()
+        write(out, "fuzz_eval_samples", "golden-first", first)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -215,6 +229,7 @@ def main():
     timeline_seeds(out)
     head_pattern_seeds(out)
     chat_template_seeds(out)
+    eval_seeds(out)
     session_seeds(out, sys.argv[2] if len(sys.argv) > 2 else None)
 
 
