@@ -14,8 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
     for (const kvscope::EvalSample& s : kvscope::parse_eval_samples(text, "samples.jsonl")) {
-      if (s.id.empty() || s.answers.empty() || s.max_new_tokens < 1 || !kvscope::is_eval_metric(s.metric))
-        std::abort();
+      if (s.id.empty() || s.answers.empty() || s.max_new_tokens < 1 || !kvscope::is_eval_metric(s.metric)) std::abort();
       for (const std::string& a : s.answers)
         if (a.empty()) std::abort();
       const double v = kvscope::score(s.metric, s.answers.front(), s.answers);
