@@ -63,19 +63,12 @@ bool all_whitespace(std::string_view s) { return !s.empty() && whitespace_length
 std::string decode_string_literal(std::string_view body, int line) {
   // backslashreplace: every non-ASCII code point becomes \xhh, \uhhhh or \Uhhhhhhhh first.
   std::string ascii;
-  char buf[16];
   for (char32_t c : decode_utf8(body)) {
     if (c < 0x80) {
       ascii += static_cast<char>(c);
       continue;
     }
-    if (c < 0x100)
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-    else if (c < 0x10000)
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-    else
-      std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
-    ascii += buf;
+    append_py_escape(ascii, c);
   }
   std::string out;
   const auto hex_value = [&](size_t pos, size_t n, const char* what) {

@@ -102,6 +102,17 @@ std::string encode_utf8(std::u32string_view cps) {
   return out;
 }
 
+void append_py_escape(std::string& out, char32_t c) {
+  char buf[16];
+  if (c < 0x100)
+    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+  else if (c < 0x10000)
+    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+  else
+    std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
+  out += buf;
+}
+
 size_t codepoint_count(std::string_view s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
@@ -275,7 +286,6 @@ std::string py_repr_string(std::string_view s) {
   const bool has_single = contains_cp(cps, '\''), has_double = contains_cp(cps, '"');
   const char quote = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, quote);
-  char buf[16];
   for (char32_t c : cps) {
     if (c == static_cast<char32_t>(quote) || c == '\\') {
       out += '\\';
@@ -287,13 +297,7 @@ std::string py_repr_string(std::string_view s) {
     } else if (c == '\t') {
       out += "\\t";
     } else if (is_unprintable(c)) {
-      if (c < 0x100)
-        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-      else if (c < 0x10000)
-        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      else
-        std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
-      out += buf;
+      append_py_escape(out, c);
     } else {
       append_utf8(out, c);
     }

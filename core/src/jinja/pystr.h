@@ -16,6 +16,8 @@ namespace kvscope::jinja {
 std::u32string decode_utf8(std::string_view s);
 /// UTF-8 of `cps`.
 std::string encode_utf8(std::u32string_view cps);
+/// Appends Python's escape of code point c as repr() writes it: \\xhh, \\uhhhh or \\Uhhhhhhhh.
+void append_py_escape(std::string& out, char32_t c);
 /// Python len(s): the number of code points.
 size_t codepoint_count(std::string_view s);
 
