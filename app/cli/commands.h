@@ -22,5 +22,6 @@ Runner add_export(CLI::App& app);  // only with KVSCOPE_WITH_VIZ
 Runner add_learn_heads(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_chat_template(CLI::App& app);
+Runner add_eval(CLI::App& app);
 
 }  // namespace kvscope::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   reg(kvscope::cli::add_run(app));
   reg(kvscope::cli::add_policies(app));
   reg(kvscope::cli::add_sweep(app));
+  reg(kvscope::cli::add_eval(app));
   reg(kvscope::cli::add_inspect(app));
   reg(kvscope::cli::add_compare(app));
   reg(kvscope::cli::add_merge(app));

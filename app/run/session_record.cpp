@@ -80,7 +80,8 @@ sessions::RunInfo run_info(const Model& model, const Pipeline* pipeline, const P
     info.budget = {BudgetUnit::kFraction, 1.0};
   }
   info.prompt = prompt;
-  info.prompt.tokens = req.prompt_ids;
+  info.prompt.tokens = req.prompt_ids;  // and a question-agnostic run's question after it: the whole prompt
+  info.prompt.tokens.insert(info.prompt.tokens.end(), req.question_ids.begin(), req.question_ids.end());
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   info.env = {"0.1.0", TORCH_VERSION, model.device.is_cuda() ? "cuda" : "cpu", host};
@@ -144,7 +145,7 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
   store.set_summary(run, "kv_bytes_allocated", double(res.cache_bytes_allocated));
   store.set_summary(run, "side_store_bytes", double(res.side_store_bytes));
   store.set_summary(run, "bytes_read_mean", mean(res.bytes_read));
-  store.set_summary(run, "n_prompt", double(req.prompt_ids.size()));
+  store.set_summary(run, "n_prompt", double(req.prompt_ids.size() + req.question_ids.size()));
   store.set_summary(run, "kept_per_head_mean", heads ? double(kept) / heads : 0.0);
   if (!res.selection_recall.empty()) store.set_summary(run, "selection_recall_mean", mean(res.selection_recall));
   if (!res.fidelity.kl.empty()) {
@@ -153,7 +154,9 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
   }
   sessions::RunOutputs out;
   out.tokens = res.output_ids;
-  if (model.tokenizer) out.text = decode_continuation(*model.tokenizer, req.prompt_ids, res.output_ids);
+  if (model.tokenizer)
+    out.text = decode_continuation(*model.tokenizer, req.question_ids.empty() ? req.prompt_ids : req.question_ids,
+                                   res.output_ids);
   store.finish_run(run, out);
 }
 

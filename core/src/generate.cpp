@@ -97,7 +97,7 @@ void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp, i
 
 int64_t positions_needed(const GenerateRequest& req, int64_t min_new_tokens) {
   const int64_t n_new = std::max(req.max_new_tokens, min_new_tokens);
-  int64_t n = static_cast<int64_t>(req.prompt_ids.size()) + n_new;
+  int64_t n = static_cast<int64_t>(req.prompt_ids.size() + req.question_ids.size()) + n_new;
   for (const auto& t : req.follow_up_turns) n += static_cast<int64_t>(t.size()) + 1 + n_new;
   return n;
 }
@@ -200,7 +200,9 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       const int64_t n_history = cache.next_position() + static_cast<int64_t>(block.size());
       const int64_t n_kept =
           req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
-      const int64_t reserve = std::max(req.max_new_tokens, req.pipeline->prefill_block());
+      // Room for what follows the compressed block without compression: the question, then decoding.
+      const auto n_question = static_cast<int64_t>(turn == 0 ? req.question_ids.size() : 0);
+      const int64_t reserve = std::max(req.max_new_tokens + n_question, req.pipeline->prefill_block());
       // Capture full records the scores the budget stage ranked, by prompt position.
       const bool record_scores = turn == 0 && req.capture == CaptureLevel::kFull;
       const auto n_prompt = static_cast<int64_t>(block.size());
@@ -235,6 +237,14 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     at::Tensor logits = out_of_memory_guard(
         req, "prefill", int64_t(turn), "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
         [&] { return engine.prefill(cache, block, chunk, false, compress); });
+    if (turn == 0 && !req.question_ids.empty()) {
+      // Question-agnostic: the question joins the compressed context uncompressed, at its true positions.
+      logits = out_of_memory_guard(
+          req, "prefill", 0,
+          "during the prefill of the " + std::to_string(req.question_ids.size()) + "-token question on " + device,
+          [&] { return engine.prefill(cache, req.question_ids, req.prefill_chunk); });
+      block.insert(block.end(), req.question_ids.begin(), req.question_ids.end());
+    }
     const at::Tensor block_logits = logits.to(at::kCPU);  // also synchronises the device before the clock stops
     if (turn == 0) captures_to_host(res.captures);
     // Every head's live positions, read once: the kept sets and the timeline both come from them.

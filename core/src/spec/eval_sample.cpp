@@ -1,5 +1,6 @@
 #include "kvscope/core/eval_sample.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -105,6 +106,24 @@ EvalSample parse_line(const json& obj, const std::filesystem::path& file, size_t
   }
   s.id = line.text("id", false, (s.task.empty() ? std::string("sample") : s.task) + "-" + std::to_string(line_no));
   if (s.id.empty()) line.fail("'id' is empty");
+  if (const json* needles = line.find("needles")) {
+    if (!needles->is_array())
+      line.fail(std::string("'needles' must be a list of [begin, end] pairs, not ") + needles->type_name());
+    const auto size = static_cast<int64_t>(s.context.size());
+    for (const json& pair : *needles) {
+      TextSpan span{-1, -1};
+      if (pair.is_array() && pair.size() == 2) {
+        span.begin = json_integer(pair[0], 0, size).value_or(-1);
+        span.end = json_integer(pair[1], 0, size).value_or(-1);
+      }
+      if (span.begin < 0 || span.end <= span.begin)
+        line.fail("'needles' has " + pair.dump() + ": each must be [begin, end], byte offsets into the context with " +
+                  "0 <= begin < end <= " + std::to_string(size));
+      s.needles.push_back(span);
+    }
+    std::sort(s.needles.begin(), s.needles.end(),
+              [](const TextSpan& x, const TextSpan& y) { return x.begin < y.begin; });
+  }
   return s;
 }
 
@@ -150,6 +169,26 @@ std::vector<EvalSample> load_eval_samples(const std::filesystem::path& jsonl) {
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (in.bad()) throw InputError(jsonl, "cannot be read");
   return parse_eval_samples(text, jsonl);
+}
+
+std::string eval_sample_json(const EvalSample& s) {
+  nlohmann::ordered_json j;
+  j["id"] = s.id;
+  j["task"] = s.task;
+  j["length"] = s.length;
+  j["chat"] = s.chat;
+  j["instruction"] = s.instruction;
+  j["context"] = s.context;
+  j["question"] = s.question;
+  j["answer_prefix"] = s.answer_prefix;
+  j["answers"] = s.answers;
+  j["max_new_tokens"] = s.max_new_tokens;
+  j["metric"] = s.metric;
+  if (!s.needles.empty()) {
+    j["needles"] = nlohmann::ordered_json::array();
+    for (const TextSpan& t : s.needles) j["needles"].push_back({t.begin, t.end});
+  }
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace kvscope

@@ -9,6 +9,14 @@
 
 namespace kvscope {
 
+/// A byte range [begin, end) of a sample's `context`: where a needle (a fact the answer depends on)
+/// was placed.
+struct TextSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool operator==(const TextSpan&) const = default;
+};
+
 /// One evaluation sample. The prompt is assembled from instruction, context, question and
 /// answer_prefix as `chat` says (docs/eval.md); the model's output is scored against `answers` by
 /// `metric` (eval_score.h).
@@ -24,6 +32,9 @@ struct EvalSample {
   std::vector<std::string> answers;  ///< reference answers, at least one, none empty
   int64_t max_new_tokens = 0;        ///< greedy decoding stops after this many tokens (or at an EOS id); > 0
   std::string metric;                ///< a name from eval_metric_names(); default from the task (default_metric)
+  /// Where the needles sit in `context` (byte ranges, sorted): known for generated samples; empty
+  /// when a file gives none (the evaluation then finds the answers' occurrences in the context).
+  std::vector<TextSpan> needles;
 };
 
 /// Reads every sample of a JSONL file: one JSON object per line, blank lines skipped, fields not
@@ -35,6 +46,10 @@ struct EvalSample {
 /// wrong type, no or an empty answer, max_new_tokens <= 0, an unknown metric or a repeated id;
 /// "<file>: <problem>" when the file cannot be read or holds no sample.
 std::vector<EvalSample> load_eval_samples(const std::filesystem::path& jsonl);
+
+/// One line of kvscope's format for `sample` (every field written out, `needles` when there are
+/// some), without the newline: what parse_eval_samples reads back into the same sample.
+std::string eval_sample_json(const EvalSample& sample);
 
 /// As load_eval_samples, on the text of a file; `source` names it in errors.
 std::vector<EvalSample> parse_eval_samples(std::string_view text, const std::filesystem::path& source);

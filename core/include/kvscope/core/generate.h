@@ -32,6 +32,12 @@ struct GenerateProgress {
 
 struct GenerateRequest {
   std::vector<int32_t> prompt_ids;  ///< already including any BOS
+  /// Question-agnostic compression (kvpress's pipeline): these tokens follow prompt_ids. The
+  /// pipeline compresses the cache of prompt_ids alone (the context: its budget counts only those
+  /// tokens, its observation window is the context's last tokens); then these are prefilled onto
+  /// the compressed cache with their true positions, uncompressed, and decoding starts from their
+  /// last logits. Empty: the pipeline compresses the whole prompt (question-aware).
+  std::vector<int32_t> question_ids;
   int64_t max_new_tokens = 64;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;       ///< generation ends (the stop token is not emitted) on any of these
@@ -109,7 +115,7 @@ struct GenerateResult {
   double decode_tokens_per_s() const { return decode_ms > 0 ? decode_steps * 1000.0 / decode_ms : 0.0; }
 };
 
-/// Token positions generate() gives `request` at most: the prompt and max_new_tokens (at least
+/// Token positions generate() gives `request` at most: the prompt, the question and max_new_tokens (at least
 /// `min_new_tokens`), and per later turn the last token fed back, the turn and max_new_tokens again.
 /// generate() sizes its caches with min_new_tokens 1; the context check counts with 0.
 int64_t positions_needed(const GenerateRequest& request, int64_t min_new_tokens = 0);

@@ -1,0 +1,447 @@
+// kvscope-cli eval: task accuracy of pipelines x budgets over evaluation samples (a JSONL file or
+// generated RULER tasks), every sample a run in the session database; resumable (finished items are
+// skipped by their key), shardable (--shard i/n) and spread over GPUs (--devices) as `sweep` is.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "eval_prompt.h"
+#include "eval_run.h"
+#include "fault_injection.h"
+#include "kvscope/core/chat_template.h"
+#include "kvscope/core/errors.h"
+#include "kvscope/core/eval_sample.h"
+#include "kvscope/core/param_spec.h"
+#if __has_include("kvscope/core/ruler_tasks.h")
+#include "kvscope/core/ruler_tasks.h"
+#define KVSCOPE_TMP_RULER 1
+#endif
+#include "chat_prompt.h"
+#include "number_check.h"
+#include "run_options.h"
+
+namespace kvscope::cli {
+namespace {
+
+struct Args {
+  std::string model, device = "cpu", dtype = "fp32", data, task, db, name, shard, devices, csv, write_samples;
+  std::vector<int64_t> lengths;
+  int64_t n = 10;
+  uint64_t seed = 42;
+  std::vector<std::string> essays, code;
+  std::vector<double> depths;
+  std::string haystack;
+  bool plain = false;
+  std::vector<std::string> pipelines;
+  std::vector<double> ratios, budgets;
+  std::string budget_unit = "stored";
+  bool agnostic = false, aware = false, json = false;
+  std::string capture = "summary";
+};
+
+/// One (pipeline, budget) of the evaluation.
+struct Config {
+  std::string spec;  ///< canonical SPEC; "" for the full cache
+  std::optional<BudgetSpec> budget;
+  std::unique_ptr<Pipeline> pipeline;
+  std::string label() const {
+    if (spec.empty()) return "full";
+    if (!budget) return spec;
+    return spec + " @ " + std::string(budget_unit_name(budget->unit)) + "=" + format_number(budget->value);
+  }
+};
+
+struct Outcome {
+  std::string output;
+  double score = 0;
+  int64_t run_id = -1;
+  double needle_kept = -1;  ///< mean over heads; -1 without needles
+  std::string error;
+  bool done = false;
+};
+
+/// 64-bit FNV-1a in hex: a short stable name for a data file's content in item keys.
+std::string fnv1a_hex(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string hms(double s) {
+  if (!std::isfinite(s)) return "--:--:--";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02d:%02d:%02d", int(s / 3600), int(s / 60) % 60, int(s) % 60);
+  return buf;
+}
+
+/// The loaded model's chat template, or null when it has none.
+std::unique_ptr<ChatTemplate> model_template(const std::string& model_path) {
+  try {
+    return std::make_unique<ChatTemplate>(ChatTemplate::load(run::chat_template_location(model_path)));
+  } catch (const InputError& e) {
+    if (std::string_view(e.what()).find("has no chat template") != std::string_view::npos) return nullptr;
+    throw;
+  }
+}
+
+}  // namespace
+
+Runner add_eval(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "eval", "Task accuracy (RULER-style) of pipelines x budgets over evaluation samples, each sample a recorded run");
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--model", a->model, "Model directory (config.json, safetensors, tokenizer.json)")->required();
+  cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  auto* data =
+      cmd->add_option("--data", a->data, "Samples: a JSONL file (docs/eval.md: kvscope's or kvpress's columns)");
+  auto* task =
+      cmd->add_option("--task", a->task, "Generate samples of this RULER task (docs/eval.md: niah_single_1, ...)");
+  data->excludes(task);
+  cmd->add_option("--length", a->lengths,
+                  "With --task: token budget of each sample (prompt + answer); repeat for several")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n", a->n, "With --task: samples per length")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", a->seed, "With --task: random seed")->capture_default_str();
+  cmd->add_option("--essays", a->essays, "With --task: text files of the essay haystack (niah_single_2/3, ...)");
+  cmd->add_option("--code", a->code, "With --task: source files of the code haystack");
+  cmd->add_option("--haystack", a->haystack, "With --task: noise | needle | essay | code instead of the task's own");
+  cmd->add_option("--depth", a->depths, "With --task niah_paul_graham: needle depths in percent");
+  cmd->add_flag("--plain", a->plain, "With --task: plain prompts instead of the model's chat template");
+  cmd->add_option("--write-samples", a->write_samples, "Also write the samples as JSONL to this file");
+  cmd->add_option("--pipeline", a->pipelines, "Pipeline SPEC (repeat for several); none: the full cache alone");
+  auto* r = cmd->add_option("--compression-ratio", a->ratios,
+                            "Fraction of the context's entries to evict (repeat for several; each pipeline runs each)")
+                ->check(finite_number(0, 1, false, /*hi_open=*/true));
+  auto* b = cmd->add_option("--budget", a->budgets, "Budget in --budget-unit (repeat for several)")
+                ->check(finite_number(0, std::numeric_limits<double>::infinity(), true, true));
+  r->excludes(b);
+  cmd->add_option("--budget-unit", a->budget_unit, "Unit of --budget (as `run`)")->capture_default_str();
+  auto* qa = cmd->add_flag("--question-agnostic", a->agnostic,
+                           "Compress the context alone, then feed the question uncompressed (default; kvpress)");
+  auto* qw = cmd->add_flag("--question-aware", a->aware, "Compress the whole prompt, question included");
+  qa->excludes(qw);
+  cmd->add_option("--db", a->db, "Record every sample as a run in this session database; resumes what it holds");
+  cmd->add_option("--name", a->name, "Name of the evaluation (prefix of its runs' names)");
+  cmd->add_option("--capture", a->capture, "With --db: per-head statistics per run: off | summary | full")
+      ->check(CLI::IsMember({"off", "summary", "full"}));
+  cmd->add_option("--shard", a->shard, "i/n: run only every n-th item starting at i");
+  cmd->add_option("--devices", a->devices, "Comma-separated CUDA device ids: one worker process per GPU (needs --db)");
+  cmd->add_option("--csv", a->csv, "Write one row per item to this CSV file");
+  cmd->add_flag("--json", a->json, "Print the results as one JSON object");
+  return [a]() -> int {
+    if (a->data.empty() && a->task.empty()) throw InputError("eval: give --data FILE.jsonl or --task NAME --length N");
+    if (!a->task.empty() && a->lengths.empty()) throw InputError("eval --task " + a->task + ": give --length N");
+    if (!a->devices.empty() && a->db.empty())
+      throw InputError("eval --devices: the workers write into one session database; give --db");
+    PolicyRegistry registry;
+    register_builtin_policies(registry);
+    const run::QuestionMode mode = a->aware ? run::QuestionMode::kAware : run::QuestionMode::kAgnostic;
+    // Every (pipeline, budget), built before the model loads: a typo costs nothing.
+    std::vector<Config> configs;
+    if (a->pipelines.empty()) {
+      if (!a->ratios.empty() || !a->budgets.empty())
+        throw InputError("eval: a budget without --pipeline: the full cache uses none");
+      configs.emplace_back();
+    }
+    for (const auto& spec : a->pipelines) {
+      std::vector<std::optional<BudgetSpec>> budgets;
+      for (double v : a->ratios) budgets.push_back(BudgetSpec{BudgetUnit::kCompressionRatio, v});
+      for (double v : a->budgets) budgets.push_back(BudgetSpec{parse_budget_unit(a->budget_unit), v});
+      run::RunOptions probe;
+      probe.pipeline = spec;
+      bool uses_budget = true;
+      try {
+        run::make_pipeline(registry, probe);
+        uses_budget = false;  // built without a budget: it uses none
+      } catch (const InputError&) {
+      }
+      if (!uses_budget) budgets = {std::nullopt};
+      if (budgets.empty()) throw InputError("eval --pipeline " + spec + ": give --compression-ratio R or --budget N");
+      for (const auto& bud : budgets) {
+        run::RunOptions o;
+        o.pipeline = spec;
+        o.budget = bud;
+        Config c;
+        c.pipeline = run::make_pipeline(registry, o);
+        c.spec = c.pipeline ? c.pipeline->canonical() : "";
+        c.budget = bud;
+        configs.push_back(std::move(c));
+      }
+    }
+    for (const auto& d : std::vector<std::string>{a->device}) run::load_options(d, a->dtype);
+    std::vector<std::string> devices;
+    {
+      std::stringstream ss(a->devices);
+      for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
+      for (const auto& d : devices) run::load_options(d, a->dtype);
+    }
+    uint64_t shard = 0, n_shards = 1;
+    if (!a->shard.empty()) {
+      unsigned long long i = 0, n = 0;
+      char end = 0;
+      if (std::sscanf(a->shard.c_str(), "%llu/%llu%c", &i, &n, &end) != 2 || n == 0 || i >= n)
+        throw InputError("--shard must be i/n with 0 <= i < n (got '" + a->shard + "')");
+      shard = i, n_shards = n;
+    }
+    const auto t_load = std::chrono::steady_clock::now();
+    const std::string first_device = devices.empty() ? a->device : devices[0];
+    Model model = load_model(a->model, run::load_options(first_device, a->dtype));
+    const std::unique_ptr<ChatTemplate> tmpl = model_template(a->model);
+
+    // The samples, and where their data came from (part of every item's key).
+    std::vector<EvalSample> samples;
+    std::string source;
+    if (!a->data.empty()) {
+      samples = load_eval_samples(a->data);
+      std::ifstream in(a->data, std::ios::binary);
+      std::stringstream bytes;
+      bytes << in.rdbuf();
+      source = "data=" + std::filesystem::weakly_canonical(a->data).string() + "#" + fnv1a_hex(bytes.str());
+    } else {
+#ifdef KVSCOPE_TMP_RULER
+      RulerTaskOptions o;
+      o.task = a->task;
+      o.seed = a->seed;
+      o.n = a->n;
+      for (const auto& e : a->essays) o.essay_files.emplace_back(e);
+      for (const auto& c : a->code) o.code_files.emplace_back(c);
+      o.haystack = a->haystack;
+      o.depths = a->depths;
+      o.chat = !a->plain && tmpl != nullptr;
+      const PromptTokenCounter count = [&](const EvalSample& s) {
+        return static_cast<int64_t>(run::assemble_eval_prompt(model, tmpl.get(), s).ids.size());
+      };
+      for (int64_t len : a->lengths) {
+        o.length = len;
+        auto part = generate_ruler_samples(o, count);
+        for (auto& s : part) samples.push_back(std::move(s));
+      }
+      std::ostringstream os;
+      os << "task=" << a->task << "|seed=" << a->seed << "|n=" << a->n << "|chat=" << o.chat
+         << "|haystack=" << a->haystack;
+      for (const auto& e : a->essays) os << "|essay=" << std::filesystem::weakly_canonical(e).string();
+      for (const auto& c : a->code) os << "|code=" << std::filesystem::weakly_canonical(c).string();
+      for (double d : a->depths) os << "|depth=" << format_number(d);
+      source = os.str();
+#endif
+    }
+    if (!a->write_samples.empty()) {
+      std::ofstream out(a->write_samples);
+      if (!out) throw InputError(a->write_samples, "cannot be written");
+      for (const auto& s : samples) out << eval_sample_json(s) << "\n";
+    }
+    std::vector<run::EvalPrompt> prompts;
+    for (const auto& s : samples) prompts.push_back(run::assemble_eval_prompt(model, tmpl.get(), s));
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+
+    // Items: samples outer, configs inner (every configuration's accuracy grows together).
+    const uint64_t n_items = samples.size() * configs.size();
+    const std::string model_key = std::filesystem::weakly_canonical(a->model).string();
+    auto item_key = [&](uint64_t i) {
+      const Config& c = configs[i % configs.size()];
+      return "eval1|" + model_key + "|" + source + "|" + std::string(run::question_mode_name(mode)) + "|" +
+             dtype_name(parse_dtype(a->dtype)) + "|" + samples[i / configs.size()].id + "|" +
+             (c.spec.empty() ? "full" : c.spec) + "|" +
+             (c.budget ? std::string(budget_unit_name(c.budget->unit)) + "=" + format_number(c.budget->value)
+                       : std::string("none"));
+    };
+    std::vector<Outcome> outcomes(n_items);
+    const CaptureLevel capture = parse_capture_level(a->capture);
+    const std::string eval_name =
+        !a->name.empty() ? a->name : (a->data.empty() ? a->task : std::filesystem::path(a->data).filename().string());
+
+    // Runs the items of this shard at offset, offset + stride, ... on `device`; returns failures.
+    auto run_items = [&](const std::string& device, uint64_t offset, uint64_t stride) -> int {
+      std::optional<sessions::SessionStore> store;
+      std::map<std::string, sessions::RunRow> finished;
+      if (!a->db.empty()) {
+        store.emplace(sessions::SessionStore::open(a->db));
+        for (auto& row : store->list_runs())
+          if (row.status == sessions::RunStatus::kComplete && row.sweep_key && row.sweep_key->starts_with("eval1|"))
+            finished[*row.sweep_key] = row;
+      }
+      std::optional<Model> own;
+      if (device != first_device) own.emplace(load_model(a->model, run::load_options(device, a->dtype)));
+      const Engine engine(own ? *own : model);
+      std::vector<uint64_t> mine;
+      for (uint64_t i = shard, j = 0; i < n_items; i += n_shards, ++j)
+        if (j % stride == offset) mine.push_back(i);
+      const bool tty = ::isatty(2);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto last_line = t0;
+      uint64_t done = 0, ran = 0, failed = 0;
+      double score_sum = 0;
+      for (uint64_t i : mine) {
+        Outcome& o = outcomes[i];
+        const std::string key = item_key(i);
+        if (auto f = finished.find(key); f != finished.end()) {
+          o.run_id = f->second.id;
+          o.score = f->second.summary.count("eval_score") ? f->second.summary.at("eval_score") : 0.0;
+          o.output = store->load_run(o.run_id).outputs.text;
+          o.done = true;
+        } else {
+          const Config& c = configs[i % configs.size()];
+          const size_t si = i / configs.size();
+          run::EvalItem item{&samples[si], &prompts[si], c.pipeline.get(), c.budget, mode};
+          try {
+            const run::EvalRunResult res =
+                run::run_eval_item(engine, registry, item, store ? &*store : nullptr,
+                                   eval_name + " / " + samples[si].id + " / " + c.label(), key, capture);
+            o.output = res.output;
+            o.score = res.score;
+            o.run_id = res.run_id;
+            if (!res.needle_kept.empty()) {
+              double m = 0;
+              for (float v : res.needle_kept) m += v;
+              o.needle_kept = m / double(res.needle_kept.size());
+            }
+            o.done = true;
+          } catch (const std::exception& e) {
+            o.error = run::error_message(e);
+            ++failed;
+            std::cerr << (tty ? "\n" : "") << "eval: " << samples[si].id << " under " << c.label()
+                      << " failed: " << o.error << "\n";
+          }
+          ++ran;
+        }
+        ++done;
+        score_sum += o.score;
+        const auto now = std::chrono::steady_clock::now();
+        const double s = std::chrono::duration<double>(now - t0).count();
+        const double rate = ran > 0 ? ran / std::max(s, 1e-9) : 0;  // items run (not resumed) per second
+        const double eta = rate > 0 ? double(mine.size() - done) / rate : NAN;
+        char line[256];
+        std::snprintf(line, sizeof(line), "[%llu/%llu] mean score %.3f, %.2f samples/min, ETA %s",
+                      static_cast<unsigned long long>(done), static_cast<unsigned long long>(mine.size()),
+                      score_sum / double(done), rate * 60, hms(eta).c_str());
+        if (tty) {
+          std::fprintf(stderr, "\r%s%s   ", stride > 1 ? (device + " ").c_str() : "", line);
+        } else if (std::chrono::duration<double>(now - last_line).count() >= 10 || done == mine.size()) {
+          std::fprintf(stderr, "eval%s: %s\n", stride > 1 ? (" (" + device + ")").c_str() : "", line);
+          last_line = now;
+        }
+      }
+      if (tty) std::fprintf(stderr, "\n");
+      return failed ? 1 : 0;
+    };
+
+    int rc = 0;
+    if (devices.size() <= 1) {
+      rc = run_items(first_device, 0, 1);
+    } else {
+      std::vector<pid_t> children;
+      for (size_t d = 0; d < devices.size(); ++d) {
+        const pid_t pid = ::fork();
+        if (pid == 0) ::_exit(run_items(devices[d], d, devices.size()));
+        children.push_back(pid);
+      }
+      int status = 0;
+      for (pid_t p : children) {
+        ::waitpid(p, &status, 0);
+        rc |= !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      }
+      // The workers' outcomes are in the database.
+      auto store = sessions::SessionStore::open(a->db, sessions::OpenMode::kReadOnly);
+      std::map<std::string, sessions::RunRow> finished;
+      for (auto& row : store.list_runs())
+        if (row.status == sessions::RunStatus::kComplete && row.sweep_key) finished[*row.sweep_key] = row;
+      for (uint64_t i = shard; i < n_items; i += n_shards)
+        if (auto f = finished.find(item_key(i)); f != finished.end()) {
+          Outcome& o = outcomes[i];
+          o.run_id = f->second.id;
+          o.score = f->second.summary.count("eval_score") ? f->second.summary.at("eval_score") : 0.0;
+          o.output = store.load_run(o.run_id).outputs.text;
+          o.done = true;
+        }
+    }
+
+    // Results per configuration over the items of this shard.
+    nlohmann::ordered_json results = nlohmann::ordered_json::array();
+    std::ofstream csv;
+    if (!a->csv.empty()) {
+      csv.open(a->csv);
+      if (!csv) throw InputError(a->csv, "cannot be written");
+      csv << "pipeline,budget_unit,budget,mode,sample,task,length,score,needle_kept,run_id,output,error\n";
+    }
+    auto csv_field = [](const std::string& s) {
+      std::string q = "\"";
+      for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+      return q + "\"";
+    };
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      const Config& c = configs[ci];
+      nlohmann::ordered_json r;
+      r["pipeline"] = c.spec.empty() ? "full" : c.spec;
+      r["budget"] = c.budget ? nlohmann::ordered_json(c.budget->value) : nlohmann::ordered_json(nullptr);
+      r["budget_unit"] =
+          c.budget ? nlohmann::ordered_json(budget_unit_name(c.budget->unit)) : nlohmann::ordered_json(nullptr);
+      r["mode"] = run::question_mode_name(mode);
+      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+      double sum = 0;
+      int64_t n = 0;
+      std::map<std::string, std::pair<double, int64_t>> per_task;
+      for (size_t si = 0; si < samples.size(); ++si) {
+        const uint64_t i = si * configs.size() + ci;
+        if (i % n_shards != shard) continue;
+        const Outcome& o = outcomes[i];
+        nlohmann::ordered_json row;
+        row["id"] = samples[si].id;
+        row["task"] = samples[si].task;
+        row["length"] = samples[si].length;
+        row["output"] = o.output;
+        row["score"] = o.score;
+        if (o.needle_kept >= 0) row["needle_kept"] = o.needle_kept;
+        if (o.run_id >= 0) row["run_id"] = o.run_id;
+        if (!o.error.empty()) row["error"] = o.error;
+        rows.push_back(row);
+        sum += o.score;
+        ++n;
+        auto& t = per_task[samples[si].task];
+        t.first += o.score;
+        ++t.second;
+        if (csv.is_open())
+          csv << csv_field(r["pipeline"].get<std::string>()) << ","
+              << (c.budget ? budget_unit_name(c.budget->unit) : "") << ","
+              << (c.budget ? format_number(c.budget->value) : "") << "," << run::question_mode_name(mode) << ","
+              << csv_field(samples[si].id) << "," << csv_field(samples[si].task) << "," << samples[si].length << ","
+              << o.score << "," << (o.needle_kept >= 0 ? format_number(o.needle_kept) : "") << ","
+              << (o.run_id >= 0 ? std::to_string(o.run_id) : "") << "," << csv_field(o.output) << ","
+              << csv_field(o.error) << "\n";
+      }
+      r["score"] = n ? sum / double(n) : 0.0;
+      nlohmann::ordered_json tasks = nlohmann::ordered_json::object();
+      for (const auto& [t, v] : per_task) tasks[t.empty() ? "-" : t] = v.first / double(v.second);
+      r["tasks"] = tasks;
+      r["samples"] = rows;
+      results.push_back(r);
+    }
+    if (a->json) {
+      nlohmann::ordered_json j;
+      j["model"] = a->model;
+      j["mode"] = run::question_mode_name(mode);
+      j["results"] = results;
+      std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    } else {
+      std::cout << "evaluation of " << samples.size() << " samples (" << run::question_mode_name(mode) << ", "
+                << a->model << ", loaded in " << format_number(std::round(load_s * 10) / 10) << " s)\n";
+      for (size_t ci = 0; ci < configs.size(); ++ci)
+        std::printf("  %-60s score %.3f\n", configs[ci].label().c_str(), results[ci]["score"].get<double>());
+      if (!a->db.empty()) std::cout << "runs recorded in " << a->db << "\n";
+    }
+    return rc;
+  };
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,67 @@
+#pragma once
+// One evaluation sample under one pipeline and budget: the prompt fed question-agnostic or
+// question-aware, greedy decoding, the score, how much of the needle each head kept, and (with a
+// session store) the run recorded with its sample. What `kvscope-cli eval` runs per item.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eval_prompt.h"
+#include "kvscope/core/budget.h"
+#include "kvscope/core/capture.h"
+#include "kvscope/core/engine.h"
+#include "kvscope/core/eval_sample.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/sessions/session_store.h"
+
+namespace kvscope::run {
+
+/// What a pipeline compresses (docs/eval.md "Question-agnostic and question-aware").
+enum class QuestionMode {
+  kAgnostic,  ///< the context alone; the question follows uncompressed (kvpress's pipeline)
+  kAware,     ///< the whole prompt, question included (the papers' usual setting)
+};
+
+/// "question-agnostic" | "question-aware".
+std::string_view question_mode_name(QuestionMode mode);
+
+/// The outcome of one sample.
+struct EvalRunResult {
+  std::vector<int32_t> output_ids;  ///< greedy tokens, the stop token not included
+  std::string output;               ///< their text
+  double score = 0;                 ///< the sample's metric on `output`, in [0, 1]
+  /// Per (layer, KV head), row-major [n_layer * n_head_kv]: the share of needle tokens
+  /// (EvalPrompt::needle_ids) still in the cache after the prefill and compression; empty when
+  /// the sample has no needle.
+  std::vector<float> needle_kept;
+  int64_t run_id = -1;  ///< the recorded run (-1 without a store)
+};
+
+/// One evaluation item.
+struct EvalItem {
+  const EvalSample* sample = nullptr;
+  const EvalPrompt* prompt = nullptr;
+  const Pipeline* pipeline = nullptr;  ///< null: the full cache
+  std::optional<BudgetSpec> budget;    ///< with a pipeline that uses one
+  QuestionMode mode = QuestionMode::kAgnostic;
+};
+
+/// Runs `item` on `engine`: greedy decoding to the sample's max_new_tokens or a stop id of the
+/// model, the pipeline compressing the context (question-agnostic) or the whole prompt
+/// (question-aware). With `store`, the run is recorded as `run` records one (session_record.h, at
+/// `capture`), under `name` and `sweep_key`, plus the summary "eval_score", the blob "eval_sample"
+/// (u8: the sample as JSON with the mode and question_start), "needle_tokens" (i64 [n, 2]: token
+/// ranges) and "needle_kept" (f32 [n_layer, n_head_kv]). Throws InputError for a prompt past the
+/// model's context or a budget that keeps fewer entries than the pipeline always keeps.
+EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry, const EvalItem& item,
+                            sessions::SessionStore* store, const std::string& name,
+                            const std::optional<std::string>& sweep_key, CaptureLevel capture);
+
+/// The share of `needles` (token ranges) in each head's `kept` positions, [layer][head] flattened
+/// row-major; empty when `needles` covers no token.
+std::vector<float> needle_kept_share(const std::vector<std::vector<std::vector<int64_t>>>& kept,
+                                     const std::vector<TextSpan>& needles);
+
+}  // namespace kvscope::run

@@ -1,0 +1,223 @@
+// Task-accuracy evaluation (kvscope-cli eval, app/run/eval_prompt + eval_run) on the embedded
+// pycode-recall-17m against its golden RULER file (transformers 5.17 + kvpress 0.5.4, fp32): every
+// sample's prompt assembles to the recorded token ids with the recorded question split; the full
+// cache and kvpress's presses (question-agnostic, and SnapKV question-aware) give the recorded
+// outputs on a few 2K samples; a session records every sample as a run and an evaluation resumes
+// from it; bad input fails in one line naming what is wrong.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "../core/test_support.h"
+#include "cli_support.h"
+#include "eval_prompt.h"
+#include "kvscope/core/chat_template.h"
+#include "kvscope/core/errors.h"
+#include "kvscope/core/eval_sample.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/tokenizer.h"
+#include "kvscope/sessions/session_store.h"
+
+namespace kvscope {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::quote;
+using test::run_cli;
+using test::run_cli_stderr;
+
+fs::path recall_dir() { return test::source_dir() / "assets/models/pycode-recall-17m"; }
+fs::path golden_file() { return recall_dir() / "golden/ruler.jsonl"; }
+
+std::vector<json> golden_rows() {
+  std::vector<json> rows;
+  std::ifstream in(golden_file());
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) rows.push_back(json::parse(line));
+  return rows;
+}
+
+TEST(EvalPrompt, AssemblesEveryGoldenSampleToItsRecordedIdsAndQuestionSplit) {
+  const Model model = load_model(recall_dir(), {});
+  const ChatTemplate tmpl = ChatTemplate::load(recall_dir());
+  const std::vector<EvalSample> samples = load_eval_samples(golden_file());
+  const std::vector<json> rows = golden_rows();
+  ASSERT_EQ(samples.size(), 54u);
+  int chat = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SCOPED_TRACE(samples[i].id);
+    const run::EvalPrompt p = run::assemble_eval_prompt(model, &tmpl, samples[i]);
+    EXPECT_EQ(p.text, rows[i]["prompt"].get<std::string>());
+    EXPECT_EQ(p.ids, rows[i]["prompt_ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(p.question_start, rows[i]["question_start"].get<int64_t>());
+    chat += samples[i].chat;
+    // Without needle spans in the file, the needles are the answers' occurrences in the context:
+    // each span's tokens decode to text holding (part of) an answer, before the question.
+    if (samples[i].task.rfind("niah_single", 0) == 0) {
+      ASSERT_EQ(p.needle_ids.size(), 1u);
+      const auto& n = p.needle_ids[0];
+      EXPECT_LT(n.end, p.question_start);
+      const std::string text = model.tokenizer->decode(std::vector<int32_t>(p.ids.begin() + n.begin, p.ids.begin() + n.end));
+      EXPECT_NE(text.find(samples[i].answers[0]), std::string::npos) << text;
+    }
+  }
+  EXPECT_GT(chat, 0);
+  EXPECT_LT(chat, 54);  // both chat and plain prompts were checked
+}
+
+TEST(EvalPrompt, NeedleSpansFromTheFileMapToTheirTokens) {
+  const Model model = load_model(recall_dir(), {});
+  EvalSample s;
+  s.id = "x";
+  s.chat = false;
+  s.instruction = "Remember this.\n";
+  s.context = "The grass is green. The magic number is 4242. The sky is blue.";
+  s.question = "\nWhat is the magic number?";
+  s.answer_prefix = " The number is";
+  s.answers = {"4242"};
+  s.max_new_tokens = 8;
+  s.metric = "string_match_all";
+  const size_t at = s.context.find("The magic");
+  s.needles = {{int64_t(at), int64_t(at + std::string("The magic number is 4242.").size())}};
+  const run::EvalPrompt p = run::assemble_eval_prompt(model, nullptr, s);
+  ASSERT_EQ(p.needle_ids.size(), 1u);
+  const std::string text = model.tokenizer->decode(
+      std::vector<int32_t>(p.ids.begin() + p.needle_ids[0].begin, p.ids.begin() + p.needle_ids[0].end));
+  EXPECT_NE(text.find("magic number is 4242"), std::string::npos) << text;
+  EXPECT_EQ(text.find("grass"), std::string::npos) << text;
+  EXPECT_EQ(p.text, s.instruction + s.context + s.question + s.answer_prefix);
+  // A chat sample for a model without a template is refused, naming the model.
+  s.chat = true;
+  try {
+    run::assemble_eval_prompt(model, nullptr, s);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("has no chat template"), std::string::npos) << e.what();
+  }
+}
+
+class CliEval : public test::CliTest {
+ protected:
+  /// The golden rows with these ids, as a JSONL file; returns its path.
+  fs::path subset(const std::vector<std::string>& ids) {
+    const fs::path out = dir_ / "subset.jsonl";
+    std::ofstream f(out);
+    for (const json& r : golden_rows())
+      if (std::find(ids.begin(), ids.end(), r["id"].get<std::string>()) != ids.end()) f << r.dump() << "\n";
+    return out;
+  }
+  json eval(const std::string& args) {
+    const auto r = run_cli("eval --model " + quote(recall_dir()) + " " + args + " --json");
+    EXPECT_EQ(r.exit_code, 0) << args;
+    return r.exit_code == 0 ? json::parse(r.out) : json();
+  }
+};
+
+const std::vector<std::string> kIds = {"niah_single_noise-2048-0", "niah_single_code-2048-0",
+                                       "niah_multikey_needle-2048-0"};
+
+TEST_F(CliEval, FullCacheAndKvpressPressesGiveTheRecordedOutputs) {
+  const fs::path data = subset(kIds);
+  std::map<std::string, json> golden;
+  for (const json& r : golden_rows()) golden[r["id"].get<std::string>()] = r;
+  // kvpress press -> kvscope pipeline and mode (docs/eval.md "Matching kvpress").
+  const std::vector<std::tuple<std::string, std::string, std::string>> configs = {
+      {"full", "", ""},
+      {"snapkv@0.5", "--pipeline snapkv:window=64,kernel=5,pool=avg --compression-ratio 0.5", "--question-agnostic"},
+      {"streamingllm@0.8", "--pipeline streamingllm:sink=4 --compression-ratio 0.8", ""},
+      {"snapkv-question-aware@0.5", "--pipeline snapkv:window=64,kernel=5,pool=avg --compression-ratio 0.5",
+       "--question-aware"},
+  };
+  for (const auto& [name, pipeline, mode] : configs) {
+    SCOPED_TRACE(name);
+    const json j = eval("--data " + quote(data) + " " + pipeline + " " + mode);
+    ASSERT_EQ(j["results"].size(), 1u);
+    const json& res = j["results"][0];
+    EXPECT_EQ(res["mode"], mode == "--question-aware" ? "question-aware" : "question-agnostic");
+    double sum = 0;
+    for (const json& s : res["samples"]) {
+      const json& g = golden.at(s["id"].get<std::string>());
+      const json& ref = name == "full" ? g["full"] : g["kvpress"][name];
+      EXPECT_EQ(s["output"], ref["output"]) << s["id"];
+      EXPECT_EQ(s["score"].get<double>(), ref["score"].get<double>()) << s["id"];
+      sum += s["score"].get<double>();
+    }
+    EXPECT_DOUBLE_EQ(res["score"].get<double>(), sum / 3);
+  }
+}
+
+TEST_F(CliEval, SweepsPipelinesByBudgetsRecordsEverySampleAndResumes) {
+  const fs::path data = subset({kIds[0]});
+  const std::string args = "--data " + quote(data) + " --pipeline streamingllm:sink=4 --pipeline knorm" +
+                           " --compression-ratio 0.5 --compression-ratio 0.9 --db " + quote(db_);
+  const json first = eval(args);
+  ASSERT_EQ(first["results"].size(), 4u);  // 2 pipelines x 2 ratios
+  std::set<int64_t> runs;
+  for (const json& r : first["results"]) {
+    ASSERT_EQ(r["samples"].size(), 1u);
+    runs.insert(r["samples"][0]["run_id"].get<int64_t>());
+    EXPECT_NE(r["budget"], nullptr);
+  }
+  EXPECT_EQ(runs.size(), 4u);
+  {
+    const auto store = sessions::SessionStore::open(db_.string(), sessions::OpenMode::kReadOnly);
+    const auto rows = store.list_runs();
+    ASSERT_EQ(rows.size(), 4u);
+    for (const auto& row : rows) {
+      EXPECT_EQ(row.status, sessions::RunStatus::kComplete);
+      ASSERT_TRUE(row.summary.count("eval_score"));
+      ASSERT_TRUE(row.sweep_key && row.sweep_key->starts_with("eval1|"));
+      EXPECT_EQ(store.load_blobs(row.id, "eval_sample").size(), 1u);
+      EXPECT_EQ(store.load_blobs(row.id, "needle_kept").size(), 1u);
+    }
+  }
+  // Again: every item is found in the database, nothing runs, the same results come back.
+  const json again = eval(args);
+  EXPECT_EQ(again, first);
+  const auto store = sessions::SessionStore::open(db_.string(), sessions::OpenMode::kReadOnly);
+  EXPECT_EQ(store.list_runs().size(), 4u);
+}
+
+TEST_F(CliEval, ReadsKvpressColumns) {
+  const json g = golden_rows()[0];
+  // kvpress's columns: the instruction is part of the context, one "answer".
+  json k = {{"context", g["instruction"].get<std::string>() + g["context"].get<std::string>()},
+            {"question", g["question"]},
+            {"answer_prefix", g["answer_prefix"]},
+            {"answer", g["answers"][0]},
+            {"task", "niah_single_1"},
+            {"max_new_tokens", 16}};
+  std::ofstream(dir_ / "kvpress.jsonl") << k.dump() << "\n";
+  const json j = eval("--data " + quote(dir_ / "kvpress.jsonl"));
+  EXPECT_EQ(j["results"][0]["samples"][0]["output"], g["full"]["output"]);
+  EXPECT_EQ(j["results"][0]["score"], 1.0);
+}
+
+TEST_F(CliEval, BadInputFailsInOneLine) {
+  const fs::path data = subset({kIds[0]});
+  auto fails = [&](const std::string& args, const std::string& needle) {
+    const auto r = run_cli_stderr("eval --model " + quote(recall_dir()) + " " + args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
+  };
+  fails("--data " + quote(dir_ / "missing.jsonl"), "missing.jsonl: no such file");
+  fails("", "give --data FILE.jsonl or --task NAME");
+  fails("--data " + quote(data) + " --compression-ratio 0.5", "a budget without --pipeline");
+  fails("--data " + quote(data) + " --pipeline snapkv", "give --compression-ratio R or --budget N");
+  fails("--data " + quote(data) + " --pipeline nosuch --compression-ratio 0.5", "nosuch");
+  fails("--data " + quote(data) + " --devices 0,1", "give --db");
+  fails("--data " + quote(data) + " --question-agnostic --question-aware", "excludes");
+  std::ofstream(dir_ / "bad.jsonl") << "{\"context\": \"x\", \"question\": \"y\", \"answers\": [], \"max_new_tokens\": 4}\n";
+  fails("--data " + quote(dir_ / "bad.jsonl"), "bad.jsonl: line 1: 'answers' is empty");
+}
+
+}  // namespace
+}  // namespace kvscope

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Compares `kvscope-cli eval` with the transformers + kvpress outputs recorded in a golden RULER
+file (assets/models/pycode-recall-17m/golden/ruler.jsonl): the full cache, and each kvpress press
+at each ratio through kvscope's equivalent pipeline, question-agnostic (kvpress's pipeline) and
+question-aware. Prints, per configuration, how many samples get the same score and the same text,
+and writes every disagreement to --out (JSON). Runs the configurations as parallel processes.
+
+  tools/eval-golden.py --cli build/app/kvscope-cli --model assets/models/pycode-recall-17m [--jobs 8]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+
+# kvpress press -> kvscope pipeline (docs/eval.md "Matching kvpress").
+PRESSES = {
+    "snapkv": ("snapkv:window=64,kernel=5,pool=avg", "--question-agnostic"),
+    "streamingllm": ("streamingllm:sink=4", "--question-agnostic"),
+    "keydiff": ("keydiff", "--question-agnostic"),
+    "adakv-snapkv": ("snapkv:window=64,kernel=5,pool=avg+adakv:alpha=0.2", "--question-agnostic"),
+    "snapkv-question-aware": ("snapkv:window=64,kernel=5,pool=avg", "--question-aware"),
+}
+
+
+def run(cli, model, data, pipeline, mode, ratio, device, dtype):
+    cmd = [cli, "eval", "--model", model, "--data", data, "--device", device, "--dtype", dtype, "--json"]
+    if pipeline:
+        cmd += ["--pipeline", pipeline, "--compression-ratio", str(ratio), mode]
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out)["results"][0]["samples"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", default="build/app/kvscope-cli")
+    ap.add_argument("--model", default="assets/models/pycode-recall-17m")
+    ap.add_argument("--data", default=None, help="default: MODEL/golden/ruler.jsonl")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() // 2 or 1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--only", default="", help="comma-separated configuration names (full, snapkv@0.5, ...)")
+    ap.add_argument("--out", default="eval-golden.json")
+    a = ap.parse_args()
+    data = a.data or os.path.join(a.model, "golden", "ruler.jsonl")
+    golden = [json.loads(l) for l in open(data) if l.strip()]
+    configs = {"full": (None, None, None)}
+    for name in golden[0]["kvpress"]:
+        press, ratio = name.rsplit("@", 1)
+        pipeline, mode = PRESSES[press]
+        configs[name] = (pipeline, mode, float(ratio))
+    if a.only:
+        configs = {k: v for k, v in configs.items() if k in a.only.split(",")}
+    results, report = {}, {}
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+        futures = {pool.submit(run, a.cli, a.model, data, p, m, r, a.device, a.dtype): name
+                   for name, (p, m, r) in configs.items()}
+        for f in concurrent.futures.as_completed(futures):
+            results[futures[f]] = f.result()
+    print(f"{'configuration':32} {'same score':>12} {'same text':>12} {'kvscope':>8} {'reference':>9}")
+    ok = True
+    for name in configs:
+        rows = results[name]
+        same_score = same_text = 0
+        diffs = []
+        for g, r in zip(golden, rows):
+            ref = g["full"] if name == "full" else g["kvpress"][name]
+            s = abs(ref["score"] - r["score"]) < 1e-9
+            t = ref["output"] == r["output"]
+            same_score += s
+            same_text += t
+            if not t:
+                diffs.append({"id": g["id"], "reference": ref["output"], "kvscope": r["output"],
+                              "reference_score": ref["score"], "kvscope_score": r["score"]})
+        n = len(rows)
+        mean_k = sum(r["score"] for r in rows) / n
+        mean_r = sum((g["full"] if name == "full" else g["kvpress"][name])["score"] for g in golden) / n
+        print(f"{name:32} {same_score:>5}/{n} {100*same_score/n:4.0f}% {same_text:>5}/{n} {100*same_text/n:4.0f}%"
+              f" {mean_k:8.3f} {mean_r:9.3f}")
+        report[name] = {"same_score": same_score, "same_text": same_text, "n": n, "mean_kvscope": mean_k,
+                        "mean_reference": mean_r, "differences": diffs}
+        goal = (same_text >= n - 1) if name == "full" else (same_score >= 0.9 * n and same_text >= 0.85 * n)
+        ok = ok and goal
+    with open(a.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print("goals met" if ok else "goals NOT met", f"(differences in {a.out})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
