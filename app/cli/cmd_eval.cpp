@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat_prompt.h"
 #include "commands.h"
 #include "eval_prompt.h"
 #include "eval_run.h"
@@ -21,11 +22,7 @@
 #include "kvscope/core/errors.h"
 #include "kvscope/core/eval_sample.h"
 #include "kvscope/core/param_spec.h"
-#if __has_include("kvscope/core/ruler_tasks.h")
 #include "kvscope/core/ruler_tasks.h"
-#define KVSCOPE_TMP_RULER 1
-#endif
-#include "chat_prompt.h"
 #include "number_check.h"
 #include "run_options.h"
 
@@ -210,7 +207,6 @@ Runner add_eval(CLI::App& app) {
       bytes << in.rdbuf();
       source = "data=" + std::filesystem::weakly_canonical(a->data).string() + "#" + fnv1a_hex(bytes.str());
     } else {
-#ifdef KVSCOPE_TMP_RULER
       RulerTaskOptions o;
       o.task = a->task;
       o.seed = a->seed;
@@ -235,7 +231,6 @@ Runner add_eval(CLI::App& app) {
       for (const auto& c : a->code) os << "|code=" << std::filesystem::weakly_canonical(c).string();
       for (double d : a->depths) os << "|depth=" << format_number(d);
       source = os.str();
-#endif
     }
     if (!a->write_samples.empty()) {
       std::ofstream out(a->write_samples);
@@ -278,6 +273,25 @@ Runner add_eval(CLI::App& app) {
       std::vector<uint64_t> mine;
       for (uint64_t i = shard, j = 0; i < n_items; i += n_shards, ++j)
         if (j % stride == offset) mine.push_back(i);
+      // Prefill once, compress many: a sample's context is prefilled once for every question-
+      // agnostic configuration that can compress a copy of it (Pipeline::prefill_queries), when two
+      // or more of them still have to run.
+      auto shareable = [&](const Config& c) {
+        return mode == run::QuestionMode::kAgnostic && c.pipeline && c.pipeline->prefill_queries() >= 0;
+      };
+      bool sliding = false;
+      for (int64_t l = 0; l < model.config.n_layer; ++l) sliding = sliding || model.config.window(l) > 0;
+      std::map<size_t, int> to_share;  // sample -> shareable items of it still to run
+      for (uint64_t i : mine)
+        if (!sliding && shareable(configs[i % configs.size()]) && !finished.count(item_key(i)))
+          ++to_share[i / configs.size()];
+      int64_t n_queries = store ? 32 : 0;  // the capture's observation window (GenerateRequest::capture_window)
+      int64_t reserve = 1;
+      for (const Config& c : configs)
+        if (shareable(c)) n_queries = std::max(n_queries, c.pipeline->prefill_queries());
+      for (const EvalSample& s : samples) reserve = std::max(reserve, s.max_new_tokens + 1);
+      std::optional<SharedPrefill> shared;
+      size_t shared_sample = SIZE_MAX;
       const bool tty = ::isatty(2);
       const auto t0 = std::chrono::steady_clock::now();
       auto last_line = t0;
@@ -296,6 +310,17 @@ Runner add_eval(CLI::App& app) {
           const size_t si = i / configs.size();
           run::EvalItem item{&samples[si], &prompts[si], c.pipeline.get(), c.budget, mode};
           try {
+            if (shareable(c) && to_share[si] >= 2) {
+              if (shared_sample != si) {
+                const run::EvalPrompt& p = prompts[si];
+                shared.reset();  // the previous sample's cache goes before this one is allocated
+                shared.emplace(prefill_shared(engine,
+                                              std::vector<int32_t>(p.ids.begin(), p.ids.begin() + p.question_start),
+                                              n_queries, static_cast<int64_t>(p.ids.size()) + reserve));
+                shared_sample = si;
+              }
+              item.shared = &*shared;
+            }
             const run::EvalRunResult res =
                 run::run_eval_item(engine, registry, item, store ? &*store : nullptr,
                                    eval_name + " / " + samples[si].id + " / " + c.label(), key, capture);

@@ -67,6 +67,7 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
   options.capture = store ? capture : CaptureLevel::kOff;
   GenerateRequest req = make_request(model, item.pipeline, options);
   if (split) req.question_ids.assign(p.ids.begin() + p.question_start, p.ids.end());
+  if (split && item.shared) req.shared = item.shared;
   const int64_t needed = positions_needed(req), context = model.config.max_position_embeddings;
   if (needed > context)
     throw InputError("sample '" + s.id + "': the prompt is " + std::to_string(p.ids.size()) + " tokens and " +

@@ -13,6 +13,7 @@
 #include "kvscope/core/capture.h"
 #include "kvscope/core/engine.h"
 #include "kvscope/core/eval_sample.h"
+#include "kvscope/core/generate.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/sessions/session_store.h"
 
@@ -46,6 +47,9 @@ struct EvalItem {
   const Pipeline* pipeline = nullptr;  ///< null: the full cache
   std::optional<BudgetSpec> budget;    ///< with a pipeline that uses one
   QuestionMode mode = QuestionMode::kAgnostic;
+  /// Question-agnostic: the sample's context already prefilled (prefill once, compress many),
+  /// its ids the prompt's first question_start; null: the item prefills on its own.
+  const SharedPrefill* shared = nullptr;
 };
 
 /// Runs `item` on `engine`: greedy decoding to the sample's max_new_tokens or a stop id of the

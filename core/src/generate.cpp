@@ -102,6 +102,24 @@ int64_t positions_needed(const GenerateRequest& req, int64_t min_new_tokens) {
   return n;
 }
 
+SharedPrefill prefill_shared(const Engine& engine, std::vector<int32_t> ids, int64_t n_queries, int64_t capacity) {
+  if (ids.empty()) throw InputError("the prompt is empty");
+  const ModelConfig& c = engine.model().config;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (c.window(l) > 0)
+      throw InputError(engine.model().source,
+                       "has sliding-window layers: their caches are rings and cannot be shared between pipelines");
+  SharedPrefill s{std::move(ids), engine.new_cache(std::max<int64_t>(capacity, 1)), {}, {}};
+  s.queries.resize(static_cast<size_t>(c.n_layer));
+  const auto n = static_cast<int64_t>(s.ids.size());
+  const int64_t keep = std::clamp<int64_t>(n_queries, 0, n);
+  const LayerObserver keep_queries = [&](const LayerEvent& ev) {
+    s.queries[static_cast<size_t>(ev.layer)] = ev.q.narrow(0, ev.q.size(0) - keep, keep).clone();
+  };
+  s.logits = engine.prefill(s.cache, s.ids, 0, false, keep_queries);
+  return s;
+}
+
 GenerateResult generate(const Engine& engine, const GenerateRequest& req,
                         const std::function<void(int32_t)>& on_token) {
   if (req.prompt_ids.empty()) throw InputError("the prompt is empty (give text or use --bos always)");
@@ -110,7 +128,16 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   const int64_t capacity = positions_needed(req, 1);
   const std::string where_cache =
       "while allocating the KV cache for " + std::to_string(capacity) + " tokens on " + engine.model().device.str();
-  KvCache cache = out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); });
+  if (req.shared) {
+    if (req.shared->ids != req.prompt_ids)
+      throw std::invalid_argument("generate: the shared prefill holds other tokens than the prompt");
+    const int64_t need = req.pipeline ? req.pipeline->prefill_queries() : 0;
+    if (need < 0 || (!req.shared->queries.empty() &&
+                     req.shared->queries[0].size(0) < std::min<int64_t>(need, req.prompt_ids.size())))
+      throw std::invalid_argument("generate: the pipeline reads more prefill queries than the shared prefill kept");
+  }
+  KvCache cache = out_of_memory_guard(
+      req, "", 0, where_cache, [&] { return req.shared ? req.shared->cache.clone() : engine.new_cache(capacity); });
   std::optional<KvCache> full;
   if (req.reference_full)
     full.emplace(out_of_memory_guard(req, "", 0, where_cache, [&] { return engine.new_cache(capacity); }));
@@ -192,12 +219,14 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
 
   std::vector<int32_t> block = req.prompt_ids;
   for (size_t turn = 0; turn <= req.follow_up_turns.size(); ++turn) {
+    // Where this turn's block starts (a shared prefill's cache already holds the prompt).
+    const int64_t first_position = turn == 0 && req.shared ? 0 : cache.next_position();
     // Prefill this turn's block (the prompt; later: the previous turn's last token + the new turn),
     // compressing each layer after its attention (RocketKV-MT and evicting methods reselect per turn).
     LayerObserver compress;
     if (turn == 0 && req.capture != CaptureLevel::kOff) res.captures.resize(engine.model().config.n_layer);
     if (req.pipeline) {
-      const int64_t n_history = cache.next_position() + static_cast<int64_t>(block.size());
+      const int64_t n_history = first_position + static_cast<int64_t>(block.size());
       const int64_t n_kept =
           req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
       // Room for what follows the compressed block without compression: the question, then decoding.
@@ -218,7 +247,6 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       ++step_no;
       if (recorder) recorder->begin_step();
     }
-    const int64_t first_position = cache.next_position();
     if (!res.captures.empty() && turn == 0)  // capture sees the layer before compression
       compress = [&, then = compress](const LayerEvent& ev) {
         if (ev.cache.layer(ev.layer).uniform()) {
@@ -234,9 +262,19 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
         req.pipeline && req.pipeline->prefill_block() > 0 ? req.pipeline->prefill_block() : req.prefill_chunk;
     auto t0 = std::chrono::steady_clock::now();
     const std::string device = engine.model().device.str();
-    at::Tensor logits = out_of_memory_guard(
-        req, "prefill", int64_t(turn), "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
-        [&] { return engine.prefill(cache, block, chunk, false, compress); });
+    at::Tensor logits;
+    if (turn == 0 && req.shared) {
+      // Prefill once, compress many: the prompt's full cache is a copy; each layer is compressed as
+      // its own prefill would have compressed it, with the queries the shared prefill kept.
+      if (compress)
+        for (int64_t l = 0; l < engine.model().config.n_layer; ++l)
+          compress(LayerEvent{engine.model().config, l, req.shared->queries[static_cast<size_t>(l)], cache});
+      logits = req.shared->logits;
+    } else {
+      logits = out_of_memory_guard(req, "prefill", int64_t(turn),
+                                   "during the prefill of " + std::to_string(block.size()) + " tokens on " + device,
+                                   [&] { return engine.prefill(cache, block, chunk, false, compress); });
+    }
     if (turn == 0 && !req.question_ids.empty()) {
       // Question-agnostic: the question joins the compressed context uncompressed, at its true positions.
       logits = out_of_memory_guard(

@@ -169,6 +169,16 @@ void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const 
   }
 }
 
+KvCache KvCache::clone() const {
+  KvCache out = *this;
+  for (LayerKv& L : out.layers_) {
+    L.k = L.k.clone();
+    L.v = L.v.clone();
+    L.pos = L.pos.clone();
+  }
+  return out;
+}
+
 void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, int64_t reserve) {
   retain(l, kept, std::vector<int64_t>(n_head_kv_, std::max<int64_t>(reserve, 1)));
 }

@@ -71,6 +71,17 @@ void Pipeline::apply_head_pattern(const LayerEvent& ev, int64_t reserve) const {
     if (plans[h].streaming) cache.set_window(ev.layer, h, plans[h].sink, plans[h].window);
 }
 
+int64_t Pipeline::prefill_queries() const {
+  if (prefill_block() > 0) return -1;
+  int64_t most = 0;
+  for (const auto& s : stages_) {
+    const int64_t n = s->prefill_queries();
+    if (n < 0) return -1;
+    most = std::max(most, n);
+  }
+  return most;
+}
+
 at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
   KvCache& cache = ev.cache;
   // Sliding-window layers keep their window and are never compressed (as kvpress does for Gemma 3:

@@ -65,7 +65,8 @@ TEST(EvalPrompt, AssemblesEveryGoldenSampleToItsRecordedIdsAndQuestionSplit) {
       ASSERT_EQ(p.needle_ids.size(), 1u);
       const auto& n = p.needle_ids[0];
       EXPECT_LT(n.end, p.question_start);
-      const std::string text = model.tokenizer->decode(std::vector<int32_t>(p.ids.begin() + n.begin, p.ids.begin() + n.end));
+      const std::string text =
+          model.tokenizer->decode(std::vector<int32_t>(p.ids.begin() + n.begin, p.ids.begin() + n.end));
       EXPECT_NE(text.find(samples[i].answers[0]), std::string::npos) << text;
     }
   }
@@ -215,8 +216,50 @@ TEST_F(CliEval, BadInputFailsInOneLine) {
   fails("--data " + quote(data) + " --pipeline nosuch --compression-ratio 0.5", "nosuch");
   fails("--data " + quote(data) + " --devices 0,1", "give --db");
   fails("--data " + quote(data) + " --question-agnostic --question-aware", "excludes");
-  std::ofstream(dir_ / "bad.jsonl") << "{\"context\": \"x\", \"question\": \"y\", \"answers\": [], \"max_new_tokens\": 4}\n";
+  std::ofstream(dir_ / "bad.jsonl")
+      << "{\"context\": \"x\", \"question\": \"y\", \"answers\": [], \"max_new_tokens\": 4}\n";
   fails("--data " + quote(dir_ / "bad.jsonl"), "bad.jsonl: line 1: 'answers' is empty");
+}
+
+}  // namespace
+}  // namespace kvscope
+
+namespace kvscope {
+namespace {
+
+// Prefill once, compress many: configurations evaluated together (one shared prefill of the
+// context per sample) give exactly what each gives evaluated alone (its own prefill), also with a
+// decode-time stage and a pipeline that cannot share (H2O reads every prefill query).
+TEST_F(CliEval, SharedPrefillGivesWhatSeparatePrefillsGive) {
+  const std::string task = "--task niah_single_1 --length 1024 --n 1 --seed 7";
+  const std::vector<std::string> pipelines = {"snapkv:window=64,kernel=5,pool=avg", "tova",
+                                              "snapkv:window=16+quest:page=16,k=64", "h2o"};
+  std::string all;
+  for (const auto& p : pipelines) all += " --pipeline " + p;
+  const json together = eval(task + all + " --compression-ratio 0.5 --compression-ratio 0.8");
+  ASSERT_EQ(together["results"].size(), pipelines.size() * 2);
+  std::set<std::string> outputs;  // the configurations differ: sharing did not give them one cache
+  for (const json& r : together["results"]) outputs.insert(r["samples"][0]["output"].get<std::string>());
+  EXPECT_GE(outputs.size(), 3u);
+  size_t r = 0;
+  for (const auto& p : pipelines)
+    for (const char* ratio : {"0.5", "0.8"}) {
+      SCOPED_TRACE(p + " @ " + ratio);
+      if (std::string(ratio) == "0.8" && p != pipelines[0]) {  // one alone run per pipeline is enough
+        ++r;
+        continue;
+      }
+      const json alone = eval(task + " --pipeline " + p + " --compression-ratio " + ratio);
+      ASSERT_EQ(alone["results"].size(), 1u);
+      const json& a = alone["results"][0];
+      const json& t = together["results"][r++];
+      EXPECT_EQ(t["pipeline"], a["pipeline"]);
+      ASSERT_EQ(t["samples"].size(), a["samples"].size());
+      for (size_t i = 0; i < a["samples"].size(); ++i) {
+        EXPECT_EQ(t["samples"][i]["output"], a["samples"][i]["output"]);
+        EXPECT_EQ(t["samples"][i]["needle_kept"], a["samples"][i]["needle_kept"]);
+      }
+    }
 }
 
 }  // namespace

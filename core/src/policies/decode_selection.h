@@ -93,6 +93,7 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
   std::string name() const override { return name_; }
   ParamValues params() const override { return params_; }
   Stage stage() const override { return Stage::kDecodeSelection; }
+  int64_t prefill_queries() const override { return 0; }  // side stores from the keys alone
   /// q: [n_head, D] (any float dtype). Views q as [n_head_kv, G, D] fp32 (query head h reads KV
   /// head h / G), calls attend_heads once for a uniform layer (B = n_head_kv) or once per KV head of
   /// a ragged one (B = 1, that head's own length), returns [n_head, D] in q's dtype.

@@ -29,6 +29,7 @@ constexpr const char* kRef = "KeyDiff (Park et al. 2025) Eq. 8, §3";
 
 class KeyDiff : public ScoringBase {
  public:
+  int64_t prefill_queries() const override { return 0; }
   explicit KeyDiff(const ParamValues& v)
       : ScoringBase("keydiff", v),
         normalized_(v.at("anchor") == "normalized"),

@@ -15,6 +15,7 @@ namespace {
 class Knorm : public ScoringBase {
  public:
   explicit Knorm(const ParamValues& v) : ScoringBase("knorm", v) {}
+  int64_t prefill_queries() const override { return 0; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("knorm", in, /*needs_queries=*/false);
     return in.keys.to(at::kFloat).norm(2, {-1}).neg_();

@@ -18,6 +18,7 @@ constexpr const char* kRef = "PyramidKV (Cai et al. 2024) §3.3; defaults from K
 class PyramidKv : public ScoringBase {
  public:
   explicit PyramidKv(const ParamValues& v) : ScoringBase("pyramidkv", v), p_(parse_snapkv("pyramidkv", v)) {}
+  int64_t prefill_queries() const override { return p_.window; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("pyramidkv", in, /*needs_queries=*/true);
     return snapkv_scores(in, p_);

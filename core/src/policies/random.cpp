@@ -18,6 +18,7 @@ namespace {
 class Random : public ScoringBase {
  public:
   explicit Random(const ParamValues& v) : ScoringBase("random", v), seed_(param_int(v, "seed")) {}
+  int64_t prefill_queries() const override { return 0; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("random", in, /*needs_queries=*/false);
     at::Generator gen =

@@ -25,6 +25,7 @@ constexpr const char* kRef = "SnapKV (Li et al. 2024) §4.1-4.2";
 class SnapKv : public ScoringBase {
  public:
   explicit SnapKv(const ParamValues& v) : ScoringBase("snapkv", v), p_(parse_snapkv("snapkv", v)) {}
+  int64_t prefill_queries() const override { return p_.window; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("snapkv", in, /*needs_queries=*/true);
     return snapkv_scores(in, p_);

@@ -261,6 +261,7 @@ constexpr const char* kRef = "SPARK (Liao et al. 2025) §4.2-4.3";
 
 class Spark : public ChannelPruningBase {
  public:
+  int64_t prefill_queries() const override { return window_; }
   explicit Spark(const ParamValues& v)
       : ChannelPruningBase("spark", v),
         ratio_(param_float(v, "ratio")),

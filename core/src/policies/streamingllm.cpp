@@ -22,6 +22,7 @@ constexpr const char* kRef = "StreamingLLM (Xiao et al. 2024) §3.2";
 class StreamingLlm : public ScoringBase {
  public:
   explicit StreamingLlm(const ParamValues& v) : ScoringBase("streamingllm", v), sink_(param_int(v, "sink")) {}
+  int64_t prefill_queries() const override { return 0; }
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("streamingllm", in, /*needs_queries=*/false);
     const int64_t Hkv = in.keys.size(0), n = in.keys.size(1);

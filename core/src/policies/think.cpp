@@ -39,6 +39,7 @@ constexpr const char* kRef = "ThinK (Xu et al. 2024) §3";
 
 class Think : public ChannelPruningBase {
  public:
+  int64_t prefill_queries() const override { return window_; }
   explicit Think(const ParamValues& v)
       : ChannelPruningBase("think", v), ratio_(param_float(v, "ratio")), window_(param_int(v, "window")) {}
 

@@ -30,6 +30,24 @@ struct GenerateProgress {
   std::shared_ptr<const Timeline> timeline;  ///< the record so far (capture on), else null
 };
 
+/// Prefill once, compress many (question-agnostic evaluation, kvscope-cli eval): a context
+/// prefilled once without compression, with what the pipelines' stages read of it, so that each
+/// pipeline compresses a copy instead of prefilling again. A pipeline compresses each layer after
+/// that layer's prefill attention, which itself never sees a compressed cache, so the result is the
+/// same as its own prefill. Only for pipelines with Pipeline::prefill_queries() >= 0, on models
+/// without sliding-window layers.
+struct SharedPrefill {
+  std::vector<int32_t> ids;         ///< the tokens prefilled (GenerateRequest::prompt_ids must equal them)
+  KvCache cache;                    ///< their full cache
+  std::vector<at::Tensor> queries;  ///< per layer: the last n_queries post-RoPE queries [n, n_head, head_dim]
+  at::Tensor logits;                ///< fp32 [vocab] on the model device: logits at the last token
+};
+
+/// Prefills `ids` once for SharedPrefill, keeping each layer's last `n_queries` queries, in a cache
+/// of `capacity` entries per head (it grows if a later append needs more). Throws InputError for
+/// an empty prompt or a model with sliding-window layers (their rings cannot be shared).
+SharedPrefill prefill_shared(const Engine& engine, std::vector<int32_t> ids, int64_t n_queries, int64_t capacity);
+
 struct GenerateRequest {
   std::vector<int32_t> prompt_ids;  ///< already including any BOS
   /// Question-agnostic compression (kvpress's pipeline): these tokens follow prompt_ids. The
@@ -38,6 +56,9 @@ struct GenerateRequest {
   /// the compressed cache with their true positions, uncompressed, and decoding starts from their
   /// last logits. Empty: the pipeline compresses the whole prompt (question-aware).
   std::vector<int32_t> question_ids;
+  /// The prompt already prefilled (prefill once, compress many): generate compresses a copy of its
+  /// cache with its queries instead of prefilling the prompt. Null: prefill as usual.
+  const SharedPrefill* shared = nullptr;
   int64_t max_new_tokens = 64;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;       ///< generation ends (the stop token is not emitted) on any of these

@@ -99,6 +99,10 @@ class KvCache {
   /// device read (int32: positions stay below 2^31).
   std::vector<std::vector<std::vector<int32_t>>> host_positions() const;
 
+  /// A deep copy: the same entries, positions and layout in new buffers, so compressing or
+  /// appending to one leaves the other as it was (prefill once, compress many: SharedPrefill).
+  KvCache clone() const;
+
   /// Position the next appended token gets (one past the largest position seen).
   int64_t next_position() const { return next_position_; }
   void advance_position(int64_t n) { next_position_ += n; }

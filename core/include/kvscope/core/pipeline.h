@@ -45,6 +45,11 @@ class Pipeline {
   /// Prefill block size the scoring stage asks for (KeyDiff block-wise prefill), 0 = whole prompt.
   int64_t prefill_block() const { return scorer_ ? scorer_->prefill_block() : 0; }
 
+  /// How many of the prefill's last queries the stages read (the most any reads, Policy::
+  /// prefill_queries), or -1 when one reads them all or the scorer prefills block-wise: then the
+  /// pipeline cannot compress a shared prefill (SharedPrefill) and must prefill on its own.
+  int64_t prefill_queries() const;
+
   /// The decode-time attention stage (S4/S5), or null. Mutable: it owns per-run side stores.
   DecodeAttentionPolicy* decode_attention() const { return decode_; }
 

@@ -50,6 +50,10 @@ class Policy {
   virtual Stage stage() const = 0;
   /// The resolved parameters this instance runs with (for sessions and display).
   virtual ParamValues params() const = 0;
+  /// How many of a prefill's last queries this stage reads (LayerPrefill::queries): 0 none, w the
+  /// last w, -1 all of them (H2O's accumulated attention). A pipeline whose stages all read a
+  /// bounded number can compress a shared prefill (SharedPrefill: prefill once, compress many).
+  virtual int64_t prefill_queries() const { return -1; }
 };
 
 /// S0: an offline head pattern (DuoAttention, HS-SFT): per KV head dense, or streaming with sink
@@ -57,6 +61,7 @@ class Policy {
 class HeadPatternPolicy : public Policy {
  public:
   Stage stage() const override { return Stage::kHeadPattern; }
+  int64_t prefill_queries() const override { return 0; }
   /// Retention of one KV head. Throws std::out_of_range outside the pattern.
   virtual HeadPlan plan(int64_t layer, int64_t kv_head) const = 0;
 };
@@ -80,6 +85,7 @@ class ScoringPolicy : public Policy {
 class BudgetPolicy : public Policy {
  public:
   Stage stage() const override { return Stage::kBudget; }
+  int64_t prefill_queries() const override { return 0; }  // ranks the scores alone
   /// scores: fp32 [n_head_kv, n_tok]; n_kept: the average kept entries per KV head for this layer
   /// (kvpress: int(n_tok * (1 - compression_ratio))). Returns, per KV head, the sorted int64 indices
   /// to keep (ragged lengths allowed; their sum must not exceed n_head_kv * n_kept).
