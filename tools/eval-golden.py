@@ -24,13 +24,25 @@ PRESSES = {
 }
 
 
-def run(cli, model, data, pipeline, mode, ratio, device, dtype):
-    cmd = [cli, "eval", "--model", model, "--data", data, "--device", device, "--dtype", dtype, "--json"]
-    if pipeline:
-        cmd += ["--pipeline", pipeline, "--compression-ratio", str(ratio), mode]
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+def run(cli, model, data, configs, mode, shard, shards, device, dtype):
+    """One kvscope-cli eval process: `configs` (pipeline, ratio) pairs on one shard of the samples;
+    the question-agnostic ones share each sample's prefill (prefill once, compress many)."""
+    cmd = [cli, "eval", "--model", model, "--data", data, "--device", device, "--dtype", dtype, "--json",
+           "--shard", f"{shard}/{shards}"]
+    pipelines = sorted({p for p, _ in configs if p})
+    ratios = sorted({r for p, r in configs if p})
+    for p in pipelines:
+        cmd += ["--pipeline", p]
+    for r in ratios:
+        cmd += ["--compression-ratio", str(r)]
+    if pipelines:
+        cmd.append(mode)
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(out)["results"][0]["samples"]
+    results = json.loads(out)["results"]
+    # eval lists configurations pipeline by pipeline, each at every ratio, in the order given.
+    keys = [(p, r) for p in pipelines for r in ratios] if pipelines else [(None, None)]
+    return list(zip(keys, results))
 
 
 def main():
@@ -38,7 +50,8 @@ def main():
     ap.add_argument("--cli", default="build/app/kvscope-cli")
     ap.add_argument("--model", default="assets/models/pycode-recall-17m")
     ap.add_argument("--data", default=None, help="default: MODEL/golden/ruler.jsonl")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() // 2 or 1)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes at once")
+    ap.add_argument("--shards", type=int, default=4, help="sample shards per group of configurations")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--only", default="", help="comma-separated configuration names (full, snapkv@0.5, ...)")
@@ -53,12 +66,28 @@ def main():
         configs[name] = (pipeline, mode, float(ratio))
     if a.only:
         configs = {k: v for k, v in configs.items() if k in a.only.split(",")}
+    # Groups of configurations that run in one process: the full cache; the presses of one mode.
+    groups = {}
+    for name, (p, m, r) in configs.items():
+        groups.setdefault(m, []).append((name, p, r))
     results, report = {}, {}
+    by_spec = {}
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        futures = {pool.submit(run, a.cli, a.model, data, p, m, r, a.device, a.dtype): name
-                   for name, (p, m, r) in configs.items()}
+        futures = {}
+        for mode, members in groups.items():
+            for shard in range(a.shards):
+                f = pool.submit(run, a.cli, a.model, data, [(p, r) for _, p, r in members], mode, shard, a.shards,
+                                a.device, a.dtype)
+                futures[f] = (mode, members)
         for f in concurrent.futures.as_completed(futures):
-            results[futures[f]] = f.result()
+            mode, members = futures[f]
+            for key, res in f.result():
+                for name, p, r in members:
+                    if (p, r) == key:
+                        for sample in res["samples"]:
+                            results.setdefault(name, {})[sample["id"]] = sample
+    for name in configs:
+        results[name] = [results[name][g["id"]] for g in golden]
     print(f"{'configuration':32} {'same score':>12} {'same text':>12} {'kvscope':>8} {'reference':>9}")
     ok = True
     for name in configs:
