@@ -36,7 +36,7 @@ struct Args {
   uint64_t seed = 42;
   std::vector<std::string> essays, code;
   std::vector<double> depths;
-  std::string haystack;
+  std::string haystack, words;
   bool plain = false;
   std::vector<std::string> pipelines;
   std::vector<double> ratios, budgets;
@@ -82,6 +82,24 @@ std::string hms(double s) {
   return buf;
 }
 
+/// The outcome of an item that a complete run in `store` already holds (resume).
+Outcome recorded_outcome(const sessions::SessionStore& store, const sessions::RunRow& row) {
+  Outcome o;
+  o.run_id = row.id;
+  const auto s = row.summary.find("eval_score");
+  o.score = s == row.summary.end() ? 0.0 : s->second;
+  o.output = store.load_run(o.run_id).outputs.text;
+  for (const sessions::Blob& b : store.load_blobs(o.run_id, "needle_kept")) {
+    const std::vector<float> v = b.values<float>();
+    if (v.empty()) continue;
+    double m = 0;
+    for (float x : v) m += x;
+    o.needle_kept = m / double(v.size());
+  }
+  o.done = true;
+  return o;
+}
+
 /// The loaded model's chat template, or null when it has none.
 std::unique_ptr<ChatTemplate> model_template(const std::string& model_path) {
   try {
@@ -115,6 +133,8 @@ Runner add_eval(CLI::App& app) {
   cmd->add_option("--code", a->code, "With --task: source files of the code haystack");
   cmd->add_option("--haystack", a->haystack, "With --task: noise | needle | essay | code instead of the task's own");
   cmd->add_option("--depth", a->depths, "With --task niah_paul_graham: needle depths in percent");
+  cmd->add_option("--words", a->words,
+                  "With --task: word list of the keys and cwe/fwe words, one a line (default: wamerican's)");
   cmd->add_flag("--plain", a->plain, "With --task: plain prompts instead of the model's chat template");
   cmd->add_option("--write-samples", a->write_samples, "Also write the samples as JSONL to this file");
   cmd->add_option("--pipeline", a->pipelines, "Pipeline SPEC (repeat for several); none: the full cache alone");
@@ -214,6 +234,7 @@ Runner add_eval(CLI::App& app) {
       for (const auto& e : a->essays) o.essay_files.emplace_back(e);
       for (const auto& c : a->code) o.code_files.emplace_back(c);
       o.haystack = a->haystack;
+      if (!a->words.empty()) o.words_file = a->words;
       o.depths = a->depths;
       o.chat = !a->plain && tmpl != nullptr;
       const PromptTokenCounter count = [&](const EvalSample& s) {
@@ -230,6 +251,7 @@ Runner add_eval(CLI::App& app) {
       for (const auto& e : a->essays) os << "|essay=" << std::filesystem::weakly_canonical(e).string();
       for (const auto& c : a->code) os << "|code=" << std::filesystem::weakly_canonical(c).string();
       for (double d : a->depths) os << "|depth=" << format_number(d);
+      if (!a->words.empty()) os << "|words=" << std::filesystem::weakly_canonical(a->words).string();
       source = os.str();
     }
     if (!a->write_samples.empty()) {
@@ -301,10 +323,7 @@ Runner add_eval(CLI::App& app) {
         Outcome& o = outcomes[i];
         const std::string key = item_key(i);
         if (auto f = finished.find(key); f != finished.end()) {
-          o.run_id = f->second.id;
-          o.score = f->second.summary.count("eval_score") ? f->second.summary.at("eval_score") : 0.0;
-          o.output = store->load_run(o.run_id).outputs.text;
-          o.done = true;
+          o = recorded_outcome(*store, f->second);
         } else {
           const Config& c = configs[i % configs.size()];
           const size_t si = i / configs.size();
@@ -383,13 +402,7 @@ Runner add_eval(CLI::App& app) {
       for (auto& row : store.list_runs())
         if (row.status == sessions::RunStatus::kComplete && row.sweep_key) finished[*row.sweep_key] = row;
       for (uint64_t i = shard; i < n_items; i += n_shards)
-        if (auto f = finished.find(item_key(i)); f != finished.end()) {
-          Outcome& o = outcomes[i];
-          o.run_id = f->second.id;
-          o.score = f->second.summary.count("eval_score") ? f->second.summary.at("eval_score") : 0.0;
-          o.output = store.load_run(o.run_id).outputs.text;
-          o.done = true;
-        }
+        if (auto f = finished.find(item_key(i)); f != finished.end()) outcomes[i] = recorded_outcome(store, f->second);
     }
 
     // Results per configuration over the items of this shard.

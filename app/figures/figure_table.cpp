@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "eval_figures.h"
 #include "export_figures.h"
 #include "figures.h"
 #include "head_pattern_figure.h"
@@ -74,6 +75,10 @@ viz::Figure grid(const FigureInput& in) {
   // The CLI's default --metric is the heads one: the grid's default is mean_kl.
   return grid_figure(*in.store, in.variant.empty() || in.variant == "tokens95_frac" ? "mean_kl" : in.variant);
 }
+
+viz::Figure accuracy(const FigureInput& in) { return accuracy_figure(eval_points(*in.store), in.store->path()); }
+viz::Figure eval_tasks(const FigureInput& in) { return eval_tasks_figure(eval_points(*in.store), in.store->path()); }
+viz::Figure eval_depth(const FigureInput& in) { return eval_depth_figure(eval_points(*in.store), in.store->path()); }
 
 viz::Figure head_pattern(const FigureInput& in) {
   const RunData& r = *in.run;
@@ -183,6 +188,18 @@ constexpr FigureEntry kFigures[] = {
      .scope = kDatabase,
      .about = "a sweep's prompt length x budget grid of one run metric (--metric; default mean_kl)",
      .metric = "a run metric (mean_kl, top1_agreement, ...)"},
+    {.name = "accuracy",
+     .build = accuracy,
+     .scope = kDatabase,
+     .about = "kvscope-cli eval runs: mean score vs budget, one line per pipeline, the full cache as a reference"},
+    {.name = "eval-tasks",
+     .build = eval_tasks,
+     .scope = kDatabase,
+     .about = "kvscope-cli eval runs: mean score per task, one bar per pipeline @ budget and the full cache"},
+    {.name = "eval-depth",
+     .build = eval_depth,
+     .scope = kDatabase,
+     .about = "kvscope-cli eval runs: mean score over needle depth x sample length, one map per pipeline @ budget"},
     {.name = "timeline",
      .build = timeline,
      .needs = {Part::kTimeline},

@@ -15,6 +15,7 @@
 #include "gui_options.h"
 #include "imgui_canvas.h"
 #include "kvscope/sessions/session_store.h"
+#include "panels/eval_panel.h"
 #include "part_loader.h"
 #include "pipeline_editor.h"
 #include "run_data.h"
@@ -229,6 +230,7 @@ struct AppState {
   SelectionState selection;
   TimelineState timeline;
   CompareState compare;
+  EvalState eval;
   RunState run;
   ExportState exporting;
 

@@ -20,6 +20,7 @@ constexpr ViewEntry kViews[] = {
     {"timeline", "Timeline", panels::timeline, [](AppState& s) { return &s.timeline.fig; }},
     {"selection", "Selection", panels::selection, [](AppState& s) { return &s.selection.fig; }},
     {"compare", "Compare", panels::compare, [](AppState& s) { return &s.compare.fig; }},
+    {"eval", "Eval", panels::eval, [](AppState& s) { return &s.eval.fig; }},
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "app_state.h"
+#include "eval_test_support.h"
 #include "export_figures.h"
 #include "figure_table.h"
 #include "figures.h"
@@ -25,10 +26,19 @@ using testing::remove_tree;
 // ---- views ------------------------------------------------------------------------------------------
 
 TEST(ViewTable, NamesTitlesAndTabOrderAreThoseOfTheCommandLine) {
-  const std::vector<std::pair<std::string, std::string>> expected = {
-      {"sessions", "Sessions"},   {"run", "Run"},           {"heads", "Heads"},         {"tokens", "Tokens"},
-      {"attention", "Attention"}, {"keys", "Key geometry"}, {"channels", "Channels"},   {"budgets", "Budgets"},
-      {"fidelity", "Fidelity"},   {"timeline", "Timeline"}, {"selection", "Selection"}, {"compare", "Compare"}};
+  const std::vector<std::pair<std::string, std::string>> expected = {{"sessions", "Sessions"},
+                                                                     {"run", "Run"},
+                                                                     {"heads", "Heads"},
+                                                                     {"tokens", "Tokens"},
+                                                                     {"attention", "Attention"},
+                                                                     {"keys", "Key geometry"},
+                                                                     {"channels", "Channels"},
+                                                                     {"budgets", "Budgets"},
+                                                                     {"fidelity", "Fidelity"},
+                                                                     {"timeline", "Timeline"},
+                                                                     {"selection", "Selection"},
+                                                                     {"compare", "Compare"},
+                                                                     {"eval", "Eval"}};
   ASSERT_EQ(view_table().size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(view_table()[i].name, expected[i].first);
@@ -39,7 +49,8 @@ TEST(ViewTable, NamesTitlesAndTabOrderAreThoseOfTheCommandLine) {
   EXPECT_EQ(kAllViews.size(), view_table().size());
   for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], view_table()[i].view());
   EXPECT_EQ(view_names(),
-            "sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, timeline, selection, compare");
+            "sessions, run, heads, tokens, attention, keys, channels, budgets, fidelity, timeline, selection, compare, "
+            "eval");
 }
 
 TEST(ViewTable, EveryEntryRoundTripsThroughItsName) {
@@ -113,6 +124,11 @@ class FigureTable : public ::testing::Test {
                                                gui::testing::test_head_pattern(3, 4));
     spec.full_capture = false;
     summary_ = gui::testing::write_test_session(dir_ / "summary.db", spec);
+    // Evaluation runs for the database figures (accuracy, eval-tasks, eval-depth).
+    for (const auto& [db, like] : {std::pair{"full.db", full_.snapkv}, std::pair{"summary.db", summary_.snapkv}}) {
+      const auto info = sessions::SessionStore::open((dir_ / db).string()).load_run(like).info;
+      gui::testing::write_eval_runs((dir_ / db).string(), info, false);
+    }
   }
   static void TearDownTestSuite() { remove_tree(dir_); }
 
@@ -148,8 +164,8 @@ TEST_F(FigureTable, NamesAreUniqueAndTheCliOffersTheNamesOfBefore) {
     if (e.cli && e.metric) EXPECT_NE(metric_help().find(std::string(e.name) + ": " + e.metric), std::string::npos);
   }
   EXPECT_EQ(figure_names(), cli);
-  for (const char* before :
-       {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid", "head-pattern"})
+  for (const char* before : {"heads", "tokens", "mass", "topk-cdf", "keys", "channels", "fidelity", "budgets", "grid",
+                             "head-pattern", "accuracy", "eval-tasks", "eval-depth"})
     EXPECT_NE(std::find(cli.begin(), cli.end(), before), cli.end()) << before;
 }
 
