@@ -25,12 +25,14 @@
 #include "kvscope/core/ruler_tasks.h"
 #include "number_check.h"
 #include "run_options.h"
+#include "shell_quote.h"
 
 namespace kvscope::cli {
 namespace {
 
 struct Args {
-  std::string model, device = "cpu", dtype = "fp32", data, task, db, name, shard, devices, csv, write_samples;
+  std::string model, device = "cpu", dtype = "fp32", data, task, db, name, shard, devices, csv, write_samples,
+                     emit_slurm;
   std::vector<int64_t> lengths;
   int64_t n = 10;
   uint64_t seed = 42;
@@ -155,6 +157,9 @@ Runner add_eval(CLI::App& app) {
       ->check(CLI::IsMember({"off", "summary", "full"}));
   cmd->add_option("--shard", a->shard, "i/n: run only every n-th item starting at i");
   cmd->add_option("--devices", a->devices, "Comma-separated CUDA device ids: one worker process per GPU (needs --db)");
+  cmd->add_option("--emit-slurm", a->emit_slurm,
+                  "Write a Slurm array script instead of running: one task per shard of --shard 0/N (one database "
+                  "per shard, joined by kvscope-cli merge)");
   cmd->add_option("--csv", a->csv, "Write one row per item to this CSV file");
   cmd->add_flag("--json", a->json, "Print the results as one JSON object");
   return [a]() -> int {
@@ -211,6 +216,44 @@ Runner add_eval(CLI::App& app) {
       if (std::sscanf(a->shard.c_str(), "%llu/%llu%c", &i, &n, &end) != 2 || n == 0 || i >= n)
         throw InputError("--shard must be i/n with 0 <= i < n (got '" + a->shard + "')");
       shard = i, n_shards = n;
+    }
+    if (!a->emit_slurm.empty()) {
+      if (a->db.empty()) throw InputError("eval --emit-slurm: each task writes a database; give --db");
+      namespace fs = std::filesystem;
+      auto q = [](const std::string& s) { return shell_quote(s); };
+      auto abs = [&](const std::string& p) { return q(fs::absolute(p).string()); };
+      std::ostringstream cmdline;
+      cmdline << "kvscope-cli eval --model " << abs(a->model) << " --device "
+              << q(a->device == "cpu" ? "cuda" : a->device) << " --dtype " << q(a->dtype);
+      if (!a->data.empty()) cmdline << " --data " << abs(a->data);
+      if (!a->task.empty()) {
+        cmdline << " --task " << q(a->task) << " --n " << a->n << " --seed " << a->seed;
+        for (int64_t l : a->lengths) cmdline << " --length " << l;
+        for (const auto& e : a->essays) cmdline << " --essays " << abs(e);
+        for (const auto& c : a->code) cmdline << " --code " << abs(c);
+        for (double d : a->depths) cmdline << " --depth " << format_number(d);
+        if (!a->haystack.empty()) cmdline << " --haystack " << q(a->haystack);
+        if (!a->words.empty()) cmdline << " --words " << abs(a->words);
+        if (a->plain) cmdline << " --plain";
+      }
+      for (const auto& p : a->pipelines) cmdline << " --pipeline " << q(p);
+      for (double r : a->ratios) cmdline << " --compression-ratio " << format_number(r);
+      for (double b : a->budgets) cmdline << " --budget " << format_number(b);
+      if (!a->budgets.empty()) cmdline << " --budget-unit " << q(a->budget_unit);
+      cmdline << (a->aware ? " --question-aware" : " --question-agnostic") << " --capture " << q(a->capture);
+      if (!a->name.empty()) cmdline << " --name " << q(a->name);
+      const std::string db = fs::absolute(a->db).string();
+      std::ofstream out(a->emit_slurm);
+      if (!out) throw InputError(a->emit_slurm, "cannot be written");
+      out << "#!/bin/bash\n#SBATCH --job-name=kvscope-eval\n#SBATCH --array=0-" << n_shards - 1
+          << "\n#SBATCH --gres=gpu:1\n#SBATCH --output=kvscope-eval-%a.log\n"
+          << "# One shard per task, one database per shard; afterwards:\n"
+          << "#   kvscope-cli merge --out " << q(db) << " " << q(db) << ".shard-*.db\n"
+          << "set -euo pipefail\n"
+          << cmdline.str() << " --db " << q(db) << ".shard-${SLURM_ARRAY_TASK_ID}.db --shard ${SLURM_ARRAY_TASK_ID}/"
+          << n_shards << "\n";
+      std::cout << "wrote " << a->emit_slurm << " (" << n_shards << " tasks)\n";
+      return 0;
     }
     const auto t_load = std::chrono::steady_clock::now();
     const std::string first_device = devices.empty() ? a->device : devices[0];

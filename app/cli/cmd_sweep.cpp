@@ -23,6 +23,7 @@
 #include "kvscope/core/pipeline.h"
 #include "run_options.h"
 #include "session_record.h"
+#include "shell_quote.h"
 #include "sweep_grid.h"
 
 namespace kvscope::cli {
@@ -87,13 +88,6 @@ std::string fnv1a_hex(const std::string& text) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;
-}
-
-/// `text` in single quotes for a POSIX shell.
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 /// The key as kvscope wrote it before format 2: paths as the grid's folder was named on the
