@@ -26,6 +26,7 @@
 #include "number_check.h"
 #include "run_options.h"
 #include "shell_quote.h"
+#include "work_split.h"
 
 namespace kvscope::cli {
 namespace {
@@ -203,20 +204,9 @@ Runner add_eval(CLI::App& app) {
       }
     }
     for (const auto& d : std::vector<std::string>{a->device}) run::load_options(d, a->dtype);
-    std::vector<std::string> devices;
-    {
-      std::stringstream ss(a->devices);
-      for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
-      for (const auto& d : devices) run::load_options(d, a->dtype);
-    }
-    uint64_t shard = 0, n_shards = 1;
-    if (!a->shard.empty()) {
-      unsigned long long i = 0, n = 0;
-      char end = 0;
-      if (std::sscanf(a->shard.c_str(), "%llu/%llu%c", &i, &n, &end) != 2 || n == 0 || i >= n)
-        throw InputError("--shard must be i/n with 0 <= i < n (got '" + a->shard + "')");
-      shard = i, n_shards = n;
-    }
+    const std::vector<std::string> devices = parse_devices(a->devices);
+    for (const auto& d : devices) run::load_options(d, a->dtype);
+    const auto [shard, n_shards] = parse_shard(a->shard);
     if (!a->emit_slurm.empty()) {
       if (a->db.empty()) throw InputError("eval --emit-slurm: each task writes a database; give --db");
       namespace fs = std::filesystem;

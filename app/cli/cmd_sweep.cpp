@@ -25,6 +25,7 @@
 #include "session_record.h"
 #include "shell_quote.h"
 #include "sweep_grid.h"
+#include "work_split.h"
 
 namespace kvscope::cli {
 namespace {
@@ -325,17 +326,8 @@ Runner add_sweep(CLI::App& app) {
   return [a]() {
     PolicyRegistry registry;
     register_builtin_policies(registry);
-    uint64_t shard = 0, n_shards = 1;
-    if (!a->shard.empty()) {
-      unsigned long long i = 0, n = 0;
-      char end = 0;
-      if (std::sscanf(a->shard.c_str(), "%llu/%llu%c", &i, &n, &end) != 2 || n == 0 || i >= n)
-        throw InputError("--shard must be i/n with 0 <= i < n (got '" + a->shard + "')");
-      shard = i, n_shards = n;
-    }
-    std::vector<std::string> devices;
-    std::stringstream ss(a->devices);
-    for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
+    const auto [shard, n_shards] = parse_shard(a->shard);
+    const std::vector<std::string> devices = parse_devices(a->devices);
     const Plan plan = plan_sweep(registry, a->grid, a->max_runs, devices, a->chat);
     if (!a->emit_slurm.empty()) {
       const uint64_t tasks = std::max<uint64_t>(n_shards, 1);
