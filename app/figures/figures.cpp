@@ -208,8 +208,75 @@ viz::Figure heads_figure(const RunData& a, const RunData* b, const HeadsOptions&
 
 // ---- tokens -------------------------------------------------------------------------------------
 
-viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel) {
-  viz::Figure f = base(a, "Prompt tokens");
+std::string needle_text(const RunData& a, const Selection& sel) {
+  if (a.needles.empty()) return {};
+  std::string s = "needle: tokens ";
+  std::vector<std::int64_t> pos;
+  for (const auto& [lo, hi] : a.needles) {
+    s += (pos.empty() ? "" : ", ") + std::to_string(lo) + "-" + std::to_string(hi - 1);
+    for (std::int64_t p = lo; p < hi; ++p) pos.push_back(p);
+  }
+  std::sort(pos.begin(), pos.end());
+  pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+  const auto n = static_cast<std::int64_t>(pos.size());
+  s += " (" + std::to_string(n) + ")";
+  if (!a.has_kept) return s + ": full cache, kept by every head";
+  // Needle tokens kept by (l, h), or -1 while its layer's kept sets are not decoded.
+  auto kept = [&](std::int64_t l, std::int64_t h) -> std::int64_t {
+    const auto* k = a.kept_set(l, h);
+    if (!k) return -1;
+    std::int64_t m = 0;
+    for (std::int64_t p : pos) m += std::binary_search(k->begin(), k->end(), p);
+    return m;
+  };
+  std::string sep = ": ";
+  if (valid_head(a, sel))
+    if (const std::int64_t k = kept(sel.layer, sel.head); k >= 0)
+      s += sep + head_name(sel) + " kept " + std::to_string(k) + " of " + std::to_string(n), sep = "; ";
+  auto whole = [&](std::int64_t l) -> std::int64_t {  // KV heads of layer l that kept every needle token
+    std::int64_t m = 0;
+    for (std::int64_t h = 0; h < a.n_head_kv; ++h) {
+      const std::int64_t k = kept(l, h);
+      if (k < 0) return -1;
+      m += k == n;
+    }
+    return m;
+  };
+  if (sel.layer >= 0 && sel.layer < a.n_layer)
+    if (const std::int64_t m = whole(sel.layer); m >= 0) {
+      s += sep + "kept whole by " + std::to_string(m) + " of " + std::to_string(a.n_head_kv) + " KV heads of layer " +
+           std::to_string(sel.layer);
+      sep = ", ";
+    }
+  std::int64_t all = 0;
+  for (std::int64_t l = 0; l < a.n_layer && all >= 0; ++l) {
+    const std::int64_t m = whole(l);
+    all = m < 0 ? -1 : all + m;
+  }
+  if (all >= 0 && a.n_layer > 0)
+    s += (sep == ": " ? ": kept whole by " : sep) + std::to_string(all) + " of " +
+         std::to_string(a.n_layer * a.n_head_kv) + " KV heads of all layers";
+  return s;
+}
+
+viz::TokenStrip needle_strip_row(const RunData& a, const PositionWindow& w, std::string title) {
+  viz::TokenStrip t;
+  t.title = std::move(title);
+  t.first_position = w.lo;
+  t.categories = {{"prompt", viz::Color::hex(0xffffff)}, {"needle", kNeedleColor}};
+  t.category.assign(static_cast<std::size_t>(std::max<std::int64_t>(w.size(), 0)), 0);
+  for (const auto& [lo, hi] : a.needles)
+    for (std::int64_t p = std::max(lo, w.lo); p < hi && p <= w.hi; ++p)
+      t.category[static_cast<std::size_t>(p - w.lo)] = 1;
+  t.aggregate = viz::Aggregate::Max;  // a needle token shows at any width
+  t.single_row = true;
+  return t;
+}
+
+namespace {
+
+// The strip of tokens_figure (kept / keep rate / decisive score / attention), into f.panels.
+void add_tokens_strip(viz::Figure& f, const RunData& a, const TokensOptions& o, const Selection& sel) {
   f.title.clear();
   const PositionWindow w = position_window(sel, a.n_tok);
   const std::string range =
@@ -222,7 +289,7 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
                                           std::to_string(a.kept_count(sel.layer, sel.head)) + " of " +
                                           std::to_string(a.n_tok) + " tokens" + range,
                                       one_row));
-    return f;
+    return;
   }
   viz::TokenStrip t;
   t.first_position = w.lo;
@@ -266,6 +333,19 @@ viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Select
     t.aggregate = viz::Aggregate::Max;
   }
   f.panels.push_back(std::move(t));
+}
+
+}  // namespace
+
+viz::Figure tokens_figure(const RunData& a, const TokensOptions& o, const Selection& sel) {
+  viz::Figure f = base(a, "Prompt tokens");
+  add_tokens_strip(f, a, o, sel);
+  if (!a.needles.empty()) {  // the needle marker row under the strip, on its position axis
+    f.panels.push_back(needle_strip_row(a, position_window(sel, a.n_tok), needle_text(a, sel)));
+    f.columns = 1;
+    f.share_x = true;
+    f.row_weights = {1, 1};
+  }
   return f;
 }
 

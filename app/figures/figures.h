@@ -19,6 +19,8 @@ namespace kvscope::figures {
 /// Colours shared by figures and the ImGui token list.
 inline constexpr viz::Color kKeptColor = viz::Color::hex(0x009e73);     // Okabe-Ito bluish green
 inline constexpr viz::Color kEvictedColor = viz::Color::hex(0xd9d9d9);  // light grey
+/// The needle tokens of an evaluation run ("needle_tokens"): marker rows, outlines, hatching.
+inline constexpr viz::Color kNeedleColor = viz::Color::hex(0xcc79a7);  // Okabe-Ito reddish purple
 /// The A - B colours, one per side, used by every figure that compares two runs (categorical keys
 /// "only A" / "only B" / "both" / "neither") and by the ImGui token list: A is blue, B orange,
 /// "both" the kept green, "neither" the evicted grey.
@@ -59,6 +61,13 @@ viz::Figure attention_figure(const RunData& a, const AttentionOptions& o, const 
 /// share kept ("keptshare" colormap); else categories evicted / kept (text boxes or wrapped rows).
 viz::TokenStrip kept_strip_row(const RunData& a, const Selection& sel, const PositionWindow& w, std::string title,
                                bool one_row = true);
+/// One line on the run's needles (RunData::needles), "" without: "needle: tokens 990-1002 (13):
+/// L3 H1 kept 0 of 13; kept whole by 2 of 4 KV heads of layer 3, 9 of 24 KV heads of all layers"
+/// (each part once the kept sets it needs are decoded; "full cache" for a run without kept sets).
+std::string needle_text(const RunData& a, const Selection& sel);
+/// The needle marker row over window `w`: one row (viz TokenStrip::single_row) of categories
+/// "prompt" / "needle" (kNeedleColor), to stack under a strip with a shared position axis.
+viz::TokenStrip needle_strip_row(const RunData& a, const PositionWindow& w, std::string title);
 /// "snapkv score": what the views call run `a`'s decisive score ("policy score" without a scorer).
 std::string decisive_score_name(const RunData& a);
 /// Key geometry: cosine-to-mean-key histogram (kept vs evicted) and cosine vs attention scatter.

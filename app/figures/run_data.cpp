@@ -312,7 +312,7 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
     if (layer >= 0 && layer < L)
       d->stored_parts[static_cast<std::size_t>(static_cast<std::int64_t>(p) * L + layer)] = 1;
   };
-  bool any_summary = false, any_topk = false;
+  bool any_summary = false, any_topk = false, any_needle = false;
   for (const auto& b : d->record.blobs) {
     if (b.name == "kept_positions") {
       if (b.layer < 0 || b.layer >= L || b.head < 0 || b.head >= H) continue;
@@ -337,6 +337,8 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
       mark(Part::kChannelCv, b.layer);
     } else if (b.name == "topk_unique") {
       any_topk = true;
+    } else if (b.name == "needle_tokens") {
+      any_needle = true;
     } else if (b.name.rfind("timeline.", 0) == 0) {
       d->has_timeline = d->has_timeline || b.name == "timeline.info";
     } else {
@@ -364,6 +366,13 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
       d->topk_rows = b->shape[0];
       d->topk_cols = b->shape[1];
     }
+  if (any_needle)
+    if (auto b = store.load_blob(run, "needle_tokens", -1, -1); b && b->dtype == sessions::DType::kI64) {
+      const auto v = b->values<std::int64_t>();
+      for (std::size_t i = 0; i + 1 < v.size(); i += 2)
+        if (const std::int64_t lo = std::max<std::int64_t>(v[i], 0), hi = std::min(v[i + 1], T); lo < hi)
+          d->needles.emplace_back(lo, hi);
+    }
 
   for (const auto& s : d->record.step_metrics) {
     auto& v = d->steps[s.name];
@@ -372,7 +381,6 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
       v.resize(static_cast<std::size_t>(s.step) + 1, std::numeric_limits<double>::quiet_NaN());
     v[static_cast<std::size_t>(s.step)] = s.value;
   }
-  (void)T;
   d->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return d;
 }

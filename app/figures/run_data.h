@@ -12,7 +12,7 @@
 // capture.h summary_metric_names()), full capture "attention", "cos_to_mean" and "policy_score" (f16/f32
 // [n_head_kv, n_tok]), "keys_pca" ([n_head_kv, n_tok, 2]), "channel_mean" and "channel_cv"
 // (f32 [n_head_kv, head_dim]); step metrics "kl", "top1", "bytes_read", "selection_recall"; run blob
-// "topk_unique" (i64 [n_layer, n_head]).
+// "topk_unique" (i64 [n_layer, n_head]) and "needle_tokens" (kvscope-cli eval, i64 [n, 2]).
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "budget_text.h"
@@ -123,6 +124,10 @@ struct RunData {
   /// topk_cols (query heads)]; empty when not recorded.
   std::vector<float> topk_unique;
   std::int64_t topk_rows = 0, topk_cols = 0;
+
+  /// "needle_tokens" (kvscope-cli eval): token ranges [begin, end) of the needles in the prompt,
+  /// clipped to it; empty when not recorded.
+  std::vector<std::pair<std::int64_t, std::int64_t>> needles;
 
   /// Step metrics by name ("kl", "top1", "bytes_read", ...): value per step (NaN for gaps).
   std::map<std::string, std::vector<double>> steps;

@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "figures.h"
 
@@ -111,8 +113,57 @@ TimelineRaster timeline_raster(const Timeline& t, std::int64_t layer, std::int64
 
 namespace {
 
+using Needles = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+// Hatches the needle positions' columns of map `h` (raster `r` of window `w`) and
+// says in its title what the head did with them: evicted at which steps, selected at how many.
+void mark_needles(viz::Heatmap& h, const TimelineRaster& r, const Timeline& t, std::int64_t layer, std::int64_t head,
+                  const PositionWindow& w, const Needles& needles) {
+  const std::int64_t N = std::max<std::int64_t>(w.size(), 1), S = t.n_steps + 1;
+  const std::size_t base = static_cast<std::size_t>((layer * t.n_head_kv + head) * t.n_positions);
+  std::vector<std::uint8_t> col(static_cast<std::size_t>(r.cols), 0);
+  std::string ranges;
+  std::int64_t n = 0, evicted = 0, first_out = -1, last_out = -1;
+  for (const auto& [lo, hi] : needles) {
+    ranges += (ranges.empty() ? "" : ", ") + std::to_string(lo) + "-" + std::to_string(hi - 1);
+    for (std::int64_t p = std::max<std::int64_t>(lo, 0); p < std::min(hi, t.n_positions); ++p) {
+      ++n;
+      if (const std::int64_t out = t.evicted_at[base + static_cast<std::size_t>(p)]; out >= 0) {
+        ++evicted;
+        first_out = first_out < 0 ? out : std::min(first_out, out);
+        last_out = std::max(last_out, out);
+      }
+      if (p >= w.lo && p <= w.hi) col[static_cast<std::size_t>((p - w.lo) * r.cols / N)] = 1;
+    }
+  }
+  if (n == 0) return;
+  h.mask.assign(static_cast<std::size_t>(r.rows * r.cols), 0);
+  for (std::int64_t rr = 0; rr < r.rows; ++rr)
+    for (std::int64_t c = 0; c < r.cols; ++c)
+      h.mask[static_cast<std::size_t>(rr * r.cols + c)] = col[static_cast<std::size_t>(c)];
+  h.mask_style = viz::MaskStyle::Hatch;
+  h.mask_color.reset();  // dark-under-light lines: they show on kept, evicted and empty cells alike
+  h.mask_label = "needle";
+  auto step = [](std::int64_t s) { return s == 0 ? std::string("0 (prefill)") : std::to_string(s); };
+  std::string what = evicted == 0 ? "kept to the end"
+                                  : "evicted " + std::to_string(evicted) + " of " + std::to_string(n) + " at step " +
+                                        step(first_out) + (last_out > first_out ? "-" + std::to_string(last_out) : "");
+  if (r.rows == S) {  // one row per step: steps at which a needle column was selected (read)
+    std::int64_t selected = 0;
+    for (std::int64_t rr = 1; rr < r.rows; ++rr) {
+      bool any = false;
+      for (std::int64_t c = 0; c < r.cols && !any; ++c)
+        any = col[static_cast<std::size_t>(c)] &&
+              r.cells[static_cast<std::size_t>(rr * r.cols + c)] == static_cast<float>(kCellSelected);
+      selected += any;
+    }
+    if (selected > 0) what += ", selected at " + std::to_string(selected) + " of " + std::to_string(S - 1) + " steps";
+  }
+  h.title = "needle (hatched, tokens " + ranges + "): " + what + "; " + h.title;
+}
+
 viz::Figure head_figure(const std::string& title, const std::string& caption, const Timeline& t, const Selection& sel,
-                        int width_px) {
+                        int width_px, const Needles& needles) {
   const std::int64_t layer = std::clamp<std::int64_t>(sel.layer, 0, t.n_layer - 1);
   const std::int64_t head = std::clamp<std::int64_t>(sel.head, 0, t.n_head_kv - 1);
   // The zoomed window of the position axes (linked with the other views), over every position the
@@ -137,6 +188,7 @@ viz::Figure head_figure(const std::string& title, const std::string& caption, co
   h.y_origin = h.y_step / 2 - 0.5;
   h.x.label = "token position";
   h.y.label = "decode step";
+  if (!needles.empty()) mark_needles(h, r, t, layer, head, w, needles);
   f.panels.push_back(std::move(h));
 
   viz::LinePlot counts;
@@ -215,18 +267,9 @@ viz::Figure grid_figure(const std::string& title, const std::string& caption, co
   return f;
 }
 
-}  // namespace
-
-viz::Figure timeline_figure(const RunData& a, const TimelineOptions& o, const Selection& sel, int width_px) {
-  if (!a.has_timeline)
-    return no_timeline(a, "no timeline: record runs with --capture summary or full (the Run view's default)");
-  const Timeline* t = a.timeline();
-  if (!t) return no_timeline(a, "timeline not decoded (or unreadable)");
-  return timeline_figure(*t, a.title(), a.caption(), o, sel, width_px);
-}
-
-viz::Figure timeline_figure(const Timeline& t, const std::string& title, const std::string& caption,
-                            const TimelineOptions& o, const Selection& sel, int width_px) {
+// The figure of a timeline: the selected head's map (the run's needles hatched) or the grid.
+viz::Figure figure_of(const Timeline& t, const std::string& title, const std::string& caption, const TimelineOptions& o,
+                      const Selection& sel, int width_px, const Needles& needles) {
   if (t.n_layer < 1 || t.n_head_kv < 1) {
     viz::Figure f;
     f.title = "Timeline: " + title;
@@ -236,7 +279,22 @@ viz::Figure timeline_figure(const Timeline& t, const std::string& title, const s
     return f;
   }
   return o.grid || sel.layer < 0 ? grid_figure(title, caption, t, width_px)
-                                 : head_figure(title, caption, t, sel, width_px);
+                                 : head_figure(title, caption, t, sel, width_px, needles);
+}
+
+}  // namespace
+
+viz::Figure timeline_figure(const RunData& a, const TimelineOptions& o, const Selection& sel, int width_px) {
+  if (!a.has_timeline)
+    return no_timeline(a, "no timeline: record runs with --capture summary or full (the Run view's default)");
+  const Timeline* t = a.timeline();
+  if (!t) return no_timeline(a, "timeline not decoded (or unreadable)");
+  return figure_of(*t, a.title(), a.caption(), o, sel, width_px, a.needles);
+}
+
+viz::Figure timeline_figure(const Timeline& t, const std::string& title, const std::string& caption,
+                            const TimelineOptions& o, const Selection& sel, int width_px) {
+  return figure_of(t, title, caption, o, sel, width_px, {});
 }
 
 TimelineRaster timeline_diff_raster(const Timeline& a, const Timeline& b, std::int64_t layer, std::int64_t head,

@@ -193,6 +193,100 @@ TEST_F(FiguresExport, TimelineRasterEqualsACellByCellRecomputation) {
   }
 }
 
+TEST_F(FiguresExport, NeedleTokensAreMarkedInTheTokensAndTimelineFigures) {
+  // Copies of the full session's SnapKV run with a "needle_tokens" blob (as kvscope-cli eval
+  // records it; the second range is clipped to the prompt) and of its StreamingLLM run without.
+  const auto db = dir_ / "needle.db";
+  struct {
+    std::int64_t snapkv = -1, streaming = -1;
+  } runs;
+  {
+    const auto src = sessions::SessionStore::open((dir_ / "full.db").string(), sessions::OpenMode::kReadOnly);
+    auto dst = sessions::SessionStore::open(db.string());
+    for (const bool needle : {true, false}) {
+      const sessions::RunRecord rec = src.load_run(needle ? full_.snapkv : full_.streaming);
+      const std::int64_t id = dst.begin_run(rec.info);
+      for (const auto& b : rec.blobs) dst.add_blob(id, *src.load_blob(rec.row.id, b.name, b.layer, b.head));
+      dst.add_step_metrics(id, rec.step_metrics);
+      if (needle)
+        dst.add_blob(id, sessions::Blob::of<std::int64_t>("needle_tokens", -1, -1, {2, 2}, {120, 126, 295, 310}));
+      dst.finish_run(id, rec.outputs);
+      (needle ? runs.snapkv : runs.streaming) = id;
+    }
+  }
+  const auto store = sessions::SessionStore::open(db.string(), sessions::OpenMode::kReadOnly);
+  const auto run = load_run_data(store, runs.snapkv, {});
+  const auto plain = load_run_data(store, runs.streaming, {});
+  using Needles = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  EXPECT_EQ(run->needles, (Needles{{120, 126}, {295, 300}}));
+  EXPECT_TRUE(plain->needles.empty());
+  for (const auto& b : run->other_blobs) EXPECT_NE(b.name, "needle_tokens");
+  for (std::int64_t l = 0; l < run->n_layer; ++l) load_part(store, *run, Part::kKept, l);
+  load_part(store, *run, Part::kTimeline, 0);
+  load_part(store, *plain, Part::kKept, 1);
+  load_part(store, *plain, Part::kTimeline, 0);
+
+  // Tokens: a "needle" marker row under the strip, on the strip's position axis.
+  Selection sel;
+  sel.layer = 1, sel.head = 2;
+  const viz::Figure tf = tokens_figure(*run, {}, sel);
+  EXPECT_NO_THROW(viz::validate(tf));
+  ASSERT_EQ(tf.panels.size(), 2u);
+  EXPECT_TRUE(tf.share_x);
+  const auto& row = std::get<viz::TokenStrip>(tf.panels[1]);
+  ASSERT_EQ(row.category.size(), 300u);
+  ASSERT_EQ(row.categories.size(), 2u);
+  EXPECT_EQ(row.categories[1].name, "needle");
+  for (std::int64_t p = 0; p < 300; ++p)
+    EXPECT_EQ(row.category[static_cast<std::size_t>(p)], (p >= 120 && p < 126) || p >= 295 ? 1 : 0) << p;
+  // Its title counts what the selected head, the layer and every layer kept of the 11 needle tokens.
+  const auto& kept = *run->kept_set(1, 2);
+  std::int64_t k = 0;
+  for (std::int64_t p : kept) k += (p >= 120 && p < 126) || p >= 295;
+  EXPECT_EQ(row.title.rfind("needle: tokens 120-125, 295-299 (11): L1 H2 kept " + std::to_string(k) + " of 11", 0), 0u)
+      << row.title;
+  EXPECT_NE(row.title.find("KV heads of layer 1"), std::string::npos) << row.title;
+  EXPECT_NE(row.title.find("of 12 KV heads of all layers"), std::string::npos) << row.title;
+  EXPECT_EQ(needle_text(*run, sel), row.title);
+  // A run without the blob: the strip alone, no needle line.
+  const viz::Figure plain_tf = tokens_figure(*plain, {}, sel);
+  EXPECT_EQ(plain_tf.panels.size(), 1u);
+  EXPECT_EQ(needle_text(*plain, sel), "");
+
+  // Timeline: the needle positions' columns hatched over every step, the title saying what the head did.
+  const auto& t = *run->timeline();
+  const viz::Figure tl = timeline_figure(*run, {}, sel, 2048);
+  EXPECT_NO_THROW(viz::validate(tl));
+  const auto& map = std::get<viz::Heatmap>(tl.panels.at(0));
+  ASSERT_EQ(map.cols, t.n_positions);  // prompt and generated positions, one column each
+  ASSERT_EQ(map.mask.size(), map.values.size());
+  for (std::int64_t r = 0; r < map.rows; ++r)
+    for (std::int64_t p = 0; p < map.cols; ++p)
+      ASSERT_EQ(map.mask[static_cast<std::size_t>(r * map.cols + p)] != 0,
+                (p >= 120 && p < 126) || (p >= 295 && p < 300))
+          << r << "," << p;
+  EXPECT_EQ(map.title.rfind("needle (hatched, tokens 120-125, 295-299): ", 0), 0u) << map.title;
+  std::int64_t evicted = 0;
+  for (std::int64_t p : {120, 121, 122, 123, 124, 125, 295, 296, 297, 298, 299})
+    evicted += t.evicted_at[static_cast<std::size_t>((1 * t.n_head_kv + 2) * t.n_positions + p)] >= 0;
+  EXPECT_NE(map.title.find(evicted ? "evicted " + std::to_string(evicted) + " of 11" : "kept to the end"),
+            std::string::npos)
+      << map.title;
+  // Zoomed to [100, 199]: only the first needle's columns.
+  sel.pos_lo = 100, sel.pos_hi = 199;
+  const viz::Figure zoomed_tl = timeline_figure(*run, {}, sel, 2048);
+  const auto& zoomed = std::get<viz::Heatmap>(zoomed_tl.panels.at(0));
+  ASSERT_EQ(zoomed.cols, 100);
+  for (std::int64_t c = 0; c < 100; ++c)
+    EXPECT_EQ(zoomed.mask[static_cast<std::size_t>(c)] != 0, c >= 20 && c < 26) << c;
+  // Without the blob: no mask, the title as before.
+  sel.pos_lo = 0, sel.pos_hi = -1;
+  const viz::Figure plain_tl = timeline_figure(*plain, {}, sel, 2048);
+  const auto& plain_map = std::get<viz::Heatmap>(plain_tl.panels.at(0));
+  EXPECT_TRUE(plain_map.mask.empty());
+  EXPECT_EQ(plain_map.title.rfind("kept, selected and evicted", 0), 0u) << plain_map.title;
+}
+
 TEST_F(FiguresExport, TimelineDiffMarksWhereTheCachesOfAAndBDiffer) {
   // A ring of 2 sinks + 6 against a head that keeps everything: positions the ring dropped are
   // "only B" from the step they left; a run against itself is "both" wherever it is live.

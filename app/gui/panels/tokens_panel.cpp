@@ -48,12 +48,22 @@ std::int64_t row_of(const TokensState& st, std::int64_t token) {
   return std::max<std::int64_t>(0, (it - st.row_start.begin()) - 1);
 }
 
+// Text in the needle colour (the key of the needle outlines).
+ImVec4 needle_ink() { return ImGui::ColorConvertU32ToFloat4(im_color(figures::kNeedleColor)); }
+
+bool in_needle(const RunData& a, std::int64_t i) {
+  for (const auto& [lo, hi] : a.needles)
+    if (i >= lo && i < hi) return true;
+  return false;
+}
+
 void token_tooltip(const AppState& s, const RunData& a, std::int64_t i) {
   const Selection& sel = s.sel;
   ImGui::BeginTooltip();
   ImGui::Text("position %lld   id %d", static_cast<long long>(i),
               a.record.info.prompt.tokens[static_cast<std::size_t>(i)]);
   ImGui::TextUnformatted(("\"" + display_token(a.token_text[static_cast<std::size_t>(i)]) + "\"").c_str());
+  if (in_needle(a, i)) ImGui::TextColored(needle_ink(), "needle token");
   ImGui::Separator();
   ImGui::Text("L%lld H%lld: %s", static_cast<long long>(sel.layer), static_cast<long long>(sel.head),
               a.kept_at(sel.layer, sel.head, i) ? "kept" : "evicted");
@@ -123,6 +133,14 @@ void tokens(AppState& s, Ui& ui) {
     st.scroll_to = std::clamp<std::int64_t>(st.goto_pos, 0, std::max<std::int64_t>(0, a.n_tok - 1));
     s.sel.token = st.scroll_to;
   }
+  if (!a.needles.empty()) {
+    ImGui::SameLine();
+    if (ImGui::Button("go to needle")) {
+      st.scroll_to = s.sel.token = a.needles.front().first;
+      st.goto_pos = st.scroll_to;
+    }
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("select the needle's first token and scroll to it");
+  }
   ImGui::SameLine();
   position_range_control(s.sel, a.n_tok);
   if (!a.tokens_from_tokenizer) {
@@ -131,7 +149,7 @@ void tokens(AppState& s, Ui& ui) {
   }
 
   // Overview strip: the exported figure, once the parts it colours by are decoded.
-  const ImVec2 overview_size{ImGui::GetContentRegionAvail().x, 150};
+  const ImVec2 overview_size{ImGui::GetContentRegionAvail().x, a.needles.empty() ? 150.0f : 240.0f};
   const bool ready = diff ? await_parts(s, {&s.a, &b}, {Part::kKept}, s.sel.layer, overview_size)
                      : mode == static_cast<int>(TokenColoring::kKeepRate)
                          ? await_parts(s, {&shown}, {Part::kKeepCount}, s.sel.layer, overview_size)
@@ -214,6 +232,8 @@ void tokens(AppState& s, Ui& ui) {
   if (strike_evicted)
     ImGui::TextDisabled("struck through: evicted by L%lld H%lld", static_cast<long long>(s.sel.layer),
                         static_cast<long long>(s.sel.head));
+  if (!a.needles.empty())  // the key of the needle outlines below
+    ImGui::TextColored(needle_ink(), "outlined: %s", figures::needle_text(a, s.sel).c_str());
   ImGui::BeginChild("token_list", ImGui::GetContentRegionAvail(), true);
   const float width = ImGui::GetContentRegionAvail().x;
   if (st.laid_for != shown || std::abs(st.laid_width - width) > 0.5f) layout_rows(st, shown, width);
@@ -229,6 +249,8 @@ void tokens(AppState& s, Ui& ui) {
   const ImVec2 mouse = ImGui::GetMousePos();
   const bool list_hovered = ImGui::IsWindowHovered();
   std::int64_t hovered = -1;
+  const ImU32 needle_col = im_color(figures::kNeedleColor);
+  auto needle_tok = [&](std::int64_t i) { return !a.needles.empty() && in_needle(a, i); };
   ImGuiListClipper clipper;
   clipper.Begin(static_cast<int>(st.row_start.size()), pitch);
   while (clipper.Step()) {
@@ -250,6 +272,10 @@ void tokens(AppState& s, Ui& ui) {
         // Colouring by a score: evicted tokens are struck through, so kept and evicted stay apart.
         if (strike_evicted && !a.kept_at(s.sel.layer, s.sel.head, i))
           dl->AddLine({b0.x + 1, 0.5f * (b0.y + b1.y)}, {b1.x - 1, 0.5f * (b0.y + b1.y)}, ink, 1.5f);
+        if (needle_tok(i)) {  // outlined, with an underline that shows also on the selected token
+          dl->AddRect({b0.x - 1, b0.y - 1}, {b1.x + 1, b1.y + 1}, needle_col, 2.0f, 0, 2.0f);
+          dl->AddLine({b0.x, b1.y + 1.5f}, {b1.x, b1.y + 1.5f}, needle_col, 2.0f);
+        }
         if (i == s.sel.token)
           dl->AddRect({b0.x - 1, b0.y - 1}, {b1.x + 1, b1.y + 1}, IM_COL32(220, 30, 30, 255), 2.0f, 0, 2.0f);
         if (list_hovered && mouse.x >= b0.x && mouse.x < b1.x && mouse.y >= b0.y && mouse.y < b1.y) hovered = i;
