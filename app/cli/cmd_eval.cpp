@@ -182,15 +182,8 @@ Runner add_eval(CLI::App& app) {
       std::vector<std::optional<BudgetSpec>> budgets;
       for (double v : a->ratios) budgets.push_back(BudgetSpec{BudgetUnit::kCompressionRatio, v});
       for (double v : a->budgets) budgets.push_back(BudgetSpec{parse_budget_unit(a->budget_unit), v});
-      run::RunOptions probe;
-      probe.pipeline = spec;
-      bool uses_budget = true;
-      try {
-        run::make_pipeline(registry, probe);
-        uses_budget = false;  // built without a budget: it uses none
-      } catch (const InputError&) {
-      }
-      if (!uses_budget) budgets = {std::nullopt};
+      // A SPEC with a typo fails here, naming it; a pipeline without a budget stage runs once.
+      if (!Pipeline(registry, spec).uses_budget()) budgets = {std::nullopt};
       if (budgets.empty()) throw InputError("eval --pipeline " + spec + ": give --compression-ratio R or --budget N");
       for (const auto& bud : budgets) {
         run::RunOptions o;
@@ -203,7 +196,7 @@ Runner add_eval(CLI::App& app) {
         configs.push_back(std::move(c));
       }
     }
-    for (const auto& d : std::vector<std::string>{a->device}) run::load_options(d, a->dtype);
+    run::load_options(a->device, a->dtype);
     const std::vector<std::string> devices = parse_devices(a->devices);
     for (const auto& d : devices) run::load_options(d, a->dtype);
     const auto [shard, n_shards] = parse_shard(a->shard);

@@ -214,6 +214,7 @@ TEST_F(CliEval, BadInputFailsInOneLine) {
   fails("--data " + quote(data) + " --compression-ratio 0.5", "a budget without --pipeline");
   fails("--data " + quote(data) + " --pipeline snapkv", "give --compression-ratio R or --budget N");
   fails("--data " + quote(data) + " --pipeline nosuch --compression-ratio 0.5", "nosuch");
+  fails("--data " + quote(data) + " --pipeline nosuch", "nosuch");  // the typo, not the missing budget
   fails("--data " + quote(data) + " --devices 0,1", "give --db");
   fails("--data " + quote(data) + " --question-agnostic --question-aware", "excludes");
   std::ofstream(dir_ / "bad.jsonl")
