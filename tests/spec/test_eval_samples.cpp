@@ -199,7 +199,9 @@ TEST(EvalSamples, EveryBadInputIsOneErrorNamingFileAndLine) {
       {ok_line(R"(, "length": -1)"), "'length' must not be negative, got -1"},
       {ok_line(R"(, "length": 2048.0)"), "'length' must be an integer, not number"},
       {ok_line(R"(, "chat": "yes")"), "'chat' must be true or false, not string"},
-      {ok_line(R"(, "metric": "rouge")"), "unknown metric 'rouge' (known: string_match_all, string_match_part)"},
+      {ok_line(R"(, "metric": "rouge")"),
+       "unknown metric 'rouge' (known: string_match_all, string_match_part, qa_f1_score, rouge_score, "
+       "classification_score, retrieval_score, retrieval_zh_score, count_score, code_sim_score)"},
       {ok_line(R"(, "metric": 1)"), "'metric' must be a string, not number"},
       {ok_line(R"(, "id": "")"), "'id' is empty"},
       {ok_line(R"(, "id": 7)"), "'id' must be a string, not number"},
@@ -291,19 +293,24 @@ TEST(EvalScore, RulerPostprocessing) {
 }
 
 TEST(EvalScore, DispatcherAndDefaults) {
-  EXPECT_EQ(eval_metric_names(), (Strings{"string_match_all", "string_match_part"}));
+  EXPECT_EQ(eval_metric_names(),
+            (Strings{"string_match_all", "string_match_part", "qa_f1_score", "rouge_score", "classification_score",
+                     "retrieval_score", "retrieval_zh_score", "count_score", "code_sim_score"}));
   EXPECT_TRUE(is_eval_metric("string_match_part"));
   EXPECT_FALSE(is_eval_metric("qa_f1"));
   try {
     score("qa_f1", "x", {"x"});
     ADD_FAILURE() << "no error for an unknown metric";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "unknown metric 'qa_f1' (known: string_match_all, string_match_part)");
+    EXPECT_EQ(std::string(e.what()),
+              "unknown metric 'qa_f1' (known: string_match_all, string_match_part, qa_f1_score, rouge_score, "
+              "classification_score, retrieval_score, retrieval_zh_score, count_score, code_sim_score)");
   }
   EXPECT_THROW(score("string_match_all", "x", {}), InputError);
   EXPECT_EQ(default_metric("qa_1"), "string_match_part");
   EXPECT_EQ(default_metric("qa"), "string_match_part");
-  EXPECT_EQ(default_metric("qasper"), "string_match_all");
+  EXPECT_EQ(default_metric("qasper"), "qa_f1_score");  // LongBench's dataset, not RULER's qa_*
+  EXPECT_EQ(default_metric("qasper_x"), "string_match_all");
   EXPECT_EQ(default_metric("niah_single_1"), "string_match_all");
   EXPECT_EQ(default_metric(""), "string_match_all");
 }

@@ -99,10 +99,20 @@ EvalSample parse_line(const json& obj, const std::filesystem::path& file, size_t
     s.chat = chat->get<bool>();
   }
   s.metric = line.text("metric", false, default_metric(s.task));
-  if (!is_eval_metric(s.metric)) {
-    std::string known;
-    for (const std::string& m : eval_metric_names()) known += (known.empty() ? "" : ", ") + m;
-    line.fail("unknown metric '" + s.metric + "' (known: " + known + ")");
+  if (const json* classes = line.find("all_classes"); classes && !classes->is_null()) {
+    if (!classes->is_array())
+      line.fail(std::string("'all_classes' must be a list of strings, not ") + classes->type_name());
+    for (const json& c : *classes) {
+      if (!c.is_string()) line.fail("'all_classes' has an element that is not a string");
+      s.all_classes.push_back(c.get<std::string>());
+    }
+  }
+  if (const std::string problem = metric_input_problem(s.metric, s.answers, s.all_classes); !problem.empty())
+    line.fail(problem);
+  s.first_line = default_first_line(s.task);
+  if (const json* first = line.find("first_line")) {
+    if (!first->is_boolean()) line.fail(std::string("'first_line' must be true or false, not ") + first->type_name());
+    s.first_line = first->get<bool>();
   }
   s.id = line.text("id", false, (s.task.empty() ? std::string("sample") : s.task) + "-" + std::to_string(line_no));
   if (s.id.empty()) line.fail("'id' is empty");
@@ -184,6 +194,8 @@ std::string eval_sample_json(const EvalSample& s) {
   j["answers"] = s.answers;
   j["max_new_tokens"] = s.max_new_tokens;
   j["metric"] = s.metric;
+  if (!s.all_classes.empty()) j["all_classes"] = s.all_classes;
+  j["first_line"] = s.first_line;
   if (!s.needles.empty()) {
     j["needles"] = nlohmann::ordered_json::array();
     for (const TextSpan& t : s.needles) j["needles"].push_back({t.begin, t.end});

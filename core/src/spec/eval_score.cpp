@@ -1,8 +1,12 @@
 #include "kvscope/core/eval_score.h"
 
+#include <algorithm>
 #include <array>
+#include <utility>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/eval_sample.h"
+#include "kvscope/core/longbench_metrics.h"
 
 namespace kvscope {
 namespace {
@@ -17,18 +21,17 @@ constexpr std::array<std::string_view, 29> kPythonSpaces = {
     "\xe2\x80\x85", "\xe2\x80\x86", "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a",
     "\xe2\x80\xa8", "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
 
+/// The length of the Python whitespace character at s[pos], or 0.
+size_t space_at(std::string_view s, size_t pos) {
+  for (std::string_view sp : kPythonSpaces) {
+    if (s.substr(pos).starts_with(sp)) return sp.size();
+  }
+  return 0;
+}
+
 /// Python's str.strip() with no argument.
 std::string_view python_strip(std::string_view s) {
-  for (bool again = true; again && !s.empty();) {
-    again = false;
-    for (std::string_view sp : kPythonSpaces) {
-      if (s.starts_with(sp)) {
-        s.remove_prefix(sp.size());
-        again = true;
-        break;
-      }
-    }
-  }
+  for (size_t n; !s.empty() && (n = space_at(s, 0)) > 0;) s.remove_prefix(n);
   for (bool again = true; again && !s.empty();) {
     again = false;
     for (std::string_view sp : kPythonSpaces) {
@@ -48,6 +51,85 @@ void require_references(const std::vector<std::string>& references) {
 
 bool contains_ci(std::string_view prediction_lower, const std::string& reference) {
   return prediction_lower.find(lower_latin1(reference)) != std::string_view::npos;
+}
+
+using Strings = std::vector<std::string>;
+
+/// LongBench's scorer: the best score over the answers (its ground truths).
+template <double (*Metric)(std::string_view, std::string_view)>
+double best_of(std::string_view prediction, const Strings& answers, const Strings&) {
+  double best = 0.0;
+  for (const std::string& truth : answers) best = std::max(best, Metric(prediction, truth));
+  return best;
+}
+
+std::string no_classes(const Strings&, const Strings& all_classes) {
+  return all_classes.empty() ? "classification_score needs 'all_classes' (the class names), and there are none" : "";
+}
+
+template <double (*Metric)(std::string_view, std::string_view)>
+std::string bad_retrieval_answer(const Strings& answers, const Strings&) {
+  try {
+    for (const std::string& a : answers) Metric("", a);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// Every metric score() knows: its name, its score over a sample's answers, and what it needs
+/// beyond answers (nullptr: nothing).
+struct Metric {
+  std::string_view name;
+  double (*score)(std::string_view prediction, const Strings& answers, const Strings& all_classes);
+  std::string (*problem)(const Strings& answers, const Strings& all_classes);
+};
+
+constexpr Metric kMetrics[] = {
+    {"string_match_all",
+     [](std::string_view p, const Strings& a, const Strings&) { return string_match_all(ruler_postprocess(p), a); },
+     nullptr},
+    {"string_match_part",
+     [](std::string_view p, const Strings& a, const Strings&) { return string_match_part(ruler_postprocess(p), a); },
+     nullptr},
+    {"qa_f1_score", best_of<qa_f1_score>, nullptr},
+    {"rouge_score", best_of<rouge_score>, nullptr},
+    {"classification_score",
+     [](std::string_view p, const Strings& answers, const Strings& classes) {
+       double best = 0.0;
+       for (const std::string& truth : answers) best = std::max(best, classification_score(p, truth, classes));
+       return best;
+     },
+     no_classes},
+    {"retrieval_score", best_of<retrieval_score>, bad_retrieval_answer<retrieval_score>},
+    {"retrieval_zh_score", best_of<retrieval_zh_score>, bad_retrieval_answer<retrieval_zh_score>},
+    {"count_score", best_of<count_score>, nullptr},
+    {"code_sim_score", best_of<code_sim_score>, nullptr},
+};
+
+const Metric* find_metric(std::string_view name) {
+  for (const Metric& m : kMetrics) {
+    if (m.name == name) return &m;
+  }
+  return nullptr;
+}
+
+/// LongBench's dataset2metric (LongBench/eval.py), less the metrics that need jieba.
+constexpr std::pair<std::string_view, std::string_view> kLongBenchTasks[] = {
+    {"narrativeqa", "qa_f1_score"},     {"qasper", "qa_f1_score"},
+    {"multifieldqa_en", "qa_f1_score"}, {"hotpotqa", "qa_f1_score"},
+    {"2wikimqa", "qa_f1_score"},        {"musique", "qa_f1_score"},
+    {"gov_report", "rouge_score"},      {"qmsum", "rouge_score"},
+    {"multi_news", "rouge_score"},      {"trec", "classification_score"},
+    {"triviaqa", "qa_f1_score"},        {"samsum", "rouge_score"},
+    {"lsht", "classification_score"},   {"passage_retrieval_en", "retrieval_score"},
+    {"passage_count", "count_score"},   {"passage_retrieval_zh", "retrieval_zh_score"},
+    {"lcc", "code_sim_score"},          {"repobench-p", "code_sim_score"},
+};
+
+/// A LongBench dataset's name without LongBench-E's "_e".
+std::string_view longbench_dataset(std::string_view task) {
+  return task.ends_with("_e") ? task.substr(0, task.size() - 2) : task;
 }
 
 }  // namespace
@@ -93,28 +175,68 @@ double string_match_part(std::string_view prediction, const std::vector<std::str
   return 0.0;
 }
 
+std::vector<std::string_view> python_split(std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t word = std::string_view::npos;  // where the current word began
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t space = space_at(text, pos);
+    if (space && word != std::string_view::npos) {
+      out.push_back(text.substr(word, pos - word));
+      word = std::string_view::npos;
+    } else if (!space && word == std::string_view::npos) {
+      word = pos;
+    }
+    pos += space ? space : 1;
+  }
+  if (word != std::string_view::npos) out.push_back(text.substr(word));
+  return out;
+}
+
 const std::vector<std::string>& eval_metric_names() {
-  static const std::vector<std::string> names = {"string_match_all", "string_match_part"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Metric& m : kMetrics) out.emplace_back(m.name);
+    return out;
+  }();
   return names;
 }
 
-bool is_eval_metric(std::string_view name) {
-  for (const std::string& n : eval_metric_names()) {
-    if (n == name) return true;
+bool is_eval_metric(std::string_view name) { return find_metric(name) != nullptr; }
+
+std::string metric_input_problem(std::string_view metric, const std::vector<std::string>& answers,
+                                 const std::vector<std::string>& all_classes) {
+  const Metric* m = find_metric(metric);
+  if (!m) {
+    std::string known;
+    for (const std::string& n : eval_metric_names()) known += (known.empty() ? "" : ", ") + n;
+    return "unknown metric '" + std::string(metric) + "' (known: " + known + ")";
   }
-  return false;
+  if (answers.empty()) return "scoring: no reference answers";
+  return m->problem ? m->problem(answers, all_classes) : "";
 }
 
 std::string default_metric(std::string_view task) {
+  for (const auto& [dataset, metric] : kLongBenchTasks) {
+    if (dataset == longbench_dataset(task)) return std::string(metric);
+  }
   return task.substr(0, task.find('_')) == "qa" ? "string_match_part" : "string_match_all";
 }
 
-double score(std::string_view metric, std::string_view prediction, const std::vector<std::string>& answers) {
-  if (metric == "string_match_all") return string_match_all(ruler_postprocess(prediction), answers);
-  if (metric == "string_match_part") return string_match_part(ruler_postprocess(prediction), answers);
-  std::string known;
-  for (const std::string& n : eval_metric_names()) known += (known.empty() ? "" : ", ") + n;
-  throw InputError("unknown metric '" + std::string(metric) + "' (known: " + known + ")");
+bool default_first_line(std::string_view task) {
+  const std::string_view d = longbench_dataset(task);
+  return d == "trec" || d == "triviaqa" || d == "samsum" || d == "lsht";
+}
+
+double score(std::string_view metric, std::string_view prediction, const std::vector<std::string>& answers,
+             const std::vector<std::string>& all_classes, bool first_line) {
+  const std::string problem = metric_input_problem(metric, answers, all_classes);
+  if (!problem.empty()) throw InputError(problem);
+  if (first_line) prediction = longbench_first_line(prediction);
+  return find_metric(metric)->score(prediction, answers, all_classes);
+}
+
+double score(const EvalSample& sample, std::string_view prediction) {
+  return score(sample.metric, prediction, sample.answers, sample.all_classes, sample.first_line);
 }
 
 }  // namespace kvscope

@@ -32,6 +32,12 @@ struct EvalSample {
   std::vector<std::string> answers;  ///< reference answers, at least one, none empty
   int64_t max_new_tokens = 0;        ///< greedy decoding stops after this many tokens (or at an EOS id); > 0
   std::string metric;                ///< a name from eval_metric_names(); default from the task (default_metric)
+  /// The class names of a classification task (LongBench's `all_classes`), which
+  /// classification_score looks for in the output; empty when the file gives none (or null).
+  std::vector<std::string> all_classes;
+  /// Score only the output's first line (longbench_first_line); default from the task
+  /// (default_first_line: LongBench's trec, triviaqa, samsum, lsht).
+  bool first_line = false;
   /// Where the needles sit in `context` (byte ranges, sorted): known for generated samples; empty
   /// when a file gives none (the evaluation then finds the answers' occurrences in the context).
   std::vector<TextSpan> needles;
@@ -43,12 +49,13 @@ struct EvalSample {
 /// kvpress's dataset columns ("answer": a string or a list of strings; NVIDIA/kvpress
 /// evaluation/benchmarks/ruler/create_huggingface_dataset.py). Throws InputError
 /// "<file>: line <n>: <problem>" for a line that is not a JSON object, a missing field or one of the
-/// wrong type, no or an empty answer, max_new_tokens <= 0, an unknown metric or a repeated id;
+/// wrong type, no or an empty answer, max_new_tokens <= 0, an unknown metric, answers or
+/// all_classes its metric cannot score (metric_input_problem) or a repeated id;
 /// "<file>: <problem>" when the file cannot be read or holds no sample.
 std::vector<EvalSample> load_eval_samples(const std::filesystem::path& jsonl);
 
-/// One line of kvscope's format for `sample` (every field written out, `needles` when there are
-/// some), without the newline: what parse_eval_samples reads back into the same sample.
+/// One line of kvscope's format for `sample` (every field written out, `all_classes` and `needles`
+/// when there are some), without the newline: what parse_eval_samples reads back into the same sample.
 std::string eval_sample_json(const EvalSample& sample);
 
 /// As load_eval_samples, on the text of a file; `source` names it in errors.
