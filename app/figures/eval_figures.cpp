@@ -1,8 +1,10 @@
 #include "eval_figures.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -30,6 +32,21 @@ std::string key_field_from_end(const std::string& key, std::size_t from_end) {
 }
 
 bool is_full(const std::string& spec) { return spec.empty() || spec == "full"; }
+
+// The key less its fields `drop` (counted from its end as key_field_from_end counts them).
+std::string key_without(const std::string& key, std::initializer_list<std::size_t> drop) {
+  std::vector<std::string> fields;
+  std::size_t start = 0;
+  for (std::size_t bar; (bar = key.find('|', start)) != std::string::npos; start = bar + 1)
+    fields.push_back(key.substr(start, bar - start));
+  fields.push_back(key.substr(start));
+  std::string out;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (std::find(drop.begin(), drop.end(), fields.size() - 1 - i) != drop.end()) continue;
+    out += (out.empty() ? "" : "|") + fields[i];
+  }
+  return out;
+}
 
 std::string format_value(double v) {
   std::ostringstream os;
@@ -121,6 +138,7 @@ std::vector<EvalPoint> eval_points(const sessions::SessionStore& store, bool det
     p.model = row.model_path;
     p.mode = key_field_from_end(key, 4);
     p.sample = key_field_from_end(key, 2);
+    p.sample_key = key_without(key, {0, 1, 4});  // budget, pipeline, mode
     p.score = score->second;
     if (const auto n = row.summary.find("n_prompt"); n != row.summary.end())
       p.n_prompt = static_cast<std::int64_t>(n->second);
@@ -160,6 +178,16 @@ std::vector<EvalPoint> eval_points(const sessions::SessionStore& store, bool det
         p.kept_layers = blob->shape[0];
         p.kept_heads = blob->shape[1];
         p.needle_kept_map = v;
+      }
+    }
+    if (const auto blob = details && p.pipeline.empty() ? store.load_blob(row.id, "needle_attention", -1, -1)
+                                                        : std::optional<sessions::Blob>();
+        blob && blob->dtype == sessions::DType::kF32 && blob->shape.size() == 2) {
+      auto v = blob->values<float>();
+      if (!v.empty() && blob->shape[0] * blob->shape[1] == static_cast<std::int64_t>(v.size())) {
+        p.attention_layers = blob->shape[0];
+        p.attention_heads = blob->shape[1];
+        p.needle_attention_map = std::move(v);
       }
     }
     if (details) p.output = store.load_run(row.id).outputs.text;
@@ -462,28 +490,63 @@ viz::Figure eval_depth_figure(const std::vector<EvalPoint>& points, const std::s
   return f;
 }
 
-viz::Figure needle_kept_figure(const EvalPoint& p, const std::string& condition) {
+std::string no_full_cache_note() {
+  return "Add the full cache (an eval run without --pipeline) to this evaluation to see its attention to the "
+         "needle beside this map.";
+}
+
+const EvalPoint* full_cache_point(const std::vector<EvalPoint>& points, const EvalPoint& p) {
+  if (p.pipeline.empty()) return &p;
+  const EvalPoint* other_mode = nullptr;
+  for (const EvalPoint& q : points)
+    if (q.pipeline.empty() && q.sample_key == p.sample_key) {
+      if (q.mode == p.mode) return &q;
+      if (!other_mode) other_mode = &q;
+    }
+  return other_mode;
+}
+
+viz::Figure needle_kept_figure(const EvalPoint& p, const std::string& condition, const EvalPoint* full) {
   viz::Figure f;
-  f.title = "Needle kept per layer x KV head";
+  f.title = full ? "Needle kept and the full cache's attention to it, per layer x KV head"
+                 : "Needle kept per layer x KV head";
   f.caption = "run #" + std::to_string(p.run) + ": " + p.sample + " under " + condition + "; score " +
               format_value(std::round(p.score * 1000) / 1000);
+  auto layer_map = [](const std::string& title, std::int64_t rows, std::int64_t cols, const std::vector<float>& v,
+                      const std::string& bar) {
+    viz::Heatmap h;
+    h.title = title;
+    h.rows = rows;
+    h.cols = cols;
+    h.values = v;
+    h.x.label = "KV head";
+    h.y.label = "layer";
+    h.colormap = "keptshare";
+    h.value_range = viz::Range{0, 1};  // both maps on one scale
+    h.colorbar_label = bar;
+    h.aggregate = viz::Aggregate::Mean;
+    return h;
+  };
   if (p.needle_kept_map.empty() || p.kept_layers <= 0 || p.kept_heads <= 0) {
     f.panels.push_back(note_panel(std::isnan(p.depth) ? "sample " + p.sample + " has no needle"
                                                       : "run #" + std::to_string(p.run) + " recorded no needle_kept"));
+  } else {
+    f.caption += "; needle kept: mean " + format_value(std::round(p.needle_kept * 1000) / 1000);
+    f.panels.push_back(layer_map("needle kept (this run)", p.kept_layers, p.kept_heads, p.needle_kept_map,
+                                 "share of needle tokens kept"));
+  }
+  if (!full) return f;
+  f.columns = 2;
+  if (full->needle_attention_map.empty() || full->attention_layers <= 0 || full->attention_heads <= 0) {
+    f.panels.push_back(note_panel("full-cache run #" + std::to_string(full->run) + " recorded no needle_attention"));
     return f;
   }
-  viz::Heatmap h;
-  h.title = p.sample + " (mean " + format_value(std::round(p.needle_kept * 1000) / 1000) + ")";
-  h.rows = p.kept_layers;
-  h.cols = p.kept_heads;
-  h.values = p.needle_kept_map;
-  h.x.label = "KV head";
-  h.y.label = "layer";
-  h.colormap = "keptshare";
-  h.value_range = viz::Range{0, 1};
-  h.colorbar_label = "share of needle tokens kept";
-  h.aggregate = viz::Aggregate::Mean;
-  f.panels.push_back(std::move(h));
+  const double mean = std::accumulate(full->needle_attention_map.begin(), full->needle_attention_map.end(), 0.0) /
+                      static_cast<double>(full->needle_attention_map.size());
+  f.caption += "; full cache (run #" + std::to_string(full->run) + "): mean attention to the needle " +
+               format_value(std::round(mean * 1000) / 1000) + " (mean over the question + answer steps)";
+  f.panels.push_back(layer_map("full cache: attention to needle (question + answer)", full->attention_layers,
+                               full->attention_heads, full->needle_attention_map, "attention mass on needle tokens"));
   return f;
 }
 

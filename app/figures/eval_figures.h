@@ -31,12 +31,21 @@ struct EvalPoint {
   /// the sample has no needle (or no question_start).
   double depth = NAN;
   double needle_kept = NAN;  ///< mean over layers x KV heads of "needle_kept"; NaN without it
+  /// The sweep key less its mode, pipeline and budget fields ("eval1|model|data|dtype|sample"): the
+  /// runs of one sample of one evaluation (full_cache_point).
+  std::string sample_key;
   // Filled by eval_points(store, true) only (the GUI's sample list):
   std::string output;                  ///< the model's answer (RunOutputs::text)
   std::vector<std::string> answers;    ///< the references
   std::int64_t kept_layers = 0;        ///< "needle_kept" shape [kept_layers, kept_heads]
   std::int64_t kept_heads = 0;         ///<
   std::vector<float> needle_kept_map;  ///< row-major [kept_layers * kept_heads]; empty without
+  /// The full cache's "needle_attention" (eval_run.h needle_attention_share: per layer x KV head the
+  /// mean over the question + answer steps of the attention mass on the needle tokens), shape
+  /// [attention_layers, attention_heads]; read for full-cache runs only, empty without.
+  std::int64_t attention_layers = 0;
+  std::int64_t attention_heads = 0;
+  std::vector<float> needle_attention_map;
 };
 
 /// Every complete evaluation run of `store` (sweep key "eval1|...", summary "eval_score"), oldest
@@ -87,10 +96,21 @@ viz::Figure eval_tasks_figure(const std::vector<EvalPoint>& points, const std::s
 /// out (a panel note says when no sample has one).
 viz::Figure eval_depth_figure(const std::vector<EvalPoint>& points, const std::string& db = "the database");
 
+/// The full-cache run of `p`'s sample in the same evaluation (same sample_key: model, data, dtype
+/// and sample; one of `p`'s question mode first, though the full cache is the same in either), or
+/// null when the evaluation has none. `p` itself when it is the full cache.
+const EvalPoint* full_cache_point(const std::vector<EvalPoint>& points, const EvalPoint& p);
+
 /// One evaluation run's "needle_kept" (eval_points with details) as a layers x KV heads map of the
-/// share of needle tokens each head kept; a note panel when the run has none. `condition`: the
-/// pipeline @ budget named in the title.
-viz::Figure needle_kept_figure(const EvalPoint& p, const std::string& condition);
+/// share of needle tokens each head kept (panel "needle kept (this run)"); a note panel when the run
+/// has none. With `full` (full_cache_point), beside it on the same colour scale [0, 1] the full
+/// cache's "needle_attention" map of the same sample (panel "full cache: attention to needle
+/// (question + answer)"), or a note when that run recorded none. `condition`: the pipeline @ budget
+/// named in the caption.
+viz::Figure needle_kept_figure(const EvalPoint& p, const std::string& condition, const EvalPoint* full = nullptr);
+
+/// The note the Eval view shows beside a needle map when the evaluation has no full-cache run.
+std::string no_full_cache_note();
 
 /// Depth bin (0..9) of a depth in percent; -1 for NaN.
 int eval_depth_bin(double depth);

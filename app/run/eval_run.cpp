@@ -1,7 +1,10 @@
 #include "eval_run.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
+#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "kvscope/core/errors.h"
@@ -34,6 +37,53 @@ std::vector<float> needle_kept_share(const std::vector<std::vector<std::vector<i
   return shares;
 }
 
+std::vector<float> needle_attention_share(const Engine& engine, const std::vector<int32_t>& ids, int64_t first_query,
+                                          const std::vector<TextSpan>& needles) {
+  const ModelConfig& c = engine.model().config;
+  const auto n = static_cast<int64_t>(ids.size());
+  if (n == 0) throw InputError("needle attention: no tokens");
+  std::vector<float> mask(static_cast<size_t>(n), 0.0f);
+  bool any = false;
+  for (const TextSpan& s : needles) {
+    any = any || s.end > s.begin;
+    for (int64_t p = std::max<int64_t>(s.begin, 0); p < std::min(s.end, n); ++p) mask[static_cast<size_t>(p)] = 1;
+  }
+  if (!any) return {};
+  first_query = std::clamp<int64_t>(first_query, 0, n - 1);
+  const int64_t W = n - first_query, H = c.n_head, Hkv = c.n_head_kv, G = H / Hkv;
+  const at::Tensor needle = at::tensor(mask).to(engine.model().device);                 // fp32 [n]
+  at::Tensor total = at::zeros({c.n_layer, Hkv}, needle.options());                     // needle mass sums
+  const at::Tensor kj = at::arange(n, needle.options().dtype(at::kLong)).unsqueeze(0);  // [1, n]
+  // The engine's attention (core/src/attention.cpp gqa_attention) of the window's queries, their
+  // probabilities times the needle indicator instead of the values; query blocks keep the scores
+  // under 16M fp32 elements.
+  const LayerObserver observe = [&](const LayerEvent& ev) {
+    const at::Tensor keys = ev.cache.keys(ev.layer).to(at::kFloat);  // [Hkv, n, D]: a fresh cache, positions 0..n-1
+    const int64_t D = keys.size(2);
+    const double scale = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(D));
+    const int64_t window = c.window(ev.layer);
+    const at::Tensor kt = keys.transpose(1, 2);  // [Hkv, D, n]
+    const at::Tensor q = ev.q.narrow(0, first_query, W).to(at::kFloat).reshape({W, Hkv, G, D}).permute({1, 2, 0, 3});
+    const int64_t block = std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(1, H * n), 1, W);
+    at::Tensor sum = at::zeros({Hkv}, needle.options());
+    for (int64_t t0 = 0; t0 < W; t0 += block) {
+      const int64_t tb = std::min(block, W - t0);
+      at::Tensor s = at::bmm(q.narrow(2, t0, tb).reshape({Hkv, G * tb, D}), kt).mul_(scale).view({Hkv, G, tb, n});
+      if (c.attn_softcap > 0) s = at::tanh(s / c.attn_softcap) * c.attn_softcap;
+      const at::Tensor qi = at::arange(first_query + t0, first_query + t0 + tb, kj.options()).unsqueeze(1);  // [tb, 1]
+      at::Tensor masked = kj > qi;
+      if (window > 0) masked = masked.logical_or(kj <= qi - window);
+      s.masked_fill_(masked, -std::numeric_limits<float>::infinity());
+      sum += at::matmul(at::softmax(s, -1), needle).sum({1, 2});  // [Hkv, G, tb] -> [Hkv]
+    }
+    total[ev.layer].copy_(sum);
+  };
+  KvCache cache = engine.new_cache(n);
+  engine.prefill(cache, ids, /*chunk=*/0, /*all_logits=*/false, observe);
+  const at::Tensor mean = (total / static_cast<double>(G * W)).clamp(0, 1).contiguous().cpu();
+  return {mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel()};
+}
+
 namespace {
 
 std::string sample_json(const EvalSample& s, const EvalPrompt& p, QuestionMode mode) {
@@ -44,6 +94,8 @@ std::string sample_json(const EvalSample& s, const EvalPrompt& p, QuestionMode m
   j["chat"] = s.chat;
   j["answers"] = s.answers;
   j["metric"] = s.metric;
+  if (!s.all_classes.empty()) j["all_classes"] = s.all_classes;
+  if (s.first_line) j["first_line"] = true;
   j["max_new_tokens"] = s.max_new_tokens;
   j["mode"] = question_mode_name(mode);
   j["question_start"] = p.question_start;
@@ -77,7 +129,7 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
   auto finish = [&](const GenerateResult& res) {
     out.output_ids = res.output_ids;
     out.output = model.tokenizer ? model.tokenizer->decode(res.output_ids) : std::string();
-    out.score = score(s.metric, out.output, s.answers);
+    out.score = score(s, out.output);
     out.needle_kept = needle_kept_share(res.kept, p.needle_ids);
   };
   if (!store) {
@@ -102,6 +154,17 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
       store->add_blob(out.run_id,
                       sessions::Blob::of<float>("needle_kept", -1, -1, {model.config.n_layer, model.config.n_head_kv},
                                                 out.needle_kept));
+    if (!item.pipeline && !p.needle_ids.empty()) {
+      // The full cache's attention to the needle from the question and answer steps: one more
+      // forward, of the prompt and the output (the full cache is the same in either question mode).
+      std::vector<int32_t> ids = p.ids;
+      ids.insert(ids.end(), res.output_ids.begin(), res.output_ids.end());
+      out.needle_attention = needle_attention_share(engine, ids, p.question_start, p.needle_ids);
+      if (!out.needle_attention.empty())
+        store->add_blob(out.run_id, sessions::Blob::of<float>("needle_attention", -1, -1,
+                                                              {model.config.n_layer, model.config.n_head_kv},
+                                                              out.needle_attention));
+    }
     record_results(*store, out.run_id, model, req, res);
   } catch (const std::exception& e) {
     store->fail_run(out.run_id, error_message(e));

@@ -37,6 +37,9 @@ struct EvalRunResult {
   /// (EvalPrompt::needle_ids) still in the cache after the prefill and compression; empty when
   /// the sample has no needle.
   std::vector<float> needle_kept;
+  /// Full cache with a store and a needle only (else empty): needle_attention_share of the prompt
+  /// and output_ids from the question on, [n_layer * n_head_kv] row-major (blob "needle_attention").
+  std::vector<float> needle_attention;
   int64_t run_id = -1;  ///< the recorded run (-1 without a store)
 };
 
@@ -57,8 +60,12 @@ struct EvalItem {
 /// (question-aware). With `store`, the run is recorded as `run` records one (session_record.h, at
 /// `capture`), under `name` and `sweep_key`, plus the summary "eval_score", the blob "eval_sample"
 /// (u8: the sample as JSON with the mode and question_start), "needle_tokens" (i64 [n, 2]: token
-/// ranges) and "needle_kept" (f32 [n_layer, n_head_kv]). Throws InputError for a prompt past the
-/// model's context or a budget that keeps fewer entries than the pipeline always keeps.
+/// ranges) and "needle_kept" (f32 [n_layer, n_head_kv]); for the full cache (no pipeline) of a
+/// sample with a needle also "needle_attention" (f32 [n_layer, n_head_kv], needle_attention_share
+/// of the prompt + output from question_start on: one more forward of prompt + output). The question
+/// mode does not change the full cache's item (it compresses nothing) nor this blob. Throws
+/// InputError for a prompt past the model's context or a budget that keeps fewer entries than the
+/// pipeline always keeps.
 EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry, const EvalItem& item,
                             sessions::SessionStore* store, const std::string& name,
                             const std::optional<std::string>& sweep_key, CaptureLevel capture);
@@ -67,5 +74,25 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
 /// row-major; empty when `needles` covers no token.
 std::vector<float> needle_kept_share(const std::vector<std::vector<std::vector<int64_t>>>& kept,
                                      const std::vector<TextSpan>& needles);
+
+/// The attention the question and answer steps pay the needle under the full cache. `ids`: the
+/// whole sequence, prompt then the generated tokens; queries: the positions [first_query, n) of
+/// ids (n = ids.size(); first_query clamped into [0, n - 1]), i.e. with first_query =
+/// EvalPrompt::question_start the question part (question, end of turn, answer prefix; its last
+/// query chose the first answer token) and every generated token (the last one's query included,
+/// though decoding needs it only to emit a stop token). One prefill of `ids` on a fresh, uncompressed cache; in each
+/// layer, for each of those W = n - first_query query positions t and each query head, the model's attention
+/// probabilities over the keys at positions 0..t (softmax of q·k times the model's logit scale,
+/// 1/sqrt(head_dim) unless the config sets one, with its soft-capping and sliding window, as the
+/// engine's attention computes them, in fp32 from the post-RoPE queries and cached keys), summed
+/// over the needle positions (the union of `needles`' token ranges [begin, end); positions outside
+/// [0, n) are never attended). Returns fp32 [n_layer * n_head_kv] row-major (layer major): per
+/// (layer, KV head) the mean over the W queries and the G = n_head / n_head_kv query heads of its
+/// GQA group of that needle mass: the mean over the question + answer steps of the share of
+/// attention spent on needle tokens, in [0, 1] (the complement went to every other token, the
+/// question and answer included). Empty when `needles` cover no token. Throws InputError for an
+/// empty `ids` or one past the model's vocabulary.
+std::vector<float> needle_attention_share(const Engine& engine, const std::vector<int32_t>& ids, int64_t first_query,
+                                          const std::vector<TextSpan>& needles);
 
 }  // namespace kvscope::run

@@ -1,6 +1,7 @@
 // Eval: task accuracy of the database's `kvscope-cli eval` runs (docs/eval.md). Mean scores per
 // condition (pipeline @ budget, the full cache) and task; the accuracy figure; the samples of the
-// selected condition, wrong answers first, a click opening the sample's run; its needle_kept map.
+// selected condition, wrong answers first, a click opening the sample's run; its needle_kept map
+// beside the same sample's full-cache needle_attention map (or a note to add the full cache).
 #include "eval_panel.h"
 
 #include <algorithm>
@@ -395,21 +396,42 @@ void eval(AppState& s, Ui& ui) {
   const float list_h = std::floor(std::clamp(rows_h, sample_row_h * 4 + 4,
                                              std::max(ImGui::GetContentRegionAvail().y * 0.5f, sample_row_h * 4 + 4)));
   const std::int64_t clicked = sample_table(s, st, cond, shown ? shown->run : -1, list_h);
+  st.needle_full_run = -1;
+  st.needle_note.clear();
   if (shown) {
-    const std::string key = st.read_key + "|needle|" + std::to_string(shown->run);
     std::string label = cond.label;
     for (const auto& c : sum.conditions)
       for (std::size_t i : c.points)
         if (&st.points[i] == shown) label = c.label;
+    // Beside the run's needle kept: the same sample's full-cache attention to the needle.
+    const EvalPoint* full = figures::full_cache_point(st.points, *shown);
+    if (full)
+      st.needle_full_run = full->run;
+    else if (!shown->needle_kept_map.empty()) {
+      st.needle_note = figures::no_full_cache_note();
+      ImGui::TextDisabled("%s", st.needle_note.c_str());
+    }
+    const std::string key =
+        st.read_key + "|needle|" + std::to_string(shown->run) + "|" + std::to_string(st.needle_full_run);
     st.needle.draw(
-        key, figure_size(), [&] { return figures::needle_kept_figure(*shown, label); }, ui.fonts, ui.textures);
+        key, figure_size(), [&] { return figures::needle_kept_figure(*shown, label, full); }, ui.fonts, ui.textures);
     if (ImGui::IsItemHovered())
       if (const auto hit = st.needle.hit(ImGui::GetIO().MousePos); hit && hit->row >= 0 && hit->col >= 0) {
-        const std::size_t i = static_cast<std::size_t>(hit->row * shown->kept_heads + hit->col);
-        if (i < shown->needle_kept_map.size())
-          ImGui::SetTooltip("layer %lld, KV head %lld: %.1f%% of the needle tokens kept",
-                            static_cast<long long>(hit->row), static_cast<long long>(hit->col),
-                            100.0 * shown->needle_kept_map[i]);
+        const bool attention = full && hit->panel == 1;  // panel 0: this run's needle kept
+        const std::vector<float>& map = attention ? full->needle_attention_map : shown->needle_kept_map;
+        const std::int64_t cols = attention ? full->attention_heads : shown->kept_heads;
+        const std::size_t i = static_cast<std::size_t>(hit->row * cols + hit->col);
+        if (i < map.size()) {
+          if (attention)
+            ImGui::SetTooltip(
+                "layer %lld, KV head %lld: %.2f%% of the attention on the needle tokens\n(full cache, run #%lld: "
+                "mean over the question + answer steps and the group's query heads)",
+                static_cast<long long>(hit->row), static_cast<long long>(hit->col), 100.0 * map[i],
+                static_cast<long long>(full->run));
+          else
+            ImGui::SetTooltip("layer %lld, KV head %lld: %.1f%% of the needle tokens kept",
+                              static_cast<long long>(hit->row), static_cast<long long>(hit->col), 100.0 * map[i]);
+        }
       }
   } else {
     ImGui::Spacing();

@@ -4,7 +4,9 @@
 // accuracy-vs-budget figure (or the per-task bars, or the needle depth x length maps: the figure
 // table's "accuracy", "eval-tasks" and "eval-depth"); the samples of the selected condition, wrong
 // answers first, a click opening the sample's run as run A; and that run's share of needle tokens
-// kept per layer x KV head. The points are read off the UI thread (figures::eval_points).
+// kept per layer x KV head, beside the same sample's full-cache attention to the needle (the
+// question + answer steps', blob "needle_attention"). The points are read off the UI thread
+// (figures::eval_points).
 #include <cstdint>
 #include <future>
 #include <string>
@@ -35,7 +37,11 @@ struct EvalState {
   std::string samples_of;        ///< the condition the sample list was drawn for
   int figure = 0;                ///< 0 accuracy vs budget, 1 per task, 2 needle depth x length
   FigureView fig;                ///< the figure under the table (what export writes)
-  FigureView needle;             ///< the sample's needle_kept map
+  FigureView needle;             ///< the sample's needle_kept map (+ its full cache's needle_attention map)
+  /// The full-cache run whose needle_attention map is drawn beside the sample's (-1: none).
+  std::int64_t needle_full_run = -1;
+  /// The note shown instead when the evaluation has no full-cache run ("" when none is shown).
+  std::string needle_note;
 };
 
 namespace panels {
