@@ -23,6 +23,7 @@
 #include "kvscope/core/eval_sample.h"
 #include "kvscope/core/param_spec.h"
 #include "kvscope/core/ruler_tasks.h"
+#include "kvscope/core/tokenizer.h"
 #include "number_check.h"
 #include "run_options.h"
 #include "shell_quote.h"
@@ -32,8 +33,8 @@ namespace kvscope::cli {
 namespace {
 
 struct Args {
-  std::string model, device = "cpu", dtype = "fp32", data, task, db, name, shard, devices, csv, write_samples,
-                     emit_slurm;
+  std::string model, random_init, tokenizer, device = "cpu", dtype = "fp32", data, task, db, name, shard, devices, csv,
+                                             write_samples, emit_slurm;
   std::vector<int64_t> lengths;
   int64_t n = 10;
   uint64_t seed = 42;
@@ -103,10 +104,10 @@ Outcome recorded_outcome(const sessions::SessionStore& store, const sessions::Ru
   return o;
 }
 
-/// The loaded model's chat template, or null when it has none.
-std::unique_ptr<ChatTemplate> model_template(const std::string& model_path) {
+/// The chat template of a model or tokenizer directory, or null when it has none.
+std::unique_ptr<ChatTemplate> model_template(const std::filesystem::path& location) {
   try {
-    return std::make_unique<ChatTemplate>(ChatTemplate::load(run::chat_template_location(model_path)));
+    return std::make_unique<ChatTemplate>(ChatTemplate::load(location));
   } catch (const InputError& e) {
     if (std::string_view(e.what()).find("has no chat template") != std::string_view::npos) return nullptr;
     throw;
@@ -119,7 +120,13 @@ Runner add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "eval", "Task accuracy (RULER-style) of pipelines x budgets over evaluation samples, each sample a recorded run");
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "Model directory (config.json, safetensors, tokenizer.json)")->required();
+  auto* m = cmd->add_option("--model", a->model, "Model directory (config.json, safetensors, tokenizer.json)");
+  auto* ri =
+      cmd->add_option("--random-init", a->random_init,
+                      "config.json: random weights of that shape instead of --model (speed only; needs --tokenizer)");
+  m->excludes(ri);
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "Tokenizer directory (tokenizer.json, tokenizer_config.json, chat template) overriding the model's");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "fp32 | bf16 | fp16")->capture_default_str();
   auto* data =
@@ -164,6 +171,10 @@ Runner add_eval(CLI::App& app) {
   cmd->add_option("--csv", a->csv, "Write one row per item to this CSV file");
   cmd->add_flag("--json", a->json, "Print the results as one JSON object");
   return [a]() -> int {
+    if (a->model.empty() && a->random_init.empty())
+      throw InputError("eval: give --model DIR or --random-init CONFIG.json");
+    if (!a->random_init.empty() && a->tokenizer.empty())
+      throw InputError("eval --random-init: give --tokenizer DIR (the samples are text)");
     if (a->data.empty() && a->task.empty()) throw InputError("eval: give --data FILE.jsonl or --task NAME --length N");
     if (!a->task.empty() && a->lengths.empty()) throw InputError("eval --task " + a->task + ": give --length N");
     if (!a->devices.empty() && a->db.empty())
@@ -206,8 +217,10 @@ Runner add_eval(CLI::App& app) {
       auto q = [](const std::string& s) { return shell_quote(s); };
       auto abs = [&](const std::string& p) { return q(fs::absolute(p).string()); };
       std::ostringstream cmdline;
-      cmdline << "kvscope-cli eval --model " << abs(a->model) << " --device "
-              << q(a->device == "cpu" ? "cuda" : a->device) << " --dtype " << q(a->dtype);
+      cmdline << "kvscope-cli eval "
+              << (a->random_init.empty() ? "--model " + abs(a->model) : "--random-init " + abs(a->random_init));
+      if (!a->tokenizer.empty()) cmdline << " --tokenizer " << abs(a->tokenizer);
+      cmdline << " --device " << q(a->device == "cpu" ? "cuda" : a->device) << " --dtype " << q(a->dtype);
       if (!a->data.empty()) cmdline << " --data " << abs(a->data);
       if (!a->task.empty()) {
         cmdline << " --task " << q(a->task) << " --n " << a->n << " --seed " << a->seed;
@@ -240,8 +253,20 @@ Runner add_eval(CLI::App& app) {
     }
     const auto t_load = std::chrono::steady_clock::now();
     const std::string first_device = devices.empty() ? a->device : devices[0];
-    Model model = load_model(a->model, run::load_options(first_device, a->dtype));
-    const std::unique_ptr<ChatTemplate> tmpl = model_template(a->model);
+    // The model on `device`: --model's, or random weights of --random-init's shape with --tokenizer's.
+    // Several devices: each worker process loads its own after the fork (CUDA does not survive a
+    // fork); this process reads the samples with the model on the meta device (no weights).
+    const bool workers = devices.size() > 1;
+    auto load = [&](const std::string& device, bool meta) {
+      LoadOptions o = run::load_options(device, a->dtype, a->tokenizer);
+      if (meta) o.device = c10::Device(c10::kMeta);
+      if (a->random_init.empty()) return load_model(a->model, o);
+      Model m = random_init_model(a->random_init, o);
+      m.tokenizer = load_tokenizer(a->tokenizer);
+      return m;
+    };
+    Model model = load(first_device, /*meta=*/workers);
+    const std::unique_ptr<ChatTemplate> tmpl = model_template(run::chat_template_location(a->model, a->tokenizer));
 
     // The samples, and where their data came from (part of every item's key).
     std::vector<EvalSample> samples;
@@ -291,7 +316,10 @@ Runner add_eval(CLI::App& app) {
 
     // Items: samples outer, configs inner (every configuration's accuracy grows together).
     const uint64_t n_items = samples.size() * configs.size();
-    const std::string model_key = std::filesystem::weakly_canonical(a->model).string();
+    std::string model_key = a->random_init.empty()
+                                ? std::filesystem::weakly_canonical(a->model).string()
+                                : "random:" + std::filesystem::weakly_canonical(a->random_init).string();
+    if (!a->tokenizer.empty()) model_key += "+tokenizer=" + std::filesystem::weakly_canonical(a->tokenizer).string();
     auto item_key = [&](uint64_t i) {
       const Config& c = configs[i % configs.size()];
       return "eval1|" + model_key + "|" + source + "|" + std::string(run::question_mode_name(mode)) + "|" +
@@ -316,7 +344,7 @@ Runner add_eval(CLI::App& app) {
             finished[*row.sweep_key] = row;
       }
       std::optional<Model> own;
-      if (device != first_device) own.emplace(load_model(a->model, run::load_options(device, a->dtype)));
+      if (workers) own.emplace(load(device, /*meta=*/false));
       const Engine engine(own ? *own : model);
       std::vector<uint64_t> mine;
       for (uint64_t i = shard, j = 0; i < n_items; i += n_shards, ++j)
@@ -407,6 +435,7 @@ Runner add_eval(CLI::App& app) {
       return failed ? 1 : 0;
     };
 
+    const auto t_run = std::chrono::steady_clock::now();
     int rc = 0;
     if (devices.size() <= 1) {
       rc = run_items(first_device, 0, 1);
@@ -430,6 +459,8 @@ Runner add_eval(CLI::App& app) {
       for (uint64_t i = shard; i < n_items; i += n_shards)
         if (auto f = finished.find(item_key(i)); f != finished.end()) outcomes[i] = recorded_outcome(store, f->second);
     }
+
+    const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
 
     // Results per configuration over the items of this shard.
     nlohmann::ordered_json results = nlohmann::ordered_json::array();
@@ -493,13 +524,15 @@ Runner add_eval(CLI::App& app) {
     }
     if (a->json) {
       nlohmann::ordered_json j;
-      j["model"] = a->model;
+      j["model"] = a->random_init.empty() ? a->model : "random:" + a->random_init;
       j["mode"] = run::question_mode_name(mode);
+      j["seconds"] = {{"load", load_s}, {"run", run_s}};  // load: model and samples; run: the items
       j["results"] = results;
       std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     } else {
       std::cout << "evaluation of " << samples.size() << " samples (" << run::question_mode_name(mode) << ", "
-                << a->model << ", loaded in " << format_number(std::round(load_s * 10) / 10) << " s)\n";
+                << (a->random_init.empty() ? a->model : "random weights of " + a->random_init) << ", loaded in "
+                << format_number(std::round(load_s * 10) / 10) << " s)\n";
       for (size_t ci = 0; ci < configs.size(); ++ci)
         std::printf("  %-60s score %.3f\n", configs[ci].label().c_str(), results[ci]["score"].get<double>());
       if (!a->db.empty()) std::cout << "runs recorded in " << a->db << "\n";
