@@ -7,8 +7,8 @@
 #   device run:  bash tools/gpu.sh build && bash tools/eval-speed.sh run LENGTH N [DEVICES]
 #                (carry: .carry, .carry-bench); DEVICES e.g. 0,1: kvscope with --devices, kvpress one
 #                process per GPU on its share of the samples.
-# Writes $OUT/speed-LENGTH.jsonl (the samples), kvscope-LENGTH.json, kvpress-LENGTH*.json and prints
-# items per minute of both.
+# Writes $OUT/speed-LENGTH.jsonl (the samples), kvscope-LENGTH.json, kvpress-LENGTH*.json and ends
+# with one line "SUMMARY ...": items per minute of both and the ratio.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -83,6 +83,18 @@ items, s = sum(j["items"] for j in js), max(j["seconds"] for j in js)
 print(f"HF + kvpress, {len(js)} processes: {items} items in {s:.1f} s (the slowest) = {60 * items / s:.2f} items/min")
 PY
     fi
+    # Both sides last, in one line: what a log's tail must hold.
+    python3 - "$OUT" "$len" <<'PY'
+import glob, json, sys
+out, n = sys.argv[1], sys.argv[2]
+k = json.load(open(f"{out}/kvscope-{n}.json"))
+items = sum(len(r["samples"]) for r in k["results"])
+ours = 60 * items / k["seconds"]["run"]
+hf = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/kvpress-{n}*.json"))]
+theirs = 60 * sum(j["items"] for j in hf) / max(j["seconds"] for j in hf)
+print(f"SUMMARY {n} tokens, {len(hf)} GPU(s): kvscope {ours:.2f} items/min, HF + kvpress {theirs:.2f} items/min, "
+      f"{ours / theirs:.1f}x")
+PY
     ;;
   *) die "usage: tools/eval-speed.sh carry KVPRESS_CHECKOUT | run LENGTH N [DEVICES]" ;;
 esac

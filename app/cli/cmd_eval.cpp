@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include <c10/core/DeviceGuard.h>
 #include <nlohmann/json.hpp>
 
 #include "chat_prompt.h"
@@ -207,9 +208,8 @@ Runner add_eval(CLI::App& app) {
         configs.push_back(std::move(c));
       }
     }
-    run::load_options(a->device, a->dtype);
     const std::vector<std::string> devices = parse_devices(a->devices);
-    for (const auto& d : devices) run::load_options(d, a->dtype);
+    run::load_options(devices.empty() ? a->device : "cpu", a->dtype);  // (workers check their own device)
     const auto [shard, n_shards] = parse_shard(a->shard);
     if (!a->emit_slurm.empty()) {
       if (a->db.empty()) throw InputError("eval --emit-slurm: each task writes a database; give --db");
@@ -258,7 +258,7 @@ Runner add_eval(CLI::App& app) {
     // fork); this process reads the samples with the model on the meta device (no weights).
     const bool workers = devices.size() > 1;
     auto load = [&](const std::string& device, bool meta) {
-      LoadOptions o = run::load_options(device, a->dtype, a->tokenizer);
+      LoadOptions o = run::load_options(meta ? "cpu" : device, a->dtype, a->tokenizer);
       if (meta) o.device = c10::Device(c10::kMeta);
       if (a->random_init.empty()) return load_model(a->model, o);
       Model m = random_init_model(a->random_init, o);
@@ -335,6 +335,9 @@ Runner add_eval(CLI::App& app) {
 
     // Runs the items of this shard at offset, offset + stride, ... on `device`; returns failures.
     auto run_items = [&](const std::string& device, uint64_t offset, uint64_t stride) -> int {
+      // The current device for this process's kernels and CUDA graphs (a --devices worker on cuda:1).
+      std::optional<c10::DeviceGuard> on_device;
+      if (c10::Device(device).is_cuda()) on_device.emplace(c10::Device(device));
       std::optional<sessions::SessionStore> store;
       std::map<std::string, sessions::RunRow> finished;
       if (!a->db.empty()) {

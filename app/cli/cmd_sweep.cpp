@@ -14,6 +14,8 @@
 #include <optional>
 #include <sstream>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "chat_prompt.h"
 #include "commands.h"
 #include "fault_injection.h"
@@ -138,6 +140,9 @@ std::string hms(double s) {
 /// is offset, offset + stride, ... on `device`. Returns the number of failures.
 int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, uint64_t n_shards, uint64_t offset,
               uint64_t stride, const std::string& device, const std::string& db) {
+  // The current device for this process's kernels and CUDA graphs (a --devices worker on cuda:1).
+  std::optional<c10::DeviceGuard> on_device;
+  if (c10::Device(device).is_cuda()) on_device.emplace(c10::Device(device));
   const Grid& g = plan.g;
   auto store = sessions::SessionStore::open(db);
   const LegacyRuns legacy = legacy_runs(store);
@@ -251,7 +256,7 @@ Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_
   check("capture", [&] { parse_capture_level(g.capture); });
   if (!g.pin.empty()) check("pin", [&] { run::parse_pinned_heads(g.pin); });
   check("device", [&] { run::load_options(g.device, g.dtype); });
-  for (const auto& d : devices) run::load_options(d, g.dtype);
+  // (--devices: each worker checks its device when it loads the model; CUDA must stay untouched here)
   check_grid_files(g);
   // Every prompt read once, here: text a run can use (no NUL bytes, UTF-8, a regular file under the
   // size cap). The runs take their text from the plan.

@@ -1,5 +1,6 @@
 #include "work_split.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -18,8 +19,20 @@ Shard parse_shard(const std::string& text) {
 
 std::vector<std::string> parse_devices(const std::string& text) {
   std::vector<std::string> devices;
+  if (text.empty()) return devices;
   std::stringstream ss(text);
-  for (std::string d; std::getline(ss, d, ',');) devices.push_back("cuda:" + d);
+  for (std::string d; std::getline(ss, d, ',');) {
+    const bool digits =
+        !d.empty() && d.size() <= 4 && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits)
+      throw InputError("--devices must be CUDA device ids separated by commas, e.g. 0,1 (got '" + text + "')");
+    const std::string dev = "cuda:" + std::to_string(std::stoi(d));
+    if (std::find(devices.begin(), devices.end(), dev) != devices.end())
+      throw InputError("--devices names " + dev + " twice (got '" + text + "')");
+    devices.push_back(dev);
+  }
+  if (!text.empty() && text.back() == ',')
+    throw InputError("--devices must be CUDA device ids separated by commas, e.g. 0,1 (got '" + text + "')");
   return devices;
 }
 

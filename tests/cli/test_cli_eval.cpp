@@ -241,6 +241,14 @@ TEST_F(CliEval, BadInputFailsInOneLine) {
   fails("--data " + quote(data) + " --pipeline nosuch --compression-ratio 0.5", "nosuch");
   fails("--data " + quote(data) + " --pipeline nosuch", "nosuch");  // the typo, not the missing budget
   fails("--data " + quote(data) + " --devices 0,1", "give --db");
+  fails("--data " + quote(data) + " --devices 0,x --db " + quote(dir_ / "d.db"), "--devices must be CUDA device ids");
+  fails("--data " + quote(data) + " --devices 1,1 --db " + quote(dir_ / "d.db"), "names cuda:1 twice");
+  {
+    const auto r =
+        run_cli_stderr("eval --random-init " + quote(recall_dir() / "config.json") + " --data " + quote(data));
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.out.find("give --tokenizer DIR"), std::string::npos) << r.out;
+  }
   fails("--data " + quote(data) + " --question-agnostic --question-aware", "excludes");
   std::ofstream(dir_ / "bad.jsonl")
       << "{\"context\": \"x\", \"question\": \"y\", \"answers\": [], \"max_new_tokens\": 4}\n";
