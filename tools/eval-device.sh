@@ -28,7 +28,9 @@ if [[ ${KVSCOPE_EVAL_PARTS:-golden-cpu,golden-gpu,niah} == *niah* ]]; then
   echo "== niah_single_1, 2K/4K/8K x 30, GPU fp32"
   words=/usr/share/dict/american-english
   [[ -f $words ]] || words=/tmp/kvscope-deps/usr/share/dict/american-english  # wamerican from .carry/debs
-  timeout 400 "$cli" eval --model "$model" --task niah_single_1 --words "$words" --length 2048 --length 4096 --length 8192 --n 30 \
+  wordnet=/usr/share/wordnet
+  [[ -d $wordnet ]] || wordnet=/tmp/kvscope-deps/usr/share/wordnet # wordnet-base from .carry/debs
+  timeout 400 "$cli" eval --model "$model" --task niah_single_1 --words "$words" --wordnet "$wordnet" --length 2048 --length 4096 --length 8192 --n 30 \
     --device cuda --json --write-samples "$OUT/niah_single_1.jsonl" >"$OUT/niah_full.json" || status=1
   timeout 400 "$cli" eval --model "$model" --data "$OUT/niah_single_1.jsonl" --device cuda --json \
     --pipeline snapkv:window=64,kernel=5,pool=avg --pipeline streamingllm:sink=4 --pipeline keydiff \

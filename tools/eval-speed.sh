@@ -43,11 +43,13 @@ case ${1:-} in
     for r in "${ratios[@]}"; do args+=(--compression-ratio "$r"); done
     words=/usr/share/dict/american-english
     [[ -f $words ]] || words=/tmp/kvscope-deps/usr/share/dict/american-english # wamerican from .carry/debs
+    wordnet=/usr/share/wordnet
+    [[ -d $wordnet ]] || wordnet=/tmp/kvscope-deps/usr/share/wordnet # wordnet-base from .carry/debs
     dev=(--device cuda)
     [[ -n $devs ]] && dev=(--devices "$devs" --db /tmp/speed-$len.db)
     rm -f /tmp/speed-$len.db
     echo "== kvscope-cli eval, $n samples of niah_single_1 at $len tokens, ${#pipelines[@]} pipelines x ${#ratios[@]} ratios"
-    ./build-cuda/app/kvscope-cli eval --random-init $config --tokenizer $tok --task niah_single_1 --words "$words" --length "$len" \
+    ./build-cuda/app/kvscope-cli eval --random-init $config --tokenizer $tok --task niah_single_1 --words "$words" --wordnet "$wordnet" --length "$len" \
       --n "$n" --write-samples "$OUT/speed-$len.jsonl" "${args[@]}" "${dev[@]}" --dtype bf16 --json \
       >"$OUT/kvscope-$len.json" || die "kvscope-cli eval failed"
     python3 - "$OUT/kvscope-$len.json" <<'PY'

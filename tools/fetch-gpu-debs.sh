@@ -20,7 +20,7 @@ command -v apt-get >/dev/null || die "apt-get not found: run this on the Debian 
 if [[ $what != gui ]]; then
   mkdir -p "$root/.carry/debs" && cd "$root/.carry/debs" || die "cannot create $root/.carry/debs"
   apt-get download nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev googletest libpcre2-dev libpcre2-8-0 \
-    libbenchmark-dev libbenchmark1debian libsqlite3-dev libsqlite3-0 libzstd-dev libzstd1 libtomlplusplus-dev wamerican ||
+    libbenchmark-dev libbenchmark1debian libsqlite3-dev libsqlite3-0 libzstd-dev libzstd1 libtomlplusplus-dev wamerican wordnet-base ||
     die "apt-get download of the build packages failed (apt-get update first?)"
   # Cairo and the GUI come from .carry-gui (below); without them tools/gpu.sh builds with GUI and VIZ off.
 fi

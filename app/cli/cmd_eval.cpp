@@ -41,7 +41,7 @@ struct Args {
   uint64_t seed = 42;
   std::vector<std::string> essays, code;
   std::vector<double> depths;
-  std::string haystack, words;
+  std::string haystack, words, wordnet;
   bool plain = false;
   std::vector<std::string> pipelines;
   std::vector<double> ratios, budgets;
@@ -146,6 +146,9 @@ Runner add_eval(CLI::App& app) {
   cmd->add_option("--depth", a->depths, "With --task niah_paul_graham: needle depths in percent");
   cmd->add_option("--words", a->words,
                   "With --task: word list of the keys and cwe/fwe words, one a line (default: wamerican's)");
+  cmd->add_option("--wordnet", a->wordnet,
+                  "With --task: WordNet directory (index.adj, index.noun) of the keys' common adjectives and nouns "
+                  "(default: wordnet-base's /usr/share/wordnet)");
   cmd->add_flag("--plain", a->plain, "With --task: plain prompts instead of the model's chat template");
   cmd->add_option("--write-samples", a->write_samples, "Also write the samples as JSONL to this file");
   cmd->add_option("--pipeline", a->pipelines, "Pipeline SPEC (repeat for several); none: the full cache alone");
@@ -230,6 +233,7 @@ Runner add_eval(CLI::App& app) {
         for (double d : a->depths) cmdline << " --depth " << format_number(d);
         if (!a->haystack.empty()) cmdline << " --haystack " << q(a->haystack);
         if (!a->words.empty()) cmdline << " --words " << abs(a->words);
+        if (!a->wordnet.empty()) cmdline << " --wordnet " << abs(a->wordnet);
         if (a->plain) cmdline << " --plain";
       }
       for (const auto& p : a->pipelines) cmdline << " --pipeline " << q(p);
@@ -286,6 +290,7 @@ Runner add_eval(CLI::App& app) {
       for (const auto& c : a->code) o.code_files.emplace_back(c);
       o.haystack = a->haystack;
       if (!a->words.empty()) o.words_file = a->words;
+      if (!a->wordnet.empty()) o.wordnet_dir = a->wordnet;
       o.depths = a->depths;
       o.chat = !a->plain && tmpl != nullptr;
       const PromptTokenCounter count = [&](const EvalSample& s) {
@@ -303,6 +308,7 @@ Runner add_eval(CLI::App& app) {
       for (const auto& c : a->code) os << "|code=" << std::filesystem::weakly_canonical(c).string();
       for (double d : a->depths) os << "|depth=" << format_number(d);
       if (!a->words.empty()) os << "|words=" << std::filesystem::weakly_canonical(a->words).string();
+      if (!a->wordnet.empty()) os << "|wordnet=" << std::filesystem::weakly_canonical(a->wordnet).string();
       source = os.str();
     }
     if (!a->write_samples.empty()) {

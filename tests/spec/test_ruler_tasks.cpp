@@ -750,27 +750,65 @@ TEST(RulerTasks, Errors) {
   EXPECT_TRUE(generate_ruler_samples(o, quarter_bytes).empty());
 }
 
-TEST(RulerTasks, WordListIsWamerican) {
-  // niah keys are adj-noun pairs from two disjoint halves of wamerican's lowercase words.
+/// The lemmas of a WordNet index file (index.adj, index.noun) whose tagged-sense count is >= 2: the
+/// field after the pointer symbols, read here independently of the generator.
+std::set<std::string> common_wordnet(const fs::path& file) {
+  std::set<std::string> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == ' ') continue;
+    const Strings f = split(line, ' ');
+    const size_t p_cnt = std::stoul(f.at(3));
+    if (std::stol(f.at(5 + p_cnt)) >= 2) out.insert(f[0]);
+  }
+  return out;
+}
+
+TEST(RulerTasks, KeysAreCommonAdjectivesAndNounsAsWonderwordsGivesThem) {
+  // RULER's "words" keys are adjective-noun pairs from wonderwords' lists of common adjectives and
+  // nouns; here WordNet's common ones (tagged-sense count >= 2) that wamerican also holds.
   ASSERT_TRUE(fs::exists("/usr/share/dict/american-english")) << "install the Debian package wamerican";
+  ASSERT_TRUE(fs::exists("/usr/share/wordnet/index.adj")) << "install the Debian package wordnet-base";
   const auto samples = generate_ruler_samples(options("niah_multikey_2", 8192, 1), quarter_bytes);
   std::set<std::string> dict;
   {
     std::ifstream in("/usr/share/dict/american-english");
     for (std::string w; std::getline(in, w);) dict.insert(w);
   }
+  const std::set<std::string> adjectives = common_wordnet("/usr/share/wordnet/index.adj");
+  const std::set<std::string> nouns = common_wordnet("/usr/share/wordnet/index.noun");
   std::set<std::string> firsts;
   std::set<std::string> seconds;
   for (const auto& line : split(samples.at(0).context, '\n')) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(line, m, std::regex("for ([a-z]+)-([a-z]+) is")));
-    EXPECT_TRUE(dict.count(m[1])) << m[1];
-    EXPECT_TRUE(dict.count(m[2])) << m[2];
+    EXPECT_TRUE(dict.count(m[1]) && adjectives.count(m[1])) << m[1];
+    EXPECT_TRUE(dict.count(m[2]) && nouns.count(m[2])) << m[2];
     firsts.insert(m[1]);
     seconds.insert(m[2]);
   }
-  for (const auto& w : firsts) EXPECT_FALSE(seconds.count(w)) << w;
   EXPECT_GT(firsts.size(), 50u);
+  EXPECT_GT(seconds.size(), 50u);
+}
+
+TEST(RulerTasks, WordNetErrorsNameTheFile) {
+  TempDir dir;
+  RulerTaskOptions o = options("niah_single_1");
+  o.wordnet_dir = dir.dir() / "wordnet";
+  std::string e = error_of(o);
+  EXPECT_NE(e.find((dir.dir() / "wordnet" / "index.adj").string() + ": no such file"), std::string::npos) << e;
+  EXPECT_NE(e.find("wordnet-base"), std::string::npos) << e;
+  fs::create_directories(dir.dir() / "wn");
+  dir.write("wn/index.adj", "  1 license text\nbroken\n");
+  o.wordnet_dir = dir.dir() / "wn";
+  e = error_of(o);
+  EXPECT_NE(e.find("index.adj: line 2: not a WordNet index line"), std::string::npos) << e;
+  dir.write("wn/index.adj", "good a 1 0 1 5 00001\n");
+  e = error_of(o);
+  EXPECT_NE(e.find("index.adj: yields 1 common words"), std::string::npos) << e;
+  // Tasks without word keys do not read WordNet.
+  o.task = "niah_multikey_3";
+  EXPECT_EQ(error_of(o), "");
 }
 
 }  // namespace

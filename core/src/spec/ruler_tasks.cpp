@@ -917,6 +917,8 @@ std::vector<EvalSample> generate_ruler_samples(const RulerTaskOptions& task_opti
   const bool needs_words = def.family == Family::kCwe ||
                            (def.family == Family::kNiah && (def.key == Kind::kWords || def.value == Kind::kWords));
   if (needs_words) src.words = ruler::load_word_lists(options.words_file);
+  if (def.family == Family::kNiah && (def.key == Kind::kWords || def.value == Kind::kWords))
+    ruler::load_key_words(options.wordnet_dir, *src.words);
 
   SizeContext size;
   size.task = def.name;

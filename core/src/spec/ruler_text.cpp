@@ -98,8 +98,56 @@ WordLists load_word_lists(const std::filesystem::path& file) {
                                " words of 3-12 lowercase letters; RULER's keys and cwe need at least 100 (wamerican "
                                "has about 60000)");
   }
-  for (size_t i = 0; i < lists.all.size(); ++i) (i % 2 == 0 ? lists.adjectives : lists.nouns).push_back(lists.all[i]);
   return lists;
+}
+
+void load_key_words(const std::filesystem::path& dir, WordLists& lists) {
+  auto common = [&](const std::string& name) {
+    const std::filesystem::path file = dir / name;
+    std::string text;
+    try {
+      text = read_file_text(file);
+    } catch (const InputError& e) {
+      throw InputError(std::string(e.what()) +
+                       " (WordNet's index of RULER's adjective-noun keys: install the Debian package wordnet-base, "
+                       "or name another WordNet directory)");
+    }
+    // index.pos(5WN): lemma pos synset_cnt p_cnt [ptr_symbol...] sense_cnt tagsense_cnt synset_offset...
+    // License lines start with two spaces.
+    std::vector<std::string> words;
+    std::istringstream lines(text);
+    int64_t line_no = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++line_no;
+      if (line.empty() || line[0] == ' ') continue;
+      std::istringstream fields(line);
+      std::string lemma, pos;
+      int64_t synsets = 0, pointers = -1;
+      fields >> lemma >> pos >> synsets >> pointers;
+      if (!fields || pointers < 0)
+        throw InputError(file, "line " + std::to_string(line_no) + ": not a WordNet index line");
+      std::string skip;
+      for (int64_t i = 0; i < pointers; ++i) fields >> skip;
+      int64_t senses = 0, tagged = -1;
+      fields >> senses >> tagged;
+      if (!fields || tagged < 0)
+        throw InputError(file, "line " + std::to_string(line_no) + ": not a WordNet index line");
+      const bool letters = std::all_of(lemma.begin(), lemma.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+      if (letters && lemma.size() >= 3 && lemma.size() <= 10 && tagged >= 2 &&
+          std::binary_search(lists.all.begin(), lists.all.end(), lemma))
+        words.push_back(lemma);
+    }
+    std::sort(words.begin(), words.end());
+    words.erase(std::unique(words.begin(), words.end()), words.end());
+    if (words.size() < 50) {
+      throw InputError(file, "yields " + std::to_string(words.size()) +
+                                 " common words also in the word list; RULER's keys need at least 50 (WordNet 3.0 "
+                                 "with wamerican gives about 900 adjectives and 2,300 nouns)");
+    }
+    return words;
+  };
+  lists.adjectives = common("index.adj");
+  lists.nouns = common("index.noun");
 }
 
 std::vector<std::string> load_essay_words(const std::vector<std::filesystem::path>& files) {

@@ -42,18 +42,27 @@ class Rng {
 /// An independent seed for stream `stream` of `seed` (SplitMix64 of both).
 uint64_t stream_seed(uint64_t seed, uint64_t stream);
 
-/// The words of the word list: `all` (3-12 lowercase ASCII letters, sorted bytewise, unique) and
-/// two disjoint halves standing in for wonderwords' adjectives (even indices of `all`) and nouns
-/// (odd indices).
+/// The words of RULER's keys and word tasks: `all`, the word list (3-12 lowercase ASCII letters,
+/// sorted bytewise, unique: cwe's words), and `adjectives` / `nouns` for niah's adjective-noun keys,
+/// which RULER draws from wonderwords' lists of common adjectives and nouns (niah.py
+/// `generate_random_word`): here WordNet's common ones (load_key_words).
 struct WordLists {
   std::vector<std::string> all;
   std::vector<std::string> adjectives;
   std::vector<std::string> nouns;
 };
 
-/// Reads a word list (one word a line). Throws InputError naming the file (and the Debian package
-/// wamerican) when it cannot be read or holds too few words.
+/// Reads a word list (one word a line) into `all`. Throws InputError naming the file (and the
+/// Debian package wamerican) when it cannot be read or holds too few words.
 WordLists load_word_lists(const std::filesystem::path& file);
+
+/// Fills `lists.adjectives` and `lists.nouns` from WordNet's index.adj and index.noun in `dir`
+/// (Debian's wordnet-base): lemmas of 3-10 lowercase ASCII letters with a tagged-sense count of at
+/// least 2 (WordNet's measure of how often a word occurs in its tagged corpus, the sense-count
+/// field of index.pos(5WN)) that are also in `lists.all`, sorted bytewise. About 900 adjectives and
+/// 2,300 nouns with wamerican, where wonderwords has about 1,300 and 6,800. Throws InputError
+/// naming the file (and the package) when an index cannot be read or yields fewer than 50 words.
+void load_key_words(const std::filesystem::path& dir, WordLists& lists);
 
 /// The bytes of `file`; InputError(file, ...) when it is missing, not a regular file or unreadable.
 std::string read_file_text(const std::filesystem::path& file);

@@ -26,9 +26,12 @@ struct RulerTaskOptions {
   std::vector<double> depths;  ///< niah_paul_graham: depth percents in [0, 100] (one sample per depth x n;
                                ///< empty: 0, 10, ..., 100); else ignored
   bool chat = true;            ///< copied into each EvalSample::chat
-  /// The word list of niah's adj-noun keys and of cwe's words: one word a line (Debian's wamerican;
-  /// only lines of 3-12 lowercase ASCII letters are used).
+  /// The word list of cwe's words, and the words niah's keys may use: one word a line (Debian's
+  /// wamerican; only lines of 3-12 lowercase ASCII letters are used).
   std::filesystem::path words_file = "/usr/share/dict/american-english";
+  /// WordNet's index.adj and index.noun (Debian's wordnet-base): niah's adjective-noun keys are
+  /// drawn from their common adjectives and nouns, as RULER draws them from wonderwords' lists.
+  std::filesystem::path wordnet_dir = "/usr/share/wordnet";
 };
 
 /// Tokens of the prompt a sample assembles to (the caller applies the chat template and tokenizer).
