@@ -8,9 +8,14 @@
 
 namespace kvscope {
 
-bool LayerKv::uniform() const {
+bool LayerKv::has_ring() const {
   for (int64_t w : ring_window)
-    if (w > 0) return false;
+    if (w > 0) return true;
+  return false;
+}
+
+bool LayerKv::uniform() const {
+  if (has_ring()) return false;
   for (size_t h = 1; h < length.size(); ++h)
     if (length[h] != length[0] || capacity[h] != capacity[0] || offset[h] != offset[0] + int64_t(h) * capacity[0])
       return false;

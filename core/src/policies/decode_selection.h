@@ -42,20 +42,28 @@ at::Tensor selected_attention(const at::Tensor& q, const at::Tensor& k, const at
 /// may be partial (summarised over its real entries only, as the code's ±inf padding does).
 /// Stored as [n_head_kv, page capacity, D] in the cache dtype (RocketKV's code aligns pages on the
 /// head dim, [Hkv, 2D, pages]; the layout does not change any score). Defined in quest.cpp.
+///
+/// Ring-buffer heads (streaming heads of a head pattern, LayerKv::ring) are never summarised: they
+/// have no pages (n_pages 0, no bytes). A full ring overwrites a row in place at every append while
+/// its length stays put, and a min/max kept by length cannot forget the key it overwrote; the paged
+/// policies attend densely over those heads anyway (PagedSelectionBase). Every page served is the
+/// exact min/max of the head's current rows.
 class PageMinMax {
  public:
   /// Forgets every layer; pages of `page` (>= 1) entries.
   void reset(int64_t n_layer, int64_t page);
   int64_t page() const { return page_; }
-  /// Summarises layer l of `cache` from scratch (after prefill and eviction).
+  /// Summarises layer l of `cache` from scratch (after prefill and eviction); ring heads: none.
   void rebuild(int64_t l, const KvCache& cache);
   /// Brings layer l up to date: rebuilds it when never built or when a head shrank (eviction),
-  /// else recomputes only the pages that appended entries touched (normally the last one).
+  /// else recomputes only the pages that appended entries touched (normally the last one). A ring
+  /// head (also one that became a ring after the last build) is left with no pages.
   void sync(int64_t l, const KvCache& cache);
   /// The decode fast path on CUDA: when every KV head of layer l only appended entries inside its
   /// last page since the last sync, marks them covered and returns true: ops::page_select, given
-  /// the cache keys, recomputes that page in its scoring launch. Otherwise does nothing and
-  /// returns false (call sync()).
+  /// the cache keys, recomputes that page in its scoring launch. Otherwise (also whenever the
+  /// layer has a ring head: its writes are not at its end) does nothing and returns false (call
+  /// sync()).
   bool cover_last_page(int64_t l, const KvCache& cache);
   /// For `steps` graph-replayed decode steps: sync() layer l, then reserve the pages those steps
   /// can reach, so the summaries never move while a CUDA graph points at them.
@@ -65,7 +73,7 @@ class PageMinMax {
   /// The whole summaries of layer l: [Hkv, page capacity, D] (valid pages only up to n_pages).
   const at::Tensor& kmin_all(int64_t l) const { return layers_.at(l).kmin; }
   const at::Tensor& kmax_all(int64_t l) const { return layers_.at(l).kmax; }
-  /// Live pages of (l, h): ceil(entries / page).
+  /// Live pages of (l, h): ceil(entries / page); 0 for a ring head.
   int64_t n_pages(int64_t l, int64_t h) const;
   /// Views [B, n_pages(l, h0), D] of KV heads h0 .. h0+B-1 (which must have the same page count).
   at::Tensor kmin(int64_t l, int64_t h0, int64_t B) const;
@@ -143,12 +151,31 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
 /// Decode-time selection over page min/max summaries (HSA, Quest): the GPU paths both share, the
 /// eager fused step (attend_fused) and the CUDA-graph step (prepare_graph / attend_device /
 /// after_graph_step), all through kernels/page_select + the gather decode-attention kernel.
-/// Subclasses reset pages_ and set n_head_ in configure, and describe their kernel call.
+/// Subclasses reset pages_ and set n_head_ in configure, describe their kernel call, and select
+/// in attend_pages.
+///
+/// Streaming heads (a head pattern's ring buffers, LayerKv::ring) attend densely over their sinks +
+/// recent window; only retrieval (dense) heads select pages. Why, from the definitions:
+/// DuoAttention (Xiao et al. 2024, §3.1-3.2) defines a streaming head's output as full attention
+/// over its attention sinks and recent tokens, a constant-size context, and the pattern's gates (or
+/// HS-SFT's windows, §2.2) are learned with the head seeing exactly that; Quest (Tang et al. 2024
+/// §3) and RocketKV's HSA (Behnam et al. 2025 §3.4) select from a context that grows with the
+/// sequence, to cut the reads of the full-length KV cache of a token budget t (per KV group, per
+/// step). Selecting again inside a streaming window would change the head's learned definition to
+/// save reads that are already constant; and Quest's pages are runs of consecutive tokens, which a
+/// ring, written cyclically in place, no longer keeps in storage order. LServe (Yang et al., MLSys
+/// 2025, from the group behind DuoAttention and Quest; not in docs/methods.md), which serves the
+/// two together, does the same: it runs streaming heads as static sink + local attention and
+/// Quest-style page selection on the dense heads only. So the combination is defined per head, and
+/// the page store never summarises a ring (PageMinMax), whose in-place overwrites an incremental
+/// min/max cannot follow.
+/// Budget accounting: the rows a streaming head reads count in bytes_read_last as dense reads.
 class PagedSelectionBase : public DecodeSelectionBase {
  public:
   using DecodeSelectionBase::DecodeSelectionBase;
   void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override { pages_.rebuild(layer, cache); }
   int64_t side_store_bytes() const override { return pages_.bytes(); }
+  /// False also for a cache with a ring head (DecodeGraph::supported refuses those too).
   bool prepare_graph(const KvCache& cache, int64_t steps) override;
   at::Tensor attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
                            const at::Tensor& length_dev) override;
@@ -159,6 +186,8 @@ class PagedSelectionBase : public DecodeSelectionBase {
   void stage_graph_selections() override;
   StepSelections staged_graph_selections() const override;
   std::pair<at::Tensor, at::Tensor> device_selection(int64_t layer) const override;
+  /// The page summaries (read-only; tests compare them with the cache rows).
+  const PageMinMax& page_summaries() const { return pages_; }
 
  protected:
   /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =
@@ -168,14 +197,26 @@ class PagedSelectionBase : public DecodeSelectionBase {
     int64_t k1, keep, width;
   };
   virtual KernelPlan kernel_plan(int64_t head_dim) const = 0;
-  /// K/V and side-store bytes one decode step reads in a layer (all KV heads).
+  /// K/V and side-store bytes one decode step reads in a layer (all KV heads; a ring head reads
+  /// its every row).
   virtual int64_t layer_bytes(const LayerKv& kv) const = 0;
-  void before_attend(int64_t layer, const KvCache& cache) override { pages_.sync(layer, cache); }
+  /// Syncs the page summaries of `layer` and notes which of its KV heads are rings.
+  void before_attend(int64_t layer, const KvCache& cache) override;
+  /// Dense attention for a ring head (B = 1: a layer with a ring is ragged), else attend_pages.
+  at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v) final;
+  /// The policy's selection for KV heads h0 .. h0+B-1 of `layer`, none of them a ring head (their
+  /// pages are in pages_); arguments and result as attend_heads.
+  virtual at::Tensor attend_pages(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v) = 0;
+  /// The fused kernels select for every KV head of a layer: a layer with a ring head returns {}
+  /// and steps through attend_heads (on CUDA as LibTorch ops on the device).
   at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) override;
   PageMinMax pages_;
   int64_t n_head_ = 0, n_head_kv_ = 0;
 
  private:
+  std::vector<bool> ring_;  // per KV head of the layer before_attend last saw: a ring buffer
   /// head_dim 64 / 128 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
   bool kernels_fit(const KvCache& cache) const;
   /// Scoring + selection (page_select recomputes the page of each head's last entry first) and

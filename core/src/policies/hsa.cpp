@@ -27,7 +27,9 @@
 // Side store: page Kmin/Kmax per (layer, KV head) (PageMinMax), built in on_prefill over the
 // retained cache and updated before each step (only the last page changes). Bytes read per step
 // and KV head: n_pages·k1 side-store values (one of min/max per channel) + k2 K/V rows; a head with
-// N <= k2 attends densely (no approximation).
+// N <= k2 attends densely (no approximation), and so does a streaming head of a head pattern (a
+// ring buffer of sinks + recent window: HSA selects on the retrieval heads only and never
+// summarises a ring; PagedSelectionBase in decode_selection.h says why).
 #include <algorithm>
 #include <cmath>
 
@@ -71,16 +73,18 @@ class Hsa : public PagedSelectionBase {
  protected:
   KernelPlan kernel_plan(int64_t head_dim) const override { return {true, std::min(k1_, head_dim), k2_, k2_}; }
   /// Bytes a step reads in one layer: per KV head n_pages·k1 side-store values + k2 K/V rows, or
-  /// every row when the head attends densely.
+  /// every row when the head attends densely (also a ring head).
   int64_t layer_bytes(const LayerKv& kv) const override {
     const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item, k1 = std::min(k1_, D);
     int64_t bytes = 0;
-    for (int64_t n : kv.length)
-      bytes += k2_ >= n ? n * row_bytes : (n + page_ - 1) / page_ * k1 * item + k2_ * row_bytes;
+    for (size_t h = 0; h < kv.length.size(); ++h) {
+      const int64_t n = kv.length[h];
+      bytes += kv.ring(h) || k2_ >= n ? n * row_bytes : (n + page_ - 1) / page_ * k1 * item + k2_ * row_bytes;
+    }
     return bytes;
   }
 
-  at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+  at::Tensor attend_pages(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v) override {
     const int64_t B = q.size(0), G = q.size(1), D = q.size(2), N = k.size(1);
     if (k2_ >= N) return attend_selected(h0, q, k, v, {});

@@ -14,10 +14,13 @@
 // Quest baseline; kvscope defaults to 16, Quest's own page size. With a fixed page size the
 // approximation reads 2·D values per page, which matches t/2 KV pairs only when page = 2·N/t.
 // Shapes: q [n_head, D]; per KV head pages [ceil(len_h / page), D]; fp32 scores. A head with
-// ceil(k/page) >= its page count attends densely.
+// ceil(k/page) >= its page count attends densely, and so does a streaming head of a head pattern
+// (a ring buffer: sinks + recent window; only retrieval heads select pages, and rings are never
+// summarised; PagedSelectionBase in decode_selection.h says why).
 //
 // This file also defines PageMinMax and PagedSelectionBase (decode_selection.h), shared with "hsa".
 #include <algorithm>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 
@@ -80,30 +83,40 @@ void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
   const LayerKv& kv = cache.layer(l);
   const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim();
   int64_t pages = 1;
-  for (int64_t n : kv.length) pages = std::max(pages, ceil_div(n, page_));
+  for (int64_t h = 0; h < Hkv; ++h)
+    if (!kv.ring(h)) pages = std::max(pages, ceil_div(kv.length[h], page_));
   pages += ceil_div(64, page_);  // room for some decode appends before the first growth
   L.kmin = at::empty({Hkv, pages, D}, kv.k.options());
   L.kmax = at::empty_like(L.kmin);
   L.covered.assign(static_cast<size_t>(Hkv), 0);
   L.built = true;
-  if (kv.uniform()) return fill(L, 0, cache.keys(l), 0);  // every head in one pass
-  for (int64_t h = 0; h < Hkv; ++h) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);
+  if (kv.uniform()) return fill(L, 0, cache.keys(l), 0);  // every head in one pass (a uniform layer has no ring)
+  for (int64_t h = 0; h < Hkv; ++h)
+    if (!kv.ring(h)) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);  // a ring head keeps covered 0: no pages
 }
 
 void PageMinMax::prepare(int64_t l, const KvCache& cache, int64_t steps) {
   sync(l, cache);
+  const LayerKv& kv = cache.layer(l);
   int64_t pages = 1;
-  for (int64_t n : cache.layer(l).length) pages = std::max(pages, ceil_div(n + steps, page_));
+  for (size_t h = 0; h < kv.length.size(); ++h)
+    if (!kv.ring(h)) pages = std::max(pages, ceil_div(kv.length[h] + steps, page_));
   reserve(layers_.at(l), pages);
 }
 
-void PageMinMax::mark_covered(int64_t l, const KvCache& cache) { layers_.at(l).covered = cache.layer(l).length; }
+void PageMinMax::mark_covered(int64_t l, const KvCache& cache) {
+  const LayerKv& kv = cache.layer(l);
+  Layer& L = layers_.at(l);
+  L.covered = kv.length;
+  for (size_t h = 0; h < L.covered.size(); ++h)
+    if (kv.ring(h)) L.covered[h] = 0;
+}
 
 bool PageMinMax::cover_last_page(int64_t l, const KvCache& cache) {
   Layer& L = layers_.at(l);
   const LayerKv& kv = cache.layer(l);
   const int64_t Hkv = cache.n_head_kv();
-  if (!L.built || static_cast<int64_t>(L.covered.size()) != Hkv) return false;
+  if (!L.built || static_cast<int64_t>(L.covered.size()) != Hkv || kv.has_ring()) return false;
   int64_t pages = 0;
   for (int64_t h = 0; h < Hkv; ++h) {
     const int64_t n = kv.length[h], c = L.covered[h];
@@ -120,12 +133,15 @@ void PageMinMax::sync(int64_t l, const KvCache& cache) {
   const LayerKv& kv = cache.layer(l);
   const int64_t Hkv = cache.n_head_kv();
   bool shrank = !L.built || static_cast<int64_t>(L.covered.size()) != Hkv;
-  for (int64_t h = 0; !shrank && h < Hkv; ++h) shrank = kv.length[h] < L.covered[h];
+  for (int64_t h = 0; !shrank && h < Hkv; ++h) shrank = !kv.ring(h) && kv.length[h] < L.covered[h];
   if (shrank) return rebuild(l, cache);
   int64_t pages = 0;
   bool same = true;
   for (int64_t h = 0; h < Hkv; ++h) {
-    pages = std::max(pages, ceil_div(kv.length[h], page_));
+    if (kv.ring(h))
+      L.covered[h] = 0;  // also a head that became a ring since the last build
+    else
+      pages = std::max(pages, ceil_div(kv.length[h], page_));
     same = same && L.covered[h] == L.covered[0];
   }
   reserve(L, pages);
@@ -134,7 +150,8 @@ void PageMinMax::sync(int64_t l, const KvCache& cache) {
     return;
   }
   for (int64_t h = 0; h < Hkv; ++h)
-    if (kv.length[h] > L.covered[h]) fill(L, h, cache.head_keys(l, h).unsqueeze(0), L.covered[h] / page_);
+    if (!kv.ring(h) && kv.length[h] > L.covered[h])
+      fill(L, h, cache.head_keys(l, h).unsqueeze(0), L.covered[h] / page_);
 }
 
 int64_t PageMinMax::n_pages(int64_t l, int64_t h) const { return ceil_div(layers_.at(l).covered.at(h), page_); }
@@ -158,6 +175,24 @@ int64_t PageMinMax::bytes() const {
 // ---- quest -------------------------------------------------------------------------------------
 
 // ---- PagedSelectionBase ------------------------------------------------------------------------
+
+void PagedSelectionBase::before_attend(int64_t layer, const KvCache& cache) {
+  pages_.sync(layer, cache);
+  const LayerKv& kv = cache.layer(layer);
+  ring_.assign(static_cast<size_t>(cache.n_head_kv()), false);
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h) ring_[h] = kv.ring(h);
+}
+
+at::Tensor PagedSelectionBase::attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v) {
+  // A streaming head: its sinks + window, every row (see the class comment). A layer holding one is
+  // ragged, so attend() hands it over alone (B = 1).
+  if (h0 < static_cast<int64_t>(ring_.size()) && ring_[h0]) {
+    if (q.size(0) != 1) throw std::logic_error(name() + ": a ring head in a batch of KV heads");
+    return attend_selected(h0, q, k, v, {});
+  }
+  return attend_pages(layer, h0, q, k, v);
+}
 
 bool PagedSelectionBase::kernels_fit(const KvCache& cache) const {
   return (cache.head_dim() == 64 || cache.head_dim() == 128) && n_head_ / cache.n_head_kv() <= 16;
@@ -191,7 +226,7 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
 // recomputed in the same launch), sparse attention. Only a new page or an eviction needs sync().
 at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) {
   const LayerKv& kv = cache.layer(layer);
-  if (!kernels_fit(cache)) return {};
+  if (!kernels_fit(cache) || kv.has_ring()) return {};  // rings attend densely: attend_heads
   const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
   if (!pages_.cover_last_page(layer, cache)) pages_.sync(layer, cache);
   const int64_t page = pages_.page(), width = kernel_plan(cache.head_dim()).width;
@@ -206,6 +241,8 @@ at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, 
 
 bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
   if (!configured_ || !kernels_fit(cache)) return false;
+  for (int64_t l = 0; l < cache.n_layer(); ++l)
+    if (cache.layer(l).has_ring()) return false;  // the kernels would select inside the rings
   for (int64_t l = 0; l < cache.n_layer(); ++l)
     if (cache.layer(l).window == 0) pages_.prepare(l, cache, steps);  // sliding layers attend densely
   const at::Tensor& k = cache.layer(0).k;
@@ -282,19 +319,20 @@ class Quest : public PagedSelectionBase {
 
  protected:
   KernelPlan kernel_plan(int64_t) const override { return {false, 0, n_sel(), n_sel() * page_}; }
-  // Bytes count whole selected pages (the gather skips the missing tail of a partial last page).
+  // Bytes count whole selected pages (the gather skips the missing tail of a partial last page);
+  // a ring head reads its every row.
   int64_t layer_bytes(const LayerKv& kv) const override {
     const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item;
     int64_t bytes = 0;
-    for (int64_t n : kv.length) {
-      const int64_t n_pages = (n + page_ - 1) / page_;
-      bytes += n_sel() >= n_pages ? n * row_bytes : n_pages * 2 * D * item + n_sel() * page_ * row_bytes;
+    for (size_t h = 0; h < kv.length.size(); ++h) {
+      const int64_t n = kv.length[h], n_pages = (n + page_ - 1) / page_;
+      bytes += kv.ring(h) || n_sel() >= n_pages ? n * row_bytes : n_pages * 2 * D * item + n_sel() * page_ * row_bytes;
     }
     return bytes;
   }
   int64_t n_sel() const { return (k_ + page_ - 1) / page_; }
 
-  at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
+  at::Tensor attend_pages(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v) override {
     const int64_t B = q.size(0), N = k.size(1), D = q.size(2);
     const int64_t n_pages = pages_.n_pages(layer, h0), n_sel = (k_ + page_ - 1) / page_;

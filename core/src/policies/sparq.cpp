@@ -17,7 +17,18 @@
 // kvscope leaves it off by default (mean=true turns it on). v̄ is a side store (running fp32 sum
 // of V per layer and KV head, updated on appends). Shapes: q [n_head, D]; K, V [len_h, D] per KV
 // head; scores fp32. A head with N <= k attends densely (then α = 1 and the correction vanishes).
+//
+// With a head pattern, a streaming head (a ring buffer of sinks + recent window, LayerKv::ring)
+// attends densely over its every row, with no selection and no v̄; only retrieval heads run SparQ.
+// The rule of the page-summary policies (PagedSelectionBase in decode_selection.h says why): SparQ
+// cuts the reads of a cache that grows with the sequence, a streaming head's window is constant and
+// was learned as full attention over it (DuoAttention §3.1-3.2). A full ring also overwrites a row
+// at every append while its length stays put, so a sum of V kept by length would go stale. The
+// side store holds v̄ for non-ring heads only (bytes counted for those); a ring head's rows count
+// in bytes_read_last as dense reads.
 #include <algorithm>
+#include <stdexcept>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -31,7 +42,11 @@ namespace {
 
 constexpr const char* kRef = "SparQ Attention (Ribar et al. 2024) Alg. 1; RocketKV (Behnam et al. 2025) App. A.3";
 
-/// Running fp32 sum of the value rows of every (layer, KV head), for SparQ's mean-value term.
+/// Running fp32 sum of the value rows of every (layer, KV head), for SparQ's mean-value term. Kept
+/// by length (a head only appends between syncs; a shorter head means an eviction: the layer is
+/// summed again), so never for a ring head (LayerKv::ring), whose full ring overwrites rows in place
+/// at a constant length: such a head has no sum (zero row, covered 0, no bytes), also one that
+/// became a ring after the last sync.
 class ValueMean {
  public:
   void reset(int64_t n_layer) { layers_.assign(static_cast<size_t>(n_layer), Layer{}); }
@@ -39,29 +54,40 @@ class ValueMean {
     Layer& L = layers_.at(l);
     const LayerKv& kv = cache.layer(l);
     const int64_t Hkv = cache.n_head_kv();
-    bool rebuild = !L.sum.defined();
-    for (int64_t h = 0; !rebuild && h < Hkv; ++h) rebuild = kv.length[h] < L.covered[h];
+    bool rebuild = !L.sum.defined() || static_cast<int64_t>(L.covered.size()) != Hkv;
+    for (int64_t h = 0; !rebuild && h < Hkv; ++h) rebuild = !kv.ring(h) && kv.length[h] < L.covered[h];
     if (rebuild) {
       L.sum = at::zeros({Hkv, cache.head_dim()}, kv.v.options().dtype(at::kFloat));
       L.covered.assign(static_cast<size_t>(Hkv), 0);
+      L.kept.assign(static_cast<size_t>(Hkv), false);
     }
     for (int64_t h = 0; h < Hkv; ++h) {
+      if (kv.ring(h)) {
+        if (L.kept[h]) L.sum[h].zero_();
+        L.covered[h] = 0;
+        L.kept[h] = false;
+        continue;
+      }
       const int64_t n = kv.length[h];
       if (n > L.covered[h])
         L.sum[h].add_(cache.head_values(l, h).narrow(0, L.covered[h], n - L.covered[h]).to(at::kFloat).sum(0));
       L.covered[h] = n;
+      L.kept[h] = true;
     }
   }
-  /// fp32 [B, D] mean value rows of heads h0 .. h0+B-1.
+  /// fp32 [B, D] mean value rows of heads h0 .. h0+B-1 (none of them a ring head).
   at::Tensor mean(int64_t l, int64_t h0, int64_t B) const {
     const Layer& L = layers_.at(l);
     at::Tensor n = at::tensor(std::vector<int64_t>(L.covered.begin() + h0, L.covered.begin() + h0 + B)).to(at::kFloat);
     return L.sum.narrow(0, h0, B) / n.clamp_min(1).to(L.sum.device()).unsqueeze(1);
   }
+  /// Bytes of the sums kept: D fp32 values per non-ring (layer, KV head).
   int64_t bytes() const {
     int64_t b = 0;
     for (const auto& L : layers_)
-      if (L.sum.defined()) b += L.sum.numel() * L.sum.element_size();
+      if (L.sum.defined())
+        b +=
+            static_cast<int64_t>(std::count(L.kept.begin(), L.kept.end(), true)) * L.sum.size(1) * L.sum.element_size();
     return b;
   }
 
@@ -69,6 +95,7 @@ class ValueMean {
   struct Layer {
     at::Tensor sum;  // fp32 [Hkv, D]
     std::vector<int64_t> covered;
+    std::vector<bool> kept;  // per KV head: a sum is kept (not a ring head)
   };
   std::vector<Layer> layers_;
 };
@@ -93,13 +120,23 @@ class SparQ : public DecodeSelectionBase {
   int64_t side_store_bytes() const override { return values_.bytes(); }
 
  protected:
+  /// Syncs v̄ of `layer` (mean=true) and notes which of its KV heads are rings.
   void before_attend(int64_t layer, const KvCache& cache) override {
     if (mean_) values_.sync(layer, cache);
+    const LayerKv& kv = cache.layer(layer);
+    ring_.assign(static_cast<size_t>(cache.n_head_kv()), false);
+    for (int64_t h = 0; h < cache.n_head_kv(); ++h) ring_[h] = kv.ring(h);
   }
 
   at::Tensor attend_heads(int64_t layer, int64_t h0, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v) override {
     const int64_t B = q.size(0), G = q.size(1), D = q.size(2), N = k.size(1);
+    // A streaming head: its sinks + window, every row (see the header). A layer holding one is
+    // ragged, so attend() hands it over alone (B = 1).
+    if (h0 < static_cast<int64_t>(ring_.size()) && ring_[h0]) {
+      if (B != 1) throw std::logic_error("sparq: a ring head in a batch of KV heads");
+      return attend_selected(h0, q, k, v, {});
+    }
     if (k_ >= N) return attend_selected(h0, q, k, v, {});
     const int64_t r =
         r_param_ > 0 ? std::min(r_param_, D) : std::clamp<int64_t>(2 * D * std::max<int64_t>(0, t_ - k_) / N, 1, D);
@@ -125,6 +162,7 @@ class SparQ : public DecodeSelectionBase {
   bool mean_;
   int64_t t_ = 1, k_ = 1;
   ValueMean values_;
+  std::vector<bool> ring_;  // per KV head of the layer before_attend last saw: a ring buffer
 };
 
 }  // namespace

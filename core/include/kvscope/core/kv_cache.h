@@ -21,7 +21,9 @@ struct LayerKv {
   std::vector<int64_t> offset, capacity, length;  // per KV head, in entries
   /// Retention mode "window" (streaming heads, StreamingLLM §3 / DuoAttention): per head, 0 = off,
   /// else the head is a ring buffer of ring_sink sink entries + ring_window recent entries; once
-  /// full, each append overwrites the oldest non-sink entry (slot ring_next).
+  /// full, each append overwrites the oldest non-sink entry (slot ring_next). Its length then stays
+  /// at ring_sink + ring_window while its rows change: a side store kept up to date by length (page
+  /// min/max, running sums) must not take an unchanged length for unchanged rows.
   std::vector<int64_t> ring_sink, ring_window, ring_next;
   /// Sliding-window layer (ModelConfig::window, Mistral / Gemma 2/3 / Qwen3's local layers): a query
   /// at position p sees positions > p - window, so between forwards each head keeps only its last
@@ -33,6 +35,9 @@ struct LayerKv {
   bool ringed = false;
   /// True when every head has the same capacity and length: the buffers view as [n_head_kv, cap, D].
   bool uniform() const;
+  /// True when KV head h is a ring buffer (ring_window[h] > 0); has_ring: when any head is.
+  bool ring(int64_t h) const { return h < static_cast<int64_t>(ring_window.size()) && ring_window[h] > 0; }
+  bool has_ring() const;
 };
 
 /// The cache of one sequence (batch 1) across all layers.
