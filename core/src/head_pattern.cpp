@@ -6,6 +6,7 @@
 
 #include "json_file.h"
 #include "json_integers.h"
+#include "kvscope/core/duo_pattern.h"
 #include "kvscope/core/errors.h"
 
 namespace kvscope {
@@ -71,6 +72,12 @@ HeadPattern parse_head_pattern(const nlohmann::json& j, const std::filesystem::p
 }
 
 HeadPattern load_head_pattern(const std::filesystem::path& path) {
+  if (is_duo_pattern_path(path))
+    throw InputError(
+        path,
+        "is a DuoAttention pattern (a directory or .tsv of gates), not a kvscope JSON pattern: which heads "
+        "stream depends on a sparsity, threshold or budget rule (resolve_heads_stage, load_duo_pattern: "
+        "duo_pattern.h)");
   return parse_head_pattern(read_json_file(path), path);
 }
 

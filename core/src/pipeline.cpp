@@ -40,6 +40,7 @@ std::string Pipeline::canonical() const {
 
 int64_t Pipeline::begin_run(const RunBudget& budget, const ModelConfig& config) const {
   budget.spec.validate();
+  if (heads_) heads_->check(config);
   if (decode_) {
     decode_->configure(budget, config);
     if (auto p = decode_->eviction_budget(budget)) return std::clamp<int64_t>(*p, 0, budget.n_prompt);

@@ -64,6 +64,9 @@ class HeadPatternPolicy : public Policy {
   int64_t prefill_queries() const override { return 0; }
   /// Retention of one KV head. Throws std::out_of_range outside the pattern.
   virtual HeadPlan plan(int64_t layer, int64_t kv_head) const = 0;
+  /// Checked when a run begins (Pipeline::begin_run): the pattern covers exactly the model's layers
+  /// and KV heads. Throws InputError naming the pattern's file otherwise.
+  virtual void check(const ModelConfig& config) const = 0;
 };
 
 /// S1: importance of every prompt entry per KV head; higher = keep.
