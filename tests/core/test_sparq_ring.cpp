@@ -21,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "cache_reference.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/head_pattern.h"
 #include "kvscope/core/kv_cache.h"
@@ -29,36 +30,14 @@
 #include "pycode_fixture.h"
 #include "small_config.h"
 #include "test_support.h"
+#include "topk_reference.h"
 
 namespace kvscope {
 namespace {
 namespace fs = std::filesystem;
-
-std::vector<int64_t> to_vec(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kLong).contiguous().cpu();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-/// Empty when `picked` (distinct) are k items a top-k of `score` may return: none scores more than
-/// `tol` below an item left out. Else what is wrong.
-std::string top_k_error(const std::vector<double>& score, std::vector<int64_t> picked, int64_t k, double tol) {
-  std::sort(picked.begin(), picked.end());
-  if (std::adjacent_find(picked.begin(), picked.end()) != picked.end()) return "repeated items";
-  const auto n = static_cast<int64_t>(score.size());
-  if (static_cast<int64_t>(picked.size()) != std::min(k, n))
-    return std::to_string(picked.size()) + " items picked, want " + std::to_string(std::min(k, n));
-  std::vector<bool> in(score.size(), false);
-  double low = INFINITY, high = -INFINITY;
-  for (int64_t i : picked) {
-    if (i < 0 || i >= n) return "item " + std::to_string(i) + " out of range";
-    in[i] = true;
-    low = std::min(low, score[i]);
-  }
-  for (int64_t i = 0; i < n; ++i)
-    if (!in[i]) high = std::max(high, score[i]);
-  if (low < high - tol) return "picked score " + std::to_string(low) + " below left-out " + std::to_string(high);
-  return "";
-}
+using test::attention;
+using test::to_vec;
+using test::top_k_error;
 
 /// SparQ (Alg. 1, GQA-aware as sparq.cpp) for KV head h of layer l, recomputed in fp64 from the
 /// cache's current rows: the r channels of the largest Σ_g |q_g| (chosen in fp32, as the policy
@@ -80,17 +59,6 @@ SparqRef sparq_ref(const KvCache& cache, int64_t l, int64_t h, const at::Tensor&
   const at::Tensor w = out.pi.sum(0).contiguous();
   out.weight.assign(w.data_ptr<double>(), w.data_ptr<double>() + w.numel());
   return out;
-}
-
-/// fp64 attention of query head hq (its KV head h = hq / G) of layer l over the rows `rows`.
-at::Tensor attention(const KvCache& cache, int64_t l, const at::Tensor& q, int64_t hq, int64_t G,
-                     const std::vector<int64_t>& rows) {
-  const int64_t h = hq / G;
-  const at::Tensor idx = at::tensor(rows, at::kLong);
-  const at::Tensor K = cache.head_keys(l, h).to(at::kCPU, at::kDouble).index_select(0, idx);
-  const at::Tensor V = cache.head_values(l, h).to(at::kCPU, at::kDouble).index_select(0, idx);
-  const at::Tensor s = at::mv(K, q[hq].to(at::kDouble)) / std::sqrt(static_cast<double>(q.size(1)));
-  return at::mv(V.t(), at::softmax(s, 0));
 }
 
 /// What one decode step of one layer checks, for sparq:mean=true that just attended layer l.

@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "cache_reference.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/head_pattern.h"
 #include "kvscope/core/kv_cache.h"
@@ -33,17 +34,16 @@
 #include "pycode_fixture.h"
 #include "small_config.h"
 #include "test_support.h"
+#include "topk_reference.h"
 
 namespace kvscope {
 namespace {
 namespace fs = std::filesystem;
 using policies::PagedSelectionBase;
 using policies::PageMinMax;
-
-std::vector<int64_t> to_vec(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kLong).contiguous().cpu();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
+using test::attention;
+using test::to_vec;
+using test::top_k_error;
 
 /// Element-wise min and max of the current keys of (l, h), per page: fp64 [n_pages, D] each.
 std::pair<at::Tensor, at::Tensor> page_bounds(const KvCache& cache, int64_t l, int64_t h, int64_t page) {
@@ -71,17 +71,6 @@ int64_t stale_pages(const PageMinMax& store, const KvCache& cache, int64_t l, in
   return smin.ne(mn).any(1).logical_or(smax.ne(mx).any(1)).sum().item<int64_t>();
 }
 
-/// fp64 attention of query head hq (its KV head h = hq / G) of layer l over the rows `rows`.
-at::Tensor attention(const KvCache& cache, int64_t l, const at::Tensor& q, int64_t hq, int64_t G,
-                     const std::vector<int64_t>& rows) {
-  const int64_t h = hq / G;
-  const at::Tensor idx = at::tensor(rows, at::kLong);
-  const at::Tensor K = cache.head_keys(l, h).to(at::kCPU, at::kDouble).index_select(0, idx);
-  const at::Tensor V = cache.head_values(l, h).to(at::kCPU, at::kDouble).index_select(0, idx);
-  const at::Tensor s = at::mv(K, q[hq].to(at::kDouble)) / std::sqrt(static_cast<double>(q.size(1)));
-  return at::mv(V.t(), at::softmax(s, 0));
-}
-
 /// Quest's group-accumulated page scores U[P] = Σ_g Σ_j max(q_gj·Kmax_Pj, q_gj·Kmin_Pj) (fp64) from
 /// the current rows of (l, h).
 std::vector<double> quest_scores(const KvCache& cache, int64_t l, int64_t h, const at::Tensor& q, int64_t G,
@@ -105,27 +94,6 @@ std::vector<double> hsa_scores(const KvCache& cache, int64_t l, int64_t h, const
   const at::Tensor scale = (qhat.abs().sum(1, true) / qg.abs().sum(1, true) * static_cast<double>(D)).sqrt();
   const at::Tensor total = at::softmax(s / scale, 1).sum(0).contiguous();
   return {total.data_ptr<double>(), total.data_ptr<double>() + total.numel()};
-}
-
-/// Empty when `picked` (distinct) are k items a top-k of `score` may return: none scores more than
-/// `tol` below an item left out. Else what is wrong.
-std::string top_k_error(const std::vector<double>& score, std::vector<int64_t> picked, int64_t k, double tol) {
-  std::sort(picked.begin(), picked.end());
-  if (std::adjacent_find(picked.begin(), picked.end()) != picked.end()) return "repeated items";
-  const auto n = static_cast<int64_t>(score.size());
-  if (static_cast<int64_t>(picked.size()) != std::min(k, n))
-    return std::to_string(picked.size()) + " items picked, want " + std::to_string(std::min(k, n));
-  std::vector<bool> in(score.size(), false);
-  double low = INFINITY, high = -INFINITY;
-  for (int64_t i : picked) {
-    if (i < 0 || i >= n) return "item " + std::to_string(i) + " out of range";
-    in[i] = true;
-    low = std::min(low, score[i]);
-  }
-  for (int64_t i = 0; i < n; ++i)
-    if (!in[i]) high = std::max(high, score[i]);
-  if (low < high - tol) return "picked score " + std::to_string(low) + " below left-out " + std::to_string(high);
-  return "";
 }
 
 /// What one decode step of one layer checks, for a paged policy `p` that just attended layer l.
