@@ -15,6 +15,7 @@
 #include "app_state.h"
 #include "eval_figures.h"
 #include "eval_test_support.h"
+#include "eval_view_harness.h"
 #include "export_figures.h"
 #include "figure_table.h"
 #include "gui_test_support.h"
@@ -253,25 +254,7 @@ TEST_F(EvalView, NeedleKeptFigureIsTheRunsLayerByHeadMap) {
 
 // ---- the view, headless -------------------------------------------------------------------------
 
-struct Headless {
-  explicit Headless(const std::string& db, std::int64_t run = -1) : im(1440.0f, 900.0f) {
-    s.headless = true;
-    GuiOptions o;
-    o.open = {db};
-    if (run >= 0) o.runs = {run};
-    o.view = View("eval");
-    ok = apply_options(s, o);
-  }
-  void frame(ImVec2 mouse = {-1e6f, -1e6f}, bool click = false) {
-    Ui ui{im.fonts(), textures, nullptr, nullptr};
-    im.frame([&] { draw_app(s, ui); }, mouse, click);
-    s.loader.wait_idle();
-  }
-  HeadlessImGui im;
-  NullTextureStore textures;
-  AppState s;
-  bool ok = false;
-};
+using Headless = testing::EvalViewHarness;
 
 TEST_F(EvalView, ViewShowsTheTableFigureAndSamplesAndAClickOpensASample) {
   Headless h(db_, eval_runs_[1]);  // run A: s0 under snapkv @ 0.5

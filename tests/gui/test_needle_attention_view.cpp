@@ -10,6 +10,7 @@
 #include "app_state.h"
 #include "eval_figures.h"
 #include "eval_test_support.h"
+#include "eval_view_harness.h"
 #include "gui_test_support.h"
 #include "headless.h"
 
@@ -162,25 +163,7 @@ TEST_F(NeedleAttentionView, FigureHasBothMapsOnOneScaleOrANoteForAnOlderFullRun)
 
 // ---- the view, headless -------------------------------------------------------------------------
 
-struct Headless {
-  explicit Headless(const std::string& db, std::int64_t run) : im(1440.0f, 900.0f) {
-    s.headless = true;
-    GuiOptions o;
-    o.open = {db};
-    o.runs = {run};
-    o.view = View("eval");
-    ok = apply_options(s, o);
-  }
-  void frame(ImVec2 mouse = {-1e6f, -1e6f}, bool click = false) {
-    Ui ui{im.fonts(), textures, nullptr, nullptr};
-    im.frame([&] { draw_app(s, ui); }, mouse, click);
-    s.loader.wait_idle();
-  }
-  HeadlessImGui im;
-  NullTextureStore textures;
-  AppState s;
-  bool ok = false;
-};
+using Headless = testing::EvalViewHarness;
 
 TEST_F(NeedleAttentionView, ViewShowsTheFullCachesMapBesideTheRunsNeedleKept) {
   Headless h(with_full_db_, with_full_ids_[1]);  // run A: s0 under snapkv @ 0.5
