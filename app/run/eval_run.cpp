@@ -1,12 +1,11 @@
 #include "eval_run.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "kvscope/core/attention.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/eval_score.h"
 #include "kvscope/core/generate.h"
@@ -51,32 +50,19 @@ std::vector<float> needle_attention_share(const Engine& engine, const std::vecto
   if (!any) return {};
   first_query = std::clamp<int64_t>(first_query, 0, n - 1);
   const int64_t W = n - first_query, H = c.n_head, Hkv = c.n_head_kv, G = H / Hkv;
-  const at::Tensor needle = at::tensor(mask).to(engine.model().device);                 // fp32 [n]
-  at::Tensor total = at::zeros({c.n_layer, Hkv}, needle.options());                     // needle mass sums
-  const at::Tensor kj = at::arange(n, needle.options().dtype(at::kLong)).unsqueeze(0);  // [1, n]
-  // The engine's attention (core/src/attention.cpp gqa_attention) of the window's queries, their
-  // probabilities times the needle indicator instead of the values; query blocks keep the scores
-  // under 16M fp32 elements.
+  const at::Tensor needle = at::tensor(mask).to(engine.model().device);  // fp32 [n]
+  at::Tensor total = at::zeros({c.n_layer, Hkv}, needle.options());      // needle mass sums
+  // The engine's attention (gqa_attention, with the layer's scale, softcap and window) of the
+  // window's queries in fp32, with the needle indicator as every value channel: each output channel
+  // is the query head's attention mass on the needle.
   const LayerObserver observe = [&](const LayerEvent& ev) {
     const at::Tensor keys = ev.cache.keys(ev.layer).to(at::kFloat);  // [Hkv, n, D]: a fresh cache, positions 0..n-1
-    const int64_t D = keys.size(2);
-    const double scale = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(D));
-    const int64_t window = c.window(ev.layer);
-    const at::Tensor kt = keys.transpose(1, 2);  // [Hkv, D, n]
-    const at::Tensor q = ev.q.narrow(0, first_query, W).to(at::kFloat).reshape({W, Hkv, G, D}).permute({1, 2, 0, 3});
-    const int64_t block = std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(1, H * n), 1, W);
-    at::Tensor sum = at::zeros({Hkv}, needle.options());
-    for (int64_t t0 = 0; t0 < W; t0 += block) {
-      const int64_t tb = std::min(block, W - t0);
-      at::Tensor s = at::bmm(q.narrow(2, t0, tb).reshape({Hkv, G * tb, D}), kt).mul_(scale).view({Hkv, G, tb, n});
-      if (c.attn_softcap > 0) s = at::tanh(s / c.attn_softcap) * c.attn_softcap;
-      const at::Tensor qi = at::arange(first_query + t0, first_query + t0 + tb, kj.options()).unsqueeze(1);  // [tb, 1]
-      at::Tensor masked = kj > qi;
-      if (window > 0) masked = masked.logical_or(kj <= qi - window);
-      s.masked_fill_(masked, -std::numeric_limits<float>::infinity());
-      sum += at::matmul(at::softmax(s, -1), needle).sum({1, 2});  // [Hkv, G, tb] -> [Hkv]
-    }
-    total[ev.layer].copy_(sum);
+    const at::Tensor values = needle.view({1, n, 1}).expand_as(keys);
+    const AttentionShape shape{c.attn_scale, c.attn_softcap, c.window(ev.layer)};
+    const at::Tensor o =
+        gqa_attention(ev.q.narrow(0, first_query, W).to(at::kFloat).reshape({W, H, keys.size(2)}), keys, values, shape);
+    // [W, H * D] -> channel 0 of each query head, summed over the window and the GQA group: [Hkv]
+    total[ev.layer].copy_(o.view({W, Hkv, G, -1}).select(3, 0).sum(at::IntArrayRef{0, 2}));
   };
   KvCache cache = engine.new_cache(n);
   engine.prefill(cache, ids, /*chunk=*/0, /*all_logits=*/false, observe);
