@@ -75,15 +75,24 @@ std::string read_file_text(const std::filesystem::path& file) {
   return text;
 }
 
-WordLists load_word_lists(const std::filesystem::path& file) {
-  std::string text;
+namespace {
+
+/// read_file_text, with its error followed by " (<hint>)": what the file is and where it comes from.
+std::string read_text_or_hint(const std::filesystem::path& file, const std::string& hint) {
   try {
-    text = read_file_text(file);
+    return read_file_text(file);
   } catch (const InputError& e) {
-    throw InputError(std::string(e.what()) +
-                     " (the word list of RULER's keys and cwe words: install the Debian package wamerican, or name "
-                     "another list of words, one a line)");
+    throw InputError(std::string(e.what()) + " (" + hint + ")");
   }
+}
+
+}  // namespace
+
+WordLists load_word_lists(const std::filesystem::path& file) {
+  const std::string text =
+      read_text_or_hint(file,
+                        "the word list of RULER's keys and cwe words: install the Debian package wamerican, or name "
+                        "another list of words, one a line");
   WordLists lists;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
@@ -104,14 +113,10 @@ WordLists load_word_lists(const std::filesystem::path& file) {
 void load_key_words(const std::filesystem::path& dir, WordLists& lists) {
   auto common = [&](const std::string& name) {
     const std::filesystem::path file = dir / name;
-    std::string text;
-    try {
-      text = read_file_text(file);
-    } catch (const InputError& e) {
-      throw InputError(std::string(e.what()) +
-                       " (WordNet's index of RULER's adjective-noun keys: install the Debian package wordnet-base, "
-                       "or name another WordNet directory)");
-    }
+    const std::string text =
+        read_text_or_hint(file,
+                          "WordNet's index of RULER's adjective-noun keys: install the Debian package wordnet-base, or "
+                          "name another WordNet directory");
     // index.pos(5WN): lemma pos synset_cnt p_cnt [ptr_symbol...] sense_cnt tagsense_cnt synset_offset...
     // License lines start with two spaces.
     std::vector<std::string> words;
