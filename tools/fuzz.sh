@@ -19,7 +19,7 @@ seconds=${1:-60}
 shift || true
 all=(fuzz_safetensors_header fuzz_safetensors_index fuzz_config_json fuzz_tokenizer_json fuzz_llama2c_header
      fuzz_llama2c_tokenizer fuzz_pipeline_spec fuzz_sweep_toml fuzz_session_open fuzz_head_pattern
-     fuzz_session_blob fuzz_timeline fuzz_chat_template fuzz_eval_samples)
+     fuzz_duo_gates fuzz_session_blob fuzz_timeline fuzz_chat_template fuzz_eval_samples)
 targets=("$@")
 ((${#targets[@]} == 0)) && targets=("${all[@]}")
 

@@ -134,6 +134,11 @@ def head_pattern_seeds(out):
     write(out, "fuzz_head_pattern", "duo", pattern([{"streaming": False}, {"streaming": True, "sink": 4, "window": 64}]))
     write(out, "fuzz_head_pattern", "hs-sft", pattern([{"streaming": True, "sink": 0, "window": 1}]))
     write(out, "fuzz_head_pattern", "empty", json.dumps({"format": "kvscope.head_pattern.v1", "layers": []}))
+    duo = os.path.join(ROOT, "tests", "data", "duo")
+    for sub in ("small", "pycode"):
+        with open(os.path.join(duo, sub, "full_attention_heads.tsv"), "rb") as f:
+            write(out, "fuzz_duo_gates", sub, f.read())
+    write(out, "fuzz_duo_gates", "comments", b"# gates\n\n1\t-0.0014\n0.5\t1.004\n")
 
 
 def zstd_frame(payload):
