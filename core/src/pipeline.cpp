@@ -17,6 +17,8 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
       heads_ = hp;
     else if (auto* sc = dynamic_cast<const ScoringPolicy*>(policy.get()))
       scorer_ = sc;
+    else if (auto* lb = dynamic_cast<const LayerBudgetPolicy*>(policy.get()))
+      layer_budget_ = lb;
     else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get()))
       budget_ = b;
     else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get()))
@@ -102,7 +104,8 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
     // Recent-window share: the newest entries are always kept (KeyDiff sliding-window variant).
     const int64_t n_recent = std::min<int64_t>(static_cast<int64_t>(scorer_->recent_share() * n_kept), n_tok);
     if (n_recent > 0) scores.narrow(1, n_tok - n_recent, n_recent).fill_(std::numeric_limits<float>::max());
-    cache.retain(ev.layer, budget_->select(scores, n_kept, in), reserve);
+    const int64_t layer_kept = layer_budget_ ? layer_budget_->layer_kept(scores, n_kept, in) : n_kept;
+    cache.retain(ev.layer, budget_->select(scores, layer_kept, in), reserve);
   }
   if (decode_) decode_->on_prefill(ev.layer, in, cache);
   return scores;

@@ -6,7 +6,8 @@ namespace kvscope {
 
 void PolicyRegistry::add(Entry e) {
   factories_[e.name] = std::move(e.make);
-  catalog_.add({std::move(e.name), e.stage, std::move(e.spec), std::move(e.summary), std::move(e.score)});
+  catalog_.add({std::move(e.name), e.stage, std::move(e.spec), std::move(e.summary), std::move(e.score),
+                std::move(e.layer_budget)});
 }
 
 std::unique_ptr<Policy> PolicyRegistry::make(const std::string& name, const ParamValues& values) const {

@@ -172,6 +172,26 @@ TEST(CliRun, AdaKvKeptSetsAndCacheBytesMatchKvpress) {
   EXPECT_EQ(j["cache_bytes"]["kv_live"].get<int64_t>(), entries * 2 * 64 * 4);  // K+V, head_dim 64, fp32
 }
 
+// `pyramidkv` alone runs PyramidKV's layer budgets (the stage its description names): on the
+// argparse golden (2,589 tokens) at ratio 0.5 the pyramid is steep (no fallback to uniform), and the
+// 32 greedy tokens are kvpress PyramidKVPress's, which differ from its SnapKVPress's.
+TEST(CliRun, PyramidKvAloneDecodesKvpressPyramidTokens) {
+  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
+  const auto& pyramid = g["kvpress"]["pyramidkv_w64_k5_b20@0.5"]["greedy"];
+  ASSERT_NE(pyramid, g["kvpress"]["snapkv_w64_k5_avg@0.5"]["greedy"]) << "the golden cannot tell the two apart";
+  const Result r =
+      cli("run --model " + q(test::pycode_dir()) + " --prompt-file " +
+          q(test::pycode_dir() / "golden/prompts/argparse_head.py") +
+          " --bos always --greedy --json --pipeline pyramidkv --compression-ratio 0.5 --max-new-tokens 32");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["pipeline"].get<std::string>().find("+pyramid:"), std::string::npos) << j["pipeline"];
+  EXPECT_EQ(j["output_ids"], pyramid);
+  // Layer budgets (kvpress: 2524 ... 65 from b = 1294.5; kvscope's integer b = 1294 gives 2523 ... 65).
+  EXPECT_EQ(j["budgets"][0][0].get<int64_t>(), 2523);
+  EXPECT_EQ(j["budgets"][7][1].get<int64_t>(), 65);
+}
+
 TEST(CliRun, ZeroCompressionIsLosslessAgainstTheFullReference) {
   const Result r = cli(textwrap_run("snapkv", "--compression-ratio 0 --reference full --max-new-tokens 6"));
   ASSERT_EQ(r.exit_code, 0) << r.out;

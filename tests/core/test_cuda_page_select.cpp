@@ -1,6 +1,6 @@
 // The page-summary kernels (ops/page_ops.h: HSA / Quest page selection with the last-page upkeep)
 // against their fp32 LibTorch references (ops/reference_ops.h), on ragged caches of awkward
-// lengths (1, 37, 1000, 32768 entries), head_dim 64 / 128, GQA groups 1, 3, 4, 8 and every dtype.
+// lengths (1, 37, 1000, 32768 entries), head_dim 64 / 96 / 128 / 256, GQA groups 1, 3, 4, 8 and every dtype.
 // Skipped without a CUDA device or without the kernels in the build.
 //
 // Selections are compared as sets. The kernel and the reference compute the same fp32 scores in a
@@ -110,7 +110,7 @@ void check_selection(bool hsa, at::ScalarType dt, int64_t D, int64_t G, int64_t 
 TEST_F(CudaPageSelect, HsaSelectsTheReferenceTokens) {
   std::mt19937 rng(2);
   for (at::ScalarType dt : kDtypes)
-    for (int64_t D : {64, 128})
+    for (int64_t D : {64, 96, 128, 256})
       for (int64_t G : {1, 3, 4, 8})
         for (int64_t n_tok : {1, 37, 1000, 32768}) {
           const int64_t page = n_tok > 1000 ? 8 : 4, k1 = D / 4, keep = std::max<int64_t>(1, n_tok / 8);
@@ -151,7 +151,7 @@ TEST_F(CudaPageSelect, ManyKvHeadsTakeSmallerClusters) {
 TEST_F(CudaPageSelect, QuestSelectsTheReferencePages) {
   std::mt19937 rng(3);
   for (at::ScalarType dt : kDtypes)
-    for (int64_t D : {64, 128})
+    for (int64_t D : {64, 96, 128, 256})
       for (int64_t G : {1, 3, 4, 8})
         for (int64_t n_tok : {1, 37, 1000, 32768}) {
           const int64_t page = 16, keep = std::max<int64_t>(1, n_tok / 16 / 8);
@@ -166,7 +166,7 @@ TEST_F(CudaPageSelect, LastPageUpkeepRecomputesTheSummariesAndSelectsAsIfFresh) 
   std::mt19937 rng(1);
   for (bool hsa : {true, false})
     for (at::ScalarType dt : kDtypes)
-      for (int64_t D : {64, 128})
+      for (int64_t D : {64, 96, 128, 256})
         for (int64_t n_tok : {1, 37, 1000, 32768})
           for (int64_t page : {1, 7, 16}) {
             const int64_t G = 4, k1 = D / 4, keep = std::max<int64_t>(1, hsa ? n_tok / 8 : n_tok / page / 8);

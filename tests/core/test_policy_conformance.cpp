@@ -58,7 +58,8 @@ TEST(PolicyConformance, RegistryHasTheBuiltins) {
   const PolicyRegistry r = builtin_registry();
   for (const char* n : {"snapkv", "pyramidkv", "streamingllm", "h2o", "tova", "knorm", "keydiff", "random"})
     EXPECT_EQ(r.catalog().at(n).stage, Stage::kScoring) << n;
-  for (const char* n : {"uniform", "pyramid", "adakv"}) EXPECT_EQ(r.catalog().at(n).stage, Stage::kBudget) << n;
+  for (const char* n : {"uniform", "adakv"}) EXPECT_EQ(r.catalog().at(n).stage, Stage::kBudget) << n;
+  EXPECT_EQ(r.catalog().at("pyramid").stage, Stage::kLayerBudget);
 }
 
 /// A valid head pattern (4 layers x 2 KV heads, one streaming head per layer) in a temp file.
@@ -105,8 +106,11 @@ TEST(PolicyConformance, SpecsAreCompleteAndDefaultsResolve) {
 TEST(PolicyConformance, EveryScoringWithEveryBudget) {
   const PolicyRegistry r = builtin_registry();
   const auto scorers = names_of(r, Stage::kScoring), budgets = names_of(r, Stage::kBudget);
+  auto layer_budgets = names_of(r, Stage::kLayerBudget);
   ASSERT_FALSE(scorers.empty());
   ASSERT_FALSE(budgets.empty());
+  ASSERT_FALSE(layer_budgets.empty());
+  layer_budgets.insert(layer_budgets.begin(), "");  // none: every layer at n_kept
   const int64_t n_layer = 4, Hkv = 2;
   uint64_t seed = 1;
   for (const int64_t group : {1, 3}) {
@@ -131,50 +135,56 @@ TEST(PolicyConformance, EveryScoringWithEveryBudget) {
           EXPECT_TRUE(at::equal(s, S.score(lp))) << "scores not deterministic";
           scores.push_back(s);
         }
-        for (const auto& bn : budgets) {
-          const auto bp = r.make(bn, {});
-          const auto& B = dynamic_cast<const BudgetPolicy&>(*bp);
-          for (const int64_t n_kept : {int64_t{0}, int64_t{1}, n_tok / 2, n_tok - 1, n_tok, n_tok + 3}) {
-            SCOPED_TRACE(sn + " + " + bn + " G=" + std::to_string(group) + " n_tok=" + std::to_string(n_tok) +
-                         " n_kept=" + std::to_string(n_kept));
-            int64_t model_total = 0;
-            for (size_t l = 0; l < layers.size(); ++l) {
-              const auto kept = B.select(scores[l], n_kept, layers[l]);
-              ASSERT_EQ(int64_t(kept.size()), Hkv);
-              const auto again = B.select(scores[l], n_kept, layers[l]);
-              int64_t layer_total = 0;
-              for (int64_t h = 0; h < Hkv; ++h) {
-                ASSERT_EQ(kept[h].scalar_type(), at::kLong);
-                ASSERT_EQ(kept[h].dim(), 1);
-                const auto v = to_vec(kept[h]);
-                for (size_t i = 0; i < v.size(); ++i) {
-                  ASSERT_GE(v[i], 0);
-                  ASSERT_LT(v[i], n_tok);
-                  if (i) ASSERT_LT(v[i - 1], v[i]) << "not sorted / not unique";
+        for (const auto& ln : layer_budgets)
+          for (const auto& bn : budgets) {
+            const auto lp = ln.empty() ? nullptr : r.make(ln, {});
+            const auto* L = dynamic_cast<const LayerBudgetPolicy*>(lp.get());
+            const auto bp = r.make(bn, {});
+            const auto& B = dynamic_cast<const BudgetPolicy&>(*bp);
+            for (const int64_t n_kept : {int64_t{0}, int64_t{1}, n_tok / 2, n_tok - 1, n_tok, n_tok + 3}) {
+              SCOPED_TRACE(sn + " + " + ln + " + " + bn + " G=" + std::to_string(group) +
+                           " n_tok=" + std::to_string(n_tok) + " n_kept=" + std::to_string(n_kept));
+              int64_t model_total = 0;
+              for (size_t l = 0; l < layers.size(); ++l) {
+                const int64_t layer_kept = L ? L->layer_kept(scores[l], n_kept, layers[l]) : n_kept;
+                if (L) {
+                  ASSERT_GE(layer_kept, 0);
+                  ASSERT_LE(layer_kept, n_tok);
+                  EXPECT_EQ(layer_kept, L->layer_kept(scores[l], n_kept, layers[l])) << "not deterministic";
                 }
-                EXPECT_EQ(v, to_vec(again[h])) << "selection not deterministic";
-                if (n_kept >= n_tok) {
-                  std::vector<int64_t> all(n_tok);
-                  std::iota(all.begin(), all.end(), 0);
-                  EXPECT_EQ(v, all) << "budget >= n_tok must keep everything";
+                const auto kept = B.select(scores[l], layer_kept, layers[l]);
+                ASSERT_EQ(int64_t(kept.size()), Hkv);
+                const auto again = B.select(scores[l], layer_kept, layers[l]);
+                int64_t layer_total = 0;
+                for (int64_t h = 0; h < Hkv; ++h) {
+                  ASSERT_EQ(kept[h].scalar_type(), at::kLong);
+                  ASSERT_EQ(kept[h].dim(), 1);
+                  const auto v = to_vec(kept[h]);
+                  for (size_t i = 0; i < v.size(); ++i) {
+                    ASSERT_GE(v[i], 0);
+                    ASSERT_LT(v[i], n_tok);
+                    if (i) ASSERT_LT(v[i - 1], v[i]) << "not sorted / not unique";
+                  }
+                  EXPECT_EQ(v, to_vec(again[h])) << "selection not deterministic";
+                  if (layer_kept >= n_tok) {
+                    std::vector<int64_t> all(n_tok);
+                    std::iota(all.begin(), all.end(), 0);
+                    EXPECT_EQ(v, all) << "budget >= n_tok must keep everything";
+                  }
+                  if (bn == "uniform") EXPECT_EQ(int64_t(v.size()), std::min(layer_kept, n_tok));
+                  layer_total += int64_t(v.size());
                 }
-                if (bn == "uniform") EXPECT_EQ(int64_t(v.size()), std::min(n_kept, n_tok));
-                layer_total += int64_t(v.size());
+                // Within a layer the head budget holds the layer's average (a layer budget moves
+                // memory between layers).
+                EXPECT_LE(layer_total, Hkv * std::max<int64_t>(0, layer_kept)) << "layer " << l;
+                if (bn == "adakv") EXPECT_EQ(layer_total, Hkv * std::min(layer_kept, n_tok));
+                model_total += layer_total;
               }
-              if (bn == "pyramid") {
-                // Per-layer budgets move memory between layers; per head at most n_tok.
-                EXPECT_LE(layer_total, Hkv * n_tok);
-              } else {
-                EXPECT_LE(layer_total, Hkv * std::max<int64_t>(0, n_kept)) << "layer " << l;
-              }
-              if (bn == "adakv") EXPECT_EQ(layer_total, Hkv * std::min(n_kept, n_tok));
-              model_total += layer_total;
+              // Over the whole model every combination respects the mean n_kept per head
+              // (pyramid up to its round-half-even of each layer's budget: +0.5 per layer).
+              EXPECT_LE(double(model_total), double(n_layer * Hkv) * (double(std::min(n_kept, n_tok)) + 0.5));
             }
-            // Over the whole model every budget policy respects the mean n_kept per head
-            // (pyramid up to its round-half-even of each layer's budget: +0.5 per layer).
-            EXPECT_LE(double(model_total), double(n_layer * Hkv) * (double(std::min(n_kept, n_tok)) + 0.5));
           }
-        }
       }
     }
   }

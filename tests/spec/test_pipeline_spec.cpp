@@ -33,6 +33,8 @@ PolicyCatalog test_catalog() {
          {int_p("window", 1, 4096, "32"), {"pool", ParamType::kChoice, 0, 0, "max", {"avg", "max"}, "h", "r"}},
          "s"});
   c.add({"knorm", Stage::kScoring, {}, "s"});
+  c.add({"pyramidkv", Stage::kScoring, {int_p("window", 1, 4096, "64")}, "s", "", "pyramid"});
+  c.add({"pyramid", Stage::kLayerBudget, {int_p("beta", 1, 100, "20")}, "s"});
   c.add({"uniform", Stage::kBudget, {}, "s"});
   c.add({"adakv", Stage::kBudget, {{"alpha", ParamType::kFloat, 0, 1, "0.2", {}, "h", "r"}}, "s"});
   c.add({"heads", Stage::kHeadPattern, {{"pattern", ParamType::kPath, 0, 0, "", {}, "h", "r"}}, "s"});
@@ -94,6 +96,18 @@ TEST(PolicyCatalog, ResolvesParametersAndInsertsTheDefaultBudgetStage) {
             "snapkv:pool=max,window=32+adakv:alpha=0.2+spark:ratio=0.5");
 }
 
+TEST(PolicyCatalog, AScorersOwnLayerBudgetComesBeforeTheDefaultHeadBudget) {
+  const PolicyCatalog c = test_catalog();
+  EXPECT_EQ(canonical_spec(resolve_pipeline(c, "pyramidkv")), "pyramidkv:window=64+pyramid:beta=20+uniform");
+  EXPECT_EQ(canonical_spec(resolve_pipeline(c, "pyramidkv+adakv")),
+            "pyramidkv:window=64+pyramid:beta=20+adakv:alpha=0.2");
+  EXPECT_EQ(canonical_spec(resolve_pipeline(c, "pyramidkv+pyramid:beta=4")),
+            "pyramidkv:window=64+pyramid:beta=4+uniform");
+  EXPECT_EQ(canonical_spec(resolve_pipeline(c, "knorm+pyramid+adakv:alpha=0.5")),
+            "knorm+pyramid:beta=20+adakv:alpha=0.5");
+  EXPECT_EQ(canonical_spec(resolve_pipeline(c, "knorm")), "knorm+uniform");  // no layer budget of its own
+}
+
 TEST(PolicyCatalog, StageRulesAreEnforcedWithClearMessages) {
   const PolicyCatalog c = test_catalog();
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "adakv+snapkv"); }).find("stage 'snapkv' comes after a later stage"),
@@ -101,6 +115,13 @@ TEST(PolicyCatalog, StageRulesAreEnforcedWithClearMessages) {
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+knorm"); }).find("more than one scoring stage"),
             std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+uniform+adakv"); }).find("more than one budget stage"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+pyramid+pyramid"); }).find("more than one layer-budget stage"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { resolve_pipeline(c, "pyramid+quest"); }).find("a layer budget allocates the entries a scoring"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+adakv+pyramid"); }).find("comes after a later stage"),
             std::string::npos);
   EXPECT_NE(
       error_of([&] { resolve_pipeline(c, "snapkv+spark+hsa"); }).find("more than one decode-time attention stage"),
@@ -110,7 +131,8 @@ TEST(PolicyCatalog, StageRulesAreEnforcedWithClearMessages) {
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "heads:pattern=p.json+snapkv"); }).find("not supported"),
             std::string::npos);
   const std::string unknown = error_of([&] { resolve_pipeline(c, "snapkvv"); });
-  EXPECT_NE(unknown.find("unknown policy 'snapkvv' (known: adakv, heads, hsa, knorm, quest, snapkv, spark, uniform)"),
+  EXPECT_NE(unknown.find("unknown policy 'snapkvv' (known: adakv, heads, hsa, knorm, pyramid, pyramidkv, quest, "
+                         "snapkv, spark, uniform)"),
             std::string::npos)
       << unknown;
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv:window=0"); }).find("'window' = 0 is outside [1, 4096]"),
@@ -134,19 +156,25 @@ TEST(PolicyCatalog, ListsPoliciesInStageOrderThenByName) {
   const PolicyCatalog c = test_catalog();
   std::vector<std::string> names;
   for (const auto& p : c.policies()) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"heads", "knorm", "snapkv", "adakv", "uniform", "spark", "hsa", "quest"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"heads", "knorm", "pyramidkv", "snapkv", "pyramid", "adakv", "uniform",
+                                             "spark", "hsa", "quest"}));
   EXPECT_EQ(c.find("nope"), nullptr);
 }
 
 TEST(StageTable, EveryStageHasOneRowInExecutionOrderAndItsKeyParsesBack) {
   std::set<std::string_view> keys;
+  int number = 0;  // labels S0..S7 in execution order; S2 (budget allocation) has two rows
   for (size_t i = 0; i < stage_table().size(); ++i) {
     const StageInfo& s = stage_table()[i];
     EXPECT_EQ(static_cast<size_t>(s.stage), i);
     EXPECT_EQ(parse_stage(s.key), s.stage);
     EXPECT_TRUE(keys.insert(s.key).second);
-    EXPECT_EQ(s.label.substr(0, 2), "S" + std::to_string(i));
+    if (s.label.substr(0, 2) != "S" + std::to_string(number)) ++number;
+    EXPECT_EQ(s.label.substr(0, 3), "S" + std::to_string(number) + " ") << s.label;
   }
+  EXPECT_EQ(number, 7);
+  EXPECT_EQ(stage_info(Stage::kLayerBudget).label, "S2 layer budget");
+  EXPECT_EQ(stage_info(Stage::kBudget).label, "S2 head budget");
   EXPECT_EQ(stage_key(Stage::kDecodeSelection), "decode_selection");
   EXPECT_FALSE(parse_stage("Scoring"));
 }

@@ -385,7 +385,8 @@ void run(AppState& s, Ui& ui) {
   ImGui::Spacing();
   ImGui::TextUnformatted("Pipeline");
   help_marker(
-      "Stages in order (S0 head pattern, S1 scoring, S2 budget, S4 channel, S5 decode-time selection, S7 multi-turn).\n"
+      "Stages in order (S0 head pattern, S1 scoring, S2 layer and head budgets, S4 channel, S5 decode-time selection, "
+      "S7 multi-turn).\n"
       "Every parameter comes from the policy's ParamSpec: range, default, help and paper section on hover.");
   if (ui.catalog) {
     const Preset* preset = nullptr;

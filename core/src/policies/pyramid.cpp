@@ -9,7 +9,10 @@
 //     if max_num >= n - W:  max_num = n - W;  min_num = 2·b - max_num
 //     if not (n >= max_num >= min_num >= W):  budget = b          (kvpress falls back to SnapKV)
 //     else:  budget_l = round_half_even(max_num - l·(max_num - min_num)/(L - 1))
-//   then each KV head keeps its top-budget_l entries (the window, scored kKeepScore, is inside the budget).
+//   then the head budget stage allocates budget_l per KV head within layer l: `uniform` (each head
+//   its top-budget_l entries, PyramidKV and kvpress), or `adakv` (Ada-PyramidKV: a layer-wide
+//   top-(n_head_kv·budget_l) with the safeguard, Ada-KV §4.1 and its code's pyram_mode). The window,
+//   scored kKeepScore, is inside the budget.
 //
 // Budget contract: per layer this exceeds n_head_kv·n_kept in the lower layers and falls short in
 // the upper ones; over all layers the mean per-head count is n_kept (+ at most 0.5 from rounding).
@@ -17,6 +20,9 @@
 // difference in max/min), and window=-1 (default) takes W from the scores: the number of entries a
 // head marked always-keep (kKeepScore), which is the observation window of snapkv/pyramidkv scores.
 // scores: fp32 [n_head_kv, n_tok]; in.layer and in.config.n_layer select the layer's budget.
+// Ada-KV's code (pyram_mode) computes this schedule over the budget without the window, with
+// integer divisions (min_num = b // beta, steps = (max_num - min_num) // (L - 1)) and without the
+// fallback; kvscope uses kvpress's form for PyramidKV and Ada-PyramidKV alike.
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
@@ -54,17 +60,16 @@ namespace {
 
 constexpr const char* kRef = "PyramidKV (Cai et al. 2024) §3.2; kvpress PyramidKVPress.get_layer_budget";
 
-class Pyramid : public BudgetBase {
+class Pyramid : public LayerBudgetBase {
  public:
   explicit Pyramid(const ParamValues& v)
-      : BudgetBase("pyramid", v), window_(param_int(v, "window")), beta_(param_float(v, "beta")) {}
+      : LayerBudgetBase("pyramid", v), window_(param_int(v, "window")), beta_(param_float(v, "beta")) {}
 
-  std::vector<at::Tensor> select(const at::Tensor& scores, int64_t n_kept, const LayerPrefill& in) const override {
+  int64_t layer_kept(const at::Tensor& scores, int64_t n_kept, const LayerPrefill& in) const override {
     const int64_t n = scores.size(1);
     int64_t w = window_;
     if (w < 0) w = n == 0 ? 0 : (scores == kKeepScore).sum(1).max().item<int64_t>();
-    const int64_t budget = pyramid_layer_budget(n, n_kept, w, beta_, in.layer, in.config.n_layer);
-    return topk_sorted_per_row(scores, budget);
+    return pyramid_layer_budget(n, n_kept, w, beta_, in.layer, in.config.n_layer);
   }
 
  private:
@@ -76,7 +81,7 @@ class Pyramid : public BudgetBase {
 
 PolicyRegistry::Entry pyramid_entry() {
   return {"pyramid",
-          Stage::kBudget,
+          Stage::kLayerBudget,
           {int_param("window", -1, 1 << 20, "-1",
                      "observation window W of the scorer, kept in every layer (-1: count the always-keep entries "
                      "of the scores)",

@@ -1,7 +1,8 @@
 // "pyramidkv" scoring: PyramidKV (Cai et al. 2024, arXiv 2406.02069) scores tokens exactly as
 // SnapKV does (§3.3: attention of the last α "instruction" tokens, pooled; those tokens always
 // kept); what makes it PyramidKV is the per-layer budget schedule, which lives in the "pyramid"
-// BudgetPolicy (pyramid.cpp). Combine them: scoring=pyramidkv + budget=pyramid.
+// layer-budget stage (pyramid.cpp). `pyramidkv` alone runs with it (PolicyDescription::layer_budget):
+// pyramidkv = pyramidkv+pyramid+uniform; pyramidkv+adakv is Ada-PyramidKV.
 //
 // Formula and shapes: see snapkv.cpp / snapkv_scores in scoring.h; returns fp32 [n_head_kv, n_tok].
 // Defaults are those of the authors' code (KVCache-Factory PyramidKVCluster) and of kvpress
@@ -40,7 +41,8 @@ PolicyRegistry::Entry pyramidkv_entry() {
           snapkv_spec(d, kRef),
           "SnapKV scores for the per-layer 'pyramid' budget (PyramidKV, Cai et al. 2024 §3.3)",
           [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<PyramidKv>(v); },
-          "pooled observation-window attention, GQA-combined (PyramidKV §3.3 = SnapKV §4.1-4.2); window always kept"};
+          "pooled observation-window attention, GQA-combined (PyramidKV §3.3 = SnapKV §4.1-4.2); window always kept",
+          "pyramid"};
 }
 
 }  // namespace kvscope::policies

@@ -84,9 +84,11 @@ SnapKvParams parse_snapkv(const std::string& policy, const ParamValues& v);
 
 // ---- Base classes holding name + resolved params -----------------------------------------------
 
-class ScoringBase : public ScoringPolicy {
+/// A policy of interface `Base` that stores its registered name and resolved parameters.
+template <class Base>
+class NamedPolicy : public Base {
  public:
-  ScoringBase(std::string name, ParamValues params) : name_(std::move(name)), params_(std::move(params)) {}
+  NamedPolicy(std::string name, ParamValues params) : name_(std::move(name)), params_(std::move(params)) {}
   std::string name() const override { return name_; }
   ParamValues params() const override { return params_; }
 
@@ -94,17 +96,9 @@ class ScoringBase : public ScoringPolicy {
   std::string name_;
   ParamValues params_;
 };
-
-class BudgetBase : public BudgetPolicy {
- public:
-  BudgetBase(std::string name, ParamValues params) : name_(std::move(name)), params_(std::move(params)) {}
-  std::string name() const override { return name_; }
-  ParamValues params() const override { return params_; }
-
- private:
-  std::string name_;
-  ParamValues params_;
-};
+using ScoringBase = NamedPolicy<ScoringPolicy>;
+using BudgetBase = NamedPolicy<BudgetPolicy>;
+using LayerBudgetBase = NamedPolicy<LayerBudgetPolicy>;
 
 /// Per-layer kept count of the "pyramid" budget (kvpress PyramidKVPress.get_layer_budget with
 /// n_tok·(1 - ratio) replaced by n_kept); see pyramid.cpp for the formula. window < 0 is invalid.

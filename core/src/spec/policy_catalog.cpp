@@ -35,7 +35,7 @@ std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::s
   const std::string where = "pipeline '" + std::string(spec) + "'";
   std::vector<ResolvedStage> out;
   Stage last = Stage::kHeadPattern;
-  int heads = 0, scoring = 0, budget = 0, decode = 0;
+  int heads = 0, scoring = 0, layer_budget = 0, budget = 0, decode = 0;
   for (const StageSpec& s : expand_pipeline_presets(spec)) {
     const PolicyDescription& p = catalog.at(s.policy);
     ResolvedStage r{&p, resolve_params(p.name, p.params, s.params)};
@@ -43,6 +43,8 @@ std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::s
     last = p.stage;
     if (p.stage == Stage::kHeadPattern && heads++) throw InputError(where + ": more than one head-pattern stage");
     if (p.stage == Stage::kScoring && scoring++) throw InputError(where + ": more than one scoring stage");
+    if (p.stage == Stage::kLayerBudget && layer_budget++)
+      throw InputError(where + ": more than one layer-budget stage");
     if (p.stage == Stage::kBudget && budget++) throw InputError(where + ": more than one budget stage");
     if (stage_info(p.stage).decode_time && decode++)
       throw InputError(where + ": more than one decode-time attention stage");
@@ -51,11 +53,25 @@ std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::s
   if (!heads && !scoring && !decode)
     throw InputError(where + " has no head-pattern, scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
   if (heads && scoring) throw InputError(where + ": a head pattern with a scoring stage is not supported yet");
-  if (scoring && !budget)  // default allocation right after the scorer, so the canonical SPEC keeps stage order
-    if (const PolicyDescription* uniform = catalog.find("uniform")) {
-      auto at = std::find_if(out.begin(), out.end(), [](const auto& r) { return r.policy->stage == Stage::kScoring; });
-      out.insert(at + 1, ResolvedStage{uniform, resolve_params(uniform->name, uniform->params, {})});
+  if (layer_budget && !scoring)
+    throw InputError(where + ": a layer budget allocates the entries a scoring stage ranks; add one (e.g. pyramidkv)");
+  // Defaults go right after the stage before them, so the canonical SPEC keeps stage order.
+  const auto find = [&](Stage s) {
+    return std::find_if(out.begin(), out.end(), [s](const auto& r) { return r.policy->stage == s; });
+  };
+  const auto after = [&](Stage s) { return find(s) + 1; };
+  if (scoring && !layer_budget) {  // the layer schedule the scorer's paper defines, if any
+    const PolicyDescription* scorer = find(Stage::kScoring)->policy;
+    if (!scorer->layer_budget.empty()) {
+      const PolicyDescription& lb = catalog.at(scorer->layer_budget);
+      out.insert(after(Stage::kScoring), ResolvedStage{&lb, resolve_params(lb.name, lb.params, {})});
+      layer_budget = 1;
     }
+  }
+  if (scoring && !budget)  // uniform head allocation
+    if (const PolicyDescription* uniform = catalog.find("uniform"))
+      out.insert(after(layer_budget ? Stage::kLayerBudget : Stage::kScoring),
+                 ResolvedStage{uniform, resolve_params(uniform->name, uniform->params, {})});
   return out;
 }
 

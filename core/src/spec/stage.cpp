@@ -2,12 +2,13 @@
 
 namespace kvscope {
 
-const std::array<StageInfo, 8>& stage_table() {
+const std::array<StageInfo, 9>& stage_table() {
   //                        key                 label                   uses_budget decode_time
-  static constexpr std::array<StageInfo, 8> table = {{
+  static constexpr std::array<StageInfo, 9> table = {{
       {Stage::kHeadPattern, "head_pattern", "S0 head pattern", false, false},
       {Stage::kScoring, "scoring", "S1 scoring", true, false},
-      {Stage::kBudget, "budget", "S2 budget", true, false},
+      {Stage::kLayerBudget, "layer_budget", "S2 layer budget", true, false},
+      {Stage::kBudget, "budget", "S2 head budget", true, false},
       {Stage::kRetention, "retention", "S3 retention", false, false},
       {Stage::kChannel, "channel", "S4 channel pruning", false, true},
       {Stage::kDecodeSelection, "decode_selection", "S5 decode selection", true, true},

@@ -59,6 +59,7 @@ class Pipeline {
   void apply_head_pattern(const LayerEvent& ev, int64_t reserve) const;
   const HeadPatternPolicy* heads_ = nullptr;
   const ScoringPolicy* scorer_ = nullptr;
+  const LayerBudgetPolicy* layer_budget_ = nullptr;
   const BudgetPolicy* budget_ = nullptr;
   DecodeAttentionPolicy* decode_ = nullptr;
 };

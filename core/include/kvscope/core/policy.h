@@ -84,7 +84,19 @@ class ScoringPolicy : public Policy {
   virtual double recent_share() const { return 0.0; }
 };
 
-/// S2: turns scores into kept entries per KV head under a budget.
+/// S2, across layers: the kept entries per KV head of one layer, from the run's per-head average
+/// (PyramidKV's schedule). The head budget stage then allocates that count within the layer.
+class LayerBudgetPolicy : public Policy {
+ public:
+  Stage stage() const override { return Stage::kLayerBudget; }
+  int64_t prefill_queries() const override { return 0; }
+  /// scores: fp32 [n_head_kv, n_tok] of the layer in.layer (what the head budget will rank);
+  /// n_kept: the run's average kept entries per KV head. Returns this layer's average per KV head,
+  /// in [0, n_tok]; over all layers the mean stays n_kept (up to rounding).
+  virtual int64_t layer_kept(const at::Tensor& scores, int64_t n_kept, const LayerPrefill& in) const = 0;
+};
+
+/// S2, across the KV heads of a layer: turns scores into kept entries per KV head under a budget.
 class BudgetPolicy : public Policy {
  public:
   Stage stage() const override { return Stage::kBudget; }
@@ -171,7 +183,8 @@ class PolicyRegistry {
     std::vector<ParamSpec> spec;
     std::string summary;  ///< one line with the paper reference
     Factory make;
-    std::string score = {};  ///< scoring policies: PolicyDescription::score
+    std::string score = {};         ///< scoring policies: PolicyDescription::score
+    std::string layer_budget = {};  ///< scoring policies: PolicyDescription::layer_budget
   };
   void add(Entry e);
   /// The descriptions of every added policy (torch-free; the GUI and the session writer read it).

@@ -22,6 +22,9 @@ struct PolicyDescription {
   /// Scoring policies: what the per-token score means (higher = keep) and which entries it always
   /// keeps, with the paper section; what the views label the decisive score with. Empty otherwise.
   std::string score;
+  /// Scoring policies: the layer-budget policy the paper defines its method with, added (with its
+  /// defaults) when the pipeline names no layer budget ("pyramid" for pyramidkv). Empty otherwise.
+  std::string layer_budget;
 };
 
 /// One stage of a validated pipeline: its policy and every parameter resolved.
@@ -47,10 +50,11 @@ class PolicyCatalog {
 
 /// Validates `spec` (presets expanded) against `catalog` and returns its stages with every
 /// parameter resolved. Rules: known policies and parameters (resolve_params); stages in execution
-/// order; at most one head-pattern, scoring, budget and decode-time stage; a head-pattern, scoring
-/// or decode-time stage present; no head pattern together with a scoring stage. A scoring stage
-/// without a budget stage gets `uniform` (when the catalog has it) right after it. Throws
-/// InputError("pipeline '<spec>': ...").
+/// order; at most one head-pattern, scoring, layer-budget, budget and decode-time stage; a
+/// head-pattern, scoring or decode-time stage present; no head pattern together with a scoring
+/// stage; a layer budget only with a scoring stage. A scoring stage without a layer budget gets its
+/// description's `layer_budget` (if any), and without a budget stage `uniform` (when the catalog
+/// has it), each right after the stage before it. Throws InputError("pipeline '<spec>': ...").
 std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::string_view spec);
 
 /// The canonical SPEC of resolved stages, every parameter written out (what a session stores).

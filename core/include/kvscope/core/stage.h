@@ -7,8 +7,19 @@
 
 namespace kvscope {
 
-/// Pipeline stages, in execution order (S0..S7).
-enum class Stage { kHeadPattern, kScoring, kBudget, kRetention, kChannel, kDecodeSelection, kMaintenance, kMultiTurn };
+/// Pipeline stages, in execution order (S0..S7; S2 is budget allocation: first across layers, then
+/// across the KV heads of a layer).
+enum class Stage {
+  kHeadPattern,
+  kScoring,
+  kLayerBudget,
+  kBudget,
+  kRetention,
+  kChannel,
+  kDecodeSelection,
+  kMaintenance,
+  kMultiTurn
+};
 
 /// One row of the stage table.
 struct StageInfo {
@@ -23,7 +34,7 @@ struct StageInfo {
 };
 
 /// Every stage, in execution order.
-const std::array<StageInfo, 8>& stage_table();
+const std::array<StageInfo, 9>& stage_table();
 /// The row of `s`.
 const StageInfo& stage_info(Stage s);
 /// stage_info(s).key, e.g. "decode_selection".
