@@ -217,7 +217,7 @@ class PagedSelectionBase : public DecodeSelectionBase {
 
  private:
   std::vector<bool> ring_;  // per KV head of the layer before_attend last saw: a ring buffer
-  /// head_dim 64 / 96 / 128 / 256 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
+  /// head_dim 64 / 128 and G <= 16 (the kernels' shapes); attend_heads covers the rest.
   bool kernels_fit(const KvCache& cache) const;
   /// Scoring + selection (page_select recomputes the page of each head's last entry first) and
   /// the gather attention; record: keep the selection for the step's telemetry.
