@@ -86,7 +86,11 @@ viz::Figure head_pattern(const FigureInput& in) {
   if (file.empty())
     throw std::invalid_argument(no_data(in) + "head pattern: its pipeline '" + r.record.row.pipeline_spec +
                                 "' has no 'heads' stage (record one with --pipeline heads:pattern=FILE)");
-  viz::Figure f = head_pattern_figure(std::filesystem::path(resolve_head_pattern_file(r, file)));
+  const std::filesystem::path path(resolve_head_pattern_file(r, file));
+  // A kvscope pattern file carries what learning it measured; a DuoAttention one only its gates,
+  // binarized as the run ran them.
+  viz::Figure f = is_duo_pattern_path(path) ? head_pattern_figure(run_head_pattern(r).pattern, {r.n_tok, -1, {}})
+                                            : head_pattern_figure(path);
   f.caption = "pattern " + file + "; run: " + r.caption() + ". " + f.caption;
   return f;
 }

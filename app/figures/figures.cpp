@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
 #include <variant>
 
 #include "figure_table.h"
@@ -513,7 +514,7 @@ void add_head_pattern_panels(viz::Figure& f, const RunData& r) {
   const std::string name = std::filesystem::path(file).filename().string();
   const std::string path = resolve_head_pattern_file(r, file);
   try {
-    const HeadPattern p = load_head_pattern(path);
+    const HeadPattern p = run_head_pattern(r).pattern;
     viz::Figure hp = head_pattern_figure(p, {r.n_tok, -1, {}});  // n_tok 0: the pattern's widest window
     auto& map = std::get<viz::Heatmap>(hp.panels.at(0));
     map.title = "head pattern " + name + " (" + p.method + ")";
@@ -608,6 +609,18 @@ std::string head_pattern_file(const RunData& r) {
       for (const auto& p : st.params)
         if (p.key == "pattern") return p.value;
   return "";
+}
+
+HeadsStagePattern run_head_pattern(const RunData& r) {
+  for (const auto& st : r.record.info.pipeline.stages) {
+    if (st.policy != "heads") continue;
+    ParamValues params;
+    for (const auto& p : st.params) params[p.key] = p.value;
+    for (const auto& d : kHeadsStageDuoDefaults) params.emplace(d.key, d.value);  // runs recorded before them
+    params["pattern"] = resolve_head_pattern_file(r, params["pattern"]);
+    return resolve_heads_stage(params);
+  }
+  throw std::invalid_argument("run " + std::to_string(r.ref.run) + ": its pipeline has no 'heads' stage");
 }
 
 std::string resolve_head_pattern_file(const RunData& r, const std::string& file) {

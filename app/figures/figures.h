@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "figure_options.h"
+#include "kvscope/core/duo_pattern.h"
 #include "kvscope/viz/figure.h"
 #include "run_data.h"
 
@@ -86,6 +87,11 @@ std::string head_pattern_file(const RunData& r);
 /// Where to read that file: as recorded when it exists, else (a relative path) next to the run's
 /// database, else as recorded (reading it then fails naming the path).
 std::string resolve_head_pattern_file(const RunData& r, const std::string& file);
+/// The head pattern the run's "heads" stage ran: resolve_heads_stage (duo_pattern.h) on the stage's
+/// recorded parameters, the file found by resolve_head_pattern_file, so a DuoAttention pattern is
+/// binarized by the run's sparsity, threshold or RocketKV rule and sizes. Throws
+/// std::invalid_argument when the run has no heads stage, and the readers' InputError.
+HeadsStagePattern run_head_pattern(const RunData& r);
 /// Fidelity: per-step KL, top-1 agreement and bytes read of every given run (overlaid).
 viz::Figure fidelity_figure(const std::vector<const RunData*>& runs, const FidelityOptions& o);
 /// Selection: the selected head's percentile among all heads per metric, and its kept strip.

@@ -342,6 +342,41 @@ class HeadPatternFigures : public ::testing::Test {
   std::int64_t heads_ = -1;
 };
 
+// A DuoAttention pattern (tests/data/duo/small: 3 layers x 4 KV heads of gates) is shown as the run
+// binarized it: recorded sparsity 0.5 streams ceil(0.5 x 11) = 6 of the 12 heads, the lowest gates,
+// with the recorded sink and recent sizes; the head-pattern export draws the same map.
+TEST_F(HeadPatternFigures, BudgetsFigureOfADuoPatternRunBinarizesAsTheRunDid) {
+  const std::string duo = (gui::testing::source_dir() / "tests/data/duo/small").string();
+  // Recorded with the pattern key only, as runs before the DuoAttention keys were: their defaults apply.
+  const std::int64_t run_id =
+      gui::testing::write_heads_run(db_, runs_.snapkv, duo, gui::testing::test_head_pattern(3, 4));
+  const auto store = sessions::SessionStore::open(db_.string(), sessions::OpenMode::kReadOnly);
+  const auto run = load_run_data(store, run_id, {});
+  const HeadsStagePattern hp = run_head_pattern(*run);
+  int64_t streaming = 0;
+  for (const auto& layer : hp.pattern.layers)
+    for (const auto& h : layer) {
+      streaming += h.streaming;
+      if (h.streaming) EXPECT_EQ(h.sink + h.window, kDuoDefaultSink + kDuoDefaultRecent);
+    }
+  EXPECT_EQ(streaming, 6);
+  // The six lowest gates: layer 0 heads 1-3 (-1.2e-4 clipped to 0, 0.559, 2.0e-4), layer 1 head 1
+  // (0.428), layer 2 heads 1 and 2 (0.621, 0.0021).
+  for (const auto [l, h] : {std::pair{0, 1}, {0, 2}, {0, 3}, {1, 1}, {2, 1}, {2, 2}})
+    EXPECT_TRUE(hp.pattern.layers[l][h].streaming) << l << " " << h;
+  EXPECT_FALSE(hp.pattern.layers[0][0].streaming);
+  const viz::Figure f = budgets_figure(*run, nullptr, {});
+  ASSERT_NO_THROW(viz::validate(f));
+  ASSERT_EQ(f.panels.size(), 4u) << "kept map, kept per layer, pattern map, windows (not a note)";
+  const auto& map = std::get<viz::Heatmap>(f.panels[2]);
+  EXPECT_NE(map.title.find("head pattern small"), std::string::npos) << map.title;
+  EXPECT_EQ(map.mask[1], 0);  // layer 0 head 1 streams
+  EXPECT_EQ(map.mask[0], 1);
+  const viz::Figure e = build_figure(store, run_id, {"head-pattern", 0, 0, "", {}});
+  ASSERT_NO_THROW(viz::validate(e));
+  EXPECT_EQ(std::get<viz::Heatmap>(e.panels.at(0)).mask, map.mask);
+}
+
 TEST_F(HeadPatternFigures, BudgetsFigureOfAHeadsRunShowsThePattern) {
   const auto store = sessions::SessionStore::open(db_.string(), sessions::OpenMode::kReadOnly);
   const auto run = load_run_data(store, heads_, {});
