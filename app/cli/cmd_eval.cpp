@@ -42,7 +42,7 @@ struct Args {
   std::vector<std::string> essays, code;
   std::vector<double> depths;
   std::string haystack, words, wordnet;
-  bool plain = false;
+  bool plain = false, remove_newline_tab = false;
   std::vector<std::string> pipelines;
   std::vector<double> ratios, budgets;
   std::string budget_unit = "stored";
@@ -143,6 +143,9 @@ Runner add_eval(CLI::App& app) {
   cmd->add_option("--essays", a->essays, "With --task: text files of the essay haystack (niah_single_2/3, ...)");
   cmd->add_option("--code", a->code, "With --task: source files of the code haystack");
   cmd->add_option("--haystack", a->haystack, "With --task: noise | needle | essay | code instead of the task's own");
+  cmd->add_flag("--remove-newline-tab", a->remove_newline_tab,
+                "With --task: RULER's --remove_newline_tab: whitespace runs (noise lines' newlines included) become "
+                "one space");
   cmd->add_option("--depth", a->depths, "With --task niah_paul_graham: needle depths in percent");
   cmd->add_option("--words", a->words,
                   "With --task: word list of the keys and cwe/fwe words, one a line (default: wamerican's)");
@@ -232,6 +235,7 @@ Runner add_eval(CLI::App& app) {
         for (const auto& c : a->code) cmdline << " --code " << abs(c);
         for (double d : a->depths) cmdline << " --depth " << format_number(d);
         if (!a->haystack.empty()) cmdline << " --haystack " << q(a->haystack);
+        if (a->remove_newline_tab) cmdline << " --remove-newline-tab";
         if (!a->words.empty()) cmdline << " --words " << abs(a->words);
         if (!a->wordnet.empty()) cmdline << " --wordnet " << abs(a->wordnet);
         if (a->plain) cmdline << " --plain";
@@ -292,6 +296,7 @@ Runner add_eval(CLI::App& app) {
       if (!a->words.empty()) o.words_file = a->words;
       if (!a->wordnet.empty()) o.wordnet_dir = a->wordnet;
       o.depths = a->depths;
+      o.remove_newline_tab = a->remove_newline_tab;
       o.chat = !a->plain && tmpl != nullptr;
       const PromptTokenCounter count = [&](const EvalSample& s) {
         return static_cast<int64_t>(run::assemble_eval_prompt(model, tmpl.get(), s).ids.size());
@@ -303,7 +308,7 @@ Runner add_eval(CLI::App& app) {
       }
       std::ostringstream os;
       os << "task=" << a->task << "|seed=" << a->seed << "|n=" << a->n << "|chat=" << o.chat
-         << "|haystack=" << a->haystack;
+         << "|haystack=" << a->haystack << (a->remove_newline_tab ? "|remove_newline_tab" : "");
       for (const auto& e : a->essays) os << "|essay=" << std::filesystem::weakly_canonical(e).string();
       for (const auto& c : a->code) os << "|code=" << std::filesystem::weakly_canonical(c).string();
       for (double d : a->depths) os << "|depth=" << format_number(d);

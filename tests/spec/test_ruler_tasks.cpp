@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -206,6 +207,47 @@ TEST(RulerTasks, NiahSingle1IsRulersTemplateWithOneNeedleInNoiseLines) {
     EXPECT_GT(noise, 50u);
   }
   EXPECT_NE(samples[0].answers, samples[1].answers);
+}
+
+// RULER's --remove_newline_tab: the same samples with every whitespace run one space, the needle
+// spans on the same text; applied to the golden file's form (noise lines joined by spaces), and a
+// field boundary keeps exactly one space.
+TEST(RulerTasks, RemoveNewlineTabJoinsTheNoiseLinesWithSpacesAndMovesTheNeedles) {
+  RulerTaskOptions o = options("niah_single_1", 2048, 2);
+  const auto lines = generate_ruler_samples(o, quarter_bytes);
+  o.remove_newline_tab = true;
+  const auto spaced = generate_ruler_samples(o, quarter_bytes);
+  ASSERT_EQ(spaced.size(), lines.size());
+  for (size_t i = 0; i < spaced.size(); ++i) {
+    const EvalSample &a = lines[i], &b = spaced[i];
+    expect_common(b, o, static_cast<int64_t>(i), 128);
+    EXPECT_EQ(b.answers, a.answers);
+    EXPECT_EQ(b.instruction,
+              "A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you "
+              "about the number afterwards. ");
+    EXPECT_EQ(b.context.find('\n'), std::string::npos);
+    EXPECT_EQ(b.context.find("  "), std::string::npos);
+    EXPECT_EQ(b.context.substr(0, kNoise.size() + 1), kNoise + " ");
+    EXPECT_EQ(b.question.substr(0, 13), " What is the ");
+    EXPECT_EQ(b.answer_prefix, a.answer_prefix);
+    ASSERT_EQ(b.needles.size(), 1u);
+    EXPECT_EQ(span_text(b, b.needles[0]), span_text(a, a.needles[0]));
+    std::string joined = a.context;
+    std::replace(joined.begin(), joined.end(), '\n', ' ');
+    EXPECT_EQ(b.context, joined);
+  }
+  EvalSample t;
+  t.instruction = "\tIntro:\n\n";
+  t.context = "\n a \t\tb\n\nNEEDLE\nc\n";
+  t.needles = {{9, 15}};  // "NEEDLE"
+  t.question = "\nQ?  ";
+  t.answer_prefix = "";
+  remove_newline_tab(t);
+  EXPECT_EQ(t.instruction, "Intro: ");
+  EXPECT_EQ(t.context, "a b NEEDLE c ");
+  EXPECT_EQ(t.context.substr(static_cast<size_t>(t.needles[0].begin), 6), "NEEDLE");
+  EXPECT_EQ(t.needles[0].end - t.needles[0].begin, 6);
+  EXPECT_EQ(t.question, "Q?");
 }
 
 TEST(RulerTasks, NiahSingle1SplitsAsTheGoldenFile) {

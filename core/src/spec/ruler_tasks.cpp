@@ -865,6 +865,45 @@ Hay choose_haystack(const TaskDef& def, const std::string& name) {
 
 }  // namespace
 
+void remove_newline_tab(EvalSample& s) {
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t'; };
+  // The prompt's fields in order; `prev_space`: the text so far ends with a space (or is empty, so
+  // that the prompt's leading whitespace goes), carried across field boundaries.
+  bool prev_space = true;
+  const auto collapse = [&](std::string& text, std::vector<int64_t>* map) {
+    std::string out;
+    out.reserve(text.size());
+    if (map) map->assign(text.size() + 1, 0);
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (map) (*map)[i] = static_cast<int64_t>(out.size());
+      if (space(text[i])) {
+        if (!prev_space) out += ' ';
+        prev_space = true;
+      } else {
+        out += text[i];
+        prev_space = false;
+      }
+    }
+    if (map) map->back() = static_cast<int64_t>(out.size());
+    text = std::move(out);
+  };
+  std::vector<int64_t> map;
+  collapse(s.instruction, nullptr);
+  collapse(s.context, &map);
+  for (TextSpan& t : s.needles) {
+    t.begin = map[static_cast<size_t>(t.begin)];
+    t.end = map[static_cast<size_t>(t.end)];
+  }
+  collapse(s.question, nullptr);
+  collapse(s.answer_prefix, nullptr);
+  // The end of the prompt: no trailing space (RULER strips; the answer prefix follows the question).
+  for (std::string* f : {&s.answer_prefix, &s.question, &s.context, &s.instruction}) {
+    if (f->empty()) continue;
+    if (f->back() == ' ') f->pop_back();
+    break;
+  }
+}
+
 const std::vector<std::string>& ruler_task_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
@@ -927,19 +966,27 @@ std::vector<EvalSample> generate_ruler_samples(const RulerTaskOptions& task_opti
   size.count = &count_tokens;
   size.unit = def.family == Family::kCwe ? "distinct words" : def.family == Family::kFwe ? "words" : unit_name(src.hay);
   if (options.n == 0) return {};
+  std::vector<EvalSample> out;
   switch (def.family) {
     case Family::kNiah:
-      return generate_niah(def, options, src, size);
+      out = generate_niah(def, options, src, size);
+      break;
     case Family::kVt:
-      return generate_vt(def, options, src, size);
+      out = generate_vt(def, options, src, size);
+      break;
     case Family::kCwe:
-      return generate_cwe(def, options, src, size);
+      out = generate_cwe(def, options, src, size);
+      break;
     case Family::kFwe:
-      return generate_fwe(def, options, size);
+      out = generate_fwe(def, options, size);
+      break;
     case Family::kPaulGraham:
+      out = generate_paul_graham(def, options, src, size);
       break;
   }
-  return generate_paul_graham(def, options, src, size);
+  if (options.remove_newline_tab)  // after sizing, as RULER: the prompt only gets shorter
+    for (EvalSample& s : out) remove_newline_tab(s);
+  return out;
 }
 
 }  // namespace kvscope

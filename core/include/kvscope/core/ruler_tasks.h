@@ -26,6 +26,10 @@ struct RulerTaskOptions {
   std::vector<double> depths;  ///< niah_paul_graham: depth percents in [0, 100] (one sample per depth x n;
                                ///< empty: 0, 10, ..., 100); else ignored
   bool chat = true;            ///< copied into each EvalSample::chat
+  /// RULER's --remove_newline_tab (scripts/data/prepare.py; off in its config_tasks.sh): after
+  /// sizing, every run of spaces, newlines and tabs becomes one space (noise lines joined by spaces,
+  /// as in pycode-recall-17m's golden samples); the needles' spans move with the text.
+  bool remove_newline_tab = false;
   /// The word list of cwe's words, and the words niah's keys may use: one word a line (Debian's
   /// wamerican; only lines of 3-12 lowercase ASCII letters are used).
   std::filesystem::path words_file = "/usr/share/dict/american-english";
@@ -37,6 +41,11 @@ struct RulerTaskOptions {
 /// Tokens of the prompt a sample assembles to (the caller applies the chat template and tokenizer).
 /// vt also sizes its one-shot example with it: a sample with chat false and only an instruction.
 using PromptTokenCounter = std::function<int64_t(const EvalSample&)>;
+
+/// RULER's remove_newline_tab on one sample (niah.py: ' '.join(text.replace('\n', ' ').replace('\t',
+/// ' ').split())), field by field: runs of ' ', '\n', '\t' become one space, the prompt's first
+/// and last whitespace go, a field boundary keeps one space; `needles` spans are remapped.
+void remove_newline_tab(EvalSample& sample);
 
 /// Every task name generate_ruler_samples knows: RULER's niah_single_1/2/3, niah_multikey_1/2/3,
 /// niah_multivalue, niah_multiquery, vt, cwe, fwe, and niah_paul_graham.
