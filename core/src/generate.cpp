@@ -168,6 +168,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
                      turns * (std::max<int64_t>(req.max_new_tokens, 0) + 1), o);
   }
   int64_t step_no = 0;  // Timeline's step: decode forward passes and later turns' prefills
+  // Eviction while decoding (an S6 stage): after each layer's attention, once the step's telemetry
+  // saw the cache the attention read; the timeline records the evicted entries at this step.
+  const bool evicting = req.pipeline && req.pipeline->evicts_during_decode();
+  int64_t decode_n_kept = 0;  // the run's budget per KV head, the eviction's default target
   const LayerObserver count_bytes = [&](const LayerEvent& ev) {
     // A sliding-window layer attends densely over its ring (no decode-time selection there).
     const bool dense = ev.config.window(ev.layer) > 0;
@@ -186,6 +190,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       }
     }
     if (req.decode_probe) req.decode_probe(ev, step_no);
+    if (evicting) {
+      req.pipeline->evict_decode(ev, res.decode_steps, decode_n_kept);
+      if (recorder) recorder->after_decode_eviction(ev.cache, ev.layer);
+    }
   };
   double reference_ms = 0;
   at::Tensor full_logits;
@@ -229,6 +237,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       const int64_t n_history = first_position + static_cast<int64_t>(block.size());
       const int64_t n_kept =
           req.pipeline->begin_run(RunBudget{req.budget, n_history, req.max_new_tokens}, engine.model().config);
+      decode_n_kept = n_kept;
       // Room for what follows the compressed block without compression: the question, then decoding.
       const auto n_question = static_cast<int64_t>(turn == 0 ? req.question_ids.size() : 0);
       const int64_t reserve = std::max(req.max_new_tokens + n_question, req.pipeline->prefill_block());
@@ -313,7 +322,9 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     // decode-time selection policies (stage S5) step eagerly while capture wants their recall.
     std::unique_ptr<DecodeGraph> graph;
     const bool selects = decode_attention && decode_attention->stage() == Stage::kDecodeSelection;
-    const bool can_graph = !req.decode_probe && DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
+    // Eviction re-packs the cache between steps: no graph (the step runs eagerly, GenerateResult::decode_graph).
+    const bool can_graph = !req.decode_probe && !evicting &&
+                           DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
                            (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens));
     // A timeline of a selection policy keeps the graph when the policy records its selections in
     // it (graph_selections). Capture full keeps it too when the exact top-k oracle runs inside the
@@ -372,7 +383,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
               }
               return lg;
             }
-            const bool observe = decode_attention || topk || req.decode_probe;
+            const bool observe = decode_attention || topk || req.decode_probe || evicting;
             return engine.forward(cache, tok, false, observe ? count_bytes : LayerObserver{}, decode_attention);
           });
       res.bytes_read.push_back(decode_attention ? step_bytes : cache.bytes_live());

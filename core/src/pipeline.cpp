@@ -23,10 +23,22 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
       budget_ = b;
     else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get()))
       decode_ = d;
+    else if (auto* e = dynamic_cast<const DecodeEvictionPolicy*>(policy.get()))
+      decode_eviction_ = e;
     stages_.push_back(std::move(policy));
   }
   if (scorer_ && !budget_)
     throw InputError("pipeline '" + std::string(spec) + "': no budget allocation policy is registered");
+  // A decode step has one query: scorers that rank by more (SnapKV's window, H2O's accumulated
+  // attention over every query) are not defined there.
+  if (decode_eviction_ && scorer_->prefill_queries() != 0 && scorer_->prefill_queries() != 1)
+    throw InputError("pipeline '" + std::string(spec) +
+                     "': eviction while decoding needs a scorer that ranks with at most the step's query (tova, "
+                     "keydiff, knorm, streamingllm, random); '" +
+                     scorer_->name() + "' ranks with " +
+                     (scorer_->prefill_queries() < 0
+                          ? std::string("every query so far")
+                          : "its last " + std::to_string(scorer_->prefill_queries()) + " queries"));
 }
 
 std::string Pipeline::canonical() const {
@@ -109,6 +121,18 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
   }
   if (decode_) decode_->on_prefill(ev.layer, in, cache);
   return scores;
+}
+
+void Pipeline::evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) const {
+  if (!decode_eviction_ || ev.config.window(ev.layer) > 0) return;
+  if ((step + 1) % decode_eviction_->interval() != 0) return;
+  KvCache& cache = ev.cache;
+  if (!cache.layer(ev.layer).uniform())
+    throw InputError("pipeline: eviction while decoding needs equal lengths per KV head (a uniform head budget)");
+  const int64_t target = decode_eviction_->target() > 0 ? decode_eviction_->target() : n_kept;
+  if (cache.layer(ev.layer).length[0] <= target) return;
+  const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
+  cache.retain(ev.layer, budget_->select(scorer_->score(in), target, in), decode_eviction_->interval());
 }
 
 }  // namespace kvscope

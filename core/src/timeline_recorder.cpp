@@ -99,6 +99,21 @@ void TimelineRecorder::after_prefill(const std::vector<std::vector<std::vector<i
   }
 }
 
+void TimelineRecorder::after_decode_eviction(const KvCache& cache, int64_t layer) {
+  const LayerKv& kv = cache.layer(layer);
+  for (int64_t h = 0; h < t_.n_head_kv; ++h) {
+    std::vector<int32_t>& rows = rows_[layer][h];
+    if (kv.length[h] == static_cast<int64_t>(rows.size())) continue;  // nothing left this head
+    const at::Tensor p = cache.head_positions(layer, h).to(at::kCPU, at::kInt).contiguous();
+    std::vector<int32_t> now(p.data_ptr<int32_t>(), p.data_ptr<int32_t>() + p.numel());
+    std::vector<int32_t> sorted = now;
+    std::sort(sorted.begin(), sorted.end());
+    for (int32_t r : rows)
+      if (!std::binary_search(sorted.begin(), sorted.end(), r)) evict(layer, h, r, EvictionCause::kDecode);
+    rows = std::move(now);
+  }
+}
+
 void TimelineRecorder::after_layer(const KvCache& cache, int64_t layer, int64_t position) {
   if (layer_step_[layer] == step_) return;
   layer_step_[layer] = step_;

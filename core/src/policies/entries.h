@@ -30,6 +30,8 @@ PolicyRegistry::Entry hsa_entry();        // hsa.cpp
 PolicyRegistry::Entry quest_entry();      // quest.cpp
 PolicyRegistry::Entry sparq_entry();      // sparq.cpp
 PolicyRegistry::Entry exacttopk_entry();  // exacttopk.cpp
+// S6 maintenance
+PolicyRegistry::Entry decoding_entry();  // decoding.cpp
 // S7 multi-turn
 PolicyRegistry::Entry rocketkv_mt_entry();  // rocketkv_mt.cpp
 

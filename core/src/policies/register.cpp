@@ -21,8 +21,9 @@ void register_builtin_policies(PolicyRegistry& registry) {
   registry.add(random_entry());
   // S2 budget allocation
   registry.add(uniform_entry());
-  registry.add(pyramid_entry());
   registry.add(adakv_entry());
+  // S2 layer budget
+  registry.add(pyramid_entry());
   // S4 channel pruning
   registry.add(spark_entry());
   registry.add(think_entry());
@@ -31,6 +32,8 @@ void register_builtin_policies(PolicyRegistry& registry) {
   registry.add(quest_entry());
   registry.add(sparq_entry());
   registry.add(exacttopk_entry());
+  // S6 maintenance
+  registry.add(decoding_entry());
   // S7 multi-turn
   registry.add(rocketkv_mt_entry());
 }

@@ -35,7 +35,7 @@ std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::s
   const std::string where = "pipeline '" + std::string(spec) + "'";
   std::vector<ResolvedStage> out;
   Stage last = Stage::kHeadPattern;
-  int heads = 0, scoring = 0, layer_budget = 0, budget = 0, decode = 0;
+  int heads = 0, scoring = 0, layer_budget = 0, budget = 0, decode = 0, maintenance = 0;
   for (const StageSpec& s : expand_pipeline_presets(spec)) {
     const PolicyDescription& p = catalog.at(s.policy);
     ResolvedStage r{&p, resolve_params(p.name, p.params, s.params)};
@@ -46,6 +46,7 @@ std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::s
     if (p.stage == Stage::kLayerBudget && layer_budget++)
       throw InputError(where + ": more than one layer-budget stage");
     if (p.stage == Stage::kBudget && budget++) throw InputError(where + ": more than one budget stage");
+    if (p.stage == Stage::kMaintenance && maintenance++) throw InputError(where + ": more than one maintenance stage");
     if (stage_info(p.stage).decode_time && decode++)
       throw InputError(where + ": more than one decode-time attention stage");
     out.push_back(std::move(r));
@@ -53,6 +54,12 @@ std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::s
   if (!heads && !scoring && !decode)
     throw InputError(where + " has no head-pattern, scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
   if (heads && scoring) throw InputError(where + ": a head pattern with a scoring stage is not supported yet");
+  if (maintenance && !scoring)
+    throw InputError(where + ": eviction while decoding ranks entries with a scoring stage; add one (e.g. tova)");
+  if (maintenance && decode)
+    throw InputError(where +
+                     ": eviction while decoding with a decode-time attention stage is not supported (its side "
+                     "stores do not follow the evicted rows)");
   if (layer_budget && !scoring)
     throw InputError(where + ": a layer budget allocates the entries a scoring stage ranks; add one (e.g. pyramidkv)");
   // Defaults go right after the stage before them, so the canonical SPEC keeps stage order.

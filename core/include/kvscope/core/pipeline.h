@@ -42,6 +42,17 @@ class Pipeline {
   /// scorer ran (no scoring stage, or nothing to evict).
   at::Tensor compress_layer(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const;
 
+  /// Whether the pipeline evicts while decoding (an S6 `decoding` stage).
+  bool evicts_during_decode() const { return decode_eviction_ != nullptr; }
+  /// Eviction while decoding (S6): called right after layer ev.layer's attention at decode step
+  /// `step` (0-based; ev.q the step's queries [1, n_head, head_dim]). Every interval() steps, when
+  /// the layer holds more than target() entries per KV head (0: `n_kept`, the run's budget), the
+  /// scorer ranks them with the step's query as its only query, the head budget keeps that many,
+  /// and the rest are freed (the layer re-packed with room for interval() more). No-op without the
+  /// stage and on sliding-window layers. The cache must hold equal lengths per head (a uniform head
+  /// budget); throws InputError otherwise.
+  void evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) const;
+
   /// Prefill block size the scoring stage asks for (KeyDiff block-wise prefill), 0 = whole prompt.
   int64_t prefill_block() const { return scorer_ ? scorer_->prefill_block() : 0; }
 
@@ -61,6 +72,7 @@ class Pipeline {
   const ScoringPolicy* scorer_ = nullptr;
   const LayerBudgetPolicy* layer_budget_ = nullptr;
   const BudgetPolicy* budget_ = nullptr;
+  const DecodeEvictionPolicy* decode_eviction_ = nullptr;
   DecodeAttentionPolicy* decode_ = nullptr;
 };
 

@@ -107,6 +107,20 @@ class BudgetPolicy : public Policy {
   virtual std::vector<at::Tensor> select(const at::Tensor& scores, int64_t n_kept, const LayerPrefill& in) const = 0;
 };
 
+/// S6: eviction while generating (kvpress DecodingPress; TOVA, KeyDiff's cache cap and
+/// StreamingLLM's rolling window evict at every step in their papers). The Pipeline runs it with
+/// its scoring and head budget stages (Pipeline::evict_decode).
+class DecodeEvictionPolicy : public Policy {
+ public:
+  Stage stage() const override { return Stage::kMaintenance; }
+  int64_t prefill_queries() const override { return 0; }
+  /// Decode steps between evictions (1: every step; kvpress DecodingPress compression_interval).
+  virtual int64_t interval() const = 0;
+  /// Entries per KV head an eviction leaves (kvpress DecodingPress target_size); 0: the run's
+  /// budget, the entries per KV head prefill kept.
+  virtual int64_t target() const = 0;
+};
+
 /// S4/S5 decode-time attention: replaces the dense attention of one decode step of one layer
 /// (channel pruning with recovery: SPARK, ThinK; sparse selection: RocketKV HSA, Quest, SparQ,
 /// Exact-TopK). An instance belongs to one run: it owns its side stores (page min/max, channel

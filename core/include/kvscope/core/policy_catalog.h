@@ -52,7 +52,8 @@ class PolicyCatalog {
 /// parameter resolved. Rules: known policies and parameters (resolve_params); stages in execution
 /// order; at most one head-pattern, scoring, layer-budget, budget and decode-time stage; a
 /// head-pattern, scoring or decode-time stage present; no head pattern together with a scoring
-/// stage; a layer budget only with a scoring stage. A scoring stage without a layer budget gets its
+/// stage; a layer budget only with a scoring stage; a maintenance stage (decode-time eviction) only
+/// with a scoring stage and without a decode-time attention stage. A scoring stage without a layer budget gets its
 /// description's `layer_budget` (if any), and without a budget stage `uniform` (when the catalog
 /// has it), each right after the stage before it. Throws InputError("pipeline '<spec>': ...").
 std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::string_view spec);

@@ -43,6 +43,10 @@ class TimelineRecorder {
   /// During a decode step, after layer `layer` appended `position`: records the append (and a ring
   /// buffer's overwrite). after_decode() does it for the layers not seen.
   void after_layer(const KvCache& cache, int64_t layer, int64_t position);
+  /// After a decode-time eviction in layer `layer` (Pipeline::evict_decode), after after_layer():
+  /// every entry no longer live is recorded as evicted at this step (EvictionCause kDecode: the
+  /// step's attention was the last to read it). Reads the layer's positions to the host.
+  void after_decode_eviction(const KvCache& cache, int64_t layer);
   /// After a whole decode step that appended `position` to every head.
   void after_decode(const KvCache& cache, int64_t position);
   /// The rows the decode policy read in layer `layer` this step (DecodeAttentionPolicy::

@@ -1,0 +1,191 @@
+// Eviction while decoding (S6 `decoding`, Pipeline::evict_decode) on pycode-16m (fp32, CPU), 512
+// greedy tokens after a 300-token prompt at 48 entries per KV head. At every step and layer the
+// cache the attention read is checked against a brute-force recomputation kept by the test itself:
+// the previous step's kept positions plus the step's own entry, where the previous kept set is
+// recomputed in fp64 from that step's query and keys by the paper's rule (TOVA §3.3: the top
+// entries by the newest query's attention averaged over every query head, the newest always kept;
+// StreamingLLM §3.2: the sinks and the newest entries), every `interval` steps (kvpress
+// DecodingPress). The cache never holds more than max(budget, target) + interval entries per KV head.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "kvscope/core/capture.h"
+#include "kvscope/core/engine.h"
+#include "kvscope/core/errors.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/policy.h"
+#include "test_support.h"
+
+namespace kvscope {
+namespace {
+
+std::vector<int64_t> to_vec(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+enum class Rule { kTova, kStreaming };
+
+/// The rows (indices into `positions`) a rule keeps out of one layer's live entries.
+std::vector<int64_t> reference_keep(Rule rule, const at::Tensor& q, const std::vector<at::Tensor>& keys, int64_t keep,
+                                    int64_t sink) {
+  const int64_t n = keys[0].size(0);
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  std::iota(rows.begin(), rows.end(), 0);
+  if (rule == Rule::kStreaming) {  // sinks + the newest
+    std::vector<int64_t> out(rows.begin(), rows.begin() + sink);
+    out.insert(out.end(), rows.end() - (keep - sink), rows.end());
+    return out;
+  }
+  const int64_t H = q.size(1), D = q.size(2), Hkv = static_cast<int64_t>(keys.size()), G = H / Hkv;
+  const at::Tensor qd = q[0].to(at::kDouble);
+  std::vector<double> mean(static_cast<size_t>(n), 0.0);
+  for (int64_t h = 0; h < H; ++h) {
+    const at::Tensor logits =
+        at::matmul(keys[static_cast<size_t>(h / G)].to(at::kDouble), qd[h]) / std::sqrt(double(D));
+    const at::Tensor p = at::softmax(logits, 0).contiguous();
+    for (int64_t j = 0; j < n; ++j) mean[static_cast<size_t>(j)] += p.data_ptr<double>()[j] / double(H);
+  }
+  mean[static_cast<size_t>(n - 1)] = 1e300;  // the newest entry is always kept
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](int64_t a, int64_t b) { return mean[static_cast<size_t>(a)] > mean[static_cast<size_t>(b)]; });
+  rows.resize(static_cast<size_t>(keep));
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+class DecodeEviction : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new Model(load_model(test::pycode_dir(), LoadOptions{}));
+    registry_ = new PolicyRegistry;
+    register_builtin_policies(*registry_);
+  }
+  static void TearDownTestSuite() {
+    delete registry_;
+    delete model_;
+  }
+
+  /// Generates 512 tokens under `spec` at `budget` per head; checks every step against `rule`.
+  static void check(const std::string& spec, Rule rule, int64_t budget, int64_t interval, int64_t target,
+                    int64_t sink = 4) {
+    const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
+    auto ids = g["input_ids"].get<std::vector<int32_t>>();
+    ids.resize(300);
+    const Engine engine(*model_);
+    const Pipeline pipeline(*registry_, spec);
+    ASSERT_TRUE(pipeline.evicts_during_decode());
+    const ModelConfig& cfg = model_->config;
+    // Prefill leaves `budget`; between evictions a head grows by at most `interval`.
+    const int64_t cap = std::max(budget, target) + interval;
+    // Per layer: the positions the previous step left, by the reference (empty before the first step).
+    std::map<int64_t, std::vector<int64_t>> expected;
+    int64_t checked = 0, evictions = 0, most = 0;
+    std::map<std::pair<int64_t, int64_t>, int64_t> evicted_at;  // (layer, position) -> step, by the reference
+    GenerateRequest req;
+    req.prompt_ids = ids;
+    req.max_new_tokens = 512;
+    req.pipeline = &pipeline;
+    req.budget = BudgetSpec{BudgetSpec::Unit::kStored, double(budget)};
+    req.capture = CaptureLevel::kSummary;  // the timeline
+    req.decode_probe = [&](const LayerEvent& ev, int64_t step) {
+      const int64_t decode_step = step - 1;  // step 0 is the prefill
+      std::vector<at::Tensor> keys;
+      std::vector<int64_t> live;
+      for (int64_t h = 0; h < cfg.n_head_kv; ++h) {
+        keys.push_back(ev.cache.head_keys(ev.layer, h));
+        const auto p = to_vec(ev.cache.head_positions(ev.layer, h));
+        if (h == 0) live = p;
+        EXPECT_EQ(p, live) << "heads of a layer differ (both rules keep the same entries in every head)";
+      }
+      const auto n = static_cast<int64_t>(live.size());
+      most = std::max(most, n);
+      ASSERT_LE(n, cap) << "step " << decode_step << " layer " << ev.layer;
+      if (auto it = expected.find(ev.layer); it != expected.end()) {
+        std::vector<int64_t> want = it->second;
+        // This step's own entry, the newest (the cache's next position advances after the last layer).
+        ASSERT_GT(live.back(), want.back());
+        EXPECT_EQ(live.back(), static_cast<int64_t>(ids.size()) + decode_step);
+        want.push_back(live.back());
+        if (live != want) {
+          std::vector<int64_t> only_cache, only_ref;
+          std::set_difference(live.begin(), live.end(), want.begin(), want.end(), std::back_inserter(only_cache));
+          std::set_difference(want.begin(), want.end(), live.begin(), live.end(), std::back_inserter(only_ref));
+          FAIL() << "step " << decode_step << " layer " << ev.layer << ": " << only_cache.size()
+                 << " positions only in the cache (first " << (only_cache.empty() ? -1 : only_cache[0]) << "), "
+                 << only_ref.size() << " only in the reference (first " << (only_ref.empty() ? -1 : only_ref[0])
+                 << "), " << live.size() << " vs " << want.size() << " entries";
+        }
+        ++checked;
+      }
+      std::vector<int64_t> next = live;
+      if ((decode_step + 1) % interval == 0 && n > target) {
+        next.clear();
+        for (int64_t r : reference_keep(rule, ev.q, keys, target, sink)) next.push_back(live[static_cast<size_t>(r)]);
+        for (int64_t p : live)
+          if (!std::binary_search(next.begin(), next.end(), p)) evicted_at[{ev.layer, p}] = step;
+        ++evictions;
+      }
+      expected[ev.layer] = next;
+    };
+    const GenerateResult r = generate(engine, req);
+    EXPECT_EQ(r.decode_steps, 511);
+    EXPECT_EQ(checked, 510 * cfg.n_layer);
+    EXPECT_GE(evictions, 511 / interval * cfg.n_layer - cfg.n_layer);
+    EXPECT_EQ(most, cap);
+    // The timeline holds every decode-time eviction at the step whose attention last read the entry.
+    const Timeline& t = r.timeline;
+    ASSERT_EQ(t.n_layer, cfg.n_layer);
+    int64_t decode_evicted = 0;
+    for (int64_t l = 0; l < cfg.n_layer; ++l)
+      for (int64_t h = 0; h < cfg.n_head_kv; ++h)
+        for (int64_t p = 0; p < t.n_positions; ++p) {
+          const size_t i = static_cast<size_t>((l * cfg.n_head_kv + h) * t.n_positions + p);
+          const auto it = evicted_at.find({l, p});
+          if (it == evicted_at.end()) {
+            EXPECT_NE(t.evicted_by[i], static_cast<uint8_t>(EvictionCause::kDecode)) << l << " " << h << " " << p;
+            continue;
+          }
+          ASSERT_EQ(t.evicted_by[i], static_cast<uint8_t>(EvictionCause::kDecode)) << l << " " << h << " " << p;
+          ASSERT_EQ(t.evicted_at[i], it->second) << l << " " << h << " " << p;
+          ++decode_evicted;
+        }
+    EXPECT_EQ(decode_evicted, static_cast<int64_t>(evicted_at.size()) * cfg.n_head_kv);
+  }
+
+  static Model* model_;
+  static PolicyRegistry* registry_;
+};
+Model* DecodeEviction::model_ = nullptr;
+PolicyRegistry* DecodeEviction::registry_ = nullptr;
+
+TEST_F(DecodeEviction, TovaEvictsTheLeastAttendedEntryEveryStep) { check("tova+decoding", Rule::kTova, 48, 1, 48); }
+
+TEST_F(DecodeEviction, StreamingLlmIsARollingWindowWhileDecoding) {
+  check("streamingllm:sink=4+decoding", Rule::kStreaming, 48, 1, 48);
+}
+
+TEST_F(DecodeEviction, DecodingPressCompressesEveryIntervalToItsTarget) {
+  check("tova+decoding:interval=8,target=40", Rule::kTova, 48, 8, 40);
+}
+
+TEST_F(DecodeEviction, ScorersWithoutADecodeStepRuleAndDecodeTimeStagesAreRefused) {
+  EXPECT_THROW(Pipeline(*registry_, "snapkv+decoding"), InputError);  // ranks with its last 32 queries
+  EXPECT_THROW(Pipeline(*registry_, "h2o+decoding"), InputError);     // accumulates every query's attention
+  EXPECT_THROW(Pipeline(*registry_, "decoding"), InputError);
+  EXPECT_THROW(Pipeline(*registry_, "tova+decoding+quest"), InputError);
+  EXPECT_NO_THROW(Pipeline(*registry_, "keydiff+decoding"));
+  EXPECT_NO_THROW(Pipeline(*registry_, "knorm+decoding:interval=16,target=128"));
+}
+
+}  // namespace
+}  // namespace kvscope
