@@ -112,14 +112,20 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
   if (heads_) apply_head_pattern(ev, reserve);
   at::Tensor scores;
   if (scorer_ && n_kept < n_tok) {
-    scores = scorer_->score(in);
-    // Recent-window share: the newest entries are always kept (KeyDiff sliding-window variant).
-    const int64_t n_recent = std::min<int64_t>(static_cast<int64_t>(scorer_->recent_share() * n_kept), n_tok);
-    if (n_recent > 0) scores.narrow(1, n_tok - n_recent, n_recent).fill_(std::numeric_limits<float>::max());
+    scores = rank(in, n_kept);
     const int64_t layer_kept = layer_budget_ ? layer_budget_->layer_kept(scores, n_kept, in) : n_kept;
     cache.retain(ev.layer, budget_->select(scores, layer_kept, in), reserve);
   }
   if (decode_) decode_->on_prefill(ev.layer, in, cache);
+  return scores;
+}
+
+at::Tensor Pipeline::rank(const LayerPrefill& in, int64_t n_kept) const {
+  at::Tensor scores = scorer_->score(in);
+  // Recent-window share: the newest entries are always kept (KeyDiff sliding-window variant).
+  const int64_t n_tok = scores.size(1);
+  const int64_t n_recent = std::min<int64_t>(static_cast<int64_t>(scorer_->recent_share() * n_kept), n_tok);
+  if (n_recent > 0) scores.narrow(1, n_tok - n_recent, n_recent).fill_(std::numeric_limits<float>::max());
   return scores;
 }
 
@@ -132,7 +138,7 @@ void Pipeline::evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) 
   const int64_t target = decode_eviction_->target() > 0 ? decode_eviction_->target() : n_kept;
   if (cache.layer(ev.layer).length[0] <= target) return;
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
-  cache.retain(ev.layer, budget_->select(scorer_->score(in), target, in), decode_eviction_->interval());
+  cache.retain(ev.layer, budget_->select(rank(in, target), target, in), decode_eviction_->interval());
 }
 
 }  // namespace kvscope

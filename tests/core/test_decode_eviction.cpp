@@ -23,6 +23,7 @@
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy.h"
+#include "pycode_fixture.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -63,18 +64,8 @@ std::vector<int64_t> reference_keep(Rule rule, const at::Tensor& q, const std::v
   return rows;
 }
 
-class DecodeEviction : public ::testing::Test {
+class DecodeEviction : public test::PycodeSuite {
  protected:
-  static void SetUpTestSuite() {
-    model_ = new Model(load_model(test::pycode_dir(), LoadOptions{}));
-    registry_ = new PolicyRegistry;
-    register_builtin_policies(*registry_);
-  }
-  static void TearDownTestSuite() {
-    delete registry_;
-    delete model_;
-  }
-
   /// Generates 512 tokens under `spec` at `budget` per head; checks every step against `rule`.
   static void check(const std::string& spec, Rule rule, int64_t budget, int64_t interval, int64_t target,
                     int64_t sink = 4) {
@@ -161,12 +152,7 @@ class DecodeEviction : public ::testing::Test {
         }
     EXPECT_EQ(decode_evicted, static_cast<int64_t>(evicted_at.size()) * cfg.n_head_kv);
   }
-
-  static Model* model_;
-  static PolicyRegistry* registry_;
 };
-Model* DecodeEviction::model_ = nullptr;
-PolicyRegistry* DecodeEviction::registry_ = nullptr;
 
 TEST_F(DecodeEviction, TovaEvictsTheLeastAttendedEntryEveryStep) { check("tova+decoding", Rule::kTova, 48, 1, 48); }
 

@@ -17,6 +17,7 @@
 #include "kvscope/core/model.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy.h"
+#include "pycode_fixture.h"
 #include "test_support.h"
 
 namespace kvscope {
@@ -27,18 +28,8 @@ std::vector<int64_t> to_vec(const at::Tensor& t) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-class LayerBudget : public ::testing::Test {
+class LayerBudget : public test::PycodeSuite {
  protected:
-  static void SetUpTestSuite() {
-    model_ = new Model(load_model(test::pycode_dir(), LoadOptions{}));
-    registry_ = new PolicyRegistry;
-    register_builtin_policies(*registry_);
-  }
-  static void TearDownTestSuite() {
-    delete registry_;
-    delete model_;
-  }
-
   /// Prefills the argparse golden under `spec` keeping n_kept per head on average; checks every
   /// layer against `expected_layer_kept(l)` and `head_budget`'s selection at that budget.
   static void check(const std::string& spec, const std::string& head_budget, int64_t n_kept) {
@@ -69,12 +60,7 @@ class LayerBudget : public ::testing::Test {
     });
     EXPECT_EQ(layer_totals.size(), static_cast<size_t>(cfg.n_layer)) << "the pyramid fell back to one budget";
   }
-
-  static Model* model_;
-  static PolicyRegistry* registry_;
 };
-Model* LayerBudget::model_ = nullptr;
-PolicyRegistry* LayerBudget::registry_ = nullptr;
 
 TEST_F(LayerBudget, PyramidKvAloneRunsThePyramidWithUniformHeads) {
   const Pipeline p(*registry_, "pyramidkv");

@@ -17,7 +17,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "kvscope/core/errors.h"
+#include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy.h"
+#include "kvscope/core/presets.h"
 #include "policies/scoring.h"
 #include "small_config.h"
 
@@ -101,6 +103,16 @@ TEST(PolicyConformance, SpecsAreCompleteAndDefaultsResolve) {
       EXPECT_EQ(pv.at(p.key), required.count(p.key) ? required.at(p.key) : p.default_value) << p.key;
   }
   EXPECT_EQ(r.make("snapkv", {{"window", "64"}})->params().at("window"), "64");
+}
+
+// Every preset (each paper's main configuration) builds against the built-in policies.
+TEST(PolicyConformance, EveryPresetBuildsAPipeline) {
+  const PolicyRegistry r = builtin_registry();
+  for (const Preset& p : pipeline_presets()) {
+    SCOPED_TRACE(p.name);
+    EXPECT_NO_THROW(Pipeline(r, p.name));
+    EXPECT_FALSE(p.paper_ref.empty());
+  }
 }
 
 TEST(PolicyConformance, EveryScoringWithEveryBudget) {

@@ -70,6 +70,9 @@ class Pipeline {
   void apply_head_pattern(const LayerEvent& ev, int64_t reserve) const;
   const HeadPatternPolicy* heads_ = nullptr;
   const ScoringPolicy* scorer_ = nullptr;
+  /// The scorer's scores of `in`, the newest recent_share() x n_kept entries marked kKeepScore.
+  at::Tensor rank(const LayerPrefill& in, int64_t n_kept) const;
+
   const LayerBudgetPolicy* layer_budget_ = nullptr;
   const BudgetPolicy* budget_ = nullptr;
   const DecodeEvictionPolicy* decode_eviction_ = nullptr;
