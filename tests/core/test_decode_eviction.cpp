@@ -1,5 +1,6 @@
 // Eviction while decoding (S6 `decoding`, Pipeline::evict_decode) on pycode-16m (fp32, CPU), 512
-// greedy tokens after a 300-token prompt at 48 entries per KV head. At every step and layer the
+// greedy tokens (256 for the rolling window and DecodingPress) after a 300-token prompt at 48
+// entries per KV head. At every step and layer the
 // cache the attention read is checked against a brute-force recomputation kept by the test itself:
 // the previous step's kept positions plus the step's own entry, where the previous kept set is
 // recomputed in fp64 from that step's query and keys by the paper's rule (TOVA §3.3: the top
@@ -66,9 +67,9 @@ std::vector<int64_t> reference_keep(Rule rule, const at::Tensor& q, const std::v
 
 class DecodeEviction : public test::PycodeSuite {
  protected:
-  /// Generates 512 tokens under `spec` at `budget` per head; checks every step against `rule`.
+  /// Generates `tokens` tokens under `spec` at `budget` per head; checks every step against `rule`.
   static void check(const std::string& spec, Rule rule, int64_t budget, int64_t interval, int64_t target,
-                    int64_t sink = 4) {
+                    int64_t tokens = 512, int64_t sink = 4) {
     const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
     auto ids = g["input_ids"].get<std::vector<int32_t>>();
     ids.resize(300);
@@ -84,7 +85,7 @@ class DecodeEviction : public test::PycodeSuite {
     std::map<std::pair<int64_t, int64_t>, int64_t> evicted_at;  // (layer, position) -> step, by the reference
     GenerateRequest req;
     req.prompt_ids = ids;
-    req.max_new_tokens = 512;
+    req.max_new_tokens = tokens;
     req.pipeline = &pipeline;
     req.budget = BudgetSpec{BudgetSpec::Unit::kStored, double(budget)};
     req.capture = CaptureLevel::kSummary;  // the timeline
@@ -129,9 +130,10 @@ class DecodeEviction : public test::PycodeSuite {
       expected[ev.layer] = next;
     };
     const GenerateResult r = generate(engine, req);
-    EXPECT_EQ(r.decode_steps, 511);
-    EXPECT_EQ(checked, 510 * cfg.n_layer);
-    EXPECT_GE(evictions, 511 / interval * cfg.n_layer - cfg.n_layer);
+    const int64_t steps = tokens - 1;  // the first token comes from the prefill's logits
+    EXPECT_EQ(r.decode_steps, steps);
+    EXPECT_EQ(checked, (steps - 1) * cfg.n_layer);
+    EXPECT_GE(evictions, steps / interval * cfg.n_layer - cfg.n_layer);
     EXPECT_EQ(most, cap);
     // The timeline holds every decode-time eviction at the step whose attention last read the entry.
     const Timeline& t = r.timeline;
@@ -157,11 +159,11 @@ class DecodeEviction : public test::PycodeSuite {
 TEST_F(DecodeEviction, TovaEvictsTheLeastAttendedEntryEveryStep) { check("tova+decoding", Rule::kTova, 48, 1, 48); }
 
 TEST_F(DecodeEviction, StreamingLlmIsARollingWindowWhileDecoding) {
-  check("streamingllm:sink=4+decoding", Rule::kStreaming, 48, 1, 48);
+  check("streamingllm:sink=4+decoding", Rule::kStreaming, 48, 1, 48, 256);
 }
 
 TEST_F(DecodeEviction, DecodingPressCompressesEveryIntervalToItsTarget) {
-  check("tova+decoding:interval=8,target=40", Rule::kTova, 48, 8, 40);
+  check("tova+decoding:interval=8,target=40", Rule::kTova, 48, 8, 40, 256);
 }
 
 TEST_F(DecodeEviction, ScorersWithoutADecodeStepRuleAndDecodeTimeStagesAreRefused) {
