@@ -10,8 +10,9 @@
 //     the sinks + the newest entries);
 //   interval = k, target = t: kvpress DecodingPress (compression_interval, target_size).
 //
-// Between evictions a head holds at most target + interval entries (target + 1 at interval 1,
-// during the step's attention). Sliding-window layers keep their ring and are never evicted.
+// Between evictions a head holds at most max(budget, target) + interval entries (prefill leaves
+// the run's budget; target + 1 at interval 1 once evicting). Sliding-window layers keep their ring
+// and are never evicted.
 #include "policies/param_builders.h"
 #include "policies/scoring.h"
 
