@@ -195,8 +195,9 @@ at::Tensor PagedSelectionBase::attend_heads(int64_t layer, int64_t h0, const at:
 }
 
 bool PagedSelectionBase::kernels_fit(const KvCache& cache) const {
-  // head_dim 96 and 256 wait for CudaPageSelect's widened cases to pass on a GPU.
-  return (cache.head_dim() == 64 || cache.head_dim() == 128) && n_head_ / cache.n_head_kv() <= 16;
+  // The head_dims decode_attention_gather and page_select take (CudaPageSelect covers each).
+  const int64_t d = cache.head_dim();
+  return (d == 64 || d == 96 || d == 128 || d == 256) && n_head_ / cache.n_head_kv() <= 16;
 }
 
 at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache,
