@@ -139,6 +139,12 @@ int main(int argc, char** argv) {
       {"rocketkv", "rocketkv", kvscope::BudgetSpec::Unit::kFetched},
       {"quest", "quest", kvscope::BudgetSpec::Unit::kFetched},
       {"spark", "snapkv+spark", kvscope::BudgetSpec::Unit::kStored},
+      // Eviction while decoding (S6) next to the same scorer's prefill-only eviction.
+      {"tova", "tova", kvscope::BudgetSpec::Unit::kStored},
+      {"tova+decoding", "tova+decoding", kvscope::BudgetSpec::Unit::kStored},
+      {"keydiff+decoding", "keydiff+decoding", kvscope::BudgetSpec::Unit::kStored},
+      {"streamingllm", "streamingllm", kvscope::BudgetSpec::Unit::kStored},
+      {"streamingllm+decoding", "streamingllm+decoding", kvscope::BudgetSpec::Unit::kStored},
   };
   const auto wanted = [&](const std::string& label) {
     return only.empty() || ("," + only + ",").find("," + label + ",") != std::string::npos;

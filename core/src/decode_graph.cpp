@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -22,7 +23,7 @@
 
 namespace kvscope {
 
-bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t steps) {
+bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t steps, const std::vector<bool>& drops) {
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
   const Model& m = engine.model();
   if (!m.device.is_cuda()) return false;
@@ -30,13 +31,16 @@ bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t 
   if (cache.n_head_kv() % m.config.n_head_kv != 0) return false;  // B x n_head_kv heads: a batch of B
   // One captured table serves every step only within one RoPE regime (longrope, dynamic NTK).
   if (!engine.rope_fixed_over(cache.next_position() + 1, cache.next_position() + steps)) return false;
+  if (!drops.empty() && static_cast<int64_t>(drops.size()) != cache.n_layer()) return false;
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     const LayerKv& L = cache.layer(l);
+    const bool drop = !drops.empty() && drops[l];
+    if (drop && (L.window > 0 || !L.uniform())) return false;
     for (size_t h = 0; h < L.length.size(); ++h) {
       if (!L.ring_window.empty() && L.ring_window[h] > 0) return false;
       if (L.window > 0) {  // a sliding-window layer decodes as its ring, which stays within the window
         if (!L.ringed || std::min(L.length[h] + steps, L.window) > L.capacity[h]) return false;
-      } else if (L.length[h] + steps > L.capacity[h]) {
+      } else if (L.length[h] + (drop ? 1 : steps) > L.capacity[h]) {
         return false;
       }
     }
@@ -53,11 +57,13 @@ struct DecodeGraph::Impl {
   const Engine& engine;
   KvCache& cache;
   DecodeAttentionPolicy* policy;
+  std::vector<bool> drops;  // per layer, or empty (see supported())
   DeviceDecodeState state;
   at::Tensor logits;  // fp32 [vocab], the graph's output
   at::cuda::CUDAGraph graph;
 
-  Impl(const Engine& e, KvCache& c, DecodeAttentionPolicy* p) : engine(e), cache(c), policy(p) {}
+  Impl(const Engine& e, KvCache& c, DecodeAttentionPolicy* p, std::vector<bool> d)
+      : engine(e), cache(c), policy(p), drops(std::move(d)) {}
 
   /// Device state from the cache's host bookkeeping, copied into the tensors the graph reads.
   void load_state() {
@@ -76,11 +82,11 @@ struct DecodeGraph::Impl {
 };
 
 DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention,
-                         DeviceLayerHook after_attention) {
+                         DeviceLayerHook after_attention, std::vector<bool> drops) {
   const Model& m = engine.model();
-  if (!supported(engine, cache, 1))
+  if (!supported(engine, cache, 1, drops))
     throw std::runtime_error("DecodeGraph: this model/cache cannot run as a CUDA graph");
-  impl_ = std::make_unique<Impl>(engine, cache, decode_attention);
+  impl_ = std::make_unique<Impl>(engine, cache, decode_attention, std::move(drops));
   Impl& s = *impl_;
   const c10::cuda::CUDAGuard guard(m.device);
   const auto i64 = at::TensorOptions().device(m.device).dtype(at::kLong);
@@ -131,7 +137,10 @@ at::Tensor DecodeGraph::step(int32_t token) {
   const c10::cuda::CUDAGuard guard(s.engine.model().device);
   s.state.token.fill_(static_cast<int64_t>(token));  // a fill kernel: no host buffer to race with
   s.graph.replay();
-  for (int64_t l = 0; l < s.cache.n_layer(); ++l) s.cache.commit_append(l, 1);
+  for (int64_t l = 0; l < s.cache.n_layer(); ++l) {
+    s.cache.commit_append(l, 1);
+    if (!s.drops.empty() && s.drops[l]) s.cache.commit_drop(l);
+  }
   s.cache.advance_position(1);
   return s.logits;
 }
@@ -140,7 +149,7 @@ at::Tensor DecodeGraph::step(int32_t token) {
 
 struct DecodeGraph::Impl {};
 
-DecodeGraph::DecodeGraph(const Engine&, KvCache&, DecodeAttentionPolicy*, DeviceLayerHook) {
+DecodeGraph::DecodeGraph(const Engine&, KvCache&, DecodeAttentionPolicy*, DeviceLayerHook, std::vector<bool>) {
   throw std::runtime_error("DecodeGraph: kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
 }
 DecodeGraph::~DecodeGraph() = default;

@@ -68,6 +68,24 @@ auto out_of_memory_guard(const GenerateRequest& req, std::string_view phase, int
                       cause + ")");
 }
 
+/// Per layer, whether a captured decode step evicts in place (Pipeline::evict_decode_device): the
+/// pipeline's S6 stage drops one entry a step (Pipeline::evicts_in_place), no timeline records the
+/// evictions layer by layer, and every global layer is uniform at the target. Empty when any of
+/// that fails: the steps then run eagerly (Pipeline::evict_decode).
+std::vector<bool> in_place_drops(const Pipeline& p, const ModelConfig& config, const KvCache& cache, int64_t n_kept,
+                                 bool recording) {
+  if (recording || !p.evicts_in_place()) return {};
+  const int64_t target = p.decode_target(n_kept);
+  std::vector<bool> drops(static_cast<size_t>(cache.n_layer()), false);
+  for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    if (config.window(l) > 0) continue;  // sliding layers keep their ring
+    const LayerKv& kv = cache.layer(l);
+    if (!kv.uniform() || kv.length.at(0) != target) return {};
+    drops[static_cast<size_t>(l)] = true;
+  }
+  return drops;
+}
+
 }  // namespace
 
 void add_fidelity(Fidelity& f, const at::Tensor& full, const at::Tensor& comp, int32_t token) {
@@ -322,9 +340,14 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     // decode-time selection policies (stage S5) step eagerly while capture wants their recall.
     std::unique_ptr<DecodeGraph> graph;
     const bool selects = decode_attention && decode_attention->stage() == Stage::kDecodeSelection;
-    // Eviction re-packs the cache between steps: no graph (the step runs eagerly, GenerateResult::decode_graph).
-    const bool can_graph = !req.decode_probe && !evicting &&
-                           DecodeGraph::supported(engine, cache, req.max_new_tokens) &&
+    // Eviction while decoding keeps the graph where each step drops one entry per head in place
+    // (interval 1, uniform head budget, every global layer at its target, no timeline to record the
+    // evictions per layer); else it re-packs the cache between steps and the step runs eagerly.
+    const std::vector<bool> drops =
+        evicting ? in_place_drops(*req.pipeline, engine.model().config, cache, decode_n_kept, recorder.has_value())
+                 : std::vector<bool>{};
+    const bool can_graph = !req.decode_probe && (!evicting || !drops.empty()) &&
+                           DecodeGraph::supported(engine, cache, req.max_new_tokens, drops) &&
                            (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens));
     // A timeline of a selection policy keeps the graph when the policy records its selections in
     // it (graph_selections). Capture full keeps it too when the exact top-k oracle runs inside the
@@ -341,7 +364,12 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     if (oracle)
       hook = [&cache, o = oracle.get()](int64_t layer, const at::Tensor& q, const at::Tensor& offset,
                                         const at::Tensor& length) { o->add(layer, q, cache, offset, length); };
-    if (!telemetry && can_graph) graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention, hook);
+    if (!drops.empty())
+      hook = [&cache, &req, config = &engine.model().config, target = req.pipeline->decode_target(decode_n_kept)](
+                 int64_t layer, const at::Tensor& q, const at::Tensor&, const at::Tensor& length) {
+        req.pipeline->evict_decode_device(*config, layer, q, cache, target, length);
+      };
+    if (!telemetry && can_graph) graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention, hook, drops);
     if (graph && selects && recorder && !decode_attention->stages_graph_selections()) graph.reset();
     bool staged = false;  // a replayed step's selections wait in pinned memory (recorded after the next launch)
     // The previous replay's selections (and, with the oracle, their recall) into the timeline.

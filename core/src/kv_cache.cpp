@@ -309,6 +309,34 @@ static void require_uniform(const LayerKv& L) {
   if (!L.uniform()) throw std::logic_error("KvCache: dense view of a ragged layer (use the per-head accessors)");
 }
 
+void KvCache::drop_in_place(int64_t l, const at::Tensor& drop, int64_t n) {
+  const LayerKv& L = layers_[l];
+  require_uniform(L);
+  const int64_t cap = L.capacity[0];
+  if (n < 1 || n > cap)
+    throw std::logic_error("KvCache::drop_in_place: " + std::to_string(n) + " live entries in a capacity of " +
+                           std::to_string(cap));
+  // Row r of the result reads row r + (r >= drop[h]): a gather, then one copy back per buffer.
+  const at::Tensor r = at::arange(n - 1, drop.options()).unsqueeze(0);  // [1, n-1]
+  const at::Tensor src = r + (r >= drop.view({-1, 1})).to(at::kLong);   // [Hkv, n-1]
+  auto shift = [&](const at::Tensor& buf, int64_t width) {
+    const at::Tensor live =
+        width ? buf.view({n_head_kv_, cap, width}).narrow(1, 0, n) : buf.view({n_head_kv_, cap}).narrow(1, 0, n);
+    const at::Tensor idx = width ? src.unsqueeze(2).expand({n_head_kv_, n - 1, width}) : src;
+    live.narrow(1, 0, n - 1).copy_(live.gather(1, idx));
+  };
+  shift(L.k, head_dim_);
+  shift(L.v, head_dim_);
+  shift(L.pos, 0);
+}
+
+void KvCache::commit_drop(int64_t l) {
+  for (int64_t& len : layers_[l].length) {
+    if (len == 0) throw std::logic_error("KvCache::commit_drop: an empty head of layer " + std::to_string(l));
+    --len;
+  }
+}
+
 at::Tensor KvCache::keys(int64_t l) const {
   const LayerKv& L = layers_[l];
   require_uniform(L);

@@ -135,10 +135,34 @@ void Pipeline::evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) 
   KvCache& cache = ev.cache;
   if (!cache.layer(ev.layer).uniform())
     throw InputError("pipeline: eviction while decoding needs equal lengths per KV head (a uniform head budget)");
-  const int64_t target = decode_eviction_->target() > 0 ? decode_eviction_->target() : n_kept;
+  const int64_t target = decode_target(n_kept);
   if (cache.layer(ev.layer).length[0] <= target) return;
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
   cache.retain(ev.layer, budget_->select(rank(in, target), target, in), decode_eviction_->interval());
+}
+
+int64_t Pipeline::decode_target(int64_t n_kept) const {
+  if (!decode_eviction_) return 0;
+  return decode_eviction_->target() > 0 ? decode_eviction_->target() : n_kept;
+}
+
+bool Pipeline::evicts_in_place() const {
+  return decode_eviction_ && decode_eviction_->interval() == 1 && !layer_budget_ && budget_->name() == "uniform";
+}
+
+void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, const at::Tensor& q, KvCache& cache,
+                                   int64_t target, const at::Tensor& length) const {
+  if (!evicts_in_place()) throw std::logic_error("pipeline: evict_decode_device without an in-place S6 stage");
+  if (config.window(layer) > 0) return;
+  const LayerKv& kv = cache.layer(layer);
+  if (!kv.uniform()) throw std::logic_error("pipeline: evict_decode_device on a ragged layer");
+  const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), cap = kv.capacity.at(0), n = target + 1;
+  const at::Tensor keys = kv.k.view({Hkv, cap, D}).narrow(1, 0, n);
+  const at::Tensor values = kv.v.view({Hkv, cap, D}).narrow(1, 0, n);
+  const at::Tensor queries = q.view({1, q.size(0), q.size(1)});
+  const LayerPrefill in{config, layer, queries, keys, values};
+  cache.drop_in_place(layer, rank(in, target).argmin(1), n);
+  length.sub_(1);
 }
 
 }  // namespace kvscope

@@ -281,6 +281,32 @@ TEST_F(CudaDecodeGraph, Bf16BatchOfSequencesMatchesEachSequenceAlone) { compare_
 TEST_F(CudaDecodeGraph, RocketKvGraphMatchesEagerFused) { compare_generate("rocketkv", 256); }
 TEST_F(CudaDecodeGraph, QuestGraphMatchesEagerFused) { compare_generate("quest", 256); }
 
+// Eviction while decoding at its cap (S6 at interval 1) runs inside the graph: each step drops the
+// lowest-ranked entry of every head in place (Pipeline::evict_decode_device); the eager steps
+// re-pack the cache (evict_decode). fp32: the same greedy tokens and cache sizes.
+TEST_F(CudaDecodeGraph, DecodeEvictionRunsInTheGraph) {
+  const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kFloat, {}});
+  const Engine engine(model);
+  PolicyRegistry reg;
+  register_builtin_policies(reg);
+  for (const char* spec : {"tova+decoding", "keydiff+decoding", "streamingllm+decoding"}) {
+    const Pipeline pipeline(reg, spec);
+    GenerateRequest req;
+    req.prompt_ids = random_ids(900, model.config.vocab_size, 41);
+    req.max_new_tokens = 64;
+    req.pipeline = &pipeline;
+    req.budget = BudgetSpec{BudgetSpec::Unit::kStored, 128};
+    req.decode_probe = [](const LayerEvent&, int64_t) {};  // per-layer observation: eager steps
+    const GenerateResult eager = generate(engine, req);
+    req.decode_probe = nullptr;
+    const GenerateResult graphed = generate(engine, req);
+    EXPECT_FALSE(eager.decode_graph) << spec;
+    EXPECT_TRUE(graphed.decode_graph) << spec;
+    EXPECT_EQ(eager.output_ids, graphed.output_ids) << spec;
+    EXPECT_EQ(eager.bytes_read, graphed.bytes_read) << spec;  // the cache stays at its cap
+  }
+}
+
 TEST_F(CudaDecodeGraph, SparkOnTheGpuMatchesTheCpuPath) {
   // SPARK's GPU decode folds k̂ into the cache and runs the dense kernel inside the graph; the CPU
   // path computes the masked logits per head (spark.cpp). fp32 on both: same greedy tokens.

@@ -166,6 +166,50 @@ TEST_F(DecodeEviction, DecodingPressCompressesEveryIntervalToItsTarget) {
   check("tova+decoding:interval=8,target=40", Rule::kTova, 48, 8, 40, 256);
 }
 
+// The CUDA graph's eviction (Pipeline::evict_decode_device: rank, then KvCache::drop_in_place on
+// the device, the host lengths committed after the step) keeps what evict_decode's retain keeps,
+// in the same order: at every step and layer of a run at its cap, both applied to copies of the
+// cache the attention read (here on the CPU; CudaDecodeGraph runs it captured).
+TEST_F(DecodeEviction, InPlaceDropKeepsWhatRetainKeeps) {
+  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
+  auto ids = g["input_ids"].get<std::vector<int32_t>>();
+  ids.resize(200);
+  const Engine engine(*model_);
+  const ModelConfig& cfg = model_->config;
+  const int64_t budget = 48;
+  for (const std::string spec : {"tova+decoding", "keydiff+decoding", "streamingllm:sink=4+decoding", "knorm+decoding",
+                                 "tova:gqa=max+decoding"}) {
+    const Pipeline pipeline(*registry_, spec);
+    ASSERT_TRUE(pipeline.evicts_in_place()) << spec;
+    int64_t compared = 0;
+    GenerateRequest req;
+    req.prompt_ids = ids;
+    req.max_new_tokens = 12;
+    req.pipeline = &pipeline;
+    req.budget = BudgetSpec{BudgetSpec::Unit::kStored, double(budget)};
+    req.decode_probe = [&](const LayerEvent& ev, int64_t) {
+      KvCache retained = ev.cache.clone(), dropped = ev.cache.clone();
+      const int64_t n = ev.cache.layer(ev.layer).length[0];
+      ASSERT_EQ(n, budget + 1) << spec;  // the step's entry past the cap
+      pipeline.evict_decode(LayerEvent{ev.config, ev.layer, ev.q, retained}, 0, budget);
+      const at::Tensor length = at::full({cfg.n_head_kv}, n, at::kLong);
+      pipeline.evict_decode_device(ev.config, ev.layer, ev.q[0], dropped, budget, length);
+      EXPECT_TRUE(at::equal(length, at::full({cfg.n_head_kv}, budget, at::kLong))) << spec;
+      dropped.commit_drop(ev.layer);
+      ASSERT_EQ(dropped.layer(ev.layer).length, retained.layer(ev.layer).length) << spec;
+      EXPECT_TRUE(at::equal(dropped.positions(ev.layer), retained.positions(ev.layer))) << spec << " " << ev.layer;
+      EXPECT_TRUE(at::equal(dropped.keys(ev.layer), retained.keys(ev.layer))) << spec << " " << ev.layer;
+      EXPECT_TRUE(at::equal(dropped.values(ev.layer), retained.values(ev.layer))) << spec << " " << ev.layer;
+      ++compared;
+    };
+    (void)generate(engine, req);
+    EXPECT_EQ(compared, 11 * cfg.n_layer) << spec;
+  }
+  // Interval 8 or an Ada-KV head budget drop more than one entry, or unevenly: not in place.
+  EXPECT_FALSE(Pipeline(*registry_, "tova+decoding:interval=8,target=40").evicts_in_place());
+  EXPECT_FALSE(Pipeline(*registry_, "tova+adakv+decoding").evicts_in_place());
+}
+
 TEST_F(DecodeEviction, ScorersWithoutADecodeStepRuleAndDecodeTimeStagesAreRefused) {
   EXPECT_THROW(Pipeline(*registry_, "snapkv+decoding"), InputError);  // ranks with its last 32 queries
   EXPECT_THROW(Pipeline(*registry_, "h2o+decoding"), InputError);     // accumulates every query's attention

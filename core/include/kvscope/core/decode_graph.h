@@ -8,6 +8,7 @@
 // every sequence and returns [B, vocab] logits): the batch of bench_engine --batch.
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -21,22 +22,27 @@ class DecodeGraph {
   /// True when a graph can run `steps` decode steps of `engine` over `cache`: a CUDA build with
   /// the kernels, the model on a CUDA device, no ring-buffer (streaming) heads, head_dim 64 or 128,
   /// and room in every head for `steps` more entries (no growth, so buffers do not move).
-  static bool supported(const Engine& engine, const KvCache& cache, int64_t steps);
+  /// `drops`: per layer, whether the after_attention hook drops one entry per KV head every step
+  /// (eviction while decoding at its cap, Pipeline::evict_decode_device); such a layer's lengths
+  /// stay put, so it needs room for one entry only. Empty: none.
+  static bool supported(const Engine& engine, const KvCache& cache, int64_t steps, const std::vector<bool>& drops = {});
 
   /// Captures one step at the cache's current lengths and position (one warm-up step runs first
   /// and is undone). The cache (and policy) must outlive the graph and the cache get no other
   /// appends while it is used. `decode_attention`: optional, already prepare_graph()ed.
   /// `after_attention`: optional, captured into the step after each layer's attention (engine.h).
   /// Throws std::runtime_error when not supported() or when capture fails.
+  /// `drops`: as in supported(); each step then commits the drops to the host (KvCache::commit_drop).
   DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention = nullptr,
-              DeviceLayerHook after_attention = {});
+              DeviceLayerHook after_attention = {}, std::vector<bool> drops = {});
   ~DecodeGraph();
   DecodeGraph(const DecodeGraph&) = delete;
   DecodeGraph& operator=(const DecodeGraph&) = delete;
 
-  /// Runs `token` at cache.next_position(): appends its K/V to every layer and commits them to the
-  /// cache's host lengths and position. Returns fp32 logits [vocab], a view of a buffer the next
-  /// step overwrites (copy to keep). Throws InputError on a token outside the vocabulary.
+  /// Runs `token` at cache.next_position(): appends its K/V to every layer (and drops one entry per
+  /// head of the dropping layers) and commits that to the cache's host lengths and position. Returns fp32 logits
+  /// [vocab], a view of a buffer the next step overwrites (copy to keep). Throws InputError on a token outside the
+  /// vocabulary.
   at::Tensor step(int32_t token);
 
  private:

@@ -53,6 +53,24 @@ class Pipeline {
   /// budget); throws InputError otherwise.
   void evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) const;
 
+  /// Entries per KV head an eviction while decoding leaves: the stage's target, else `n_kept` (the
+  /// run's budget). 0 without the stage.
+  int64_t decode_target(int64_t n_kept) const;
+  /// Whether evict_decode can run as evict_decode_device: an S6 stage at interval 1 with the
+  /// uniform head budget and no layer budget, so that each step's eviction drops exactly the one
+  /// lowest-ranked entry of every KV head (top-target of target + 1).
+  bool evicts_in_place() const;
+  /// evict_decode at interval 1 once every head holds `target` entries, on the device only, for a
+  /// captured decode step (DecodeGraph, DeviceLayerHook): the step's entry has made n = target + 1
+  /// live entries per head (the host lengths still say target); the scorer ranks them with the
+  /// step's queries q [n_head, head_dim] (post-RoPE) and KvCache::drop_in_place drops the lowest
+  /// of every head, keeping the order, as evict_decode's retain keeps it; `length` (int64
+  /// [n_head_kv], the device's live lengths) falls by one. The caller commits the drop on the host
+  /// (KvCache::commit_drop) after the step. No-op on sliding-window layers. Same kept set as
+  /// evict_decode, up to ties in the scores. Throws std::logic_error unless evicts_in_place().
+  void evict_decode_device(const ModelConfig& config, int64_t layer, const at::Tensor& q, KvCache& cache,
+                           int64_t target, const at::Tensor& length) const;
+
   /// Prefill block size the scoring stage asks for (KeyDiff block-wise prefill), 0 = whole prompt.
   int64_t prefill_block() const { return scorer_ ? scorer_->prefill_block() : 0; }
 
