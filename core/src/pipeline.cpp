@@ -31,10 +31,11 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
     throw InputError("pipeline '" + std::string(spec) + "': no budget allocation policy is registered");
   // A decode step has one query: scorers that rank by more (SnapKV's window, H2O's accumulated
   // attention over every query) are not defined there.
-  if (decode_eviction_ && scorer_->prefill_queries() != 0 && scorer_->prefill_queries() != 1)
+  if (decode_eviction_ && scorer_->prefill_queries() != 0 && scorer_->prefill_queries() != 1 && !scorer_->accumulates())
     throw InputError("pipeline '" + std::string(spec) +
                      "': eviction while decoding needs a scorer that ranks with at most the step's query (tova, "
-                     "keydiff, knorm, streamingllm, random); '" +
+                     "keydiff, knorm, streamingllm, random) or accumulates every step's attention (h2o with "
+                     "norm=sum and gqa=mean|sum); '" +
                      scorer_->name() + "' ranks with " +
                      (scorer_->prefill_queries() < 0
                           ? std::string("every query so far")
@@ -54,6 +55,7 @@ std::string Pipeline::canonical() const {
 
 int64_t Pipeline::begin_run(const RunBudget& budget, const ModelConfig& config) const {
   budget.spec.validate();
+  attention_sums_.clear();
   if (heads_) heads_->check(config);
   if (decode_) {
     decode_->configure(budget, config);
@@ -111,7 +113,13 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
   if (heads_) apply_head_pattern(ev, reserve);
   at::Tensor scores;
-  if (scorer_ && n_kept < n_tok) {
+  if (accumulating()) {  // H2O decoding next: the totals follow the kept rows
+    const at::Tensor sums = accumulate(ev.layer, in);
+    if (n_kept < n_tok) {
+      if (layer_budget_) throw InputError("pipeline: h2o+decoding with a layer budget is not supported");
+      scores = retain_accumulated(ev, sums, in, n_kept, reserve);
+    }
+  } else if (scorer_ && n_kept < n_tok) {
     scores = rank(in, n_kept);
     const int64_t layer_kept = layer_budget_ ? layer_budget_->layer_kept(scores, n_kept, in) : n_kept;
     cache.retain(ev.layer, budget_->select(scores, layer_kept, in), reserve);
@@ -121,7 +129,38 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
 }
 
 at::Tensor Pipeline::rank(const LayerPrefill& in, int64_t n_kept) const {
-  at::Tensor scores = scorer_->score(in);
+  return mark_recent(scorer_->score(in), n_kept);
+}
+
+at::Tensor Pipeline::accumulate(int64_t layer, const LayerPrefill& in) const {
+  at::Tensor sums = scorer_->attention_sum(in);  // [Hkv, rows]
+  if (static_cast<int64_t>(attention_sums_.size()) <= layer) attention_sums_.resize(layer + 1);
+  at::Tensor& run = attention_sums_[layer];
+  if (run.defined()) {
+    if (run.size(1) > sums.size(1))
+      throw std::logic_error("pipeline: running attention totals of more rows than layer " + std::to_string(layer) +
+                             " holds");
+    sums.narrow(1, 0, run.size(1)).add_(run);
+  }
+  run = sums;
+  return sums;
+}
+
+at::Tensor Pipeline::retain_accumulated(const LayerEvent& ev, const at::Tensor& sums, const LayerPrefill& in,
+                                        int64_t n_kept, int64_t reserve) const {
+  at::Tensor scores = mark_recent(sums.clone(), n_kept);
+  const int64_t n = scores.size(1), newest = std::min(scorer_->keep_newest(), n);
+  if (newest > 0) scores.narrow(1, n - newest, newest).fill_(std::numeric_limits<float>::max());
+  const std::vector<at::Tensor> kept = budget_->select(scores, n_kept, in);
+  for (const at::Tensor& k : kept)
+    if (k.numel() != kept[0].numel())
+      throw InputError("pipeline: eviction while decoding needs equal lengths per KV head (a uniform head budget)");
+  attention_sums_[ev.layer] = sums.gather(1, at::stack(kept).to(sums.device()));
+  ev.cache.retain(ev.layer, kept, reserve);
+  return scores;
+}
+
+at::Tensor Pipeline::mark_recent(at::Tensor scores, int64_t n_kept) const {
   // Recent-window share: the newest entries are always kept (KeyDiff sliding-window variant).
   const int64_t n_tok = scores.size(1);
   const int64_t n_recent = std::min<int64_t>(static_cast<int64_t>(scorer_->recent_share() * n_kept), n_tok);
@@ -131,13 +170,19 @@ at::Tensor Pipeline::rank(const LayerPrefill& in, int64_t n_kept) const {
 
 void Pipeline::evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) const {
   if (!decode_eviction_ || ev.config.window(ev.layer) > 0) return;
-  if ((step + 1) % decode_eviction_->interval() != 0) return;
   KvCache& cache = ev.cache;
   if (!cache.layer(ev.layer).uniform())
     throw InputError("pipeline: eviction while decoding needs equal lengths per KV head (a uniform head budget)");
   const int64_t target = decode_target(n_kept);
-  if (cache.layer(ev.layer).length[0] <= target) return;
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
+  if (accumulating()) {  // H2O: every step's attention adds to the totals; evict every interval
+    const at::Tensor sums = accumulate(ev.layer, in);
+    if ((step + 1) % decode_eviction_->interval() != 0 || cache.layer(ev.layer).length[0] <= target) return;
+    (void)retain_accumulated(ev, sums, in, target, decode_eviction_->interval());
+    return;
+  }
+  if ((step + 1) % decode_eviction_->interval() != 0) return;
+  if (cache.layer(ev.layer).length[0] <= target) return;
   cache.retain(ev.layer, budget_->select(rank(in, target), target, in), decode_eviction_->interval());
 }
 
@@ -147,7 +192,8 @@ int64_t Pipeline::decode_target(int64_t n_kept) const {
 }
 
 bool Pipeline::evicts_in_place() const {
-  return decode_eviction_ && decode_eviction_->interval() == 1 && !layer_budget_ && budget_->name() == "uniform";
+  return decode_eviction_ && decode_eviction_->interval() == 1 && !layer_budget_ && budget_->name() == "uniform" &&
+         !accumulating();  // H2O's running totals live on the host side of the step
 }
 
 void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, const at::Tensor& q, KvCache& cache,

@@ -166,6 +166,86 @@ TEST_F(DecodeEviction, DecodingPressCompressesEveryIntervalToItsTarget) {
   check("tova+decoding:interval=8,target=40", Rule::kTova, 48, 8, 40, 256);
 }
 
+// H2O while decoding (Zhang et al. 2023 §4, Alg. 1): every entry's score is the attention every
+// query so far paid it, the prompt's and each generated token's, summed (norm=sum) and averaged
+// over the GQA group; every step the cache keeps the top `budget` by that total, the newest
+// `recent` always. The reference keeps its own fp64 totals per (layer, KV head, position): the
+// prompt's column sums from an uncompressed prefill, then at each step the step query's attention
+// over the entries the cache holds. Each head's kept set is checked at every step and layer.
+TEST_F(DecodeEviction, H2oAccumulatesEveryStepsAttention) {
+  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
+  auto ids = g["input_ids"].get<std::vector<int32_t>>();
+  ids.resize(300);
+  const Engine engine(*model_);
+  const ModelConfig& cfg = model_->config;
+  const int64_t budget = 48, recent = 16, n = static_cast<int64_t>(ids.size());
+  const int64_t H = cfg.n_head, Hkv = cfg.n_head_kv, G = H / Hkv, D = cfg.head_dim;
+  // totals[layer][kv head][position], fp64
+  std::vector<std::vector<std::map<int64_t, double>>> totals(cfg.n_layer, std::vector<std::map<int64_t, double>>(Hkv));
+  auto add_attention = [&](int64_t layer, const at::Tensor& q /*[T, H, D]*/, int64_t h,
+                           const at::Tensor& keys /*[m, D]*/, const std::vector<int64_t>& pos, int64_t first) {
+    const at::Tensor k = keys.to(at::kDouble);
+    for (int64_t g2 = 0; g2 < G; ++g2)
+      for (int64_t t = 0; t < q.size(0); ++t) {
+        const int64_t visible = first + t + 1;  // causal: key rows 0 .. first + t
+        const at::Tensor logits =
+            at::matmul(k.narrow(0, 0, visible), q[t][h * G + g2].to(at::kDouble)) / std::sqrt(double(D));
+        const at::Tensor p = at::softmax(logits, 0).contiguous();
+        for (int64_t j = 0; j < visible; ++j)
+          totals[layer][h][pos[static_cast<size_t>(j)]] += p.data_ptr<double>()[j] / double(G);
+      }
+  };
+  {  // the prompt's column sums, from an uncompressed prefill
+    KvCache full = engine.new_cache(n);
+    std::vector<int64_t> pos(static_cast<size_t>(n));
+    std::iota(pos.begin(), pos.end(), 0);
+    engine.prefill(full, ids, 0, false, [&](const LayerEvent& ev) {
+      for (int64_t h = 0; h < Hkv; ++h) add_attention(ev.layer, ev.q, h, ev.cache.head_keys(ev.layer, h), pos, 0);
+    });
+  }
+  // The kept set the rule leaves out of `live` (positions, ascending), for one head.
+  auto keep = [&](int64_t layer, int64_t h, const std::vector<int64_t>& live) {
+    std::vector<int64_t> order(live);
+    const auto& tot = totals[layer][h];
+    const int64_t newest_from = live[live.size() - static_cast<size_t>(recent)];
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const double sa = a >= newest_from ? 1e300 : tot.at(a), sb = b >= newest_from ? 1e300 : tot.at(b);
+      return sa > sb;
+    });
+    order.resize(static_cast<size_t>(budget));
+    std::sort(order.begin(), order.end());
+    return order;
+  };
+  std::vector<std::vector<std::vector<int64_t>>> expected(cfg.n_layer, std::vector<std::vector<int64_t>>(Hkv));
+  for (int64_t l = 0; l < cfg.n_layer; ++l)
+    for (int64_t h = 0; h < Hkv; ++h) {
+      std::vector<int64_t> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      expected[l][h] = keep(l, h, all);  // the prefill's eviction
+    }
+  const Pipeline pipeline(*registry_, "h2o:recent=16+decoding");
+  GenerateRequest req;
+  req.prompt_ids = ids;
+  req.max_new_tokens = 96;
+  req.pipeline = &pipeline;
+  req.budget = BudgetSpec{BudgetSpec::Unit::kStored, double(budget)};
+  int64_t checked = 0;
+  req.decode_probe = [&](const LayerEvent& ev, int64_t) {
+    for (int64_t h = 0; h < Hkv; ++h) {
+      const std::vector<int64_t> live = to_vec(ev.cache.head_positions(ev.layer, h));
+      std::vector<int64_t> want = expected[ev.layer][h];
+      want.push_back(live.back());  // the step's own entry
+      ASSERT_EQ(live, want) << "layer " << ev.layer << " kv head " << h << " after " << checked << " checks";
+      add_attention(ev.layer, ev.q, h, ev.cache.head_keys(ev.layer, h), live, static_cast<int64_t>(live.size()) - 1);
+      expected[ev.layer][h] = keep(ev.layer, h, live);
+      ++checked;
+    }
+  };
+  const GenerateResult r = generate(engine, req);
+  EXPECT_EQ(checked, (r.decode_steps) * cfg.n_layer * Hkv);
+  EXPECT_EQ(r.decode_steps, 95);
+}
+
 // The CUDA graph's eviction (Pipeline::evict_decode_device: rank, then KvCache::drop_in_place on
 // the device, the host lengths committed after the step) keeps what evict_decode's retain keeps,
 // in the same order: at every step and layer of a run at its cap, both applied to copies of the
@@ -211,8 +291,10 @@ TEST_F(DecodeEviction, InPlaceDropKeepsWhatRetainKeeps) {
 }
 
 TEST_F(DecodeEviction, ScorersWithoutADecodeStepRuleAndDecodeTimeStagesAreRefused) {
-  EXPECT_THROW(Pipeline(*registry_, "snapkv+decoding"), InputError);  // ranks with its last 32 queries
-  EXPECT_THROW(Pipeline(*registry_, "h2o+decoding"), InputError);     // accumulates every query's attention
+  EXPECT_THROW(Pipeline(*registry_, "snapkv+decoding"), InputError);         // ranks with its last 32 queries
+  EXPECT_THROW(Pipeline(*registry_, "h2o:norm=mean+decoding"), InputError);  // a mean needs query counts
+  EXPECT_THROW(Pipeline(*registry_, "h2o:gqa=max+decoding"), InputError);    // a max does not add up
+  EXPECT_NO_THROW(Pipeline(*registry_, "h2o:recent=16+decoding"));
   EXPECT_THROW(Pipeline(*registry_, "decoding"), InputError);
   EXPECT_THROW(Pipeline(*registry_, "tova+decoding+quest"), InputError);
   EXPECT_NO_THROW(Pipeline(*registry_, "keydiff+decoding"));

@@ -8,7 +8,9 @@
 //     the newest query attends least, every step), KeyDiff's cap (Park et al. 2025 §3: the cache
 //     never grows past N while generating), StreamingLLM's rolling window (Xiao et al. 2024 §3.2:
 //     the sinks + the newest entries);
-//   interval = k, target = t: kvpress DecodingPress (compression_interval, target_size).
+//   interval = k, target = t: kvpress DecodingPress (compression_interval, target_size);
+//   with `h2o` (norm=sum): H2O's greedy eviction (Zhang et al. 2023 Alg. 1), ranked by each entry's
+//     attention accumulated over every query so far (the pipeline's running totals).
 //
 // Between evictions a head holds at most max(budget, target) + interval entries (prefill leaves
 // the run's budget; target + 1 at interval 1 once evicting). Sliding-window layers keep their ring
@@ -19,7 +21,7 @@
 namespace kvscope::policies {
 namespace {
 
-constexpr const char* kRef = "kvpress DecodingPress; TOVA §3.3; KeyDiff §3; StreamingLLM §3.2";
+constexpr const char* kRef = "kvpress DecodingPress; TOVA §3.3; KeyDiff §3; StreamingLLM §3.2; H2O Alg. 1";
 
 class Decoding : public NamedPolicy<DecodeEvictionPolicy> {
  public:

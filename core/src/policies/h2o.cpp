@@ -32,19 +32,19 @@ class H2o : public ScoringBase {
         mean_(v.at("norm") == "mean"),
         recent_(param_int(v, "recent")) {}
 
+  // While decoding, the running total of norm=sum (the paper) takes each step's attention; a mean
+  // would need per-entry query counts, and a max over the group does not add up step by step.
+  bool accumulates() const override { return !mean_ && gqa_ != GqaReduce::kMax; }
+  at::Tensor attention_sum(const LayerPrefill& in) const override {
+    check_layer_prefill("h2o", in, /*needs_queries=*/true);
+    return reduce_groups(column_sums(in), gqa_);
+  }
+  int64_t keep_newest() const override { return recent_; }
+
   at::Tensor score(const LayerPrefill& in) const override {
     check_layer_prefill("h2o", in, /*needs_queries=*/true);
-    const int64_t Hkv = in.keys.size(0), n = in.keys.size(1);
-    const int64_t T = in.queries.size(0), H = in.queries.size(1), G = H / Hkv;
-    at::Tensor acc = at::zeros({Hkv, G, n}, in.keys.options().dtype(at::kFloat));
-    const int64_t max_logits = int64_t{16} << 20;
-    const int64_t block = std::max<int64_t>(1, max_logits / std::max<int64_t>(1, H * n));
-    for (int64_t r0 = 0; r0 < T; r0 += block) {
-      const int64_t tb = std::min(block, T - r0);
-      const int64_t first = n - T + r0, m = first + tb;  // keys visible to the block's last query
-      at::Tensor p = causal_attention_probs(in.queries.narrow(0, r0, tb), in.keys.narrow(1, 0, m), first);
-      acc.narrow(2, 0, m).add_(p.sum(2));  // [Hkv, G, m]
-    }
+    const int64_t n = in.keys.size(1), T = in.queries.size(0);
+    at::Tensor acc = column_sums(in);
     if (mean_) {
       // queries that saw key j: those at key indices >= max(j, n - T)
       at::Tensor j = at::arange(n, acc.options());
@@ -56,6 +56,22 @@ class H2o : public ScoringBase {
   }
 
  private:
+  /// s[h,g,j] = sum_i A[h,g,i,j], fp32 [Hkv, G, n].
+  static at::Tensor column_sums(const LayerPrefill& in) {
+    const int64_t Hkv = in.keys.size(0), n = in.keys.size(1);
+    const int64_t T = in.queries.size(0), H = in.queries.size(1), G = H / Hkv;
+    at::Tensor acc = at::zeros({Hkv, G, n}, in.keys.options().dtype(at::kFloat));
+    const int64_t max_logits = int64_t{16} << 20;
+    const int64_t block = std::max<int64_t>(1, max_logits / std::max<int64_t>(1, H * n));
+    for (int64_t r0 = 0; r0 < T; r0 += block) {
+      const int64_t tb = std::min(block, T - r0);
+      const int64_t first = n - T + r0, m = first + tb;  // keys visible to the block's last query
+      at::Tensor p = causal_attention_probs(in.queries.narrow(0, r0, tb), in.keys.narrow(1, 0, m), first);
+      acc.narrow(2, 0, m).add_(p.sum(2));  // [Hkv, G, m]
+    }
+    return acc;
+  }
+
   GqaReduce gqa_;
   bool mean_;
   int64_t recent_;

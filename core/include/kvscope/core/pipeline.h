@@ -48,7 +48,9 @@ class Pipeline {
   /// `step` (0-based; ev.q the step's queries [1, n_head, head_dim]). Every interval() steps, when
   /// the layer holds more than target() entries per KV head (0: `n_kept`, the run's budget), the
   /// scorer ranks them with the step's query as its only query, the head budget keeps that many,
-  /// and the rest are freed (the layer re-packed with room for interval() more). No-op without the
+  /// and the rest are freed (the layer re-packed with room for interval() more). An accumulating
+  /// scorer (H2O) adds the step's attention to every entry's running total at every step and ranks
+  /// by the totals (docs/methods.md §7.13). No-op without the
   /// stage and on sliding-window layers. The cache must hold equal lengths per head (a uniform head
   /// budget); throws InputError otherwise.
   void evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) const;
@@ -90,6 +92,22 @@ class Pipeline {
   const ScoringPolicy* scorer_ = nullptr;
   /// The scorer's scores of `in`, the newest recent_share() x n_kept entries marked kKeepScore.
   at::Tensor rank(const LayerPrefill& in, int64_t n_kept) const;
+  /// `scores` with the newest recent_share() x n_kept entries marked kKeepScore (in place).
+  at::Tensor mark_recent(at::Tensor scores, int64_t n_kept) const;
+  /// Whether eviction while decoding keeps a running attention total per entry (H2O, an
+  /// accumulating scorer): attention_sums_ then follows the cache's rows.
+  bool accumulating() const { return decode_eviction_ && scorer_ && scorer_->accumulates(); }
+  /// H2O while decoding: adds `in`'s attention sums to layer `layer`'s running totals (the rows
+  /// past them, appended since, start at 0); returns the totals over the layer's live rows.
+  at::Tensor accumulate(int64_t layer, const LayerPrefill& in) const;
+  /// Ranks the running totals `sums` (the scorer's newest entries and the recent share marked),
+  /// keeps `n_kept` per head by the head budget and re-packs the cache and the totals alike.
+  /// Returns the ranked scores [n_head_kv, rows].
+  at::Tensor retain_accumulated(const LayerEvent& ev, const at::Tensor& sums, const LayerPrefill& in, int64_t n_kept,
+                                int64_t reserve) const;
+  /// Per layer: fp32 [n_head_kv, rows] running attention totals of the live rows, in row order
+  /// (accumulating pipelines only; reset by begin_run). Per-run state, as decode_'s side stores.
+  mutable std::vector<at::Tensor> attention_sums_;
 
   const LayerBudgetPolicy* layer_budget_ = nullptr;
   const BudgetPolicy* budget_ = nullptr;

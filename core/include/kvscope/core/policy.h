@@ -82,6 +82,15 @@ class ScoringPolicy : public Policy {
   /// Share of the kept budget reserved for the most recent entries (KeyDiff's sliding-window
   /// variant, docs/methods.md §2.2). 0 = none.
   virtual double recent_share() const { return 0.0; }
+  /// Scorers that rank by attention accumulated over every query so far (H2O §3, Alg. 1): true when
+  /// eviction while decoding can keep a running total per entry, adding each step's attention_sum.
+  virtual bool accumulates() const { return false; }
+  /// For an accumulating scorer: the attention in.queries pay each entry, summed over those queries
+  /// and reduced over the GQA group, fp32 [n_head_kv, n_tok], without the always-keep marks (score()
+  /// is this with the newest keep_newest() entries marked). Undefined for other scorers.
+  virtual at::Tensor attention_sum(const LayerPrefill&) const { return {}; }
+  /// For an accumulating scorer: the newest entries it always keeps (H2O's recent window).
+  virtual int64_t keep_newest() const { return 0; }
 };
 
 /// S2, across layers: the kept entries per KV head of one layer, from the run's per-head average
