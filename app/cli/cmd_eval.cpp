@@ -109,9 +109,8 @@ Outcome recorded_outcome(const sessions::SessionStore& store, const sessions::Ru
 std::unique_ptr<ChatTemplate> model_template(const std::filesystem::path& location) {
   try {
     return std::make_unique<ChatTemplate>(ChatTemplate::load(location));
-  } catch (const InputError& e) {
-    if (std::string_view(e.what()).find("has no chat template") != std::string_view::npos) return nullptr;
-    throw;
+  } catch (const NoChatTemplate&) {
+    return nullptr;
   }
 }
 

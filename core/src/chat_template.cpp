@@ -180,9 +180,9 @@ std::shared_ptr<ChatTemplate::Impl> load_directory(const fs::path& dir, const fs
     add_config_templates(*impl, read_json(legacy)["chat_template"], legacy);
   } else {
     const fs::path named = fs::is_regular_file(config_path, ec) ? config_path : dir;
-    throw InputError(named,
-                     "has no chat template (no chat_template.jinja, and no \"chat_template\" in "
-                     "tokenizer_config.json): this tokenizer cannot render chat messages");
+    throw NoChatTemplate(named,
+                         "has no chat template (no chat_template.jinja, and no \"chat_template\" in "
+                         "tokenizer_config.json): this tokenizer cannot render chat messages");
   }
   return impl;
 }

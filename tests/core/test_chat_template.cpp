@@ -617,6 +617,16 @@ TEST(ChatTemplateLoad, TokenizerWithoutTemplateFailsInOneLine) {
   // pycode-16m, the embedded model, has none either.
   EXPECT_NE(input_error([&] { ChatTemplate::load(test::pycode_dir()); }).find("has no chat template"),
             std::string::npos);
+  // Its own type, which callers that fall back to plain prompts catch; a broken template is not it.
+  EXPECT_THROW(ChatTemplate::load(dir.path()), NoChatTemplate);
+  dir.write("broken/chat_template.jinja", "{% if x %}");
+  try {
+    ChatTemplate::load(dir.path() / "broken");
+    ADD_FAILURE() << "a template that does not parse loaded";
+  } catch (const NoChatTemplate&) {
+    ADD_FAILURE() << "a broken template reported as no template";
+  } catch (const InputError&) {
+  }
   EXPECT_NE(input_error([&] { ChatTemplate::load(dir.path() / "missing"); }).find("no such file"), std::string::npos);
   dir.write("bad/tokenizer_config.json", "{not json");
   EXPECT_NE(input_error([&] { ChatTemplate::load(dir.path() / "bad"); }).find("not valid JSON"), std::string::npos);

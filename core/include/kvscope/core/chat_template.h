@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvscope/core/errors.h"
+
 namespace kvscope {
 
 /// A tokenizer's chat template(s), parsed once; rendering is thread-safe.
@@ -22,6 +24,13 @@ namespace kvscope {
 /// operators, slices and the str/dict/list methods templates call; Jinja's filters and tests. A
 /// construct outside that subset fails when the template is loaded (tags, filters, tests) or
 /// rendered (methods, operands) with "<file>: line N: unsupported construct: <what>".
+/// ChatTemplate::load's error for a tokenizer that has no chat template at all (as opposed to a
+/// broken one): callers that fall back to plain prompts catch this type alone.
+class NoChatTemplate : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 class ChatTemplate {
  public:
   /// Loads the chat template of a tokenizer. `path` is a directory, its tokenizer_config.json,
@@ -29,9 +38,9 @@ class ChatTemplate {
   /// tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"}),
   /// else chat_template.json's; additional_chat_templates/NAME.jinja add named templates. The
   /// variables bos_token, eos_token, ... come from the tokenizer_config.json beside it (strings
-  /// or {"content": ...} objects). Throws InputError naming the file when there is no template
-  /// ("... has no chat template"), a file cannot be read or is not JSON, or a template does not
-  /// parse ("<file>: line N: syntax error: ..." / "unsupported construct: ...").
+  /// or {"content": ...} objects). Throws NoChatTemplate (an InputError naming the file) when the
+  /// tokenizer has no template, InputError when a file cannot be read or is not JSON, or a template
+  /// does not parse ("<file>: line N: syntax error: ..." / "unsupported construct: ...").
   static ChatTemplate load(const std::filesystem::path& path);
 
   /// A single template from its text; `origin` names it in errors and origin(). `special_tokens`
