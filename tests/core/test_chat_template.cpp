@@ -28,6 +28,7 @@ namespace kvscope {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using ojson = nlohmann::ordered_json;
 
 fs::path tokenizer_cache() {
@@ -48,27 +49,6 @@ const std::vector<std::string>& tokenizer_keys() {
 }
 
 ojson read_ojson(const fs::path& p) { return ojson::parse(test::read_text(p)); }
-
-/// A fresh directory for one test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ =
-        fs::temp_directory_path() / (std::string("kvscope_chat_") + info->name() + "_" + std::to_string(::getpid()));
-    test::remove_tree(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { test::remove_tree(path_); }
-  const fs::path& path() const { return path_; }
-  void write(const std::string& name, const std::string& text) const {
-    fs::create_directories((path_ / name).parent_path());
-    std::ofstream(path_ / name, std::ios::binary) << text;
-  }
-
- private:
-  fs::path path_;
-};
 
 /// The InputError message of `f()`, or "" when it does not throw one.
 template <typename F>

@@ -203,25 +203,9 @@ TEST(SparqRing, RingHeadsOnASyntheticCache) {
 
 class SparqRingModel : public test::PycodeSuite {};
 
-/// pycode-16m has 8 layers of 2 KV heads (G = 3, D = 64). The prompt keeps 64 tokens.
-HeadPattern mixed_pattern() {
-  HeadPattern p;
-  p.layers = {
-      {HeadPlan{true, 4, 40}, HeadPlan{}},             // a ring full after the prefill (64 > 44)
-      {HeadPlan{}, HeadPlan{true, 5, 90}},             // a ring filling during decode, then wrapping
-      {HeadPlan{true, 0, 37}, HeadPlan{true, 3, 47}},  // two rings, no sink in one
-      {HeadPlan{}, HeadPlan{}},                        // all dense: the uniform path
-      {HeadPlan{true, 6, 30}, HeadPlan{}},
-      {HeadPlan{}, HeadPlan{true, 2, 70}},
-      {HeadPlan{true, 1, 25}, HeadPlan{true, 8, 100}},
-      {HeadPlan{}, HeadPlan{true, 4, 40}},
-  };
-  return p;
-}
-
 TEST_F(SparqRingModel, OutputsFollowTheCacheEveryStep) {
   const fs::path f = fs::temp_directory_path() / ("kvscope_sparq_ring_" + std::to_string(::getpid()) + ".json");
-  save_head_pattern(f, mixed_pattern());
+  save_head_pattern(f, test::mixed_ring_pattern());
   const int64_t n_new = 240;
   const Pipeline pipeline(*registry_, "heads:pattern=" + f.string() + "+sparq:mean=true");
   DecodeAttentionPolicy* policy = pipeline.decode_attention();

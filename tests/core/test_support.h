@@ -1,14 +1,13 @@
 #pragma once
 // Shared helpers for the core tests: repo paths and golden files.
-#include <ftw.h>
-#include <stdio.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "../temp_dir.h"  // TempDir, remove_tree
 
 namespace kvscope::test {
 
@@ -24,14 +23,6 @@ inline std::string read_text(const std::filesystem::path& p) {
 }
 
 inline nlohmann::json read_json(const std::filesystem::path& p) { return nlohmann::json::parse(read_text(p)); }
-
-/// Deletes a directory tree (or file); missing paths are fine. Not std::filesystem::remove_all:
-/// PyTorch's pip LibTorch exports its own copy of that symbol, which crashes when it interposes.
-inline void remove_tree(const std::filesystem::path& p) {
-  ::nftw(
-      p.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
-      FTW_DEPTH | FTW_PHYS);
-}
 
 /// Golden files of pycode-16m that carry a prompt (copy_probe.json is a summary table).
 inline std::vector<std::filesystem::path> pycode_goldens() {

@@ -25,6 +25,7 @@ namespace kvscope {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using Ids = std::vector<int32_t>;
 
 fs::path source_dir() { return fs::path(KVSCOPE_SOURCE_DIR); }
@@ -38,31 +39,6 @@ std::string read_file(const fs::path& path) {
   buffer << in.rdbuf();
   return buffer.str();
 }
-
-/// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ =
-        fs::temp_directory_path() / ("kvscope_tok_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-                                     std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { kvscope::test::remove_tree(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  fs::path write(const std::string& name, std::string_view content) const {
-    const fs::path file = path_ / name;
-    std::ofstream(file, std::ios::binary).write(content.data(), static_cast<std::streamsize>(content.size()));
-    return file;
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 /// Asserts that `load` throws InputError whose message names `file` (its file name).
 void expect_input_error(const std::function<void()>& load, const fs::path& file, const std::string& also = "") {

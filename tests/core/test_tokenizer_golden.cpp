@@ -24,6 +24,7 @@ namespace kvscope {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using Ids = std::vector<int32_t>;
 using nlohmann::json;
 
@@ -131,30 +132,6 @@ INSTANTIATE_TEST_SUITE_P(RealTokenizers, GoldenTokenizer, ::testing::ValuesIn(to
 // ------------------------------------------------------------------------------------------------
 // tokenizer_config.json as transformers reads it (small fixtures: no cache needed)
 // ------------------------------------------------------------------------------------------------
-
-/// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("kvscope_tokgold_" + std::string(info->name()) + "_" +
-                                         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { test::remove_tree(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  fs::path write(const std::string& name, std::string_view content) const {
-    const fs::path file = path_ / name;
-    std::ofstream(file, std::ios::binary).write(content.data(), static_cast<std::streamsize>(content.size()));
-    return file;
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Llama-2 style as Hugging Face's converter writes it: Prepend + Replace normalizer, no
 // pre-tokenizer, BOS through TemplateProcessing.

@@ -27,36 +27,15 @@
 
 #include <gtest/gtest.h>
 
+#include "../temp_dir.h"
 #include "kvscope/sessions/session_store.h"
 
 using namespace kvscope::sessions;
+using kvscope::test::TempDir;
 
 namespace {
 
 // ---- helpers ------------------------------------------------------------------------------------
-
-/// A fresh directory under $TMPDIR (or /tmp), deleted with nftw (not std::filesystem::remove_all:
-/// pip LibTorch interposes that symbol and crashes).
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/kvscope-sessions-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    ::nftw(
-        path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-        FTW_DEPTH | FTW_PHYS);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

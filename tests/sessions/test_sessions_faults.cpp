@@ -19,34 +19,13 @@
 #include <tuple>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "kvscope/sessions/session_store.h"
 
 using namespace kvscope::sessions;
+using ScratchDir = kvscope::test::TempDir;
 
 namespace {
-
-/// A fresh directory under $TMPDIR, removed with nftw (std::filesystem::remove_all is interposed
-/// by some LibTorch builds; see tests/core/test_support.h).
-class ScratchDir {
- public:
-  ScratchDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/kvscope-faults-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  ~ScratchDir() {
-    ::nftw(
-        path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-        FTW_DEPTH | FTW_PHYS);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 RunInfo info(const std::string& name, const std::string& key) {
   RunInfo i;

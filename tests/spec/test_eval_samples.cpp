@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../temp_dir.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/eval_sample.h"
 #include "kvscope/core/eval_score.h"
@@ -24,33 +25,12 @@ namespace kvscope {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using Strings = std::vector<std::string>;
 
 fs::path recall_golden() {
   return fs::path(KVSCOPE_SOURCE_DIR).parent_path() / "shared/models/pycode-recall-17m/golden";
 }
-
-/// A temporary directory, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "kvscope-eval-XXXXXX").string();
-    if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    dir_ = templ;
-  }
-  ~TempDir() {
-    for (const auto& e : fs::directory_iterator(dir_)) ::unlink(e.path().c_str());
-    ::rmdir(dir_.c_str());
-  }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return dir_ / name;
-  }
-  const fs::path& dir() const { return dir_; }
-
- private:
-  fs::path dir_;
-};
 
 /// A valid line of this project's format, with `extra` appended inside the object (", ...").
 std::string ok_line(const std::string& extra = "") {
@@ -155,7 +135,7 @@ TEST(EvalSamples, ProjectFormatOptionalFields) {
 
 TEST(EvalSamples, EveryBadInputIsOneErrorNamingFileAndLine) {
   const TempDir tmp;
-  const std::string file = (tmp.dir() / "bad.jsonl").string();
+  const std::string file = (tmp.path() / "bad.jsonl").string();
   struct Case {
     std::string text, problem;
   };
@@ -226,7 +206,7 @@ TEST(EvalSamples, EveryBadInputIsOneErrorNamingFileAndLine) {
 
 TEST(EvalSamples, MissingFileAndDirectory) {
   const TempDir tmp;
-  const fs::path missing = tmp.dir() / "none.jsonl";
+  const fs::path missing = tmp.path() / "none.jsonl";
   EXPECT_THROW(
       {
         try {
@@ -240,9 +220,9 @@ TEST(EvalSamples, MissingFileAndDirectory) {
   EXPECT_THROW(
       {
         try {
-          load_eval_samples(tmp.dir());
+          load_eval_samples(tmp.path());
         } catch (const InputError& e) {
-          EXPECT_EQ(std::string(e.what()), tmp.dir().string() + ": is a directory, not a JSONL file");
+          EXPECT_EQ(std::string(e.what()), tmp.path().string() + ": is a directory, not a JSONL file");
           throw;
         }
       },

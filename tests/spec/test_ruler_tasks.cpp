@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../temp_dir.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/ruler_tasks.h"
 
@@ -26,6 +27,7 @@ namespace kvscope {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 using Strings = std::vector<std::string>;
 
 const std::string kNoise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
@@ -78,25 +80,6 @@ size_t occurrences(const std::string& text, const std::string& what) {
 std::string span_text(const EvalSample& s, const TextSpan& span) {
   return s.context.substr(static_cast<size_t>(span.begin), static_cast<size_t>(span.end - span.begin));
 }
-
-/// A temporary directory, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "kvscope-ruler-XXXXXX").string();
-    if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    dir_ = templ;
-  }
-  ~TempDir() { fs::remove_all(dir_); }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return dir_ / name;
-  }
-  const fs::path& dir() const { return dir_; }
-
- private:
-  fs::path dir_;
-};
 
 /// An essay of `sentences` sentences (numbered, so that no two are alike), with abbreviations and
 /// initials that do not end sentences, and paragraphs.
@@ -753,10 +736,10 @@ TEST(RulerTasks, Errors) {
 
   TempDir dir;
   o = options("niah_single_2");
-  o.essay_files = {dir.write("ok.txt", essay_text(50)), dir.dir() / "missing.txt"};
-  EXPECT_EQ(error_of(o), (dir.dir() / "missing.txt").string() + ": no such file");
-  o.essay_files = {dir.dir()};
-  EXPECT_EQ(error_of(o), dir.dir().string() + ": is a directory, not a text file");
+  o.essay_files = {dir.write("ok.txt", essay_text(50)), dir.path() / "missing.txt"};
+  EXPECT_EQ(error_of(o), (dir.path() / "missing.txt").string() + ": no such file");
+  o.essay_files = {dir.path()};
+  EXPECT_EQ(error_of(o), dir.path().string() + ": is a directory, not a text file");
   o.essay_files = {dir.write("blank.txt", " \n\t\n")};
   EXPECT_NE(error_of(o).find("blank.txt: holds no words"), std::string::npos);
   if (::geteuid() != 0) {  // root reads any file
@@ -771,9 +754,9 @@ TEST(RulerTasks, Errors) {
   EXPECT_NE(error_of(o).find("empty.py: is empty"), std::string::npos);
 
   o = options("niah_single_1");
-  o.words_file = dir.dir() / "words";
+  o.words_file = dir.path() / "words";
   e = error_of(o);
-  EXPECT_NE(e.find((dir.dir() / "words").string() + ": no such file"), std::string::npos) << e;
+  EXPECT_NE(e.find((dir.path() / "words").string() + ": no such file"), std::string::npos) << e;
   EXPECT_NE(e.find("wamerican"), std::string::npos) << e;
   o.words_file = dir.write("few", "apple\nbanana\n");
   EXPECT_NE(error_of(o).find("holds 2 words"), std::string::npos);
@@ -836,13 +819,13 @@ TEST(RulerTasks, KeysAreCommonAdjectivesAndNounsAsWonderwordsGivesThem) {
 TEST(RulerTasks, WordNetErrorsNameTheFile) {
   TempDir dir;
   RulerTaskOptions o = options("niah_single_1");
-  o.wordnet_dir = dir.dir() / "wordnet";
+  o.wordnet_dir = dir.path() / "wordnet";
   std::string e = error_of(o);
-  EXPECT_NE(e.find((dir.dir() / "wordnet" / "index.adj").string() + ": no such file"), std::string::npos) << e;
+  EXPECT_NE(e.find((dir.path() / "wordnet" / "index.adj").string() + ": no such file"), std::string::npos) << e;
   EXPECT_NE(e.find("wordnet-base"), std::string::npos) << e;
-  fs::create_directories(dir.dir() / "wn");
+  fs::create_directories(dir.path() / "wn");
   dir.write("wn/index.adj", "  1 license text\nbroken\n");
-  o.wordnet_dir = dir.dir() / "wn";
+  o.wordnet_dir = dir.path() / "wn";
   e = error_of(o);
   EXPECT_NE(e.find("index.adj: line 2: not a WordNet index line"), std::string::npos) << e;
   dir.write("wn/index.adj", "good a 1 0 1 5 00001\n");

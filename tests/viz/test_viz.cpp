@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "kvscope/viz/cairo_export.h"
 #include "kvscope/viz/colormap.h"
 #include "kvscope/viz/draw.h"
@@ -27,26 +28,8 @@ namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------- helpers
 
-/// Deletes a tree without std::filesystem::remove_all (pip LibTorch interposes that symbol).
-void remove_tree(const fs::path& p) {
-  ::nftw(
-      p.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
-      FTW_DEPTH | FTW_PHYS);
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kvscope-viz-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() { remove_tree(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using kvscope::test::remove_tree;
+using kvscope::test::TempDir;
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
