@@ -288,6 +288,8 @@ TEST_F(DecodeEviction, InPlaceDropKeepsWhatRetainKeeps) {
   // Interval 8 or an Ada-KV head budget drop more than one entry, or unevenly: not in place.
   EXPECT_FALSE(Pipeline(*registry_, "tova+decoding:interval=8,target=40").evicts_in_place());
   EXPECT_FALSE(Pipeline(*registry_, "tova+adakv+decoding").evicts_in_place());
+  // H2O's running totals are kept outside the captured step: its steps run eagerly.
+  EXPECT_FALSE(Pipeline(*registry_, "h2o:recent=16+decoding").evicts_in_place());
 }
 
 TEST_F(DecodeEviction, ScorersWithoutADecodeStepRuleAndDecodeTimeStagesAreRefused) {
