@@ -29,8 +29,8 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
   }
   if (scorer_ && !budget_)
     throw InputError("pipeline '" + std::string(spec) + "': no budget allocation policy is registered");
-  // A decode step has one query: scorers that rank by more (SnapKV's window, H2O's accumulated
-  // attention over every query) are not defined there.
+  // A decode step has one query: scorers that rank by more (SnapKV's window) are not defined there,
+  // unless they accumulate every step's attention into running totals (H2O, norm=sum).
   if (decode_eviction_ && scorer_->prefill_queries() != 0 && scorer_->prefill_queries() != 1 && !scorer_->accumulates())
     throw InputError("pipeline '" + std::string(spec) +
                      "': eviction while decoding needs a scorer that ranks with at most the step's query (tova, "
@@ -40,6 +40,10 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
                      (scorer_->prefill_queries() < 0
                           ? std::string("every query so far")
                           : "its last " + std::to_string(scorer_->prefill_queries()) + " queries"));
+  if (accumulating() && layer_budget_)
+    throw InputError("pipeline '" + std::string(spec) + "': h2o's eviction while decoding with a layer budget ('" +
+                     layer_budget_->name() +
+                     "') is not supported: its running totals are ranked against the run's budget in every layer");
 }
 
 std::string Pipeline::canonical() const {
@@ -115,10 +119,7 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
   at::Tensor scores;
   if (accumulating()) {  // H2O decoding next: the totals follow the kept rows
     const at::Tensor sums = accumulate(ev.layer, in);
-    if (n_kept < n_tok) {
-      if (layer_budget_) throw InputError("pipeline: h2o+decoding with a layer budget is not supported");
-      scores = retain_accumulated(ev, sums, in, n_kept, reserve);
-    }
+    if (n_kept < n_tok) scores = retain_accumulated(ev, sums, in, n_kept, reserve);
   } else if (scorer_ && n_kept < n_tok) {
     scores = rank(in, n_kept);
     const int64_t layer_kept = layer_budget_ ? layer_budget_->layer_kept(scores, n_kept, in) : n_kept;
@@ -175,15 +176,13 @@ void Pipeline::evict_decode(const LayerEvent& ev, int64_t step, int64_t n_kept) 
     throw InputError("pipeline: eviction while decoding needs equal lengths per KV head (a uniform head budget)");
   const int64_t target = decode_target(n_kept);
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
-  if (accumulating()) {  // H2O: every step's attention adds to the totals; evict every interval
-    const at::Tensor sums = accumulate(ev.layer, in);
-    if ((step + 1) % decode_eviction_->interval() != 0 || cache.layer(ev.layer).length[0] <= target) return;
+  // H2O: every step's attention adds to the running totals, evicting or not.
+  const at::Tensor sums = accumulating() ? accumulate(ev.layer, in) : at::Tensor();
+  if ((step + 1) % decode_eviction_->interval() != 0 || cache.layer(ev.layer).length[0] <= target) return;
+  if (sums.defined())
     (void)retain_accumulated(ev, sums, in, target, decode_eviction_->interval());
-    return;
-  }
-  if ((step + 1) % decode_eviction_->interval() != 0) return;
-  if (cache.layer(ev.layer).length[0] <= target) return;
-  cache.retain(ev.layer, budget_->select(rank(in, target), target, in), decode_eviction_->interval());
+  else
+    cache.retain(ev.layer, budget_->select(rank(in, target), target, in), decode_eviction_->interval());
 }
 
 int64_t Pipeline::decode_target(int64_t n_kept) const {

@@ -297,6 +297,7 @@ TEST_F(DecodeEviction, ScorersWithoutADecodeStepRuleAndDecodeTimeStagesAreRefuse
   EXPECT_THROW(Pipeline(*registry_, "h2o:norm=mean+decoding"), InputError);  // a mean needs query counts
   EXPECT_THROW(Pipeline(*registry_, "h2o:gqa=max+decoding"), InputError);    // a max does not add up
   EXPECT_NO_THROW(Pipeline(*registry_, "h2o:recent=16+decoding"));
+  EXPECT_THROW(Pipeline(*registry_, "h2o:recent=16+pyramid+decoding"), InputError);  // one budget per layer
   EXPECT_THROW(Pipeline(*registry_, "decoding"), InputError);
   EXPECT_THROW(Pipeline(*registry_, "tova+decoding+quest"), InputError);
   EXPECT_NO_THROW(Pipeline(*registry_, "keydiff+decoding"));
