@@ -54,22 +54,26 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity, c10::Device device, c10
 void KvCache::grow(int64_t l, int64_t min_capacity) {
   LayerKv& L = layers_[l];
   int64_t total = 0;
-  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_);
+  int64_t k_total = 0;
+  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_), k_off(n_head_kv_);
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     cap[h] = L.ring_window[h] > 0 ? L.capacity[h] : std::max(min_capacity, 2 * L.capacity[h]);
     if (L.ringed) cap[h] = std::max(min_capacity, std::min(cap[h], L.window));  // a ring never exceeds its window
     off[h] = total;
     total += cap[h];
+    k_off[h] = k_total - L.compact_entries(h);  // compact keys: k holds rows compact_entries(h).. only
+    k_total += cap[h] - L.compact_entries(h);
   }
-  at::Tensor k = at::empty({total, head_dim_}, L.k.options()), v = at::empty({total, head_dim_}, L.v.options());
+  at::Tensor k = at::empty({k_total, head_dim_}, L.k.options()), v = at::empty({total, head_dim_}, L.v.options());
   at::Tensor pos = at::empty({total}, L.pos.options());
   for (int64_t h = 0; h < n_head_kv_; ++h) {
-    const int64_t n = L.length[h];
+    const int64_t n = L.length[h], c = L.compact_entries(h);
     if (n == 0) continue;
-    k.narrow(0, off[h], n).copy_(L.k.narrow(0, L.offset[h], n));
+    if (n > c) k.narrow(0, k_off[h] + c, n - c).copy_(L.k.narrow(0, L.key_row(h, c), n - c));
     v.narrow(0, off[h], n).copy_(L.v.narrow(0, L.offset[h], n));
     pos.narrow(0, off[h], n).copy_(L.pos.narrow(0, L.offset[h], n));
   }
+  if (!L.compact.empty()) L.k_offset = k_off;
   L.k = k;
   L.v = v;
   L.pos = pos;
@@ -153,7 +157,7 @@ void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const 
   bool fits = true;
   for (int64_t h = 0; h < n_head_kv_; ++h) fits = fits && (L.ring_window[h] > 0 || L.length[h] + T <= L.capacity[h]);
   if (!fits) grow(l, need);
-  if (L.uniform()) {
+  if (L.uniform() && L.compact.empty()) {
     const int64_t cap = L.capacity[0], n = L.length[0];
     L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(k);
     L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(v);
@@ -167,7 +171,7 @@ void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const 
       continue;
     }
     const int64_t at_row = L.offset[h] + L.length[h];
-    L.k.narrow(0, at_row, T).copy_(k[h]);
+    L.k.narrow(0, L.key_row(h, L.length[h]), T).copy_(k[h]);
     L.v.narrow(0, at_row, T).copy_(v[h]);
     L.pos.narrow(0, at_row, T).copy_(positions);
     L.length[h] += T;
@@ -180,6 +184,7 @@ KvCache KvCache::clone() const {
     L.k = L.k.clone();
     L.v = L.v.clone();
     L.pos = L.pos.clone();
+    for (CompactKeys& c : L.compact) c = c.clone();
   }
   return out;
 }
@@ -192,6 +197,8 @@ void KvCache::assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, 
                            int64_t reserve) {
   LayerKv& L = layers_[l];
   require_full_attention(L, l, "assign_layer");
+  L.compact.clear();  // every entry is replaced
+  L.k_offset.clear();
   const int64_t n = k.size(1), cap = n + std::max<int64_t>(reserve, 1);
   L.k = at::empty({n_head_kv_ * cap, head_dim_}, L.k.options());
   L.v = at::empty({n_head_kv_ * cap, head_dim_}, L.v.options());
@@ -228,6 +235,8 @@ std::vector<std::vector<std::vector<int32_t>>> KvCache::host_positions() const {
 void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
   LayerKv& L = layers_[l];
   require_full_attention(L, l, "set_window");
+  if (!L.compact.empty())
+    throw std::logic_error("KvCache::set_window: layer " + std::to_string(l) + " holds its keys compactly");
   if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)
     throw std::invalid_argument("KvCache::set_window: layer " + std::to_string(l) + " head " + std::to_string(h) +
                                 " holds " + std::to_string(L.length[h]) + " entries in " +
@@ -241,6 +250,7 @@ void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
 void KvCache::retain(int64_t l, const std::vector<at::Tensor>& kept, const std::vector<int64_t>& reserve) {
   LayerKv& L = layers_[l];
   require_full_attention(L, l, "retain");
+  expand_keys(l);
   if (static_cast<int64_t>(kept.size()) != n_head_kv_)
     throw std::invalid_argument("KvCache::retain: " + std::to_string(kept.size()) + " index sets for " +
                                 std::to_string(n_head_kv_) + " KV heads");
@@ -312,6 +322,8 @@ static void require_uniform(const LayerKv& L) {
 void KvCache::drop_in_place(int64_t l, const at::Tensor& drop, int64_t n) {
   const LayerKv& L = layers_[l];
   require_uniform(L);
+  if (!L.compact.empty())
+    throw std::logic_error("KvCache::drop_in_place: layer " + std::to_string(l) + " holds its keys compactly");
   const int64_t cap = L.capacity[0];
   if (n < 1 || n > cap)
     throw std::logic_error("KvCache::drop_in_place: " + std::to_string(n) + " live entries in a capacity of " +
@@ -340,6 +352,11 @@ void KvCache::commit_drop(int64_t l) {
 at::Tensor KvCache::keys(int64_t l) const {
   const LayerKv& L = layers_[l];
   require_uniform(L);
+  if (!L.compact.empty()) {
+    std::vector<at::Tensor> heads;
+    for (int64_t h = 0; h < n_head_kv_; ++h) heads.push_back(head_keys(l, h));
+    return at::stack(heads);
+  }
   return L.k.view({n_head_kv_, L.capacity[0], head_dim_}).narrow(1, 0, L.length[0]);
 }
 at::Tensor KvCache::values(int64_t l) const {
@@ -354,7 +371,11 @@ at::Tensor KvCache::positions(int64_t l) const {
 }
 at::Tensor KvCache::head_keys(int64_t l, int64_t h) const {
   const LayerKv& L = layers_[l];
-  return L.k.narrow(0, L.offset[h], L.length[h]);
+  const int64_t c = L.compact_entries(h);
+  if (c == 0) return L.k.narrow(0, L.key_row(h, 0), L.length[h]);
+  const at::Tensor recovered = L.compact[h].recover();
+  if (L.length[h] == c) return recovered;
+  return at::cat({recovered, L.k.narrow(0, L.key_row(h, c), L.length[h] - c)});
 }
 at::Tensor KvCache::head_values(int64_t l, int64_t h) const {
   const LayerKv& L = layers_[l];
@@ -367,15 +388,57 @@ at::Tensor KvCache::head_positions(int64_t l, int64_t h) const {
 
 int64_t KvCache::bytes_allocated() const {
   int64_t b = 0;
-  for (const auto& L : layers_) b += (L.k.numel() + L.v.numel()) * L.k.element_size();
+  for (const auto& L : layers_) {
+    b += (L.k.numel() + L.v.numel()) * L.k.element_size();
+    for (const CompactKeys& c : L.compact) b += c.bytes();
+  }
   return b;
 }
 
 int64_t KvCache::bytes_live() const {
   int64_t b = 0;
   for (const auto& L : layers_)
-    for (int64_t n : L.length) b += 2 * n * head_dim_ * L.k.element_size();
+    for (int64_t h = 0; h < n_head_kv_; ++h) {
+      const int64_t n = L.length[h], c = L.compact_entries(h);
+      b += (2 * n - c) * head_dim_ * L.k.element_size() + (c > 0 ? L.compact[h].bytes() : 0);
+    }
   return b;
+}
+
+void KvCache::compact_keys(int64_t l, std::vector<CompactKeys> heads) {
+  LayerKv& L = layers_[l];
+  require_full_attention(L, l, "compact_keys");
+  const std::string where = "KvCache::compact_keys: layer " + std::to_string(l);
+  if (L.has_ring()) throw std::logic_error(where + " has ring-buffer heads, which overwrite rows in place");
+  if (!L.compact.empty()) throw std::logic_error(where + " holds its keys compactly already");
+  if (static_cast<int64_t>(heads.size()) != n_head_kv_)
+    throw std::invalid_argument(where + ": " + std::to_string(heads.size()) + " heads for " +
+                                std::to_string(n_head_kv_) + " KV heads");
+  std::vector<int64_t> k_off(n_head_kv_);
+  int64_t k_total = 0;
+  for (int64_t h = 0; h < n_head_kv_; ++h) {
+    if (heads[h].n != L.length[h] || heads[h].head_dim != head_dim_)
+      throw std::invalid_argument(where + " head " + std::to_string(h) + ": " + std::to_string(heads[h].n) +
+                                  " compact entries of head_dim " + std::to_string(heads[h].head_dim) + " for " +
+                                  std::to_string(L.length[h]) + " live entries of head_dim " +
+                                  std::to_string(head_dim_));
+    k_off[h] = k_total - heads[h].n;
+    k_total += L.capacity[h] - heads[h].n;
+  }
+  L.k = at::empty({k_total, head_dim_}, L.k.options());  // no dense key is live: nothing to copy
+  L.k_offset = std::move(k_off);
+  L.compact = std::move(heads);
+}
+
+void KvCache::expand_keys(int64_t l) {
+  LayerKv& L = layers_[l];
+  if (L.compact.empty()) return;
+  at::Tensor k = at::empty({L.v.size(0), head_dim_}, L.k.options());
+  for (int64_t h = 0; h < n_head_kv_; ++h)
+    if (L.length[h] > 0) k.narrow(0, L.offset[h], L.length[h]).copy_(head_keys(l, h));
+  L.k = k;
+  L.compact.clear();
+  L.k_offset.clear();
 }
 
 }  // namespace kvscope

@@ -48,6 +48,7 @@ struct RandomSetup {
   ModelConfig cfg;
   std::unique_ptr<KvCache> cache;
   std::vector<LayerPrefill> in;
+  std::vector<std::vector<at::Tensor>> orig;  // [layer][kv head]: the keys prefill pruned, as they were
   static constexpr int64_t kTok = 24;
 
   RandomSetup() {
@@ -66,9 +67,20 @@ struct RandomSetup {
     cache->retain(1, {at::arange(4, kTok, at::kLong), at::tensor(some, at::kLong)}, 4);
   }
 
-  void prefill(ChannelPruningBase& p) const {
+  void prefill(ChannelPruningBase& p) {
     p.configure(RunBudget{}, cfg);
-    for (int64_t l = 0; l < cfg.n_layer; ++l) p.on_prefill(l, in[l], *cache);
+    orig.assign(cfg.n_layer, {});
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      for (int64_t h = 0; h < cfg.n_head_kv; ++h) orig[l].push_back(cache->head_keys(l, h).clone());
+      p.on_prefill(l, in[l], *cache);
+    }
+  }
+
+  /// The keys of (l, h) as they were before pruning, then the dense decode-time ones.
+  at::Tensor original_keys(int64_t l, int64_t h) const {
+    const at::Tensor now = cache->head_keys(l, h);
+    const int64_t n = orig[l][h].size(0);
+    return at::cat({orig[l][h], now.narrow(0, n, now.size(0) - n)}).contiguous();
   }
 
   /// Appends one decode entry to every head of every layer.
@@ -107,7 +119,7 @@ TEST(ChannelPruning, RatioZeroIsDenseAttention) {
         const at::Tensor got = p->attend(l, q, *s.cache);
         EXPECT_LT((got - s.dense(l, q)).abs().max().item<double>(), 1e-5) << "layer " << l << " step " << step;
         for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) {
-          EXPECT_TRUE(p->channel_mask(l, h).all().item<bool>());
+          EXPECT_TRUE(p->channel_mask(l, h, *s.cache).all().item<bool>());
           EXPECT_EQ(p->recovery_bias(l, h).abs().max().item<double>(), 0.0);
         }
       }
@@ -159,7 +171,7 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
   const int64_t T = policies::kept_channels(ratio, D);
   ASSERT_EQ(T, 8);
   s.append_decode_step();
-  int64_t expect_side = 0;
+  int64_t expect_side = 0, dense_k = 0;
   for (int64_t l = 0; l < s.cfg.n_layer; ++l) {
     const at::Tensor q = at::randn({s.cfg.n_head, D});
     std::vector<at::Tensor> hand_out;
@@ -167,18 +179,18 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
     for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) {
       SCOPED_TRACE("layer " + std::to_string(l) + " kv head " + std::to_string(h));
       const auto a = group_qbar_abs(s.in[l].queries, h, G, W, gqa, query);
-      const at::Tensor keys = s.cache->head_keys(l, h).contiguous();
+      const at::Tensor keys = s.original_keys(l, h);
       const at::Tensor vals = s.cache->head_values(l, h).contiguous();
       const int64_t len = keys.size(0), n = len - 1;  // the last row is the decode-time entry
       ASSERT_EQ(p->pruned_entries(l, h), n);
-      const at::Tensor mask = p->channel_mask(l, h).contiguous();
+      const at::Tensor mask = p->channel_mask(l, h, *s.cache).contiguous();
       const at::Tensor bias = p->recovery_bias(l, h).contiguous();
       ASSERT_EQ(mask.sizes(), (at::IntArrayRef{n, D}));
       auto K = keys.accessor<float, 2>();
       auto M = mask.accessor<bool, 2>();
       auto B = bias.accessor<float, 1>();
       std::vector<double> hand_bias(n), hand_mu(n);
-      int64_t kept_total = 0, sign_bytes = 0;
+      int64_t kept_total = 0, fewest_kept = D, most_kept = 0;
       for (int64_t t = 0; t < n; ++t) {
         std::vector<double> w(D);
         double total = 0;
@@ -195,6 +207,8 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
             pruned_sum += w[j];
           }
         kept_total += kept;
+        fewest_kept = std::min(fewest_kept, kept);
+        most_kept = std::max(most_kept, kept);
         // The kept channels are the largest saliencies of the entry.
         EXPECT_GE(min_kept, max_pruned) << "token " << t;
         if (mode == "fixed") {
@@ -212,7 +226,6 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
         const double mu = P > 0 ? pruned_sum / double(P) : 0.0;  // μ_pruned[t], eq. 11
         hand_mu[t] = mu;
         hand_bias[t] = recovery == "degenerate" && !key_sign ? double(P) * mu : 0.0;
-        sign_bytes += key_sign ? (P + 7) / 8 : 0;
         EXPECT_NEAR(B[t], hand_bias[t], 1e-5 * (1 + std::abs(hand_bias[t]))) << "token " << t;
       }
       // Logits of one decode step, by hand: ((q ⊙ m_t)·k_t + (D - T_t)·μ[t]) / sqrt(D) (sign=key:
@@ -235,18 +248,23 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
       const at::Tensor got = p->head_logits(l, h, qg, *s.cache);
       EXPECT_LT((got.to(at::kDouble) - hand).abs().max().item<double>(), 1e-4);
       hand_out.push_back(at::matmul(at::softmax(hand, -1), vals.to(at::kDouble)));
-      // Pruned key storage: kept fp32 values + uint8 indices + μ (fp32) + count (int16, mode=p) + sign bits.
-      const int64_t key_bytes =
-          kept_total * 4 + kept_total + (recovery == "degenerate" ? n * 4 : 0) + (mode == "p" ? n * 2 : 0) + sign_bytes;
-      expect_side += key_bytes;
-      expect_read += key_bytes + 1 * D * 4 + len * D * 4;  // + the dense decode-time key + all values
+      // The keys as the cache stores them: kept fp32 values + a kept-channel bitmask per entry
+      // (+ value offsets when the counts differ, SPARK-p) (+ sign=key: the pruned channels' sign
+      // bits, μ per entry and 1/a per channel); the sign=positive bias is the policy's.
+      const int64_t key_bytes = kept_total * 4 + n * ((D + 7) / 8) + (fewest_kept == most_kept ? 0 : (n + 1) * 8) +
+                                (key_sign ? n * ((D - fewest_kept + 7) / 8) + n * 4 + D * 4 : 0);
+      EXPECT_EQ(s.cache->layer(l).compact[h].bytes(), key_bytes);
+      const int64_t bias_bytes = recovery == "degenerate" && !key_sign ? n * 4 : 0;
+      expect_side += bias_bytes;
+      dense_k += n * D * 4;
+      expect_read += key_bytes + bias_bytes + 1 * D * 4 + len * D * 4;  // + the dense decode-time key + all values
     }
     const at::Tensor out = p->attend(l, q, *s.cache);
     EXPECT_LT((out.to(at::kDouble) - at::cat(hand_out, 0)).abs().max().item<double>(), 1e-5);
     EXPECT_EQ(p->bytes_read_last(), expect_read);
   }
   EXPECT_EQ(p->side_store_bytes(), expect_side);
-  EXPECT_LT(p->side_store_bytes(), p->dense_key_bytes());
+  EXPECT_EQ(p->dense_key_bytes(), dense_k);
 }
 
 TEST(ChannelPruning, SparkMaskRecoveryAndLogitsMatchBruteForce) {
@@ -263,7 +281,7 @@ TEST(ChannelPruning, SparkMasksDifferAcrossTokens) {
   RandomSetup s;
   auto p = make_pruner("spark", {{"ratio", "0.5"}, {"window", "8"}});
   s.prefill(*p);
-  const at::Tensor m = p->channel_mask(0, 0);
+  const at::Tensor m = p->channel_mask(0, 0, *s.cache);
   EXPECT_FALSE(m.eq(m[0].unsqueeze(0)).all().item<bool>()) << "unstructured: per-token channel sets";
 }
 
@@ -280,14 +298,14 @@ TEST(ChannelPruning, ThinkDropsTheSameChannelsForEveryEntry) {
   for (int64_t l = 0; l < s.cfg.n_layer; ++l)
     for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) {
       SCOPED_TRACE("layer " + std::to_string(l) + " kv head " + std::to_string(h));
-      const at::Tensor mask = p->channel_mask(l, h);
+      const at::Tensor mask = p->channel_mask(l, h, *s.cache);
       const int64_t n = mask.size(0);
       ASSERT_GT(n, 0);
       EXPECT_TRUE(mask.eq(mask[0].unsqueeze(0)).all().item<bool>());
       EXPECT_EQ(mask[0].sum().item<int64_t>(), T);
       EXPECT_EQ(p->recovery_bias(l, h).abs().max().item<double>(), 0.0);
       // Brute force: score_j = ||Q_group,window[:, j]|| * ||K[:, j]||, top T.
-      const at::Tensor keys = s.cache->head_keys(l, h).narrow(0, 0, n).contiguous();
+      const at::Tensor keys = s.orig[l][h].contiguous();
       auto K = keys.accessor<float, 2>();
       auto Qa = s.in[l].queries.accessor<float, 3>();
       const int64_t Tq = s.in[l].queries.size(0);
@@ -314,11 +332,51 @@ TEST(ChannelPruning, ThinkDropsTheSameChannelsForEveryEntry) {
       hand = at::cat({hand, at::matmul(q, all_k.narrow(0, n, all_k.size(0) - n).t())}, 1) / std::sqrt(double(D));
       EXPECT_LT((p->head_logits(l, h, q, *s.cache) - hand).abs().max().item<double>(), 1e-5);
     }
-  // Storage: T values per entry + one T-index list per head.
-  int64_t expect = 0;
+  // Storage: T values per entry + one kept-channel bitmask per head; no bias.
   for (int64_t l = 0; l < s.cfg.n_layer; ++l)
-    for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) expect += p->pruned_entries(l, h) * T * 4 + T;
-  EXPECT_EQ(p->side_store_bytes(), expect);
+    for (int64_t h = 0; h < s.cfg.n_head_kv; ++h)
+      EXPECT_EQ(s.cache->layer(l).compact[h].bytes(), p->pruned_entries(l, h) * T * 4 + (D + 7) / 8);
+  EXPECT_EQ(p->side_store_bytes(), 0);
+}
+
+// ---- Memory: the pruned channels are really freed --------------------------------------------------
+
+// SPARK (§1: ">30% less KV at equal length") and ThinK store only the kept channels: the cache's
+// allocation drops by the pruned share of the keys, less the bitmask and recovery statistics.
+TEST(ChannelPruning, CacheBytesFallByThePrunedShare) {
+  const int64_t D = 128, Hkv = 2, n = 256;
+  const ModelConfig cfg = test::small_config(1, Hkv, 2, D);
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat})
+    for (const std::string name : {"spark", "think"})
+      for (const double ratio : {0.3, 0.5, 0.8}) {
+        SCOPED_TRACE(name + " ratio " + std::to_string(ratio) + (dtype == at::kFloat ? " fp32" : " bf16"));
+        at::manual_seed(7);
+        KvCache cache(cfg, n, c10::Device(c10::kCPU), dtype);  // no decode reserve: K of the prompt only
+        const at::Tensor k = at::randn({Hkv, n, D}).to(dtype), v = at::randn({Hkv, n, D}).to(dtype);
+        cache.append(0, k, v, at::arange(n, at::kLong));
+        cache.advance_position(n);
+        const int64_t item = at::elementSize(dtype), before = cache.bytes_allocated();
+        ASSERT_EQ(before, 2 * Hkv * n * D * item);
+        auto p = make_pruner(name, {{"ratio", std::to_string(ratio)}, {"window", "8"}});
+        p->configure(RunBudget{}, cfg);
+        p->on_prefill(0, LayerPrefill{cfg, 0, at::randn({16, cfg.n_head, D}).to(dtype), k, v}, cache);
+        const int64_t T = policies::kept_channels(ratio, D);
+        // Per entry: T values + the kept bitmask (SPARK; ThinK: one per head) + SPARK's sign bits
+        // of the D - T pruned channels and μ; per head, SPARK's 1/a (fp32 [D]).
+        const int64_t per_head =
+            name == "spark" ? n * (T * item + D / 8 + (D - T + 7) / 8 + 4) + D * 4 : n * T * item + D / 8;
+        EXPECT_EQ(cache.bytes_allocated(), Hkv * n * D * item + Hkv * per_head);
+        const double dense_k = double(Hkv * n * D * item), k_now = double(cache.bytes_allocated() - Hkv * n * D * item);
+        std::printf("[channel] %-5s %s ratio %.1f: keys %.0f -> %.0f bytes (%.1f%% freed; pruned share %.0f%%)\n",
+                    name.c_str(), dtype == at::kFloat ? "fp32" : "bf16", ratio, dense_k, k_now,
+                    100.0 * (1.0 - k_now / dense_k), 100.0 * double(D - T) / double(D));
+        // The metadata costs at most 14% of the dense keys (SPARK, bf16, D = 128, λ = 0.8: 16 bitmask
+        // + 13 sign + 4 μ bytes per 256-byte key).
+        EXPECT_LT(k_now, dense_k * (double(T) / double(D) + 0.14));
+        // Reads give the recovered keys: the kept channels exactly as they were.
+        const at::Tensor mask = p->channel_mask(0, 1, cache);
+        EXPECT_TRUE(at::equal(cache.head_keys(0, 1).masked_select(mask), k[1].masked_select(mask)));
+      }
 }
 
 TEST(ChannelPruning, RegistryAndPipeline) {
@@ -355,7 +413,7 @@ class ChannelPruningModel : public ::testing::Test {
     double mean_kl = 0;
     std::vector<double> kl;
     std::vector<int32_t> out;
-    int64_t side = 0, dense_k = 0;
+    int64_t cache_bytes = 0, dense_k = 0;
   };
   /// Generates under `spec` once (memoised: each run prefills the prompt twice, seconds on a CPU).
   static const Run& run(const std::string& spec) {
@@ -374,10 +432,8 @@ class ChannelPruningModel : public ::testing::Test {
     out.kl = r.fidelity.kl;
     out.out = r.output_ids;
     out.mean_kl = std::accumulate(out.kl.begin(), out.kl.end(), 0.0) / double(std::max<size_t>(1, out.kl.size()));
-    if (auto* c = dynamic_cast<const ChannelPruningBase*>(pipe.decode_attention())) {
-      out.side = c->side_store_bytes();
-      out.dense_k = c->dense_key_bytes();
-    }
+    out.cache_bytes = r.cache_bytes_allocated;
+    if (auto* c = dynamic_cast<const ChannelPruningBase*>(pipe.decode_attention())) out.dense_k = c->dense_key_bytes();
     return runs_->emplace(spec, std::move(out)).first->second;
   }
   static Model* model_;
@@ -411,12 +467,15 @@ TEST_F(ChannelPruningModel, SparkBeatsThinkAtHighRatio) {
     for (const std::string name : {"spark", "think"}) {
       const std::string stage = name + ":ratio=" + ratio;
       const Run& r = run(std::string(kSnap) + "+" + stage);
-      std::printf("[channel] %-18s mean KL %.6f  pruned K storage %lld of %lld dense bytes (%.1f%%)\n", stage.c_str(),
-                  r.mean_kl, static_cast<long long>(r.side), static_cast<long long>(r.dense_k),
-                  r.dense_k ? 100.0 * double(r.side) / double(r.dense_k) : 0.0);
+      const int64_t freed = base.cache_bytes - r.cache_bytes;
+      std::printf(
+          "[channel] %-18s mean KL %.6f  cache %lld bytes, %lld fewer than snapkv alone (%.1f%% of the "
+          "pruned entries' dense keys)\n",
+          stage.c_str(), r.mean_kl, static_cast<long long>(r.cache_bytes), static_cast<long long>(freed),
+          r.dense_k ? 100.0 * double(freed) / double(r.dense_k) : 0.0);
       EXPECT_TRUE(std::isfinite(r.mean_kl)) << stage;
       EXPECT_EQ(r.kl.size(), 8u) << stage;
-      EXPECT_LT(r.side, r.dense_k) << stage;
+      EXPECT_GT(freed, r.dense_k * (ratio == "0.5" ? 0.3 : 0.6)) << stage;
       kl[stage] = r.mean_kl;
     }
   EXPECT_LT(kl["spark:ratio=0.8"], kl["think:ratio=0.8"])

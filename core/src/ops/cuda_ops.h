@@ -137,6 +137,9 @@ struct QkvFeatures {
   at::Tensor q_norm, k_norm;
   double norm_eps = 1e-6;
   int64_t ring = 0;
+  /// int64 [n_head_kv] on the device: the key row of head h is k_offset[h] + length[h] instead of
+  /// offset[h] + length[h] (LayerKv::k_offset: a layer holding compact keys); undefined = offset.
+  at::Tensor k_offset;
 };
 
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim

@@ -173,7 +173,7 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
 class PagedSelectionBase : public DecodeSelectionBase {
  public:
   using DecodeSelectionBase::DecodeSelectionBase;
-  void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override { pages_.rebuild(layer, cache); }
+  void on_prefill(int64_t layer, const LayerPrefill&, KvCache& cache) override { pages_.rebuild(layer, cache); }
   int64_t side_store_bytes() const override { return pages_.bytes(); }
   /// False also for a cache with a ring head (DecodeGraph::supported refuses those too).
   bool prepare_graph(const KvCache& cache, int64_t steps) override;

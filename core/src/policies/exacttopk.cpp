@@ -166,7 +166,7 @@ class ExactTopK : public DecodeSelectionBase {
     k_ = k_param_ > 0 ? k_param_ : decode_fetch_budget(budget);
     configured_ = true;
   }
-  void on_prefill(int64_t, const LayerPrefill&, const KvCache&) override {}
+  void on_prefill(int64_t, const LayerPrefill&, KvCache&) override {}
   int64_t side_store_bytes() const override { return 0; }
 
  protected:

@@ -41,7 +41,7 @@ class RocketKvMt : public DecodeAttentionPolicy {
   }
   std::optional<int64_t> eviction_budget(const RunBudget& budget) const override { return budget.n_prompt; }
 
-  void on_prefill(int64_t layer, const LayerPrefill& in, const KvCache& cache) override {
+  void on_prefill(int64_t layer, const LayerPrefill& in, KvCache& cache) override {
     const at::Tensor k = cache.keys(layer), v = cache.values(layer), pos = cache.positions(layer);
     if (copy_->layer(layer).k.device() != k.device() || copy_->layer(layer).k.scalar_type() != k.scalar_type())
       copy_.emplace(in.config, 1, k.device(), k.scalar_type());

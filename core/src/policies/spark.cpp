@@ -39,8 +39,8 @@
 //               on fast-rotating channel pairs even when every query is large there.
 //   sign=key    refill k̃_tj = sign(k_tj)·μ[t]/a_j (the code: sign(k_tj)·sqrt(μ/‖Q[:, j]‖) for its k²
 //               saliency), so q_j k̃_tj follows the signs of the decode query and of the original key
-//               (≈ sign(q̄_j k_tj)·μ[t] when q ≈ q̄); costs one sign bit per pruned channel. The
-//               refilled keys are folded into the compute copy k̂ (bias 0).
+//               (≈ sign(q̄_j k_tj)·μ[t] when q ≈ q̄); costs one sign bit per pruned channel, plus
+//               μ[t] and 1/a_j, from which the cache recovers k̂ when it is read (no bias).
 //
 // GQA (the paper does not say how a group's query heads combine, docs/methods.md §4.9): the G
 // query heads of a KV group share one mask per entry, ranked with a = mean (default) | sum | max
@@ -52,13 +52,12 @@
 // at on_prefill are.
 //
 // On CUDA, mode=fixed runs the fused kernel of kernels/key_scores.h (ops::spark_prune_fixed): saliency,
-// top-T mask, pruned sum and the refilled k̂ in one pass over the keys, one warp per entry.
+// top-T mask and pruned sum in one pass over the keys, one warp per entry.
 //
-// Memory accounting (the cache itself keeps dense K; the compute path uses k̂): per pruned entry
-// T_t kept key values (cache itemsize) + T_t channel indices (uint8; int16 when D > 256) + μ (fp32,
-// only with recovery=degenerate) + a per-entry channel count (int16, mode=p only) + ceil((D-T_t)/8)
-// sign bytes (sign=key with recovery=degenerate only). The K bytes saved
-// are dense_key_bytes() - side_store_bytes() (docs/methods.md §4.9: the paper's "% saved" ignores indices).
+// Storage (CompactKeys in the cache, docs/methods.md §4.9): per pruned entry T_t kept key values
+// (cache itemsize) + a kept-channel bitmask (ceil(D/8) bytes) + with sign=key and recovery=degenerate
+// the pruned channels' sign bits and μ (fp32); per head 1/a (fp32 [D]); value offsets (int64) when
+// the counts differ (mode=p). sign=positive keeps its bias (D - T_t)·μ[t] (fp32) in the policy.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -84,21 +83,24 @@ int64_t kept_channels(double ratio, int64_t head_dim) {
 
 void ChannelPruningBase::configure(const RunBudget&, const ModelConfig& config) {
   stores_.assign(static_cast<size_t>(config.n_layer), {});
-  steps_.assign(static_cast<size_t>(config.n_layer), 0);
-  folded_.assign(static_cast<size_t>(config.n_layer), 0);
+  tables_.assign(static_cast<size_t>(config.n_layer), std::nullopt);
+  k_offsets_.assign(static_cast<size_t>(config.n_layer), at::Tensor());
+  workspace_ = at::Tensor();
   bytes_read_last_ = 0;
 }
 
-void ChannelPruningBase::set_head(int64_t layer, int64_t kv_head, HeadStore s, const KvCache& cache) {
-  s.pos = cache.head_positions(layer, kv_head).narrow(0, 0, s.n).clone();
-  if (static_cast<int64_t>(stores_.size()) <= layer) stores_.resize(static_cast<size_t>(layer) + 1);
-  if (static_cast<int64_t>(steps_.size()) <= layer) steps_.resize(static_cast<size_t>(layer) + 1, 0);
-  steps_[static_cast<size_t>(layer)] = 0;
-  if (static_cast<int64_t>(folded_.size()) <= layer) folded_.resize(static_cast<size_t>(layer) + 1, 0);
-  folded_[static_cast<size_t>(layer)] = 0;
-  auto& heads = stores_[static_cast<size_t>(layer)];
-  if (static_cast<int64_t>(heads.size()) <= kv_head) heads.resize(static_cast<size_t>(kv_head) + 1);
-  heads[static_cast<size_t>(kv_head)] = std::move(s);
+bool ChannelPruningBase::prunable(const KvCache& cache, int64_t layer) { return !cache.layer(layer).has_ring(); }
+
+void ChannelPruningBase::set_layer(int64_t layer, std::vector<CompactKeys> keys, std::vector<HeadStore> stores,
+                                   KvCache& cache) {
+  cache.compact_keys(layer, std::move(keys));
+  if (static_cast<int64_t>(stores_.size()) <= layer) {
+    stores_.resize(static_cast<size_t>(layer) + 1);
+    tables_.resize(static_cast<size_t>(layer) + 1);
+    k_offsets_.resize(static_cast<size_t>(layer) + 1);
+  }
+  stores_[static_cast<size_t>(layer)] = std::move(stores);
+  tables_[static_cast<size_t>(layer)] = ops::compact_layer_table(cache.layer(layer), cache.head_dim());  // CUDA only
 }
 
 const ChannelPruningBase::HeadStore* ChannelPruningBase::find(int64_t layer, int64_t kv_head) const {
@@ -113,89 +115,96 @@ int64_t ChannelPruningBase::pruned_entries(int64_t layer, int64_t kv_head) const
   return s ? s->n : 0;
 }
 
-at::Tensor ChannelPruningBase::channel_mask(int64_t layer, int64_t kv_head) const {
-  const HeadStore* s = find(layer, kv_head);
-  if (!s || !s->mask.defined()) throw std::logic_error(name_ + ": no channel mask for this (layer, kv head) yet");
-  return s->mask;
+at::Tensor ChannelPruningBase::channel_mask(int64_t layer, int64_t kv_head, const KvCache& cache) const {
+  const LayerKv& L = cache.layer(layer);
+  if (L.compact_entries(kv_head) == 0 && pruned_entries(layer, kv_head) > 0)
+    throw std::logic_error(name_ + ": the cache no longer holds this (layer, kv head)'s keys compactly");
+  if (!find(layer, kv_head)) throw std::logic_error(name_ + ": no channel mask for this (layer, kv head) yet");
+  return L.compact[kv_head].kept_mask();
 }
 
 at::Tensor ChannelPruningBase::recovery_bias(int64_t layer, int64_t kv_head) const {
   const HeadStore* s = find(layer, kv_head);
-  if (!s || !s->bias.defined())
-    throw std::logic_error(name_ + ": no recovery statistics for this (layer, kv head) yet");
-  return s->bias;
+  if (!s) throw std::logic_error(name_ + ": no recovery statistics for this (layer, kv head) yet");
+  return s->bias.defined() ? s->bias : at::zeros({s->n}, at::TensorOptions().dtype(at::kFloat));
 }
 
 at::Tensor ChannelPruningBase::head_logits(int64_t layer, int64_t kv_head, const at::Tensor& q_group,
                                            const KvCache& cache) const {
-  const at::Tensor k = cache.head_keys(layer, kv_head);  // [len, D]
+  const at::Tensor k = cache.head_keys(layer, kv_head);  // [len, D]: k̂ of the pruned entries, then dense
   const int64_t len = k.size(0), D = k.size(1);
   const HeadStore* st = find(layer, kv_head);
   const int64_t n = st ? st->n : 0;
   if (n > len)
     throw std::logic_error(name_ + ": layer " + std::to_string(layer) + " kv head " + std::to_string(kv_head) +
                            " holds fewer entries than were pruned at prefill");
-  const at::Tensor qg = q_group.to(k.scalar_type());  // [G, D]
-  std::vector<at::Tensor> parts;
   // Scores in the cache dtype, then fp32 (as gqa_attention does); the recovery bias is fp32.
-  if (n > 0) {
-    at::Tensor sp = at::matmul(qg, st->masked_k.t()).to(at::kFloat).add_(st->bias);  // [G, n]
-    // A ring-buffer head (retention "window") overwrites old rows in place: those now hold
-    // decode-time entries, which attend densely. Every attend() follows one append per head, so a
-    // head that grew by exactly that many rows overwrote none (no position check, no device sync).
-    const int64_t steps = layer < static_cast<int64_t>(steps_.size()) ? steps_[static_cast<size_t>(layer)] : 0;
-    if (len != n + steps) {
-      const at::Tensor same = cache.head_positions(layer, kv_head).narrow(0, 0, n).eq(st->pos);
-      if (!same.all().item<bool>()) sp = at::where(same, sp, at::matmul(qg, k.narrow(0, 0, n).t()).to(at::kFloat));
-    }
-    parts.push_back(sp);
-  }
-  if (len > n) parts.push_back(at::matmul(qg, k.narrow(0, n, len - n).t()).to(at::kFloat));
-  at::Tensor s = parts.empty()       ? at::zeros({qg.size(0), 0}, qg.options().dtype(at::kFloat))
-                 : parts.size() == 1 ? parts[0]
-                                     : at::cat(parts, 1);
+  at::Tensor s = at::matmul(q_group.to(k.scalar_type()), k.t()).to(at::kFloat);  // [G, len]
+  if (n > 0 && st->bias.defined()) s.narrow(1, 0, n).add_(st->bias.to(s.device()));
   return s.mul_(1.0 / std::sqrt(static_cast<double>(D)));
 }
 
-bool ChannelPruningBase::fold_into_cache(int64_t layer, const KvCache& cache) {
-  if (layer < 0 || layer >= static_cast<int64_t>(folded_.size())) return false;
-  if (folded_[static_cast<size_t>(layer)]) return true;
+bool ChannelPruningBase::kernels_fit(int64_t layer, const KvCache& cache) const {
   const LayerKv& L = cache.layer(layer);
-  if (!L.k.is_cuda() || !ops::cuda_kernels_available() || (cache.head_dim() != 64 && cache.head_dim() != 128))
-    return false;
-  for (int64_t w : L.ring_window)
-    if (w > 0) return false;
-  std::vector<const HeadStore*> heads;
-  std::vector<at::Tensor> biases;
-  for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
-    const HeadStore* st = find(layer, h);
-    if (!st || st->n == 0) continue;
-    if (st->n > L.length[h]) return false;
-    heads.push_back(st);
-    if (st->bias.defined()) biases.push_back(st->bias.abs().max().reshape({1}));
-  }
-  if (!biases.empty() && at::cat(biases).max().item<float>() != 0.f) return false;  // a query-independent bias
+  const int64_t d = cache.head_dim();  // the head_dims both decode kernels take
+  if (!L.v.is_cuda() || !ops::cuda_kernels_available() || (d != 64 && d != 96 && d != 128 && d != 256)) return false;
   for (int64_t h = 0; h < cache.n_head_kv(); ++h)
-    if (const HeadStore* st = find(layer, h); st && st->n > 0) L.k.narrow(0, L.offset[h], st->n).copy_(st->masked_k);
-  folded_[static_cast<size_t>(layer)] = 1;
+    if (const HeadStore* st = find(layer, h); st && st->bias.defined()) return false;
   return true;
+}
+
+at::Tensor ChannelPruningBase::attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache,
+                                              const at::Tensor& offset_dev, const at::Tensor& k_offset_dev,
+                                              const at::Tensor& length_dev, int64_t max_len, int64_t total_len) {
+  const LayerKv& L = cache.layer(layer);
+  const int64_t G = q.size(0) / cache.n_head_kv();
+  const std::optional<ops::CompactLayerTable>* table =
+      layer < static_cast<int64_t>(tables_.size()) ? &tables_[static_cast<size_t>(layer)] : nullptr;
+  if (!L.compact.empty() && table && table->has_value() && G <= 8)
+    return ops::compact_decode_attention(q, L, **table, offset_dev, k_offset_dev, length_dev, max_len, G);
+  const at::Tensor k = L.compact.empty() ? L.k : recover_into_workspace(layer, cache);
+  return ops::decode_attention(q, k, L.v, offset_dev, length_dev, max_len, total_len, G);
+}
+
+at::Tensor ChannelPruningBase::recover_into_workspace(int64_t layer, const KvCache& cache) {
+  const LayerKv& L = cache.layer(layer);
+  const int64_t rows = L.v.size(0);
+  if (!workspace_.defined() || workspace_.size(0) < rows || workspace_.scalar_type() != L.v.scalar_type() ||
+      workspace_.device() != L.v.device())
+    workspace_ = at::empty({rows, cache.head_dim()}, L.v.options());
+  const at::Tensor ws = workspace_.narrow(0, 0, rows);
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
+    const int64_t c = L.compact_entries(h), cap = L.capacity[h];
+    if (c > 0) ws.narrow(0, L.offset[h], c).copy_(L.compact[h].recover());
+    // Every row a decode step may append to (static shapes for a graph; rows past the length are
+    // never read).
+    if (cap > c) ws.narrow(0, L.offset[h] + c, cap - c).copy_(L.k.narrow(0, L.key_row(h, c), cap - c));
+  }
+  return ws;
 }
 
 int64_t ChannelPruningBase::layer_bytes(int64_t layer, const KvCache& cache) const {
   const LayerKv& L = cache.layer(layer);
-  const int64_t D = cache.head_dim(), item = L.k.element_size();
+  const int64_t D = cache.head_dim(), item = L.v.element_size();
   int64_t bytes = 0;
   for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
+    const int64_t len = L.length[h], c = L.compact_entries(h);
     const HeadStore* st = find(layer, h);
-    const int64_t len = L.length[h], n = st ? st->n : 0;
-    bytes += (st ? st->key_bytes : 0) + (len - n) * D * item + len * D * item;
+    bytes += (c > 0 ? L.compact[h].bytes() : 0) + (len - c) * D * item + len * D * item;
+    if (st && st->bias.defined()) bytes += st->bias.numel() * 4;
   }
   return bytes;
 }
 
 bool ChannelPruningBase::prepare_graph(const KvCache& cache, int64_t) {
-  for (int64_t l = 0; l < cache.n_layer(); ++l)
-    if (cache.layer(l).window == 0 && !fold_into_cache(l, cache)) return false;  // sliding layers: dense
+  for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    const LayerKv& L = cache.layer(l);
+    if (L.window > 0) continue;  // sliding layers attend densely
+    if (!kernels_fit(l, cache)) return false;
+    if (static_cast<int64_t>(k_offsets_.size()) <= l) k_offsets_.resize(static_cast<size_t>(l) + 1);
+    // The key rows stay put while the graph runs (DecodeGraph reserves every step's room first).
+    k_offsets_[static_cast<size_t>(l)] = ops::upload_int64(L.compact.empty() ? L.offset : L.k_offset, L.v.device());
+  }
   return true;
 }
 
@@ -207,15 +216,13 @@ at::Tensor ChannelPruningBase::attend_device(int64_t layer, const at::Tensor& q,
     max_len = std::max(max_len, c);
     total += c;
   }
-  return ops::decode_attention(q, L.k, L.v, offset_dev, length_dev, max_len, total, q.size(0) / cache.n_head_kv());
+  return attend_kernels(layer, q, cache, offset_dev, k_offsets_.at(static_cast<size_t>(layer)), length_dev, max_len,
+                        total);
 }
 
 int64_t ChannelPruningBase::after_graph_step(const KvCache& cache) {
   int64_t bytes = 0;
-  for (int64_t l = 0; l < cache.n_layer(); ++l) {
-    if (l < static_cast<int64_t>(steps_.size())) ++steps_[static_cast<size_t>(l)];
-    bytes += layer_bytes(l, cache);
-  }
+  for (int64_t l = 0; l < cache.n_layer(); ++l) bytes += layer_bytes(l, cache);
   return bytes;
 }
 
@@ -224,10 +231,22 @@ at::Tensor ChannelPruningBase::attend(int64_t layer, const at::Tensor& q, const 
   if (Hkv == 0 || H % Hkv != 0 || D != cache.head_dim())
     throw InputError(name_ + ": query [" + std::to_string(H) + ", " + std::to_string(D) + "] does not fit the cache");
   const int64_t G = H / Hkv;
-  if (layer < static_cast<int64_t>(steps_.size())) ++steps_[static_cast<size_t>(layer)];
   bytes_read_last_ = layer_bytes(layer, cache);
-  if (q.is_cuda() && fold_into_cache(layer, cache))  // k̂ in the cache rows: the fused dense kernel
-    return ops::decode_attention(q, cache.layer(layer), G);
+  if (q.is_cuda() && kernels_fit(layer, cache)) {  // offsets, key rows and lengths up in one copy
+    const LayerKv& L = cache.layer(layer);
+    std::vector<int64_t> meta(L.offset);
+    meta.insert(meta.end(), L.length.begin(), L.length.end());
+    meta.insert(meta.end(), L.compact.empty() ? L.offset.begin() : L.k_offset.begin(),
+                L.compact.empty() ? L.offset.end() : L.k_offset.end());
+    const at::Tensor dev = ops::upload_int64(meta, q.device());
+    int64_t max_len = 1, total = 0;
+    for (int64_t n : L.length) {
+      max_len = std::max(max_len, n);
+      total += n;
+    }
+    return attend_kernels(layer, q, cache, dev.narrow(0, 0, Hkv), dev.narrow(0, 2 * Hkv, Hkv), dev.narrow(0, Hkv, Hkv),
+                          max_len, total);
+  }
   std::vector<at::Tensor> outs;
   outs.reserve(static_cast<size_t>(Hkv));
   for (int64_t h = 0; h < Hkv; ++h) {
@@ -242,7 +261,8 @@ at::Tensor ChannelPruningBase::attend(int64_t layer, const at::Tensor& q, const 
 int64_t ChannelPruningBase::side_store_bytes() const {
   int64_t b = 0;
   for (const auto& heads : stores_)
-    for (const auto& s : heads) b += s.key_bytes;
+    for (const auto& s : heads)
+      if (s.bias.defined()) b += s.bias.numel() * 4;
   return b;
 }
 
@@ -273,13 +293,14 @@ class Spark : public ChannelPruningBase {
         rms_(v.at("query") == "rms"),
         key_sign_(v.at("sign") == "key") {}
 
-  void on_prefill(int64_t layer, const LayerPrefill& in, const KvCache& cache) override {
+  void on_prefill(int64_t layer, const LayerPrefill& in, KvCache& cache) override {
     check_layer_prefill("spark", in, /*needs_queries=*/true);
     const int64_t T = in.queries.size(0), H = in.queries.size(1), D = in.queries.size(2);
     const int64_t Hkv = cache.n_head_kv();
     if (Hkv == 0 || H % Hkv != 0 || D != cache.head_dim())
       throw InputError("spark: queries [" + std::to_string(T) + ", " + std::to_string(H) + ", " + std::to_string(D) +
                        "] do not fit the cache");
+    if (!prunable(cache, layer)) return;
     const int64_t G = H / Hkv, w = std::min(window_, T);
     at::Tensor a;  // [Hkv, D]: group-aggregated |q̄| (query=mean) or window RMS of q (query=rms)
     if (w > 0) {
@@ -289,61 +310,41 @@ class Spark : public ChannelPruningBase {
     } else {
       a = at::zeros({Hkv, D}, in.queries.options().dtype(at::kFloat));
     }
-    const int64_t item = cache.layer(layer).k.element_size();
-    // The heads' stores and the data-dependent part of their key bytes (kept channels, sign bits)
-    // as device scalars, read back together once the layer is done: one host sync per layer.
+    const int64_t item = cache.layer(layer).v.element_size();
+    std::vector<CompactKeys> keys;
     std::vector<HeadStore> stores;
-    std::vector<at::Tensor> kept_bytes;
     for (int64_t h = 0; h < Hkv; ++h) {
       const at::Tensor k = cache.head_keys(layer, h);  // [n, D] retained entries
       const int64_t n = k.size(0);
-      HeadStore s;
-      s.n = n;
+      const at::Tensor ah = a[h].to(k.device());
       at::Tensor mask, pruned_sum;
-      const bool fused = use_kernel(k);
-      if (fused) {
-        // One fused kernel: saliency, top-T mask, pruned sum and k̂ (refilled when sign=key), with
-        // spark.cpp's arithmetic below (kernels/key_scores.h).
-        ops::SparkPruned p =
-            ops::spark_prune_fixed(k, a[h].to(k.device()), kept_channels(ratio_, D), degenerate_ && key_sign_);
+      if (use_kernel(k)) {
+        // One fused kernel: saliency, top-T mask and pruned sum with the arithmetic below
+        // (kernels/key_scores.h).
+        ops::SparkPruned p = ops::spark_prune_fixed(k, ah, kept_channels(ratio_, D), false);
         mask = std::move(p.mask);
         pruned_sum = std::move(p.pruned_sum);
-        s.masked_k = std::move(p.masked_k);
       } else {
-        const at::Tensor sal = k.to(at::kFloat).abs().mul_(a[h].to(k.device()));  // w [n, D]
+        const at::Tensor sal = k.to(at::kFloat).abs().mul_(ah);  // w [n, D]
         mask = top_p_ ? top_p_mask(sal, threshold_) : top_t_mask(sal, kept_channels(ratio_, D));
         pruned_sum = sal.masked_fill(mask, 0.0f).sum(-1);  // [n] = (D - T_t)·μ[t]
-        s.masked_k = k.mul(mask.to(k.scalar_type()));
       }
-      s.mask = mask;
-      at::Tensor var_bytes = mask.sum() * (item + index_bytes(D));  // int64 scalar on the keys' device
-      s.key_bytes = (degenerate_ ? n * 4 : 0) + (top_p_ ? n * 2 : 0);
-      if (degenerate_ && key_sign_) {
-        // k̃_tj = sign(k_tj) · μ[t] / a_j on pruned channels (0 where a_j = 0: w is 0 there anyway);
-        // one sign bit per pruned channel is stored. (The fused kernel has refilled k̂ already.)
-        if (!fused) {
-          const at::Tensor n_pruned = (~mask).sum(-1, true).to(at::kFloat);          // [n, 1]
-          const at::Tensor mu = pruned_sum.unsqueeze(1) / n_pruned.clamp_min(1.0f);  // [n, 1]
-          const at::Tensor ah = a[h].to(k.device());
-          const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));  // [D]
-          const at::Tensor refill = k.to(at::kFloat).sign().mul_(mu).mul_(inv_a).masked_fill_(mask, 0.0f);
-          s.masked_k = s.masked_k.add(refill.to(k.scalar_type()));
-        }
-        s.bias = at::zeros_like(pruned_sum);
-        const at::Tensor bits = ((~mask).sum(-1) + 7).div(8, "floor");  // [n]
-        var_bytes = var_bytes + bits.sum();
-      } else {
-        s.bias = degenerate_ ? pruned_sum : at::zeros_like(pruned_sum);
-      }
+      HeadStore s;
+      s.n = n;
       s.dense_bytes = n * D * item;
+      if (degenerate_ && key_sign_) {
+        // k̃_tj = sign(k_tj) · μ[t] / a_j on pruned channels (0 where a_j = 0: w is 0 there anyway).
+        const at::Tensor n_pruned = (~mask).sum(-1).to(at::kFloat);                       // [n]
+        const at::Tensor mu = pruned_sum / n_pruned.clamp_min(1.0f);                      // [n]
+        const at::Tensor inv_a = at::where(ah > 0, ah.reciprocal(), at::zeros_like(ah));  // [D]
+        keys.push_back(CompactKeys::pack(k, mask, mu, inv_a));
+      } else {
+        keys.push_back(CompactKeys::pack(k, mask));
+        if (degenerate_) s.bias = pruned_sum;  // sign=positive: every pruned channel adds +μ[t]
+      }
       stores.push_back(std::move(s));
-      kept_bytes.push_back(std::move(var_bytes));
     }
-    const at::Tensor var = at::stack(kept_bytes).to(at::kCPU);  // Hkv >= 1 (checked above)
-    for (int64_t h = 0; h < Hkv; ++h) {
-      stores[static_cast<size_t>(h)].key_bytes += var[h].item<int64_t>();
-      set_head(layer, h, std::move(stores[static_cast<size_t>(h)]), cache);
-    }
+    set_layer(layer, std::move(keys), std::move(stores), cache);
   }
 
   /// The fused CUDA path (ops::spark_prune_fixed) applies: mode=fixed, keys on CUDA in fp32 / bf16 /

@@ -114,7 +114,7 @@ class SparQ : public DecodeSelectionBase {
     values_.reset(config.n_layer);
     configured_ = true;
   }
-  void on_prefill(int64_t layer, const LayerPrefill&, const KvCache& cache) override {
+  void on_prefill(int64_t layer, const LayerPrefill&, KvCache& cache) override {
     if (mean_) values_.sync(layer, cache);
   }
   int64_t side_store_bytes() const override { return values_.bytes(); }

@@ -20,8 +20,8 @@
 // Keys appended during decode are not pruned (dense q·k): SPARK, which runs ThinK as its baseline,
 // does not say whether decode-time keys are pruned, and kvscope keeps them dense for both methods.
 //
-// Memory accounting: per pruned entry T key values (cache itemsize); plus one list of T channel
-// indices per (layer, KV head) (uint8; int16 when D > 256). K saved: dense_key_bytes() - side_store_bytes().
+// Storage (CompactKeys in the cache, as allocated): per pruned entry T key values (cache itemsize);
+// plus one kept-channel bitmask of ceil(D/8) bytes per (layer, KV head): the pruned channels are absent.
 #include <algorithm>
 
 #include <ATen/ATen.h>
@@ -43,18 +43,21 @@ class Think : public ChannelPruningBase {
   explicit Think(const ParamValues& v)
       : ChannelPruningBase("think", v), ratio_(param_float(v, "ratio")), window_(param_int(v, "window")) {}
 
-  void on_prefill(int64_t layer, const LayerPrefill& in, const KvCache& cache) override {
+  void on_prefill(int64_t layer, const LayerPrefill& in, KvCache& cache) override {
     check_layer_prefill("think", in, /*needs_queries=*/true);
     const int64_t T = in.queries.size(0), H = in.queries.size(1), D = in.queries.size(2);
     const int64_t Hkv = cache.n_head_kv();
     if (Hkv == 0 || H % Hkv != 0 || D != cache.head_dim())
       throw InputError("think: queries [" + std::to_string(T) + ", " + std::to_string(H) + ", " + std::to_string(D) +
                        "] do not fit the cache");
+    if (!prunable(cache, layer)) return;
     const int64_t G = H / Hkv, w = std::min(window_, T);
     // ‖Q_h[:, j]‖ over the window and the group's query heads: [Hkv, D].
     const at::Tensor qn = in.queries.narrow(0, T - w, w).to(at::kFloat).pow(2).sum(0).view({Hkv, G, D}).sum(1).sqrt();
     const int64_t keep = kept_channels(ratio_, D);
-    const int64_t item = cache.layer(layer).k.element_size();
+    const int64_t item = cache.layer(layer).v.element_size();
+    std::vector<CompactKeys> keys;
+    std::vector<HeadStore> stores;
     for (int64_t h = 0; h < Hkv; ++h) {
       const at::Tensor k = cache.head_keys(layer, h);  // [n, D]
       const int64_t n = k.size(0);
@@ -64,15 +67,13 @@ class Think : public ChannelPruningBase {
         channels.fill_(true);
       else if (keep > 0)
         channels.scatter_(0, std::get<1>(score.topk(keep)), true);
+      keys.push_back(CompactKeys::pack(k, channels.unsqueeze(0)));  // one channel set for the head
       HeadStore s;
       s.n = n;
-      s.mask = channels.unsqueeze(0).expand({n, D}).contiguous();
-      s.masked_k = k.mul(channels.to(k.scalar_type()));
-      s.bias = at::zeros({n}, k.options().dtype(at::kFloat));
-      s.key_bytes = n * keep * item + keep * index_bytes(D);
       s.dense_bytes = n * D * item;
-      set_head(layer, h, std::move(s), cache);
+      stores.push_back(std::move(s));
     }
+    set_layer(layer, std::move(keys), std::move(stores), cache);
   }
 
  private:

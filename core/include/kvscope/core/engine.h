@@ -45,7 +45,8 @@ struct DeviceDecodeState {
   at::Tensor token;
   at::Tensor position;  ///< int64 [1]: its position; the step adds 1
   std::vector<at::Tensor>
-      meta;  ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append tickets (zeros)
+      meta;  ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append tickets (zeros);
+             ///< [4, n_head_kv] for a layer holding compact keys: row 3 = LayerKv::k_offset
   std::vector<int64_t> max_len;     ///< per layer: host bound of every length after the step (e.g. capacity)
   std::vector<int64_t> total_len;   ///< per layer: host bound of their sum
   DeviceLayerHook after_attention;  ///< optional, see DeviceLayerHook
@@ -106,6 +107,7 @@ class Engine {
     int64_t max_len, total_len;
     bool commit;
     const DeviceLayerHook* hook = nullptr;  ///< decode_step_device's after_attention
+    at::Tensor k_offset = {};               ///< LayerKv::k_offset on the device (compact keys), or undefined
   };
   DecodeRows decode_layer_cuda(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
                                const LayerObserver& observer, DecodeAttentionPolicy* decode_attention,

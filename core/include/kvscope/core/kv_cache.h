@@ -8,6 +8,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "kvscope/core/compact_keys.h"
 #include "kvscope/core/model_config.h"
 
 namespace kvscope {
@@ -33,6 +34,17 @@ struct LayerKv {
   /// Never compressed (Pipeline). 0 = a full-attention layer.
   int64_t window = 0;
   bool ringed = false;
+  /// Keys held compactly (KvCache::compact_keys; key-channel pruning, SPARK / ThinK): per head h,
+  /// the keys of its first compact[h].n entries live in compact[h] (recovered when read) and `k`
+  /// holds only the later entries' keys, entry r >= compact[h].n at row k_offset[h] + r of k (its
+  /// value and position stay at row offset[h] + r of v and pos). Both empty while every key of the
+  /// layer is dense; key_row gives the row either way.
+  std::vector<CompactKeys> compact;
+  std::vector<int64_t> k_offset;
+  /// Row of `k` that holds entry r of head h (r >= compact_entries(h)).
+  int64_t key_row(int64_t h, int64_t r) const { return (compact.empty() ? offset[h] : k_offset[h]) + r; }
+  /// Entries of head h whose keys are held compactly (0 without a compact prefix).
+  int64_t compact_entries(int64_t h) const { return compact.empty() ? 0 : compact[h].n; }
   /// True when every head has the same capacity and length: the buffers view as [n_head_kv, cap, D].
   bool uniform() const;
   /// True when KV head h is a ring buffer (ring_window[h] > 0); has_ring: when any head is.
@@ -70,12 +82,26 @@ class KvCache {
   /// after the prompt; a single-token append calls it for its layer.
   void ring_windows();
 
+  /// Stores the keys of every live entry of full-attention layer l compactly: heads[h] holds the
+  /// keys of head h's length[h] entries (CompactKeys::pack of them). The layer's dense K buffer is
+  /// re-allocated to hold only the entries appended later (capacity - length rows per head), so
+  /// the dense key bytes of those entries are really freed; values and positions stay. Reads of
+  /// the keys (keys, head_keys) return the recovered keys k̂. Throws std::invalid_argument on a
+  /// head count, entry count or head_dim that does not match, std::logic_error on a sliding-window
+  /// layer, a layer with ring-buffer heads or one already compact.
+  void compact_keys(int64_t l, std::vector<CompactKeys> heads);
+  /// Makes layer l's keys dense again (the recovered keys k̂ of the compact entries); no-op when
+  /// they are. retain and assign_layer do this first (a later turn re-compresses a compact layer).
+  void expand_keys(int64_t l);
+
   /// Dense views of a uniform layer: [n_head_kv, length, head_dim] (and int64 [n_head_kv, length]).
-  /// Throws std::logic_error if the layer is ragged (use head_keys/head_values).
+  /// Throws std::logic_error if the layer is ragged (use head_keys/head_values). A layer with
+  /// compact keys returns a new tensor of the recovered keys (not a view).
   at::Tensor keys(int64_t l) const;
   at::Tensor values(int64_t l) const;
   at::Tensor positions(int64_t l) const;
-  /// Live entries of one KV head: [length[h], head_dim] and int64 [length[h]].
+  /// Live entries of one KV head: [length[h], head_dim] and int64 [length[h]] (keys: recovered,
+  /// a new tensor, where the layer holds them compactly).
   at::Tensor head_keys(int64_t l, int64_t h) const;
   at::Tensor head_values(int64_t l, int64_t h) const;
   at::Tensor head_positions(int64_t l, int64_t h) const;
@@ -124,9 +150,10 @@ class KvCache {
   int64_t next_position() const { return next_position_; }
   void advance_position(int64_t n) { next_position_ += n; }
 
-  /// Bytes allocated for K and V (all layers, all heads).
+  /// Bytes allocated for K and V (all layers, all heads), compact keys included.
   int64_t bytes_allocated() const;
-  /// Bytes of live K and V entries: sum over (layer, head) of length * head_dim * 2 * itemsize.
+  /// Bytes of live K and V entries: sum over (layer, head) of length * head_dim * itemsize for V,
+  /// the same for dense keys, plus the compact keys' bytes.
   int64_t bytes_live() const;
 
  private:

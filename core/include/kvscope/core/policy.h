@@ -138,8 +138,9 @@ class DecodeAttentionPolicy : public Policy {
  public:
   /// Called once per layer right after prefill compression with the layer's window context, so
   /// side stores can be built from the retained cache (same LayerPrefill the scorers saw; its
-  /// keys/values are the pre-eviction tensors, the cache holds the retained ones).
-  virtual void on_prefill(int64_t layer, const LayerPrefill& in, const class KvCache& cache) = 0;
+  /// keys/values are the pre-eviction tensors, the cache holds the retained ones). A channel-pruning
+  /// stage stores the layer's keys compactly in `cache` here (KvCache::compact_keys).
+  virtual void on_prefill(int64_t layer, const LayerPrefill& in, class KvCache& cache) = 0;
   /// Entries per KV head that the eviction stages before this one should keep, when this policy
   /// derives it from the run budget (RocketKV §3.6: stage-1 capacity P = C - n_gen); nullopt = the
   /// budget's own kept_per_head(n_prompt).

@@ -51,13 +51,16 @@ enum class GemvEpilogue : int {
 struct GemvRopeAppend {
   RopeMode mode = RopeMode::kRotateHalf;
   int n_head = 0, n_head_kv = 0, head_dim = 0;
-  int64_t ring = 0;                       ///< sliding-window ring W (rope.h); 0 = row offset + length
-  const void* cos = nullptr;              ///< dtype [head_dim / 2]
-  const void* sin = nullptr;              ///< dtype [head_dim / 2]
-  void* k_cache = nullptr;                ///< dtype [rows, head_dim] contiguous
-  void* v_cache = nullptr;                ///< dtype [rows, head_dim] contiguous
-  int64_t* pos = nullptr;                 ///< int64 [rows] (may be null)
-  const int64_t* offset = nullptr;        ///< int64 [n_head_kv]
+  int64_t ring = 0;                 ///< sliding-window ring W (rope.h); 0 = row offset + length
+  const void* cos = nullptr;        ///< dtype [head_dim / 2]
+  const void* sin = nullptr;        ///< dtype [head_dim / 2]
+  void* k_cache = nullptr;          ///< dtype [rows, head_dim] contiguous
+  void* v_cache = nullptr;          ///< dtype [rows, head_dim] contiguous
+  int64_t* pos = nullptr;           ///< int64 [rows] (may be null)
+  const int64_t* offset = nullptr;  ///< int64 [n_head_kv]
+  /// int64 [n_head_kv]: head h's key row is k_offset[h] + length[h] instead (kvscope::LayerKv's
+  /// compact keys hold K in a buffer of their own layout); null = offset.
+  const int64_t* k_offset = nullptr;
   int64_t* length = nullptr;              ///< int64 [n_head_kv]: the row written; then +1
   int64_t position = 0;                   ///< the token's position (host value) ...
   const int64_t* position_dev = nullptr;  ///< ... or read from the device when set (graph replays)

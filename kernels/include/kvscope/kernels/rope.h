@@ -50,7 +50,10 @@ struct RopeAppendArgs {
   int64_t* pos = nullptr;           ///< int64 [rows] (may be null: positions not recorded)
   const int64_t* offset = nullptr;  ///< int64 [n_head_kv] device
   int64_t* length = nullptr;        ///< int64 [n_head_kv] device: row of head h written = offset + length; then +1
-  int64_t position = 0;             ///< the token's true position (host value)
+  /// int64 [n_head_kv] device: the key row is k_offset[h] + length[h] instead (kvscope::LayerKv's
+  /// compact keys); null = offset. Not with ring.
+  const int64_t* k_offset = nullptr;
+  int64_t position = 0;  ///< the token's true position (host value)
   /// If set, the position is read from this device int64 instead (CUDA-graph replays).
   const int64_t* position_dev = nullptr;
 };

@@ -1,0 +1,134 @@
+// kernels/compact_decode (ops::compact_decode_attention) against an fp64 reference: softmax(q·k̂ᵀ/√D)·V
+// with k̂ the keys KvCache::head_keys recovers from the compact layout (CompactKeys::recover) and the
+// dense decode-time keys after them. Head dims 64/96/128/256, GQA groups 1/4/8, fp32 and bf16,
+// SPARK's sign refill, no refill, ThinK's shared mask, ragged heads (one without compact entries),
+// and lengths that need several splits. Needs a GPU; the table builder is checked on the CPU too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "../../core/src/ops/compact_ops.h"
+#include "../../core/src/ops/cuda_ops.h"
+#include "kvscope/core/compact_keys.h"
+#include "kvscope/core/kv_cache.h"
+#include "small_config.h"
+
+namespace kvscope {
+namespace {
+
+enum class Recovery { kSign, kZero, kShared };
+
+/// A one-layer cache on `dev` whose head h holds n[h] compact entries then `extra` dense ones.
+KvCache compact_cache(const ModelConfig& cfg, const std::vector<int64_t>& n, int64_t extra, Recovery rec,
+                      at::ScalarType dt, c10::Device dev) {
+  const int64_t Hkv = cfg.n_head_kv, D = cfg.head_dim;
+  const int64_t most = *std::max_element(n.begin(), n.end());
+  KvCache cache(cfg, most + extra + 2, dev, dt);
+  const auto opts = at::TensorOptions().device(dev).dtype(dt);
+  cache.append(0, at::randn({Hkv, most, D}, opts), at::randn({Hkv, most, D}, opts), at::arange(most, opts.dtype(at::kLong)));
+  cache.advance_position(most);
+  std::vector<at::Tensor> kept;
+  for (int64_t h = 0; h < Hkv; ++h) kept.push_back(at::arange(n[h], opts.dtype(at::kLong)));
+  cache.retain(0, kept, extra + 2);
+  const int64_t T = D / 2 + 3;
+  std::vector<CompactKeys> packed;
+  for (int64_t h = 0; h < Hkv; ++h) {
+    const at::Tensor k = cache.head_keys(0, h);
+    const int64_t rows = rec == Recovery::kShared ? 1 : n[h];
+    // T kept channels per entry, chosen at random.
+    const at::Tensor order = std::get<1>(at::rand({rows, D}, opts.dtype(at::kFloat)).sort(1));
+    const at::Tensor mask = order.lt(T);
+    packed.push_back(rec == Recovery::kSign ? CompactKeys::pack(k, mask, at::rand({n[h]}, opts.dtype(at::kFloat)),
+                                                                at::rand({D}, opts.dtype(at::kFloat)))
+                                            : CompactKeys::pack(k, mask));
+  }
+  cache.compact_keys(0, std::move(packed));
+  for (int64_t i = 0; i < extra; ++i) {
+    cache.append(0, at::randn({Hkv, 1, D}, opts), at::randn({Hkv, 1, D}, opts),
+                 at::full({1}, cache.next_position(), opts.dtype(at::kLong)));
+    cache.advance_position(1);
+  }
+  return cache;
+}
+
+/// fp64 softmax(q·k̂ᵀ·scale)·V per query head over the cache's (recovered) keys.
+at::Tensor reference(const at::Tensor& q, const KvCache& cache, int64_t G) {
+  const int64_t D = cache.head_dim();
+  std::vector<at::Tensor> out;
+  for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
+    const at::Tensor k = cache.head_keys(0, h).to(at::kDouble), v = cache.head_values(0, h).to(at::kDouble);
+    const at::Tensor s = at::matmul(q.narrow(0, h * G, G).to(at::kDouble), k.t()) / std::sqrt(double(D));
+    out.push_back(k.size(0) == 0 ? at::zeros({G, D}, s.options()) : at::matmul(at::softmax(s, -1), v));
+  }
+  return at::cat(out, 0);
+}
+
+TEST(CompactDecodeTable, NoTableOffTheGpuOrForPerEntryCounts) {
+  const ModelConfig cfg = test::small_config(1, 2, 2, 64);
+  KvCache cache(cfg, 8, c10::Device(c10::kCPU), at::kFloat);
+  EXPECT_FALSE(ops::compact_layer_table(cache.layer(0), 64).has_value());  // no compact keys
+  cache.append(0, at::randn({2, 6, 64}), at::randn({2, 6, 64}), at::arange(6, at::kLong));
+  std::vector<CompactKeys> packed;
+  for (int64_t h = 0; h < 2; ++h) packed.push_back(CompactKeys::pack(cache.head_keys(0, h), at::rand({6, 64}).lt(0.5)));
+  cache.compact_keys(0, std::move(packed));
+  EXPECT_FALSE(ops::compact_layer_table(cache.layer(0), 64).has_value());  // CPU keys
+}
+
+class CudaCompactDecode : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!ops::cuda_kernels_available()) GTEST_SKIP() << "built without the CUDA kernels";
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_F(CudaCompactDecode, MatchesTheRecoveredKeysReference) {
+  at::manual_seed(99);
+  const c10::Device dev("cuda:0");
+  for (const at::ScalarType dt : {at::kFloat, at::kBFloat16})
+    for (const int64_t D : {64, 96, 128, 256})
+      for (const int64_t G : {1, 4, 8})
+        for (const Recovery rec : {Recovery::kSign, Recovery::kZero, Recovery::kShared}) {
+          const std::string what = std::string(dt == at::kFloat ? "fp32" : "bf16") + " D=" + std::to_string(D) +
+                                   " G=" + std::to_string(G) + " recovery " + std::to_string(int(rec));
+          SCOPED_TRACE(what);
+          const ModelConfig cfg = test::small_config(1, 3, G, D);
+          // Ragged: head 2 has no compact entry; head 0 needs several splits.
+          const KvCache cache = compact_cache(cfg, {700, 37, 0}, 5, rec, dt, dev);
+          const auto table = ops::compact_layer_table(cache.layer(0), D);
+          ASSERT_TRUE(table.has_value());
+          const LayerKv& L = cache.layer(0);
+          const at::Tensor q = at::randn({3 * G, D}, at::TensorOptions().device(dev).dtype(dt));
+          const at::Tensor got = ops::compact_decode_attention(q, L, *table, ops::upload_int64(L.offset, dev),
+                                                               ops::upload_int64(L.k_offset, dev),
+                                                               ops::upload_int64(L.length, dev), 705, G);
+          const at::Tensor ref = reference(q, cache, G);
+          const double err = (got.to(at::kDouble) - ref).abs().max().item<double>();
+          const double tol = dt == at::kFloat ? 2e-5 : 1e-2 * std::max(1.0, ref.abs().max().item<double>());
+          EXPECT_LE(err, tol) << what;
+        }
+}
+
+TEST_F(CudaCompactDecode, RejectsBadArguments) {
+  const c10::Device dev("cuda:0");
+  const ModelConfig cfg = test::small_config(1, 2, 4, 64);
+  const KvCache cache = compact_cache(cfg, {10, 10}, 1, Recovery::kZero, at::kBFloat16, dev);
+  const LayerKv& L = cache.layer(0);
+  const auto table = ops::compact_layer_table(L, 64);
+  ASSERT_TRUE(table.has_value());
+  const at::Tensor off = ops::upload_int64(L.offset, dev), koff = ops::upload_int64(L.k_offset, dev);
+  const at::Tensor len = ops::upload_int64(L.length, dev);
+  const auto opts = at::TensorOptions().device(dev).dtype(at::kBFloat16);
+  EXPECT_THROW(ops::compact_decode_attention(at::randn({7, 64}, opts), L, *table, off, koff, len, 11, 4),
+               std::invalid_argument);  // 7 query heads for 2 x 4
+  EXPECT_THROW(ops::compact_decode_attention(at::randn({8, 64}, opts), L, *table, off, koff, len.narrow(0, 0, 1), 11, 4),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvscope
