@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
       {"rocketkv", "rocketkv", kvscope::BudgetSpec::Unit::kFetched},
       {"quest", "quest", kvscope::BudgetSpec::Unit::kFetched},
       {"spark", "snapkv+spark", kvscope::BudgetSpec::Unit::kStored},
+      {"spark-0.8", "snapkv+spark:ratio=0.8", kvscope::BudgetSpec::Unit::kStored},
+      {"think", "snapkv+think", kvscope::BudgetSpec::Unit::kStored},
       // Eviction while decoding (S6) next to the same scorer's prefill-only eviction.
       {"tova", "tova", kvscope::BudgetSpec::Unit::kStored},
       {"tova+decoding", "tova+decoding", kvscope::BudgetSpec::Unit::kStored},

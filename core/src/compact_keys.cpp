@@ -18,8 +18,12 @@ at::Tensor pack_bits(const at::Tensor& bits) {
 at::Tensor unpack_bits(const at::Tensor& packed, int64_t cols) {
   const int64_t rows = packed.size(0), bytes = packed.size(1);
   const at::Tensor shifts = at::arange(8, packed.options());
-  return packed.unsqueeze(-1).bitwise_right_shift(shifts).bitwise_and(1).view({rows, bytes * 8}).narrow(1, 0, cols).to(
-      at::kBool);
+  return packed.unsqueeze(-1)
+      .bitwise_right_shift(shifts)
+      .bitwise_and(1)
+      .view({rows, bytes * 8})
+      .narrow(1, 0, cols)
+      .to(at::kBool);
 }
 
 CompactKeys CompactKeys::pack(const at::Tensor& keys, const at::Tensor& mask, const at::Tensor& scale,

@@ -65,7 +65,8 @@ TEST(CompactKeys, RecoverMatchesTheHandLoop) {
   for (const at::ScalarType dt : {at::kFloat, at::kBFloat16})
     for (const int64_t kept : {int64_t(10), int64_t(0), D, int64_t(-1)})
       for (const bool refill : {false, true}) {
-        SCOPED_TRACE("kept " + std::to_string(kept) + (refill ? " refill" : "") + (dt == at::kFloat ? " fp32" : " bf16"));
+        SCOPED_TRACE("kept " + std::to_string(kept) + (refill ? " refill" : "") +
+                     (dt == at::kFloat ? " fp32" : " bf16"));
         const at::Tensor k = at::randn({n, D}).to(dt);
         const at::Tensor mask = random_mask(n, D, kept);
         const at::Tensor scale = refill ? at::rand({n}) : at::Tensor();
@@ -130,8 +131,7 @@ TEST(CompactKeysInCache, ReadsAppendsGrowthCloneAndRetain) {
   // K rows of the 12 compact entries are gone; the 2 reserve rows per head stay dense.
   EXPECT_EQ(f.cache.bytes_allocated(), before - 2 * 12 * 16 * 4 + compact);
   EXPECT_EQ(f.cache.layer(0).compact_entries(1), 12);
-  for (int64_t h = 0; h < 2; ++h)
-    EXPECT_TRUE(at::equal(f.cache.head_keys(0, h), f.k[h] * masks[h].to(at::kFloat)));
+  for (int64_t h = 0; h < 2; ++h) EXPECT_TRUE(at::equal(f.cache.head_keys(0, h), f.k[h] * masks[h].to(at::kFloat)));
   EXPECT_TRUE(at::equal(f.cache.head_values(0, 1), f.v[1]));
   // Decode-time entries land after the compact ones, also past the capacity (growth).
   std::vector<at::Tensor> added;
@@ -186,9 +186,10 @@ TEST(CompactKeysInCache, BadPaths) {
   const std::vector<at::Tensor> masks = {random_mask(8, 16, 4), random_mask(8, 16, 4)};
   // Wrong head count, wrong entry count.
   EXPECT_THROW(f.cache.compact_keys(0, {CompactKeys::pack(f.cache.head_keys(0, 0), masks[0])}), std::invalid_argument);
-  EXPECT_THROW(f.cache.compact_keys(0, {CompactKeys::pack(f.cache.head_keys(0, 0).narrow(0, 0, 7), masks[0][0].view({1, 16})),
-                                        CompactKeys::pack(f.cache.head_keys(0, 1), masks[1])}),
-               std::invalid_argument);
+  EXPECT_THROW(
+      f.cache.compact_keys(0, {CompactKeys::pack(f.cache.head_keys(0, 0).narrow(0, 0, 7), masks[0][0].view({1, 16})),
+                               CompactKeys::pack(f.cache.head_keys(0, 1), masks[1])}),
+      std::invalid_argument);
   f.cache.compact_keys(0, f.pack(masks));
   EXPECT_THROW(f.cache.compact_keys(0, f.pack(masks)), std::logic_error);  // twice
   EXPECT_THROW(f.cache.set_window(0, 0, 2, 6), std::logic_error);

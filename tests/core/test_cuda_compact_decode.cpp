@@ -30,7 +30,8 @@ KvCache compact_cache(const ModelConfig& cfg, const std::vector<int64_t>& n, int
   const int64_t most = *std::max_element(n.begin(), n.end());
   KvCache cache(cfg, most + extra + 2, dev, dt);
   const auto opts = at::TensorOptions().device(dev).dtype(dt);
-  cache.append(0, at::randn({Hkv, most, D}, opts), at::randn({Hkv, most, D}, opts), at::arange(most, opts.dtype(at::kLong)));
+  cache.append(0, at::randn({Hkv, most, D}, opts), at::randn({Hkv, most, D}, opts),
+               at::arange(most, opts.dtype(at::kLong)));
   cache.advance_position(most);
   std::vector<at::Tensor> kept;
   for (int64_t h = 0; h < Hkv; ++h) kept.push_back(at::arange(n[h], opts.dtype(at::kLong)));
@@ -126,8 +127,9 @@ TEST_F(CudaCompactDecode, RejectsBadArguments) {
   const auto opts = at::TensorOptions().device(dev).dtype(at::kBFloat16);
   EXPECT_THROW(ops::compact_decode_attention(at::randn({7, 64}, opts), L, *table, off, koff, len, 11, 4),
                std::invalid_argument);  // 7 query heads for 2 x 4
-  EXPECT_THROW(ops::compact_decode_attention(at::randn({8, 64}, opts), L, *table, off, koff, len.narrow(0, 0, 1), 11, 4),
-               std::invalid_argument);
+  EXPECT_THROW(
+      ops::compact_decode_attention(at::randn({8, 64}, opts), L, *table, off, koff, len.narrow(0, 0, 1), 11, 4),
+      std::invalid_argument);
 }
 
 }  // namespace

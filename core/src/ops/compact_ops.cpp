@@ -49,7 +49,8 @@ std::optional<CompactLayerTable> compact_layer_table(const LayerKv& layer, int64
       host[5 * H + h] = reinterpret_cast<int64_t>(c.inv_a.data_ptr());
     }
   }
-  t.table = at::tensor(host, at::TensorOptions().dtype(at::kLong)).view({6, static_cast<int64_t>(H)}).to(layer.v.device());
+  t.table =
+      at::tensor(host, at::TensorOptions().dtype(at::kLong)).view({6, static_cast<int64_t>(H)}).to(layer.v.device());
   return t;
 }
 
@@ -98,7 +99,7 @@ at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer
   a.softmax_scale = static_cast<float>(scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D)));
   at::Tensor out = at::empty({H, D}, q.options());
   a.o = out.data_ptr();
-  const kk::CompactDecodePlan plan = kk::plan_compact_decode(a.n_head, a.head_dim, max_len);
+  const kk::CompactDecodePlan plan = kk::plan_compact_decode(a.n_head, a.n_head_kv, a.head_dim, max_len);
   const at::Tensor ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q.options().dtype(at::kByte));
   check_cuda(kk::compact_decode_attention(a, plan, ws.data_ptr(), at::cuda::getCurrentCUDAStream()), op);
   return out;

@@ -25,12 +25,12 @@ struct CompactKeys {
   /// uint8 [n, ceil(D/8)] kept-channel bits, or [1, ceil(D/8)] when every entry keeps the same
   /// channels (ThinK).
   at::Tensor kept;
-  at::Tensor values;      ///< key dtype [sum_t T_t]: the stored channels, entry by entry
-  int64_t stride = 0;     ///< T when every entry keeps T channels (row undefined)
-  at::Tensor row;         ///< int64 [n + 1] value offsets when the counts differ (SPARK-p), else undefined
-  at::Tensor sign;        ///< uint8 [n, sign_stride]: signs of the absent channels, by rank; undefined: k̃ = 0
-  at::Tensor scale;       ///< fp32 [n]: |k̃| before inv_a (SPARK: μ_pruned[t], eq. 11)
-  at::Tensor inv_a;       ///< fp32 [D]: per-channel divisor's inverse (SPARK: 1 / a_j, 0 where a_j = 0)
+  at::Tensor values;   ///< key dtype [sum_t T_t]: the stored channels, entry by entry
+  int64_t stride = 0;  ///< T when every entry keeps T channels (row undefined)
+  at::Tensor row;      ///< int64 [n + 1] value offsets when the counts differ (SPARK-p), else undefined
+  at::Tensor sign;     ///< uint8 [n, sign_stride]: signs of the absent channels, by rank; undefined: k̃ = 0
+  at::Tensor scale;    ///< fp32 [n]: |k̃| before inv_a (SPARK: μ_pruned[t], eq. 11)
+  at::Tensor inv_a;    ///< fp32 [D]: per-channel divisor's inverse (SPARK: 1 / a_j, 0 where a_j = 0)
 
   /// Stores `keys` [n, D] keeping the channels where `mask` (bool [n, D] or [1, D]) is true. With
   /// `scale` fp32 [n] and `inv_a` fp32 [D] defined, the absent channels recover as ±scale·inv_a

@@ -16,10 +16,10 @@
 //
 // Math: o[i] = softmax(scale · K̂_h q_i) V_h with K̂ the recovered keys, fp32 accumulation, online
 // softmax; query head i reads KV head i / group. Pass 1: one block (4 warps) per (split, KV head),
-// one warp per entry at a time, each lane D/32 channels (j = lane + 32 c); pass 2 merges the splits.
+// a warp U entries at a time, each lane D/32 channels (j = lane + 32 c); pass 2 merges the splits.
+#include <cuda_runtime_api.h>
 #include <cstddef>
 #include <cstdint>
-#include <cuda_runtime_api.h>
 
 #include "kvscope/kernels/dtype.h"
 
@@ -27,15 +27,15 @@ namespace kvscope::kernels {
 
 struct CompactDecodeArgs {
   DType dtype = DType::kBFloat16;
-  int n_head = 0;     ///< query heads
-  int n_head_kv = 0;  ///< KV heads; n_head == n_head_kv * group
-  int group = 1;      ///< G, 1..8
-  int head_dim = 0;   ///< D: 64, 96, 128 or 256
+  int n_head = 0;           ///< query heads
+  int n_head_kv = 0;        ///< KV heads; n_head == n_head_kv * group
+  int group = 1;            ///< G, 1..8
+  int head_dim = 0;         ///< D: 64, 96, 128 or 256
   const void* q = nullptr;  ///< dtype, head i at q + i * q_stride (elements)
   int64_t q_stride = 0;
-  const void* k = nullptr;           ///< dtype [rows, D]: the dense keys
+  const void* k = nullptr;            ///< dtype [rows, D]: the dense keys
   const int64_t* k_offset = nullptr;  ///< int64 [n_head_kv]: key row of entry r is k_offset[h] + r
-  const void* v = nullptr;           ///< dtype [rows, D]
+  const void* v = nullptr;            ///< dtype [rows, D]
   const int64_t* offset = nullptr;    ///< int64 [n_head_kv]: value row of entry r is offset[h] + r
   const int64_t* length = nullptr;    ///< int64 [n_head_kv]: live entries
   // Per KV head (int64 [n_head_kv] each; the pointers as int64 device addresses):
@@ -45,11 +45,11 @@ struct CompactDecodeArgs {
   const int64_t* sign = nullptr;       ///< uint8 rows of sign_bytes; 0 (or a null array): k̃ = 0
   const int64_t* scale = nullptr;      ///< fp32 [n_compact]
   const int64_t* inv_a = nullptr;      ///< fp32 [D]
-  int64_t kept_row_bytes = 0;  ///< D / 8, or 0: one kept row for every entry of a head (ThinK)
-  int64_t stride = 0;          ///< kept channels per entry (the same for every entry and head)
-  int64_t sign_bytes = 0;      ///< bytes per sign row
-  float softmax_scale = 0.f;   ///< usually 1 / sqrt(D)
-  void* o = nullptr;           ///< dtype [n_head, D], contiguous
+  int64_t kept_row_bytes = 0;          ///< D / 8, or 0: one kept row for every entry of a head (ThinK)
+  int64_t stride = 0;                  ///< kept channels per entry (the same for every entry and head)
+  int64_t sign_bytes = 0;              ///< bytes per sign row
+  float softmax_scale = 0.f;           ///< usually 1 / sqrt(D)
+  void* o = nullptr;                   ///< dtype [n_head, D], contiguous
 };
 
 /// How pass 1 is cut: n_split splits of chunk entries per KV head.
@@ -62,7 +62,7 @@ struct CompactDecodePlan {
 /// True for the head dimensions the kernel is built for (64, 96, 128, 256).
 bool compact_decode_head_dim_supported(int head_dim);
 /// Plans a launch for lengths up to max_len (a host upper bound; entries past it are dropped).
-CompactDecodePlan plan_compact_decode(int n_head, int head_dim, int64_t max_len);
+CompactDecodePlan plan_compact_decode(int n_head, int n_head_kv, int head_dim, int64_t max_len);
 /// Runs both passes on `stream`; workspace: plan.workspace_bytes of device memory. Returns
 /// cudaErrorInvalidValue on bad arguments (head_dim, group, null pointers), else the launch error.
 cudaError_t compact_decode_attention(const CompactDecodeArgs& args, const CompactDecodePlan& plan, void* workspace,
