@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
       {"spark", "snapkv+spark", kvscope::BudgetSpec::Unit::kStored},
       {"spark-0.8", "snapkv+spark:ratio=0.8", kvscope::BudgetSpec::Unit::kStored},
       {"think", "snapkv+think", kvscope::BudgetSpec::Unit::kStored},
+      {"spark+values", "snapkv+spark:value_ratio=0.5", kvscope::BudgetSpec::Unit::kStored},
       // Eviction while decoding (S6) next to the same scorer's prefill-only eviction.
       {"tova", "tova", kvscope::BudgetSpec::Unit::kStored},
       {"tova+decoding", "tova+decoding", kvscope::BudgetSpec::Unit::kStored},

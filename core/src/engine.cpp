@@ -167,7 +167,9 @@ Engine::DecodeRows Engine::decode_layer_cuda(int64_t l, const DecodeRows& in, co
   meta.insert(meta.end(), L.length.begin(), L.length.end());
   meta.insert(meta.end(), Hkv, 0);  // the append tickets (ops::qkv_rope_append)
   meta.push_back(cache.next_position());
-  meta.insert(meta.end(), L.k_offset.begin(), L.k_offset.end());  // compact keys only
+  const bool compact = !L.compact.empty() || !L.compact_v.empty();
+  for (int64_t h = 0; compact && h < Hkv; ++h) meta.push_back(L.key_row(h, 0));  // compact keys only
+  for (int64_t h = 0; compact && h < Hkv; ++h) meta.push_back(L.value_row(h, 0));
   const at::Tensor dev = ops::upload_int64(meta, in.x.device());
   int64_t max_len = 0, total_len = 0;
   for (int64_t n : L.length) {
@@ -182,7 +184,8 @@ Engine::DecodeRows Engine::decode_layer_cuda(int64_t l, const DecodeRows& in, co
                           total_len,
                           /*commit=*/true,
                           nullptr,
-                          L.k_offset.empty() ? at::Tensor() : dev.narrow(0, 3 * Hkv + 1, Hkv)};
+                          compact ? dev.narrow(0, 3 * Hkv + 1, Hkv) : at::Tensor(),
+                          compact ? dev.narrow(0, 4 * Hkv + 1, Hkv) : at::Tensor()};
   return fused_decode_layer(l, in, rope, cache, m, decode_attention, observer, next_norm);
 }
 
@@ -220,6 +223,7 @@ Engine::DecodeRows Engine::fused_decode_layer(int64_t l, const DecodeRows& in, c
   features.norm_eps = c.rms_norm_eps;
   features.ring = L.window;  // a sliding-window layer's ring
   features.k_offset = m.k_offset;
+  features.v_offset = m.v_offset;
   // One launch for the fused QKV projection with RoPE and the cache append in its epilogue; its
   // output comes in q, k, v blocks, so a batch's heads are [B * heads, D] (sequence b's heads at
   // b * heads ..). Advances m.length on the device.
@@ -271,9 +275,16 @@ at::Tensor Engine::decode_step_device(KvCache& cache, DeviceDecodeState& s,
   // The tables of the context length at capture (DecodeGraph::supported keeps within one regime).
   const std::vector<RopeTable> ropes = rope_tables(s.position, cache.next_position() + 1);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const DecodeLayerMeta m{s.meta[l][0],     s.meta[l][1],       s.meta[l][2],
-                            s.position,       s.max_len[l],       s.total_len[l],
-                            /*commit=*/false, &s.after_attention, s.meta[l].size(0) > 3 ? s.meta[l][3] : at::Tensor()};
+    const DecodeLayerMeta m{s.meta[l][0],
+                            s.meta[l][1],
+                            s.meta[l][2],
+                            s.position,
+                            s.max_len[l],
+                            s.total_len[l],
+                            /*commit=*/false,
+                            &s.after_attention,
+                            s.meta[l].size(0) > 3 ? s.meta[l][3] : at::Tensor(),
+                            s.meta[l].size(0) > 4 ? s.meta[l][4] : at::Tensor()};
     x = fused_decode_layer(l, x, ropes[static_cast<std::size_t>(l)], cache, m, decode_attention, {}, norm_after(l));
   }
   s.position.add_(1);

@@ -54,8 +54,8 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity, c10::Device device, c10
 void KvCache::grow(int64_t l, int64_t min_capacity) {
   LayerKv& L = layers_[l];
   int64_t total = 0;
-  int64_t k_total = 0;
-  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_), k_off(n_head_kv_);
+  int64_t k_total = 0, v_total = 0;
+  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_), k_off(n_head_kv_), v_off(n_head_kv_);
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     cap[h] = L.ring_window[h] > 0 ? L.capacity[h] : std::max(min_capacity, 2 * L.capacity[h]);
     if (L.ringed) cap[h] = std::max(min_capacity, std::min(cap[h], L.window));  // a ring never exceeds its window
@@ -63,17 +63,20 @@ void KvCache::grow(int64_t l, int64_t min_capacity) {
     total += cap[h];
     k_off[h] = k_total - L.compact_entries(h);  // compact keys: k holds rows compact_entries(h).. only
     k_total += cap[h] - L.compact_entries(h);
+    v_off[h] = v_total - L.compact_value_entries(h);
+    v_total += cap[h] - L.compact_value_entries(h);
   }
-  at::Tensor k = at::empty({k_total, head_dim_}, L.k.options()), v = at::empty({total, head_dim_}, L.v.options());
+  at::Tensor k = at::empty({k_total, head_dim_}, L.k.options()), v = at::empty({v_total, head_dim_}, L.v.options());
   at::Tensor pos = at::empty({total}, L.pos.options());
   for (int64_t h = 0; h < n_head_kv_; ++h) {
-    const int64_t n = L.length[h], c = L.compact_entries(h);
+    const int64_t n = L.length[h], c = L.compact_entries(h), cv = L.compact_value_entries(h);
     if (n == 0) continue;
     if (n > c) k.narrow(0, k_off[h] + c, n - c).copy_(L.k.narrow(0, L.key_row(h, c), n - c));
-    v.narrow(0, off[h], n).copy_(L.v.narrow(0, L.offset[h], n));
+    if (n > cv) v.narrow(0, v_off[h] + cv, n - cv).copy_(L.v.narrow(0, L.value_row(h, cv), n - cv));
     pos.narrow(0, off[h], n).copy_(L.pos.narrow(0, L.offset[h], n));
   }
   if (!L.compact.empty()) L.k_offset = k_off;
+  if (!L.compact_v.empty()) L.v_offset = v_off;
   L.k = k;
   L.v = v;
   L.pos = pos;
@@ -157,7 +160,7 @@ void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const 
   bool fits = true;
   for (int64_t h = 0; h < n_head_kv_; ++h) fits = fits && (L.ring_window[h] > 0 || L.length[h] + T <= L.capacity[h]);
   if (!fits) grow(l, need);
-  if (L.uniform() && L.compact.empty()) {
+  if (L.uniform() && L.compact.empty() && L.compact_v.empty()) {
     const int64_t cap = L.capacity[0], n = L.length[0];
     L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(k);
     L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(v);
@@ -172,7 +175,7 @@ void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const 
     }
     const int64_t at_row = L.offset[h] + L.length[h];
     L.k.narrow(0, L.key_row(h, L.length[h]), T).copy_(k[h]);
-    L.v.narrow(0, at_row, T).copy_(v[h]);
+    L.v.narrow(0, L.value_row(h, L.length[h]), T).copy_(v[h]);
     L.pos.narrow(0, at_row, T).copy_(positions);
     L.length[h] += T;
   }
@@ -185,6 +188,7 @@ KvCache KvCache::clone() const {
     L.v = L.v.clone();
     L.pos = L.pos.clone();
     for (CompactKeys& c : L.compact) c = c.clone();
+    for (CompactKeys& c : L.compact_v) c = c.clone();
   }
   return out;
 }
@@ -199,6 +203,8 @@ void KvCache::assign_layer(int64_t l, const at::Tensor& k, const at::Tensor& v, 
   require_full_attention(L, l, "assign_layer");
   L.compact.clear();  // every entry is replaced
   L.k_offset.clear();
+  L.compact_v.clear();
+  L.v_offset.clear();
   const int64_t n = k.size(1), cap = n + std::max<int64_t>(reserve, 1);
   L.k = at::empty({n_head_kv_ * cap, head_dim_}, L.k.options());
   L.v = at::empty({n_head_kv_ * cap, head_dim_}, L.v.options());
@@ -235,7 +241,7 @@ std::vector<std::vector<std::vector<int32_t>>> KvCache::host_positions() const {
 void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
   LayerKv& L = layers_[l];
   require_full_attention(L, l, "set_window");
-  if (!L.compact.empty())
+  if (!L.compact.empty() || !L.compact_v.empty())
     throw std::logic_error("KvCache::set_window: layer " + std::to_string(l) + " holds its keys compactly");
   if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)
     throw std::invalid_argument("KvCache::set_window: layer " + std::to_string(l) + " head " + std::to_string(h) +
@@ -322,7 +328,7 @@ static void require_uniform(const LayerKv& L) {
 void KvCache::drop_in_place(int64_t l, const at::Tensor& drop, int64_t n) {
   const LayerKv& L = layers_[l];
   require_uniform(L);
-  if (!L.compact.empty())
+  if (!L.compact.empty() || !L.compact_v.empty())
     throw std::logic_error("KvCache::drop_in_place: layer " + std::to_string(l) + " holds its keys compactly");
   const int64_t cap = L.capacity[0];
   if (n < 1 || n > cap)
@@ -362,6 +368,11 @@ at::Tensor KvCache::keys(int64_t l) const {
 at::Tensor KvCache::values(int64_t l) const {
   const LayerKv& L = layers_[l];
   require_uniform(L);
+  if (!L.compact_v.empty()) {
+    std::vector<at::Tensor> heads;
+    for (int64_t h = 0; h < n_head_kv_; ++h) heads.push_back(head_values(l, h));
+    return at::stack(heads);
+  }
   return L.v.view({n_head_kv_, L.capacity[0], head_dim_}).narrow(1, 0, L.length[0]);
 }
 at::Tensor KvCache::positions(int64_t l) const {
@@ -379,7 +390,11 @@ at::Tensor KvCache::head_keys(int64_t l, int64_t h) const {
 }
 at::Tensor KvCache::head_values(int64_t l, int64_t h) const {
   const LayerKv& L = layers_[l];
-  return L.v.narrow(0, L.offset[h], L.length[h]);
+  const int64_t c = L.compact_value_entries(h);
+  if (c == 0) return L.v.narrow(0, L.value_row(h, 0), L.length[h]);
+  const at::Tensor recovered = L.compact_v[h].recover();
+  if (L.length[h] == c) return recovered;
+  return at::cat({recovered, L.v.narrow(0, L.value_row(h, c), L.length[h] - c)});
 }
 at::Tensor KvCache::head_positions(int64_t l, int64_t h) const {
   const LayerKv& L = layers_[l];
@@ -391,6 +406,7 @@ int64_t KvCache::bytes_allocated() const {
   for (const auto& L : layers_) {
     b += (L.k.numel() + L.v.numel()) * L.k.element_size();
     for (const CompactKeys& c : L.compact) b += c.bytes();
+    for (const CompactKeys& c : L.compact_v) b += c.bytes();
   }
   return b;
 }
@@ -399,13 +415,14 @@ int64_t KvCache::bytes_live() const {
   int64_t b = 0;
   for (const auto& L : layers_)
     for (int64_t h = 0; h < n_head_kv_; ++h) {
-      const int64_t n = L.length[h], c = L.compact_entries(h);
-      b += (2 * n - c) * head_dim_ * L.k.element_size() + (c > 0 ? L.compact[h].bytes() : 0);
+      const int64_t n = L.length[h], c = L.compact_entries(h), cv = L.compact_value_entries(h);
+      b += (2 * n - c - cv) * head_dim_ * L.k.element_size() + (c > 0 ? L.compact[h].bytes() : 0) +
+           (cv > 0 ? L.compact_v[h].bytes() : 0);
     }
   return b;
 }
 
-void KvCache::compact_keys(int64_t l, std::vector<CompactKeys> heads) {
+void KvCache::compact_keys(int64_t l, std::vector<CompactKeys> heads, std::vector<CompactKeys> values) {
   LayerKv& L = layers_[l];
   require_full_attention(L, l, "compact_keys");
   const std::string where = "KvCache::compact_keys: layer " + std::to_string(l);
@@ -425,6 +442,23 @@ void KvCache::compact_keys(int64_t l, std::vector<CompactKeys> heads) {
     k_off[h] = k_total - heads[h].n;
     k_total += L.capacity[h] - heads[h].n;
   }
+  if (!values.empty()) {
+    if (static_cast<int64_t>(values.size()) != n_head_kv_)
+      throw std::invalid_argument(where + ": " + std::to_string(values.size()) + " compact value heads for " +
+                                  std::to_string(n_head_kv_) + " KV heads");
+    std::vector<int64_t> v_off(n_head_kv_);
+    int64_t v_total = 0;
+    for (int64_t h = 0; h < n_head_kv_; ++h) {
+      if (values[h].n != heads[h].n || values[h].head_dim != head_dim_)
+        throw std::invalid_argument(where + " head " + std::to_string(h) + ": " + std::to_string(values[h].n) +
+                                    " compact values for " + std::to_string(heads[h].n) + " compact keys");
+      v_off[h] = v_total - values[h].n;
+      v_total += L.capacity[h] - values[h].n;
+    }
+    L.v = at::empty({v_total, head_dim_}, L.v.options());  // no dense value is live either
+    L.v_offset = std::move(v_off);
+    L.compact_v = std::move(values);
+  }
   L.k = at::empty({k_total, head_dim_}, L.k.options());  // no dense key is live: nothing to copy
   L.k_offset = std::move(k_off);
   L.compact = std::move(heads);
@@ -432,13 +466,20 @@ void KvCache::compact_keys(int64_t l, std::vector<CompactKeys> heads) {
 
 void KvCache::expand_keys(int64_t l) {
   LayerKv& L = layers_[l];
-  if (L.compact.empty()) return;
-  at::Tensor k = at::empty({L.v.size(0), head_dim_}, L.k.options());
+  if (L.compact.empty() && L.compact_v.empty()) return;
+  const int64_t rows = L.pos.size(0);  // the positions keep the layout of the offsets
+  at::Tensor k = at::empty({rows, head_dim_}, L.k.options()), v = at::empty({rows, head_dim_}, L.v.options());
   for (int64_t h = 0; h < n_head_kv_; ++h)
-    if (L.length[h] > 0) k.narrow(0, L.offset[h], L.length[h]).copy_(head_keys(l, h));
+    if (L.length[h] > 0) {
+      k.narrow(0, L.offset[h], L.length[h]).copy_(head_keys(l, h));
+      v.narrow(0, L.offset[h], L.length[h]).copy_(head_values(l, h));
+    }
   L.k = k;
+  L.v = v;
   L.compact.clear();
   L.k_offset.clear();
+  L.compact_v.clear();
+  L.v_offset.clear();
 }
 
 }  // namespace kvscope

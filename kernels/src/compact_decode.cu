@@ -72,6 +72,9 @@ __global__ void __launch_bounds__(kThreads)
   const uint8_t* sign = nc > 0 && a.sign ? reinterpret_cast<const uint8_t*>(a.sign[h]) : nullptr;
   const float* scale = sign ? reinterpret_cast<const float*>(a.scale[h]) : nullptr;
   const float* inv_a = sign ? reinterpret_cast<const float*>(a.inv_a[h]) : nullptr;
+  const uint8_t* vkept = nc > 0 && a.v_kept ? reinterpret_cast<const uint8_t*>(a.v_kept[h]) : nullptr;
+  const T* vvals = vkept ? reinterpret_cast<const T*>(a.v_values[h]) : nullptr;
+  const int64_t v_row_bytes = (D + 7) / 8;
   const int64_t k_base = a.k_offset[h], v_base = a.offset[h];
   const unsigned below = (1u << lane) - 1u;
   float ia[C];  // SPARK's 1/a of this lane's channels (one per head)
@@ -81,15 +84,24 @@ __global__ void __launch_bounds__(kThreads)
   // any is used (raw registers, converted after), so a round costs two dependent memory trips.
   for (int64_t t0 = begin + warp; t0 < end; t0 += kWarps * U) {
     T kraw[U][C], vraw[U][C];
-    uint32_t bits[U][C];
+    uint32_t bits[U][C], vbits[U][C];
     uint8_t sb[U][C];
     float sc[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {                       // round 1: kept bits (or dense keys), values, μ
       const int64_t t = min(t0 + u * kWarps, end - 1);  // past the split: any live entry, weight 0 below
-      const T* vrow = V + (v_base + t) * D;
+      if (vkept && t < nc) {                            // compact values: their kept bits now, the values in round 2
+        const uint32_t* b = reinterpret_cast<const uint32_t*>(vkept + t * v_row_bytes);
 #pragma unroll
-      for (int c = 0; c < C; ++c) vraw[u][c] = vrow[c * 32 + lane];
+        for (int c = 0; c < C; ++c) vbits[u][c] = b[c];
+      } else {
+        const T* vrow = V + (v_base + t) * D;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          vraw[u][c] = vrow[c * 32 + lane];
+          vbits[u][c] = 0xffffffffu;
+        }
+      }
       if (t < nc) {
         const uint32_t* b = reinterpret_cast<const uint32_t*>(kept + t * a.kept_row_bytes);
 #pragma unroll
@@ -121,6 +133,17 @@ __global__ void __launch_bounds__(kThreads)
         kraw[u][c] = a.stride > 0 ? row[on ? rank : 0] : dtype::from_f<T>(0.f);
         const int p = on ? 0 : c * 32 + lane - rank;  // pruned channels below this one
         sb[u][c] = srow ? static_cast<uint8_t>(srow[p >> 3] >> (p & 7)) : 0;
+      }
+      if (vkept) {
+        const T* vr = vvals + t * a.v_stride;
+        int vprefix = 0;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          const uint32_t w = vbits[u][c];
+          const int rank = vprefix + __popc(w & below);
+          vprefix += __popc(w);
+          vraw[u][c] = a.v_stride > 0 && ((w >> lane) & 1u) ? vr[rank] : dtype::from_f<T>(0.f);
+        }
       }
     }
     EntryRegs<T, C> e[U];

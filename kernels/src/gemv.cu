@@ -159,7 +159,7 @@ __device__ __forceinline__ float2 rope_angle(const GemvArgs& a, int64_t base_row
 /// k and v pairs also go to their cache row. y: the plain [n] layout (one row of x).
 template <typename T>
 __device__ __forceinline__ void rope_store_pair(const GemvArgs& a, int64_t base_row, float x0, float x1, float2 angle,
-                                                int64_t cache_row, int64_t key_row) {
+                                                int64_t key_row, int64_t value_row) {
   const GemvRopeAppend& r = a.rope;
   const int64_t head = base_row / r.head_dim, S = pair_stride(a);
   const int d = static_cast<int>(base_row % r.head_dim);
@@ -169,7 +169,7 @@ __device__ __forceinline__ void rope_store_pair(const GemvArgs& a, int64_t base_
   static_cast<T*>(a.y)[base_row + S] = t1;
   if (head >= r.n_head) {
     const bool is_k = head < r.n_head + r.n_head_kv;
-    T* cache = static_cast<T*>(is_k ? r.k_cache : r.v_cache) + (is_k ? key_row : cache_row) * r.head_dim;
+    T* cache = static_cast<T*>(is_k ? r.k_cache : r.v_cache) + (is_k ? key_row : value_row) * r.head_dim;
     cache[d] = t0;
     cache[d + S] = t1;
   }
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
   const GemvRopeAppend& r = a.rope;
   const int64_t kv = rope_kv_head(a, base);
   float2 angle = make_float2(1.f, 0.f);
-  int64_t len = 0, cache_row = 0, key_row = 0, position = 0;
+  int64_t len = 0, cache_row = 0, key_row = 0, value_row = 0, position = 0;
   if (lane == 0) {  // in flight during the products
     angle = rope_angle<T>(a, base);
     if (kv >= 0) {
@@ -269,6 +269,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
       position = r.position_dev ? *r.position_dev : r.position;
       cache_row = r.offset[kv] + (r.ring > 0 ? position % r.ring : len);  // a sliding layer's ring
       key_row = r.k_offset ? r.k_offset[kv] + len : cache_row;
+      value_row = r.v_offset ? r.v_offset[kv] + len : cache_row;
     }
   }
   const uint4* x = reinterpret_cast<const uint4*>(a.x);
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_rope_kernel(const GemvArgs a
     acc1 += dtype::to_f<T>(static_cast<const T*>(a.b)[base + S]);
   }
   // Rounded to dtype first: the values the unfused projection's output would hold.
-  rope_store_pair<T>(a, base, dtype::round_to<T>(acc0), dtype::round_to<T>(acc1), angle, cache_row, key_row);
+  rope_store_pair<T>(a, base, dtype::round_to<T>(acc0), dtype::round_to<T>(acc1), angle, key_row, value_row);
   if (kv < 0 || ticket != static_cast<unsigned long long>(r.head_dim) - 1) return;
   r.tickets[kv] = 0;  // the head's last K / V warp: every other one has read the length
   if (r.pos) r.pos[cache_row] = position;

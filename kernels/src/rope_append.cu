@@ -63,11 +63,12 @@ __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendA
   const int64_t n_pairs = static_cast<int64_t>(q_heads + (has_kv ? 1 : 0)) * half;
   const int pass = D - R;  // k channels past the rotary ones, copied as they are
   const int64_t total = n_pairs + (has_kv ? pass + D + 1 : 0);
-  int64_t position = 0, row = 0, krow = 0;
+  int64_t position = 0, row = 0, krow = 0, vrow = 0;
   if (has_kv) {
     position = a.position_dev ? *a.position_dev : a.position;
     row = a.offset[hk] + (a.ring > 0 ? position % a.ring : a.length[hk]);
     krow = a.k_offset ? a.k_offset[hk] + a.length[hk] : row;  // compact keys: K in its own layout
+    vrow = a.v_offset ? a.v_offset[hk] + a.length[hk] : row;  // compact values: V in its own layout
   }
   const T* cs = static_cast<const T*>(a.cos);
   const T* sn = static_cast<const T*>(a.sin);
@@ -93,7 +94,8 @@ __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendA
           (static_cast<const T*>(a.k) + static_cast<int64_t>(hk) * a.k_stride)[d];
     } else if (i < n_pairs + pass + D) {
       const int d = static_cast<int>(i - n_pairs - pass);
-      static_cast<T*>(a.v_cache)[row * D + d] = (static_cast<const T*>(a.v) + static_cast<int64_t>(hk) * a.v_stride)[d];
+      static_cast<T*>(a.v_cache)[vrow * D + d] =
+          (static_cast<const T*>(a.v) + static_cast<int64_t>(hk) * a.v_stride)[d];
     } else if (a.pos) {
       a.pos[row] = position;
     }

@@ -209,10 +209,20 @@ void check_spark(const std::string& gqa, const std::string& mode, const std::str
         kept_total += kept;
         fewest_kept = std::min(fewest_kept, kept);
         most_kept = std::max(most_kept, kept);
-        // The kept channels are the largest saliencies of the entry.
-        EXPECT_GE(min_kept, max_pruned) << "token " << t;
+        // The kept channels are the largest saliencies of the entry (SPARK-g: of each segment).
+        if (mode != "g") EXPECT_GE(min_kept, max_pruned) << "token " << t;
         if (mode == "fixed") {
           EXPECT_EQ(kept, T) << "token " << t;
+        } else if (mode == "g") {
+          // 4 segments of the saliency ranking (D = 16: 4 channels each) pruned at 0.25, 0.5,
+          // 0.75, 1.0: ranks 0-2, 4-5 and 8 kept.
+          std::vector<int64_t> order(D);
+          std::iota(order.begin(), order.end(), 0);
+          std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return w[x] > w[y]; });
+          for (int64_t r = 0; r < D; ++r) {
+            const bool want = r < 3 || r == 4 || r == 5 || r == 8;
+            EXPECT_EQ(M[t][order[r]], want) << "token " << t << " rank " << r;
+          }
         } else {
           // SPARK-p: the fewest top channels holding >= threshold of the entry's saliency.
           std::vector<double> sorted = w;
@@ -272,6 +282,7 @@ TEST(ChannelPruning, SparkMaskRecoveryAndLogitsMatchBruteForce) {
   check_spark("sum", "fixed", "degenerate");
   check_spark("max", "fixed", "zero");
   check_spark("mean", "p", "degenerate");
+  check_spark("mean", "g", "degenerate", "mean", "key");
   check_spark("mean", "fixed", "degenerate", "rms");
   check_spark("mean", "fixed", "degenerate", "mean", "key");
   check_spark("max", "p", "degenerate", "rms", "key");
@@ -379,6 +390,49 @@ TEST(ChannelPruning, CacheBytesFallByThePrunedShare) {
       }
 }
 
+// SPARK App. D: value channels pruned per entry by |v| (the others read as 0), keys as usual.
+TEST(ChannelPruning, SparkValuePruningDropsTheSmallestValueChannels) {
+  RandomSetup s;
+  const int64_t D = s.cfg.head_dim, G = s.cfg.n_head / s.cfg.n_head_kv;
+  std::vector<std::vector<at::Tensor>> v0(s.cfg.n_layer);
+  for (int64_t l = 0; l < s.cfg.n_layer; ++l)
+    for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) v0[l].push_back(s.cache->head_values(l, h).clone());
+  const int64_t before = s.cache->bytes_allocated();
+  auto p = make_pruner("spark", {{"ratio", "0.5"}, {"window", "8"}, {"value_ratio", "0.75"}});
+  s.prefill(*p);
+  const int64_t Tv = policies::kept_channels(0.75, D);
+  ASSERT_EQ(Tv, 4);
+  int64_t compact = 0, entries = 0;
+  for (int64_t l = 0; l < s.cfg.n_layer; ++l)
+    for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) {
+      const LayerKv& L = s.cache->layer(l);
+      compact += L.compact[h].bytes() + L.compact_v[h].bytes();
+      entries += L.compact_v[h].n;
+      EXPECT_EQ(L.compact_v[h].bytes(), L.compact_v[h].n * (Tv * 4 + D / 8));
+    }
+  EXPECT_EQ(s.cache->bytes_allocated(), before - 2 * entries * D * 4 + compact);  // both K and V rows freed
+  s.append_decode_step();
+  for (int64_t l = 0; l < s.cfg.n_layer; ++l) {
+    const at::Tensor q = at::randn({s.cfg.n_head, D});
+    std::vector<at::Tensor> hand;
+    for (int64_t h = 0; h < s.cfg.n_head_kv; ++h) {
+      // Brute force: each pruned entry keeps its Tv largest |v| channels; the decode entry is whole.
+      const at::Tensor v = s.cache->head_values(l, h);
+      const int64_t n = v0[l][h].size(0);
+      at::Tensor expect = v.clone();
+      for (int64_t t = 0; t < n; ++t) {
+        const at::Tensor row = v0[l][h][t];
+        const at::Tensor keep = at::zeros({D}, at::kBool).index_fill_(0, std::get<1>(row.abs().topk(Tv)), true);
+        expect[t] = row * keep.to(at::kFloat);
+      }
+      EXPECT_TRUE(at::equal(v, expect)) << "layer " << l << " kv head " << h;
+      const at::Tensor sc = p->head_logits(l, h, q.narrow(0, h * G, G), *s.cache);
+      hand.push_back(at::matmul(at::softmax(sc, -1), expect));
+    }
+    EXPECT_LT((p->attend(l, q, *s.cache) - at::cat(hand, 0)).abs().max().item<double>(), 1e-5);
+  }
+}
+
 TEST(ChannelPruning, RegistryAndPipeline) {
   const auto& e = registry().catalog().at("spark");
   EXPECT_EQ(e.stage, Stage::kChannel);
@@ -386,8 +440,9 @@ TEST(ChannelPruning, RegistryAndPipeline) {
   const Pipeline pipe(registry(), "snapkv:window=32,kernel=7,pool=max+spark:ratio=0.5");
   ASSERT_NE(pipe.decode_attention(), nullptr);
   EXPECT_EQ(pipe.decode_attention()->name(), "spark");
-  EXPECT_NE(pipe.canonical().find("spark:gqa=mean,mode=fixed,query=mean,ratio=0.5,recovery=degenerate,sign=key,"
-                                  "threshold=0.99,window=32"),
+  EXPECT_NE(pipe.canonical().find("spark:gqa=mean,groups=4,mode=fixed,query=mean,ratio=0.5,recovery=degenerate,"
+                                  "sign=key,"
+                                  "threshold=0.99,value_ratio=0,window=32"),
             std::string::npos)
       << pipe.canonical();
   EXPECT_THROW(registry().make("spark", {{"ratio", "1.5"}}), InputError);

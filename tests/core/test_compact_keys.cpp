@@ -180,6 +180,47 @@ TEST(CompactKeysInCache, RaggedHeadsAndExpand) {
   EXPECT_TRUE(at::equal(f.cache.head_keys(0, 1), at::cat({r1, kk[1]})));
 }
 
+TEST(CompactKeysInCache, ValuesToo) {
+  at::manual_seed(19);
+  Filled f(12, 2);
+  const std::vector<at::Tensor> kmasks = {random_mask(12, 16, 6), random_mask(12, 16, 6)};
+  const std::vector<at::Tensor> vmasks = {random_mask(12, 16, 9), random_mask(12, 16, 9)};
+  const int64_t before = f.cache.bytes_allocated();
+  std::vector<CompactKeys> keys = f.pack(kmasks), values;
+  for (int64_t h = 0; h < 2; ++h) values.push_back(CompactKeys::pack(f.cache.head_values(0, h), vmasks[h]));
+  const int64_t compact = keys[0].bytes() + keys[1].bytes() + values[0].bytes() + values[1].bytes();
+  f.cache.compact_keys(0, std::move(keys), std::move(values));
+  EXPECT_EQ(f.cache.bytes_allocated(), before - 2 * 2 * 12 * 16 * 4 + compact);  // K and V rows of 12 entries
+  EXPECT_EQ(f.cache.layer(0).compact_value_entries(0), 12);
+  for (int64_t h = 0; h < 2; ++h) EXPECT_TRUE(at::equal(f.cache.head_values(0, h), f.v[h] * vmasks[h].to(at::kFloat)));
+  std::vector<at::Tensor> added;
+  for (int i = 0; i < 4; ++i) {  // past the reserve of 2: growth
+    const at::Tensor vv = at::randn({2, 1, 16});
+    f.append_one(at::randn({2, 1, 16}), vv);
+    added.push_back(vv);
+  }
+  const at::Tensor tail = at::cat(added, 1);
+  for (int64_t h = 0; h < 2; ++h) {
+    const at::Tensor vals = f.cache.head_values(0, h);
+    ASSERT_EQ(vals.size(0), 16);
+    EXPECT_TRUE(at::equal(vals.narrow(0, 12, 4), tail[h]));
+    EXPECT_TRUE(at::equal(vals.narrow(0, 0, 12), f.v[h] * vmasks[h].to(at::kFloat)));
+    EXPECT_TRUE(at::equal(f.cache.head_positions(0, h), at::arange(16, at::kLong)));
+  }
+  EXPECT_EQ(f.cache.values(0).sizes(), (at::IntArrayRef{2, 16, 16}));
+  const at::Tensor all = f.cache.head_values(0, 1).clone();
+  f.cache.expand_keys(0);
+  EXPECT_TRUE(f.cache.layer(0).compact_v.empty());
+  EXPECT_TRUE(at::equal(f.cache.head_values(0, 1), all));
+  // Values need compact keys of the same entries.
+  Filled g(8, 1);
+  std::vector<CompactKeys> short_values = {
+      CompactKeys::pack(g.cache.head_values(0, 0).narrow(0, 0, 7), random_mask(7, 16, 3)),
+      CompactKeys::pack(g.cache.head_values(0, 1), random_mask(8, 16, 3))};
+  EXPECT_THROW(g.cache.compact_keys(0, g.pack({random_mask(8, 16, 4), random_mask(8, 16, 4)}), std::move(short_values)),
+               std::invalid_argument);
+}
+
 TEST(CompactKeysInCache, BadPaths) {
   at::manual_seed(17);
   Filled f(8, 2);

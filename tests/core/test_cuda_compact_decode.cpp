@@ -1,7 +1,8 @@
 // kernels/compact_decode (ops::compact_decode_attention) against an fp64 reference: softmax(q·k̂ᵀ/√D)·V
 // with k̂ the keys KvCache::head_keys recovers from the compact layout (CompactKeys::recover) and the
 // dense decode-time keys after them. Head dims 64/96/128/256, GQA groups 1/4/8, fp32 and bf16,
-// SPARK's sign refill, no refill, ThinK's shared mask, ragged heads (one without compact entries),
+// SPARK's sign refill, no refill, ThinK's shared mask, compact values (SPARK App. D), ragged heads
+// (one without compact entries),
 // and lengths that need several splits. Needs a GPU; the table builder is checked on the CPU too.
 #include <gtest/gtest.h>
 
@@ -21,11 +22,12 @@
 namespace kvscope {
 namespace {
 
-enum class Recovery { kSign, kZero, kShared };
+enum class Recovery { kSign, kZero, kShared, kSignValues };
 
-/// A one-layer cache on `dev` whose head h holds n[h] compact entries then `extra` dense ones.
+/// A one-layer cache on `dev` whose head h holds n[h] compact entries then `extra` dense ones
+/// (with `values`, the compact entries' values compact too).
 KvCache compact_cache(const ModelConfig& cfg, const std::vector<int64_t>& n, int64_t extra, Recovery rec,
-                      at::ScalarType dt, c10::Device dev) {
+                      at::ScalarType dt, c10::Device dev, bool values = false) {
   const int64_t Hkv = cfg.n_head_kv, D = cfg.head_dim;
   const int64_t most = *std::max_element(n.begin(), n.end());
   KvCache cache(cfg, most + extra + 2, dev, dt);
@@ -37,18 +39,22 @@ KvCache compact_cache(const ModelConfig& cfg, const std::vector<int64_t>& n, int
   for (int64_t h = 0; h < Hkv; ++h) kept.push_back(at::arange(n[h], opts.dtype(at::kLong)));
   cache.retain(0, kept, extra + 2);
   const int64_t T = D / 2 + 3;
-  std::vector<CompactKeys> packed;
+  std::vector<CompactKeys> packed, packed_v;
   for (int64_t h = 0; h < Hkv; ++h) {
+    if (values)
+      packed_v.push_back(CompactKeys::pack(
+          cache.head_values(0, h), std::get<1>(at::rand({n[h], D}, opts.dtype(at::kFloat)).sort(1)).lt(D / 4 + 1)));
     const at::Tensor k = cache.head_keys(0, h);
     const int64_t rows = rec == Recovery::kShared ? 1 : n[h];
     // T kept channels per entry, chosen at random.
     const at::Tensor order = std::get<1>(at::rand({rows, D}, opts.dtype(at::kFloat)).sort(1));
     const at::Tensor mask = order.lt(T);
-    packed.push_back(rec == Recovery::kSign ? CompactKeys::pack(k, mask, at::rand({n[h]}, opts.dtype(at::kFloat)),
-                                                                at::rand({D}, opts.dtype(at::kFloat)))
-                                            : CompactKeys::pack(k, mask));
+    packed.push_back(rec == Recovery::kSign || rec == Recovery::kSignValues
+                         ? CompactKeys::pack(k, mask, at::rand({n[h]}, opts.dtype(at::kFloat)),
+                                             at::rand({D}, opts.dtype(at::kFloat)))
+                         : CompactKeys::pack(k, mask));
   }
-  cache.compact_keys(0, std::move(packed));
+  cache.compact_keys(0, std::move(packed), std::move(packed_v));
   for (int64_t i = 0; i < extra; ++i) {
     cache.append(0, at::randn({Hkv, 1, D}, opts), at::randn({Hkv, 1, D}, opts),
                  at::full({1}, cache.next_position(), opts.dtype(at::kLong)));
@@ -94,13 +100,13 @@ TEST_F(CudaCompactDecode, MatchesTheRecoveredKeysReference) {
   for (const at::ScalarType dt : {at::kFloat, at::kBFloat16})
     for (const int64_t D : {64, 96, 128, 256})
       for (const int64_t G : {1, 4, 8})
-        for (const Recovery rec : {Recovery::kSign, Recovery::kZero, Recovery::kShared}) {
+        for (const Recovery rec : {Recovery::kSign, Recovery::kZero, Recovery::kShared, Recovery::kSignValues}) {
           const std::string what = std::string(dt == at::kFloat ? "fp32" : "bf16") + " D=" + std::to_string(D) +
                                    " G=" + std::to_string(G) + " recovery " + std::to_string(int(rec));
           SCOPED_TRACE(what);
           const ModelConfig cfg = test::small_config(1, 3, G, D);
           // Ragged: head 2 has no compact entry; head 0 needs several splits.
-          const KvCache cache = compact_cache(cfg, {700, 37, 0}, 5, rec, dt, dev);
+          const KvCache cache = compact_cache(cfg, {700, 37, 0}, 5, rec, dt, dev, rec == Recovery::kSignValues);
           const auto table = ops::compact_layer_table(cache.layer(0), D);
           ASSERT_TRUE(table.has_value());
           const LayerKv& L = cache.layer(0);

@@ -32,8 +32,10 @@ std::optional<CompactLayerTable> compact_layer_table(const LayerKv& layer, int64
   t.stride = first->stride;
   t.sign = first->sign.defined();
   t.sign_bytes = t.sign ? first->sign.size(1) : 0;
+  t.values = !layer.compact_v.empty();
   const size_t H = layer.compact.size();
-  std::vector<int64_t> host(6 * H, 0);
+  if (t.values) t.v_stride = layer.compact_v[static_cast<size_t>(first - layer.compact.data())].stride;
+  std::vector<int64_t> host(8 * H, 0);
   for (size_t h = 0; h < H; ++h) {
     const CompactKeys& c = layer.compact[h];
     host[h] = c.n;
@@ -48,9 +50,15 @@ std::optional<CompactLayerTable> compact_layer_table(const LayerKv& layer, int64
       host[4 * H + h] = reinterpret_cast<int64_t>(c.scale.data_ptr());
       host[5 * H + h] = reinterpret_cast<int64_t>(c.inv_a.data_ptr());
     }
+    if (t.values) {
+      const CompactKeys& v = layer.compact_v[h];
+      if (v.row.defined() || v.stride != t.v_stride || v.kept.size(0) != v.n) return std::nullopt;
+      host[6 * H + h] = reinterpret_cast<int64_t>(v.kept.data_ptr());
+      host[7 * H + h] = reinterpret_cast<int64_t>(v.values.numel() > 0 ? v.values.data_ptr() : v.kept.data_ptr());
+    }
   }
   t.table =
-      at::tensor(host, at::TensorOptions().dtype(at::kLong)).view({6, static_cast<int64_t>(H)}).to(layer.v.device());
+      at::tensor(host, at::TensorOptions().dtype(at::kLong)).view({8, static_cast<int64_t>(H)}).to(layer.v.device());
   return t;
 }
 
@@ -59,7 +67,7 @@ std::optional<CompactLayerTable> compact_layer_table(const LayerKv& layer, int64
 using namespace detail;
 
 at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer, const CompactLayerTable& t,
-                                    const at::Tensor& offset_dev, const at::Tensor& k_offset_dev,
+                                    const at::Tensor& value_base_dev, const at::Tensor& key_base_dev,
                                     const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale) {
   const char* op = "compact_decode_attention";
   const at::Tensor q = q_in.dim() == 3 && q_in.size(0) == 1 ? q_in.select(0, 0) : q_in;
@@ -68,10 +76,10 @@ at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer
   if (q.dim() != 2 || q.stride(1) != 1 || H != Hkv * group || layer.v.size(1) != D || !layer.v.is_contiguous() ||
       !layer.k.is_contiguous())
     bad("compact_decode_attention: q must be [n_head, D] with rows contiguous, n_head = group x n_head_kv");
-  for (const at::Tensor* m : {&offset_dev, &k_offset_dev, &length_dev})
+  for (const at::Tensor* m : {&value_base_dev, &key_base_dev, &length_dev})
     if (m->scalar_type() != at::kLong || m->numel() != Hkv || !m->is_contiguous() || m->device() != q.device())
       bad("compact_decode_attention: offsets and lengths must be contiguous int64 [n_head_kv] on q's device");
-  if (t.table.numel() != 6 * Hkv) bad("compact_decode_attention: the table is for another layer");
+  if (t.table.numel() != 8 * Hkv) bad("compact_decode_attention: the table is for another layer");
   const c10::cuda::CUDAGuard guard(q.device());
   kk::CompactDecodeArgs a;
   a.dtype = kernel_dtype(q, op);
@@ -81,10 +89,10 @@ at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer
   a.head_dim = static_cast<int>(D);
   a.q = q.data_ptr();
   a.q_stride = q.stride(0);
-  a.k = layer.k.numel() > 0 ? layer.k.data_ptr() : layer.v.data_ptr();  // no dense key yet: never read
-  a.k_offset = k_offset_dev.data_ptr<int64_t>();
-  a.v = layer.v.data_ptr();
-  a.offset = offset_dev.data_ptr<int64_t>();
+  a.k = layer.k.numel() > 0 ? layer.k.data_ptr() : q.data_ptr();  // no dense key yet: never read
+  a.k_offset = key_base_dev.data_ptr<int64_t>();
+  a.v = layer.v.numel() > 0 ? layer.v.data_ptr() : q.data_ptr();
+  a.offset = value_base_dev.data_ptr<int64_t>();
   a.length = length_dev.data_ptr<int64_t>();
   const int64_t* tab = t.table.data_ptr<int64_t>();
   a.n_compact = tab;
@@ -93,6 +101,9 @@ at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer
   a.sign = t.sign ? tab + 3 * Hkv : nullptr;
   a.scale = tab + 4 * Hkv;
   a.inv_a = tab + 5 * Hkv;
+  a.v_kept = t.values ? tab + 6 * Hkv : nullptr;
+  a.v_values = tab + 7 * Hkv;
+  a.v_stride = t.v_stride;
   a.kept_row_bytes = t.kept_row_bytes;
   a.stride = t.stride;
   a.sign_bytes = t.sign_bytes;

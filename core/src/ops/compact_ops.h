@@ -10,13 +10,14 @@
 
 namespace kvscope::ops {
 
-/// What the kernel needs of one layer's compact keys besides the step's offsets: per KV head its
-/// compact entry count and the device addresses of kept, values, sign, scale and inv_a (int64
-/// [6, n_head_kv] on the cache device), and the layout every head shares.
+/// What the kernel needs of one layer's compact keys (and values) besides the step's offsets: per
+/// KV head its compact entry count and the device addresses of kept, values, sign, scale, inv_a,
+/// and of the compact values' kept bits and values (int64 [8, n_head_kv] on the cache device), and
+/// the layout every head shares.
 struct CompactLayerTable {
   at::Tensor table;
-  int64_t kept_row_bytes = 0, stride = 0, sign_bytes = 0;
-  bool sign = false;
+  int64_t kept_row_bytes = 0, stride = 0, sign_bytes = 0, v_stride = 0;
+  bool sign = false, values = false;
 };
 
 /// The table of layer `layer`, or nullopt when the kernel cannot read it: no compact keys, an
@@ -25,13 +26,13 @@ struct CompactLayerTable {
 /// compact tensors never move). One upload.
 std::optional<CompactLayerTable> compact_layer_table(const LayerKv& layer, int64_t head_dim);
 
-/// Decode attention of one token over `layer`: q [n_head, D] (or [1, n_head, D]); offset_dev,
-/// k_offset_dev, length_dev int64 [n_head_kv] on the device (LayerKv::offset, ::k_offset, the
-/// live lengths including the step's entry); max_len >= every length (host bound, plans the
+/// Decode attention of one token over `layer`: q [n_head, D] (or [1, n_head, D]); value_base_dev,
+/// key_base_dev, length_dev int64 [n_head_kv] on the device (LayerKv::value_row(h, 0),
+/// ::key_row(h, 0), the live lengths including the step's entry); max_len >= every length (host bound, plans the
 /// split). Softmax scale 1/sqrt(D) when scale <= 0. Returns [n_head, D] in q's dtype. Throws
 /// std::invalid_argument on mismatched shapes, std::runtime_error without the CUDA kernels.
 at::Tensor compact_decode_attention(const at::Tensor& q, const LayerKv& layer, const CompactLayerTable& table,
-                                    const at::Tensor& offset_dev, const at::Tensor& k_offset_dev,
+                                    const at::Tensor& value_base_dev, const at::Tensor& key_base_dev,
                                     const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale = 0.0);
 
 }  // namespace kvscope::ops

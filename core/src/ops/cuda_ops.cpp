@@ -140,7 +140,8 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale) {
-  if (!layer.compact.empty()) bad("decode_attention: the layer holds compact keys (its channel stage attends)");
+  if (!layer.compact.empty() || !layer.compact_v.empty())
+    bad("decode_attention: the layer holds compact keys (its channel stage attends)");
   return decode_attention(q, layer.k, layer.v, layer.offset, layer.length, group, scale);
 }
 
@@ -426,9 +427,10 @@ void check_features(const QkvFeatures& f, const at::Tensor& q, int64_t D) {
                          w->scalar_type() != f.q_norm.scalar_type()))
       bad("rope_append: q_norm / k_norm must be contiguous [head_dim] in q's dtype or fp32, on q's device");
   if (f.ring < 0) bad("rope_append: ring must be >= 0");
-  if (f.k_offset.defined() && (f.k_offset.scalar_type() != at::kLong || !f.k_offset.is_contiguous() ||
-                               f.k_offset.device() != q.device() || f.ring > 0))
-    bad("rope_append: k_offset must be contiguous int64 [n_head_kv] on q's device, and not with a ring");
+  for (const at::Tensor* o : {&f.k_offset, &f.v_offset})
+    if (o->defined() &&
+        (o->scalar_type() != at::kLong || !o->is_contiguous() || o->device() != q.device() || f.ring > 0))
+      bad("rope_append: k_offset / v_offset must be contiguous int64 [n_head_kv] on q's device, and not with a ring");
 }
 
 void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& cos, const at::Tensor& sin,
@@ -465,6 +467,7 @@ void launch_rope_append(const std::array<at::Tensor, 3>& qkv, const at::Tensor& 
   a.pos = pos_cache.defined() ? pos_cache.data_ptr<int64_t>() : nullptr;
   a.offset = offset;
   a.k_offset = f.k_offset.defined() ? f.k_offset.data_ptr<int64_t>() : nullptr;
+  a.v_offset = f.v_offset.defined() ? f.v_offset.data_ptr<int64_t>() : nullptr;
   a.length = length;
   a.position = position;
   a.position_dev = position_dev;
@@ -504,7 +507,8 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
                  const at::Tensor& sin, RopeLayout layout, const LayerKv& layer, int64_t position) {
-  if (!layer.compact.empty()) bad("rope_append: the layer holds compact keys (use the device-offset overload)");
+  if (!layer.compact.empty() || !layer.compact_v.empty())
+    bad("rope_append: the layer holds compact keys (use the device-offset overload)");
   for (size_t h = 0; h < layer.length.size(); ++h)
     if (layer.length[h] >= layer.capacity[h]) bad("rope_append: KV head " + std::to_string(h) + " is full");
   rope_append(q, k, v, cos, sin, layout, layer.k, layer.v, layer.pos, layer.offset, layer.length, position);
@@ -567,9 +571,11 @@ std::array<at::Tensor, 3> qkv_rope_append(const NormedRows& in, const at::Tensor
   r.pos = pos_cache.defined() ? pos_cache.data_ptr<int64_t>() : nullptr;
   r.offset = offset_dev.data_ptr<int64_t>();
   check_features(features, qh, D);
-  if (features.k_offset.defined() && features.k_offset.numel() != m * n_head_kv)
-    bad("qkv_rope_append: k_offset must have m * n_head_kv entries");
+  for (const at::Tensor* o : {&features.k_offset, &features.v_offset})
+    if (o->defined() && o->numel() != m * n_head_kv)
+      bad("qkv_rope_append: k_offset / v_offset must have m * n_head_kv entries");
   r.k_offset = features.k_offset.defined() ? features.k_offset.data_ptr<int64_t>() : nullptr;
+  r.v_offset = features.v_offset.defined() ? features.v_offset.data_ptr<int64_t>() : nullptr;
   r.length = length_dev.data_ptr<int64_t>();
   r.position_dev = position_dev.data_ptr<int64_t>();
   r.tickets = reinterpret_cast<unsigned long long*>(tickets.data_ptr<int64_t>());

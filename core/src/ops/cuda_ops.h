@@ -140,6 +140,8 @@ struct QkvFeatures {
   /// int64 [n_head_kv] on the device: the key row of head h is k_offset[h] + length[h] instead of
   /// offset[h] + length[h] (LayerKv::k_offset: a layer holding compact keys); undefined = offset.
   at::Tensor k_offset;
+  /// The same for the value rows (LayerKv::v_offset: compact values); undefined = offset.
+  at::Tensor v_offset;
 };
 
 /// RMSNorm, HF order (fp32 normalise, cast, times weight in dtype). x: [rows, hidden] (last dim

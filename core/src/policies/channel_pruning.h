@@ -78,7 +78,9 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
   };
   /// Stores the compact keys of every KV head of `layer` in `cache` (KvCache::compact_keys) and
   /// records each head's store. heads[h].n must be the head's live entries.
-  void set_layer(int64_t layer, std::vector<CompactKeys> keys, std::vector<HeadStore> stores, KvCache& cache);
+  /// values: the same entries' values stored compactly too (SPARK value_ratio), or empty.
+  void set_layer(int64_t layer, std::vector<CompactKeys> keys, std::vector<HeadStore> stores, KvCache& cache,
+                 std::vector<CompactKeys> values = {});
   /// True when `layer` of `cache` can hold compact keys (no streaming ring-buffer head).
   static bool prunable(const KvCache& cache, int64_t layer);
 
@@ -91,17 +93,21 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
   bool kernels_fit(int64_t layer, const KvCache& cache) const;
   /// One step of `layer` through the CUDA kernels (kernels_fit): the compact-key kernel, the dense
   /// kernel over the workspace (a layout it cannot read) or over the cache (no compact keys).
-  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                            const at::Tensor& k_offset_dev, const at::Tensor& length_dev, int64_t max_len,
+  /// value_base_dev / key_base_dev: int64 [n_head_kv], LayerKv::value_row / key_row of entry 0.
+  at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& value_base_dev,
+                            const at::Tensor& key_base_dev, const at::Tensor& length_dev, int64_t max_len,
                             int64_t total_len);
+  /// Per head the value rows' bases, then the key rows' bases (LayerKv::value_row / key_row of 0).
+  static std::vector<int64_t> row_bases(const LayerKv& L);
   /// Bytes one step reads in `layer` (pruned keys as stored, other keys and all values dense).
   int64_t layer_bytes(int64_t layer, const KvCache& cache) const;
   std::string name_;
   ParamValues params_;
   std::vector<std::vector<HeadStore>> stores_;                 // [layer][kv head]
   std::vector<std::optional<ops::CompactLayerTable>> tables_;  // [layer]: the compact-key kernel's
-  std::vector<at::Tensor> k_offsets_;                          // [layer]: LayerKv::k_offset on the device (graph)
+  std::vector<at::Tensor> row_bases_;                          // [layer]: row_bases on the device (graph)
   at::Tensor workspace_;                                       // recovered keys of one layer (fallback)
+  int64_t group_ = 1;                                          // G, query heads per KV head
   int64_t bytes_read_last_ = 0;
 };
 

@@ -11,6 +11,10 @@
 //   m[t,:]    = top-T_t channels of w[t,:]                                 bool [n_h, D]
 //               mode=fixed: T_t = T = floor((1 - ratio) · D)               (§4.2)
 //               mode=p:     T_t = fewest channels whose w sums to >= threshold · Σ_j w[t,j] (SPARK-p, §5.5)
+//               mode=g:     the D channels ranked by w[t,:] fall into `groups` equal segments, most salient
+//                           first; segment i prunes its floor(r_i · size) least salient channels,
+//                           r = (0.25, 0.5, 0.75, 1.0) for 4 groups, (0.1, 0.3, 0.5, 0.7, 0.9) for 5
+//                           (SPARK-g, §5.5; equal segments are kvscope's reading, docs/methods.md §4.9)
 //   μ[t]      = mean_{j pruned} w[t,j]   (0 when nothing is pruned)        "μ_pruned", eq. 11
 //
 // Decode (ChannelPruningBase::attend), per query head with query q:
@@ -58,6 +62,10 @@
 // (cache itemsize) + a kept-channel bitmask (ceil(D/8) bytes) + with sign=key and recovery=degenerate
 // the pruned channels' sign bits and μ (fp32); per head 1/a (fp32 [D]); value offsets (int64) when
 // the counts differ (mode=p). sign=positive keeps its bias (D - T_t)·μ[t] (fp32) in the policy.
+//
+// Values (value_ratio = λ_v > 0, App. D): per pruned entry the floor((1 - λ_v)·D) value channels of
+// largest |v_tj| are kept, compactly as the keys (values + bitmask); the others read as 0 ("value
+// recovery requires no additional operations"). Decode-time values stay dense.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -84,7 +92,8 @@ int64_t kept_channels(double ratio, int64_t head_dim) {
 void ChannelPruningBase::configure(const RunBudget&, const ModelConfig& config) {
   stores_.assign(static_cast<size_t>(config.n_layer), {});
   tables_.assign(static_cast<size_t>(config.n_layer), std::nullopt);
-  k_offsets_.assign(static_cast<size_t>(config.n_layer), at::Tensor());
+  row_bases_.assign(static_cast<size_t>(config.n_layer), at::Tensor());
+  group_ = config.n_head_kv > 0 ? config.n_head / config.n_head_kv : 1;
   workspace_ = at::Tensor();
   bytes_read_last_ = 0;
 }
@@ -92,12 +101,12 @@ void ChannelPruningBase::configure(const RunBudget&, const ModelConfig& config) 
 bool ChannelPruningBase::prunable(const KvCache& cache, int64_t layer) { return !cache.layer(layer).has_ring(); }
 
 void ChannelPruningBase::set_layer(int64_t layer, std::vector<CompactKeys> keys, std::vector<HeadStore> stores,
-                                   KvCache& cache) {
-  cache.compact_keys(layer, std::move(keys));
+                                   KvCache& cache, std::vector<CompactKeys> values) {
+  cache.compact_keys(layer, std::move(keys), std::move(values));
   if (static_cast<int64_t>(stores_.size()) <= layer) {
     stores_.resize(static_cast<size_t>(layer) + 1);
     tables_.resize(static_cast<size_t>(layer) + 1);
-    k_offsets_.resize(static_cast<size_t>(layer) + 1);
+    row_bases_.resize(static_cast<size_t>(layer) + 1);
   }
   stores_[static_cast<size_t>(layer)] = std::move(stores);
   tables_[static_cast<size_t>(layer)] = ops::compact_layer_table(cache.layer(layer), cache.head_dim());  // CUDA only
@@ -150,20 +159,30 @@ bool ChannelPruningBase::kernels_fit(int64_t layer, const KvCache& cache) const 
   if (!L.v.is_cuda() || !ops::cuda_kernels_available() || (d != 64 && d != 96 && d != 128 && d != 256)) return false;
   for (int64_t h = 0; h < cache.n_head_kv(); ++h)
     if (const HeadStore* st = find(layer, h); st && st->bias.defined()) return false;
-  return true;
+  // Compact values only through the compact-key kernel (the workspace holds keys).
+  const bool table = layer < static_cast<int64_t>(tables_.size()) && tables_[static_cast<size_t>(layer)].has_value();
+  return L.compact_v.empty() || (table && group_ <= 8);
+}
+
+std::vector<int64_t> ChannelPruningBase::row_bases(const LayerKv& L) {
+  std::vector<int64_t> out;
+  for (size_t h = 0; h < L.offset.size(); ++h) out.push_back(L.value_row(static_cast<int64_t>(h), 0));
+  for (size_t h = 0; h < L.offset.size(); ++h) out.push_back(L.key_row(static_cast<int64_t>(h), 0));
+  return out;
 }
 
 at::Tensor ChannelPruningBase::attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache,
-                                              const at::Tensor& offset_dev, const at::Tensor& k_offset_dev,
+                                              const at::Tensor& value_base_dev, const at::Tensor& key_base_dev,
                                               const at::Tensor& length_dev, int64_t max_len, int64_t total_len) {
   const LayerKv& L = cache.layer(layer);
   const int64_t G = q.size(0) / cache.n_head_kv();
   const std::optional<ops::CompactLayerTable>* table =
       layer < static_cast<int64_t>(tables_.size()) ? &tables_[static_cast<size_t>(layer)] : nullptr;
   if (!L.compact.empty() && table && table->has_value() && G <= 8)
-    return ops::compact_decode_attention(q, L, **table, offset_dev, k_offset_dev, length_dev, max_len, G);
+    return ops::compact_decode_attention(q, L, **table, value_base_dev, key_base_dev, length_dev, max_len, G);
+  // Dense values (kernels_fit): their rows sit at the offsets, as the workspace's keys do.
   const at::Tensor k = L.compact.empty() ? L.k : recover_into_workspace(layer, cache);
-  return ops::decode_attention(q, k, L.v, offset_dev, length_dev, max_len, total_len, G);
+  return ops::decode_attention(q, k, L.v, value_base_dev, length_dev, max_len, total_len, G);
 }
 
 at::Tensor ChannelPruningBase::recover_into_workspace(int64_t layer, const KvCache& cache) {
@@ -188,9 +207,10 @@ int64_t ChannelPruningBase::layer_bytes(int64_t layer, const KvCache& cache) con
   const int64_t D = cache.head_dim(), item = L.v.element_size();
   int64_t bytes = 0;
   for (int64_t h = 0; h < cache.n_head_kv(); ++h) {
-    const int64_t len = L.length[h], c = L.compact_entries(h);
+    const int64_t len = L.length[h], c = L.compact_entries(h), cv = L.compact_value_entries(h);
     const HeadStore* st = find(layer, h);
-    bytes += (c > 0 ? L.compact[h].bytes() : 0) + (len - c) * D * item + len * D * item;
+    bytes += (c > 0 ? L.compact[h].bytes() : 0) + (len - c) * D * item + (cv > 0 ? L.compact_v[h].bytes() : 0) +
+             (len - cv) * D * item;
     if (st && st->bias.defined()) bytes += st->bias.numel() * 4;
   }
   return bytes;
@@ -201,9 +221,9 @@ bool ChannelPruningBase::prepare_graph(const KvCache& cache, int64_t) {
     const LayerKv& L = cache.layer(l);
     if (L.window > 0) continue;  // sliding layers attend densely
     if (!kernels_fit(l, cache)) return false;
-    if (static_cast<int64_t>(k_offsets_.size()) <= l) k_offsets_.resize(static_cast<size_t>(l) + 1);
-    // The key rows stay put while the graph runs (DecodeGraph reserves every step's room first).
-    k_offsets_[static_cast<size_t>(l)] = ops::upload_int64(L.compact.empty() ? L.offset : L.k_offset, L.v.device());
+    if (static_cast<int64_t>(row_bases_.size()) <= l) row_bases_.resize(static_cast<size_t>(l) + 1);
+    // The rows stay put while the graph runs (DecodeGraph reserves every step's room first).
+    row_bases_[static_cast<size_t>(l)] = ops::upload_int64(row_bases(L), L.v.device());
   }
   return true;
 }
@@ -216,7 +236,9 @@ at::Tensor ChannelPruningBase::attend_device(int64_t layer, const at::Tensor& q,
     max_len = std::max(max_len, c);
     total += c;
   }
-  return attend_kernels(layer, q, cache, offset_dev, k_offsets_.at(static_cast<size_t>(layer)), length_dev, max_len,
+  const at::Tensor& bases = row_bases_.at(static_cast<size_t>(layer));
+  const int64_t Hkv = cache.n_head_kv();
+  return attend_kernels(layer, q, cache, bases.narrow(0, 0, Hkv), bases.narrow(0, Hkv, Hkv), length_dev, max_len,
                         total);
 }
 
@@ -232,19 +254,17 @@ at::Tensor ChannelPruningBase::attend(int64_t layer, const at::Tensor& q, const 
     throw InputError(name_ + ": query [" + std::to_string(H) + ", " + std::to_string(D) + "] does not fit the cache");
   const int64_t G = H / Hkv;
   bytes_read_last_ = layer_bytes(layer, cache);
-  if (q.is_cuda() && kernels_fit(layer, cache)) {  // offsets, key rows and lengths up in one copy
+  if (q.is_cuda() && kernels_fit(layer, cache)) {  // value and key rows' bases and lengths up in one copy
     const LayerKv& L = cache.layer(layer);
-    std::vector<int64_t> meta(L.offset);
+    std::vector<int64_t> meta = row_bases(L);
     meta.insert(meta.end(), L.length.begin(), L.length.end());
-    meta.insert(meta.end(), L.compact.empty() ? L.offset.begin() : L.k_offset.begin(),
-                L.compact.empty() ? L.offset.end() : L.k_offset.end());
     const at::Tensor dev = ops::upload_int64(meta, q.device());
     int64_t max_len = 1, total = 0;
     for (int64_t n : L.length) {
       max_len = std::max(max_len, n);
       total += n;
     }
-    return attend_kernels(layer, q, cache, dev.narrow(0, 0, Hkv), dev.narrow(0, 2 * Hkv, Hkv), dev.narrow(0, Hkv, Hkv),
+    return attend_kernels(layer, q, cache, dev.narrow(0, 0, Hkv), dev.narrow(0, Hkv, Hkv), dev.narrow(0, 2 * Hkv, Hkv),
                           max_len, total);
   }
   std::vector<at::Tensor> outs;
@@ -289,7 +309,10 @@ class Spark : public ChannelPruningBase {
         gqa_(parse_gqa(v.at("gqa"))),
         degenerate_(v.at("recovery") == "degenerate"),
         top_p_(v.at("mode") == "p"),
+        grouped_(v.at("mode") == "g"),
+        groups_(std::stoi(v.at("groups"))),
         threshold_(param_float(v, "threshold")),
+        value_ratio_(param_float(v, "value_ratio")),
         rms_(v.at("query") == "rms"),
         key_sign_(v.at("sign") == "key") {}
 
@@ -311,12 +334,16 @@ class Spark : public ChannelPruningBase {
       a = at::zeros({Hkv, D}, in.queries.options().dtype(at::kFloat));
     }
     const int64_t item = cache.layer(layer).v.element_size();
-    std::vector<CompactKeys> keys;
+    std::vector<CompactKeys> keys, values;
     std::vector<HeadStore> stores;
     for (int64_t h = 0; h < Hkv; ++h) {
       const at::Tensor k = cache.head_keys(layer, h);  // [n, D] retained entries
       const int64_t n = k.size(0);
       const at::Tensor ah = a[h].to(k.device());
+      if (value_ratio_ > 0) {  // App. D: per entry the top value channels by |v|, the others dropped (read as 0)
+        const at::Tensor v = cache.head_values(layer, h);
+        values.push_back(CompactKeys::pack(v, top_t_mask(v.to(at::kFloat).abs(), kept_channels(value_ratio_, D))));
+      }
       at::Tensor mask, pruned_sum;
       if (use_kernel(k)) {
         // One fused kernel: saliency, top-T mask and pruned sum with the arithmetic below
@@ -326,7 +353,9 @@ class Spark : public ChannelPruningBase {
         pruned_sum = std::move(p.pruned_sum);
       } else {
         const at::Tensor sal = k.to(at::kFloat).abs().mul_(ah);  // w [n, D]
-        mask = top_p_ ? top_p_mask(sal, threshold_) : top_t_mask(sal, kept_channels(ratio_, D));
+        mask = top_p_     ? top_p_mask(sal, threshold_)
+               : grouped_ ? group_mask(sal, groups_)
+                          : top_t_mask(sal, kept_channels(ratio_, D));
         pruned_sum = sal.masked_fill(mask, 0.0f).sum(-1);  // [n] = (D - T_t)·μ[t]
       }
       HeadStore s;
@@ -344,7 +373,7 @@ class Spark : public ChannelPruningBase {
       }
       stores.push_back(std::move(s));
     }
-    set_layer(layer, std::move(keys), std::move(stores), cache);
+    set_layer(layer, std::move(keys), std::move(stores), cache, std::move(values));
   }
 
   /// The fused CUDA path (ops::spark_prune_fixed) applies: mode=fixed, keys on CUDA in fp32 / bf16 /
@@ -352,7 +381,7 @@ class Spark : public ChannelPruningBase {
   /// other channels of exactly equal saliency), same k̂ arithmetic; pruned_sum summed in another order.
   bool use_kernel(const at::Tensor& k) const {
     const at::ScalarType t = k.scalar_type();
-    return !top_p_ && k.is_cuda() && ops::cuda_kernels_available() && k.size(1) >= 1 && k.size(1) <= 256 &&
+    return !top_p_ && !grouped_ && k.is_cuda() && ops::cuda_kernels_available() && k.size(1) >= 1 && k.size(1) <= 256 &&
            (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
   }
 
@@ -366,6 +395,34 @@ class Spark : public ChannelPruningBase {
   }
 
   /// bool [n, D]: per row, the fewest largest entries whose sum reaches p of the row total (SPARK-p).
+  /// The pruning ratio of each saliency segment of SPARK-g, most salient first (§5.5).
+  static std::vector<double> group_ratios(int64_t groups) {
+    return groups == 5 ? std::vector<double>{0.1, 0.3, 0.5, 0.7, 0.9} : std::vector<double>{0.25, 0.5, 0.75, 1.0};
+  }
+
+  /// bool [n, D]: SPARK-g. Per row the channels sorted by saliency (descending) form `groups`
+  /// segments of D / groups (the first D % groups one larger); segment i keeps its
+  /// size - floor(r_i · size) most salient channels. Every row keeps the same count.
+  static at::Tensor group_mask(const at::Tensor& sal, int64_t groups) {
+    const int64_t D = sal.size(1);
+    at::Tensor mask = at::zeros(sal.sizes(), sal.options().dtype(at::kBool));
+    if (sal.size(0) == 0) return mask;
+    const std::vector<double> ratios = group_ratios(groups);
+    std::vector<uint8_t> keep_rank(static_cast<size_t>(D), 0);  // by rank in the sorted order
+    for (int64_t i = 0, start = 0; i < groups; ++i) {
+      const int64_t size = D / groups + (i < D % groups ? 1 : 0);
+      const int64_t pruned = std::min<int64_t>(size, static_cast<int64_t>(std::floor(ratios[i] * size + 1e-9)));
+      for (int64_t r = start; r < start + size - pruned; ++r) keep_rank[static_cast<size_t>(r)] = 1;
+      start += size;
+    }
+    const at::Tensor by_rank = at::tensor(std::vector<int64_t>(keep_rank.begin(), keep_rank.end()), at::kLong)
+                                   .to(sal.device(), at::kBool)
+                                   .unsqueeze(0)
+                                   .expand(sal.sizes());
+    const at::Tensor order = std::get<1>(sal.sort(-1, /*descending=*/true));
+    return mask.scatter_(1, order, by_rank);
+  }
+
   static at::Tensor top_p_mask(const at::Tensor& sal, double p) {
     const int64_t D = sal.size(1);
     at::Tensor mask = at::zeros(sal.sizes(), sal.options().dtype(at::kBool));
@@ -384,7 +441,10 @@ class Spark : public ChannelPruningBase {
   GqaReduce gqa_;
   bool degenerate_;
   bool top_p_;
+  bool grouped_;
+  int64_t groups_;
   double threshold_;
+  double value_ratio_;
   bool rms_;
   bool key_sign_;
 };
@@ -392,44 +452,54 @@ class Spark : public ChannelPruningBase {
 }  // namespace
 
 PolicyRegistry::Entry spark_entry() {
-  return {"spark",
-          Stage::kChannel,
-          {
-              float_param("ratio", 0, 1, "0.5",
-                          "key-channel pruning ratio λ: each prompt entry keeps its top T = floor((1-λ)·D) channels "
-                          "(mode=fixed)",
-                          kRef),
-              int_param("window", 1, 1 << 20, "32",
-                        "the saliency query q̄ is the mean of the last `window` prompt queries", kRef),
-              choice_param("gqa", {"mean", "sum", "max"}, "mean",
-                           "how |q̄| of the G query heads of a KV group is combined into one saliency (unstated in "
-                           "the paper; sum also scales the recovery by G)",
-                           "SPARK (Liao et al. 2025) does not say how GQA groups share a mask; mean is kvscope's "
-                           "choice (docs/methods.md §4.9)"),
-              choice_param("recovery", {"degenerate", "zero"}, "degenerate",
-                           "degenerate: each pruned channel adds +μ_pruned[t] to the logit (always-positive sign); "
-                           "zero: pruned channels contribute nothing",
-                           "SPARK (Liao et al. 2025) §4.3 eq. 8, App. A.2 eq. 11"),
-              choice_param("mode", {"fixed", "p"}, "fixed",
-                           "fixed: T channels per entry; p: SPARK-p, the fewest channels holding `threshold` of the "
-                           "entry's saliency",
-                           "SPARK (Liao et al. 2025) §5.5"),
-              float_param("threshold", 0, 1, "0.99", "saliency mass kept per entry with mode=p",
-                          "SPARK (Liao et al. 2025) §5.5"),
-              choice_param("query", {"mean", "rms"}, "mean",
-                           "saliency query per channel: mean = |mean of the window queries| (paper); rms = root mean "
-                           "square of the window queries (authors' code ranks by the window L2 norm)",
-                           "SPARK (Liao et al. 2025) §4.3 (mean); the authors' code, github.com/Xnhyacinth/SparK "
-                           "(rms)"),
-              choice_param("sign", {"positive", "key"}, "key",
-                           "sign of a recovered product: positive = every pruned channel adds +μ (query-independent); "
-                           "key = refill k̃ = sign(k)·μ/a_j, so q_j·k̃ follows the query and the key's sign (+1 bit "
-                           "per pruned channel)",
-                           "SPARK (Liao et al. 2025) §4.3: its k̃ = w̃/|q_j| and its q_j·k̃ ≈ +w̃ disagree on the sign "
-                           "(docs/methods.md §4.9); key follows the authors' code, github.com/Xnhyacinth/SparK"),
-          },
-          "per-entry top-T key channels by |q̄|·|k|, pruned channels recovered as +μ (SPARK, Liao et al. 2025 §4)",
-          [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Spark>(v); }};
+  return {
+      "spark",
+      Stage::kChannel,
+      {
+          float_param("ratio", 0, 1, "0.5",
+                      "key-channel pruning ratio λ: each prompt entry keeps its top T = floor((1-λ)·D) channels "
+                      "(mode=fixed)",
+                      kRef),
+          int_param("window", 1, 1 << 20, "32", "the saliency query q̄ is the mean of the last `window` prompt queries",
+                    kRef),
+          choice_param("gqa", {"mean", "sum", "max"}, "mean",
+                       "how |q̄| of the G query heads of a KV group is combined into one saliency (unstated in "
+                       "the paper; sum also scales the recovery by G)",
+                       "SPARK (Liao et al. 2025) does not say how GQA groups share a mask; mean is kvscope's "
+                       "choice (docs/methods.md §4.9)"),
+          choice_param("recovery", {"degenerate", "zero"}, "degenerate",
+                       "degenerate: each pruned channel adds +μ_pruned[t] to the logit (always-positive sign); "
+                       "zero: pruned channels contribute nothing",
+                       "SPARK (Liao et al. 2025) §4.3 eq. 8, App. A.2 eq. 11"),
+          choice_param("mode", {"fixed", "p", "g"}, "fixed",
+                       "fixed: T channels per entry; p: SPARK-p, the fewest channels holding `threshold` of the "
+                       "entry's saliency; g: SPARK-g, `groups` saliency segments pruned at rising ratios",
+                       "SPARK (Liao et al. 2025) §5.5"),
+          choice_param("groups", {"4", "5"}, "4",
+                       "SPARK-g (mode=g): 4 segments pruned at (0.25, 0.5, 0.75, 1.0) or 5 at (0.1, 0.3, 0.5, "
+                       "0.7, 0.9), most salient first",
+                       "SPARK (Liao et al. 2025) §5.5; equal segments of the saliency ranking are kvscope's "
+                       "reading (docs/methods.md §4.9)"),
+          float_param("value_ratio", 0, 1, "0",
+                      "value-channel pruning ratio λ_v: each prompt entry keeps its floor((1-λ_v)·D) value channels "
+                      "of largest |v|, the others read as 0 (0: values whole)",
+                      "SPARK (Liao et al. 2025) App. D, Table 5"),
+          float_param("threshold", 0, 1, "0.99", "saliency mass kept per entry with mode=p",
+                      "SPARK (Liao et al. 2025) §5.5"),
+          choice_param("query", {"mean", "rms"}, "mean",
+                       "saliency query per channel: mean = |mean of the window queries| (paper); rms = root mean "
+                       "square of the window queries (authors' code ranks by the window L2 norm)",
+                       "SPARK (Liao et al. 2025) §4.3 (mean); the authors' code, github.com/Xnhyacinth/SparK "
+                       "(rms)"),
+          choice_param("sign", {"positive", "key"}, "key",
+                       "sign of a recovered product: positive = every pruned channel adds +μ (query-independent); "
+                       "key = refill k̃ = sign(k)·μ/a_j, so q_j·k̃ follows the query and the key's sign (+1 bit "
+                       "per pruned channel)",
+                       "SPARK (Liao et al. 2025) §4.3: its k̃ = w̃/|q_j| and its q_j·k̃ ≈ +w̃ disagree on the sign "
+                       "(docs/methods.md §4.9); key follows the authors' code, github.com/Xnhyacinth/SparK"),
+      },
+      "per-entry top-T key channels by |q̄|·|k|, pruned channels recovered as +μ (SPARK, Liao et al. 2025 §4)",
+      [](const ParamValues& v) -> std::unique_ptr<Policy> { return std::make_unique<Spark>(v); }};
 }
 
 }  // namespace kvscope::policies

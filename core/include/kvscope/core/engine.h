@@ -43,10 +43,10 @@ struct DeviceDecodeState {
   /// attend_device treats every cache head as its own (page selection: query head i reads cache
   /// head i / G, which is sequence b's head for b's rows).
   at::Tensor token;
-  at::Tensor position;  ///< int64 [1]: its position; the step adds 1
-  std::vector<at::Tensor>
-      meta;  ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append tickets (zeros);
-             ///< [4, n_head_kv] for a layer holding compact keys: row 3 = LayerKv::k_offset
+  at::Tensor position;           ///< int64 [1]: its position; the step adds 1
+  std::vector<at::Tensor> meta;  ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append
+                                 ///< tickets (zeros); [5, n_head_kv] for a layer holding compact keys: rows 3 and 4 =
+                                 ///< the key and value rows' bases (LayerKv::key_row / value_row of entry 0)
   std::vector<int64_t> max_len;     ///< per layer: host bound of every length after the step (e.g. capacity)
   std::vector<int64_t> total_len;   ///< per layer: host bound of their sum
   DeviceLayerHook after_attention;  ///< optional, see DeviceLayerHook
@@ -107,7 +107,8 @@ class Engine {
     int64_t max_len, total_len;
     bool commit;
     const DeviceLayerHook* hook = nullptr;  ///< decode_step_device's after_attention
-    at::Tensor k_offset = {};               ///< LayerKv::k_offset on the device (compact keys), or undefined
+    at::Tensor k_offset = {};               ///< key rows' bases on the device (compact keys), or undefined
+    at::Tensor v_offset = {};               ///< value rows' bases on the device (compact keys), or undefined
   };
   DecodeRows decode_layer_cuda(int64_t l, const DecodeRows& in, const RopeTable& rope, KvCache& cache,
                                const LayerObserver& observer, DecodeAttentionPolicy* decode_attention,

@@ -41,8 +41,17 @@ struct LayerKv {
   /// layer is dense; key_row gives the row either way.
   std::vector<CompactKeys> compact;
   std::vector<int64_t> k_offset;
+  /// Values held compactly the same way (SPARK's value-channel pruning, App. D): the first
+  /// compact_v[h].n entries' values (as many as its compact keys) live in compact_v[h], the later
+  /// ones at row v_offset[h] + r of v. Positions stay at row offset[h] + r of pos.
+  std::vector<CompactKeys> compact_v;
+  std::vector<int64_t> v_offset;
   /// Row of `k` that holds entry r of head h (r >= compact_entries(h)).
   int64_t key_row(int64_t h, int64_t r) const { return (compact.empty() ? offset[h] : k_offset[h]) + r; }
+  /// Row of `v` that holds entry r of head h (r >= its compact values).
+  int64_t value_row(int64_t h, int64_t r) const { return (compact_v.empty() ? offset[h] : v_offset[h]) + r; }
+  /// Entries of head h whose values are held compactly (0 without).
+  int64_t compact_value_entries(int64_t h) const { return compact_v.empty() ? 0 : compact_v[h].n; }
   /// Entries of head h whose keys are held compactly (0 without a compact prefix).
   int64_t compact_entries(int64_t h) const { return compact.empty() ? 0 : compact[h].n; }
   /// True when every head has the same capacity and length: the buffers view as [n_head_kv, cap, D].
@@ -89,9 +98,11 @@ class KvCache {
   /// the keys (keys, head_keys) return the recovered keys k̂. Throws std::invalid_argument on a
   /// head count, entry count or head_dim that does not match, std::logic_error on a sliding-window
   /// layer, a layer with ring-buffer heads or one already compact.
-  void compact_keys(int64_t l, std::vector<CompactKeys> heads);
-  /// Makes layer l's keys dense again (the recovered keys k̂ of the compact entries); no-op when
-  /// they are. retain and assign_layer do this first (a later turn re-compresses a compact layer).
+  /// `values`, when not empty, stores the values of the same entries compactly too (one per head,
+  /// the same entry counts; pruned value channels read as 0) and frees their dense rows.
+  void compact_keys(int64_t l, std::vector<CompactKeys> heads, std::vector<CompactKeys> values = {});
+  /// Makes layer l's keys (and values) dense again (the recovered ones); no-op when they are.
+  /// retain does this first (a later turn re-compresses a compact layer).
   void expand_keys(int64_t l);
 
   /// Dense views of a uniform layer: [n_head_kv, length, head_dim] (and int64 [n_head_kv, length]).
@@ -100,8 +111,8 @@ class KvCache {
   at::Tensor keys(int64_t l) const;
   at::Tensor values(int64_t l) const;
   at::Tensor positions(int64_t l) const;
-  /// Live entries of one KV head: [length[h], head_dim] and int64 [length[h]] (keys: recovered,
-  /// a new tensor, where the layer holds them compactly).
+  /// Live entries of one KV head: [length[h], head_dim] and int64 [length[h]] (keys and values:
+  /// recovered, a new tensor, where the layer holds them compactly).
   at::Tensor head_keys(int64_t l, int64_t h) const;
   at::Tensor head_values(int64_t l, int64_t h) const;
   at::Tensor head_positions(int64_t l, int64_t h) const;

@@ -12,7 +12,8 @@
 //                                         = negative, p = pruned channels below j), rounded to dtype
 //   k̃_rj = 0                             (sign[h] == 0)
 // Entries r >= n_compact[h] are dense keys at row k_offset[h] + r of k. Values are dense at row
-// offset[h] + r of v for every entry.
+// offset[h] + r of v, except, with v_kept set, those of the compact entries: stored the same way
+// (v_kept rows, v_values at r * v_stride + rank), their pruned channels read as 0 (SPARK App. D).
 //
 // Math: o[i] = softmax(scale · K̂_h q_i) V_h with K̂ the recovered keys, fp32 accumulation, online
 // softmax; query head i reads KV head i / group. Pass 1: one block (4 warps) per (split, KV head),
@@ -45,9 +46,12 @@ struct CompactDecodeArgs {
   const int64_t* sign = nullptr;       ///< uint8 rows of sign_bytes; 0 (or a null array): k̃ = 0
   const int64_t* scale = nullptr;      ///< fp32 [n_compact]
   const int64_t* inv_a = nullptr;      ///< fp32 [D]
+  const int64_t* v_kept = nullptr;     ///< null (values dense) or uint8 rows of ceil(D/8) kept value channels
+  const int64_t* v_values = nullptr;   ///< dtype [n_compact * v_stride]
   int64_t kept_row_bytes = 0;          ///< D / 8, or 0: one kept row for every entry of a head (ThinK)
   int64_t stride = 0;                  ///< kept channels per entry (the same for every entry and head)
   int64_t sign_bytes = 0;              ///< bytes per sign row
+  int64_t v_stride = 0;                ///< kept value channels per entry (with v_kept)
   float softmax_scale = 0.f;           ///< usually 1 / sqrt(D)
   void* o = nullptr;                   ///< dtype [n_head, D], contiguous
 };

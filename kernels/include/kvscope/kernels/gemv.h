@@ -61,6 +61,9 @@ struct GemvRopeAppend {
   /// int64 [n_head_kv]: head h's key row is k_offset[h] + length[h] instead (kvscope::LayerKv's
   /// compact keys hold K in a buffer of their own layout); null = offset.
   const int64_t* k_offset = nullptr;
+  /// int64 [n_head_kv]: head h's value row is v_offset[h] + length[h] instead (compact values);
+  /// null = offset. The position still goes to row offset[h] + length[h].
+  const int64_t* v_offset = nullptr;
   int64_t* length = nullptr;              ///< int64 [n_head_kv]: the row written; then +1
   int64_t position = 0;                   ///< the token's position (host value) ...
   const int64_t* position_dev = nullptr;  ///< ... or read from the device when set (graph replays)

@@ -53,6 +53,8 @@ struct RopeAppendArgs {
   /// int64 [n_head_kv] device: the key row is k_offset[h] + length[h] instead (kvscope::LayerKv's
   /// compact keys); null = offset. Not with ring.
   const int64_t* k_offset = nullptr;
+  /// Same for the value row (compact values); null = offset. The position goes to offset + length.
+  const int64_t* v_offset = nullptr;
   int64_t position = 0;  ///< the token's true position (host value)
   /// If set, the position is read from this device int64 instead (CUDA-graph replays).
   const int64_t* position_dev = nullptr;
