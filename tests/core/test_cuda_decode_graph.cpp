@@ -308,32 +308,35 @@ TEST_F(CudaDecodeGraph, DecodeEvictionRunsInTheGraph) {
 }
 
 TEST_F(CudaDecodeGraph, SparkOnTheGpuMatchesTheCpuPath) {
-  // SPARK's keys are stored compactly in the cache on both devices (the same bytes allocated). The
-  // GPU decode recovers each layer's k̂ into a workspace and runs the dense kernel inside the
-  // graph; the CPU path recovers head by head (spark.cpp). fp32 on both: same greedy tokens.
+  // SPARK's keys (and with value_ratio its values) are stored compactly in the cache on both
+  // devices (the same bytes allocated). The GPU decode reads the compact layout in one kernel inside
+  // the graph; the CPU path recovers head by head (spark.cpp). fp32 on both: same greedy tokens.
   PolicyRegistry reg;
   register_builtin_policies(reg);
-  const Pipeline pipeline(reg, "snapkv+spark");
-  std::vector<std::vector<int32_t>> outputs;
-  std::vector<std::vector<int64_t>> bytes;
-  std::vector<int64_t> allocated;
-  for (const char* dev : {"cpu", "cuda:0"}) {
-    const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device(dev), at::kFloat, {}});
-    const Engine engine(model);
-    GenerateRequest req;
-    req.prompt_ids = random_ids(900, model.config.vocab_size, 31);
-    req.max_new_tokens = 16;
-    req.pipeline = &pipeline;
-    req.budget = BudgetSpec{BudgetSpec::Unit::kStored, 256};
-    const GenerateResult r = generate(engine, req);
-    outputs.push_back(r.output_ids);
-    bytes.push_back(r.bytes_read);
-    allocated.push_back(r.cache_bytes_allocated);
-    if (std::string(dev) != "cpu") EXPECT_TRUE(r.decode_graph);
+  for (const char* spec : {"snapkv+spark", "snapkv+spark:value_ratio=0.5", "snapkv+think", "snapkv+spark:mode=g"}) {
+    SCOPED_TRACE(spec);
+    const Pipeline pipeline(reg, spec);
+    std::vector<std::vector<int32_t>> outputs;
+    std::vector<std::vector<int64_t>> bytes;
+    std::vector<int64_t> allocated;
+    for (const char* dev : {"cpu", "cuda:0"}) {
+      const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device(dev), at::kFloat, {}});
+      const Engine engine(model);
+      GenerateRequest req;
+      req.prompt_ids = random_ids(900, model.config.vocab_size, 31);
+      req.max_new_tokens = 16;
+      req.pipeline = &pipeline;
+      req.budget = BudgetSpec{BudgetSpec::Unit::kStored, 256};
+      const GenerateResult r = generate(engine, req);
+      outputs.push_back(r.output_ids);
+      bytes.push_back(r.bytes_read);
+      allocated.push_back(r.cache_bytes_allocated);
+      if (std::string(dev) != "cpu") EXPECT_TRUE(r.decode_graph);
+    }
+    EXPECT_EQ(outputs[0], outputs[1]);
+    EXPECT_EQ(bytes[0], bytes[1]);
+    EXPECT_EQ(allocated[0], allocated[1]);
   }
-  EXPECT_EQ(outputs[0], outputs[1]);
-  EXPECT_EQ(bytes[0], bytes[1]);
-  EXPECT_EQ(allocated[0], allocated[1]);
 }
 
 TEST_F(CudaDecodeGraph, RefusesACacheWithoutRoom) {
