@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -63,6 +64,16 @@ KvCache compact_cache(const ModelConfig& cfg, const std::vector<int64_t>& n, int
   return cache;
 }
 
+/// The value and key rows' bases of every head (LayerKv::value_row / key_row of entry 0) on `dev`.
+std::pair<at::Tensor, at::Tensor> row_bases(const LayerKv& L, c10::Device dev) {
+  std::vector<int64_t> v, k;
+  for (size_t h = 0; h < L.offset.size(); ++h) {
+    v.push_back(L.value_row(static_cast<int64_t>(h), 0));
+    k.push_back(L.key_row(static_cast<int64_t>(h), 0));
+  }
+  return {ops::upload_int64(v, dev), ops::upload_int64(k, dev)};
+}
+
 /// fp64 softmax(q·k̂ᵀ·scale)·V per query head over the cache's (recovered) keys.
 at::Tensor reference(const at::Tensor& q, const KvCache& cache, int64_t G) {
   const int64_t D = cache.head_dim();
@@ -111,8 +122,8 @@ TEST_F(CudaCompactDecode, MatchesTheRecoveredKeysReference) {
           ASSERT_TRUE(table.has_value());
           const LayerKv& L = cache.layer(0);
           const at::Tensor q = at::randn({3 * G, D}, at::TensorOptions().device(dev).dtype(dt));
-          const at::Tensor got = ops::compact_decode_attention(q, L, *table, ops::upload_int64(L.offset, dev),
-                                                               ops::upload_int64(L.k_offset, dev),
+          const auto [value_base, key_base] = row_bases(L, dev);
+          const at::Tensor got = ops::compact_decode_attention(q, L, *table, value_base, key_base,
                                                                ops::upload_int64(L.length, dev), 705, G);
           const at::Tensor ref = reference(q, cache, G);
           const double err = (got.to(at::kDouble) - ref).abs().max().item<double>();
@@ -128,7 +139,7 @@ TEST_F(CudaCompactDecode, RejectsBadArguments) {
   const LayerKv& L = cache.layer(0);
   const auto table = ops::compact_layer_table(L, 64);
   ASSERT_TRUE(table.has_value());
-  const at::Tensor off = ops::upload_int64(L.offset, dev), koff = ops::upload_int64(L.k_offset, dev);
+  const auto [off, koff] = row_bases(L, dev);
   const at::Tensor len = ops::upload_int64(L.length, dev);
   const auto opts = at::TensorOptions().device(dev).dtype(at::kBFloat16);
   EXPECT_THROW(ops::compact_decode_attention(at::randn({7, 64}, opts), L, *table, off, koff, len, 11, 4),

@@ -43,12 +43,12 @@ struct DeviceDecodeState {
   /// attend_device treats every cache head as its own (page selection: query head i reads cache
   /// head i / G, which is sequence b's head for b's rows).
   at::Tensor token;
-  at::Tensor position;           ///< int64 [1]: its position; the step adds 1
-  std::vector<at::Tensor> meta;  ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append
-                                 ///< tickets (zeros); [5, n_head_kv] for a layer holding compact keys: rows 3 and 4 =
-                                 ///< the key and value rows' bases (LayerKv::key_row / value_row of entry 0)
-  std::vector<int64_t> max_len;     ///< per layer: host bound of every length after the step (e.g. capacity)
-  std::vector<int64_t> total_len;   ///< per layer: host bound of their sum
+  at::Tensor position;             ///< int64 [1]: its position; the step adds 1
+  std::vector<at::Tensor> meta;    ///< per layer int64 [3, n_head_kv]: offsets, live lengths (the step adds 1), append
+                                   ///< tickets (zeros); [5, n_head_kv] for a layer holding compact keys: rows 3 and 4 =
+                                   ///< the key and value rows' bases (LayerKv::key_row / value_row of entry 0)
+  std::vector<int64_t> max_len;    ///< per layer: host bound of every length after the step (e.g. capacity)
+  std::vector<int64_t> total_len;  ///< per layer: host bound of their sum
   DeviceLayerHook after_attention;  ///< optional, see DeviceLayerHook
 };
 
