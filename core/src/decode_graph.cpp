@@ -72,11 +72,11 @@ struct DecodeGraph::Impl {
       const LayerKv& L = cache.layer(l);
       std::vector<int64_t> m(L.offset);
       m.insert(m.end(), L.length.begin(), L.length.end());
-      m.insert(m.end(), L.length.size(), 0);                            // the append tickets (ops::qkv_rope_append)
-      const bool compact = !L.compact.empty() || !L.compact_v.empty();  // rows 3, 4: key and value rows' bases
-      for (int64_t h = 0; compact && h < cache.n_head_kv(); ++h) m.push_back(L.key_row(h, 0));
-      for (int64_t h = 0; compact && h < cache.n_head_kv(); ++h) m.push_back(L.value_row(h, 0));
-      const at::Tensor up = ops::upload_int64(m, dev).view({compact ? 5 : 3, cache.n_head_kv()});
+      m.insert(m.end(), L.length.size(), 0);  // the append tickets (ops::qkv_rope_append)
+      if (L.has_compact()) {                  // rows 3, 4: the key and value rows' bases
+        for (const auto& bases : {L.key_bases(), L.value_bases()}) m.insert(m.end(), bases.begin(), bases.end());
+      }
+      const at::Tensor up = ops::upload_int64(m, dev).view({L.has_compact() ? 5 : 3, cache.n_head_kv()});
       if (static_cast<int64_t>(state.meta.size()) <= l) state.meta.push_back(at::empty_like(up));
       state.meta[l].copy_(up);
     }

@@ -167,9 +167,10 @@ Engine::DecodeRows Engine::decode_layer_cuda(int64_t l, const DecodeRows& in, co
   meta.insert(meta.end(), L.length.begin(), L.length.end());
   meta.insert(meta.end(), Hkv, 0);  // the append tickets (ops::qkv_rope_append)
   meta.push_back(cache.next_position());
-  const bool compact = !L.compact.empty() || !L.compact_v.empty();
-  for (int64_t h = 0; compact && h < Hkv; ++h) meta.push_back(L.key_row(h, 0));  // compact keys only
-  for (int64_t h = 0; compact && h < Hkv; ++h) meta.push_back(L.value_row(h, 0));
+  const bool compact = L.has_compact();
+  if (compact) {  // the key and value rows' bases
+    for (const auto& bases : {L.key_bases(), L.value_bases()}) meta.insert(meta.end(), bases.begin(), bases.end());
+  }
   const at::Tensor dev = ops::upload_int64(meta, in.x.device());
   int64_t max_len = 0, total_len = 0;
   for (int64_t n : L.length) {

@@ -14,6 +14,43 @@ bool LayerKv::has_ring() const {
   return false;
 }
 
+std::vector<int64_t> LayerKv::key_bases() const {
+  std::vector<int64_t> out;
+  for (size_t h = 0; h < offset.size(); ++h) out.push_back(key_row(static_cast<int64_t>(h), 0));
+  return out;
+}
+
+std::vector<int64_t> LayerKv::value_bases() const {
+  std::vector<int64_t> out;
+  for (size_t h = 0; h < offset.size(); ++h) out.push_back(value_row(static_cast<int64_t>(h), 0));
+  return out;
+}
+
+/// The layout of a buffer holding, back to back, rows compact[h].n .. cap[h] - 1 of every head h
+/// (all rows without compact entries): base[h] such that row r of head h is base[h] + r. Returns
+/// the buffer's rows.
+static int64_t tail_layout(const std::vector<int64_t>& cap, const std::vector<CompactKeys>& compact,
+                           std::vector<int64_t>& base) {
+  int64_t total = 0;
+  base.assign(cap.size(), 0);
+  for (size_t h = 0; h < cap.size(); ++h) {
+    const int64_t skip = compact.empty() ? 0 : compact[h].n;
+    base[h] = total - skip;
+    total += cap[h] - skip;
+  }
+  return total;
+}
+
+/// The live rows of head h of a buffer laid out as tail_layout says: the compact entries
+/// recovered, then the dense rows from `base`.
+static at::Tensor live_rows(const at::Tensor& buf, const std::vector<CompactKeys>& compact, int64_t h, int64_t base,
+                            int64_t len) {
+  const int64_t c = compact.empty() ? 0 : compact[h].n;
+  if (c == 0) return buf.narrow(0, base, len);
+  const at::Tensor recovered = compact[h].recover();
+  return len == c ? recovered : at::cat({recovered, buf.narrow(0, base + c, len - c)});
+}
+
 bool LayerKv::uniform() const {
   if (has_ring()) return false;
   for (size_t h = 1; h < length.size(); ++h)
@@ -54,18 +91,15 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity, c10::Device device, c10
 void KvCache::grow(int64_t l, int64_t min_capacity) {
   LayerKv& L = layers_[l];
   int64_t total = 0;
-  int64_t k_total = 0, v_total = 0;
-  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_), k_off(n_head_kv_), v_off(n_head_kv_);
+  std::vector<int64_t> cap(n_head_kv_), off(n_head_kv_), k_off, v_off;
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     cap[h] = L.ring_window[h] > 0 ? L.capacity[h] : std::max(min_capacity, 2 * L.capacity[h]);
     if (L.ringed) cap[h] = std::max(min_capacity, std::min(cap[h], L.window));  // a ring never exceeds its window
     off[h] = total;
     total += cap[h];
-    k_off[h] = k_total - L.compact_entries(h);  // compact keys: k holds rows compact_entries(h).. only
-    k_total += cap[h] - L.compact_entries(h);
-    v_off[h] = v_total - L.compact_value_entries(h);
-    v_total += cap[h] - L.compact_value_entries(h);
   }
+  // Compact keys / values: k and v hold the rows after each head's compact entries only.
+  const int64_t k_total = tail_layout(cap, L.compact, k_off), v_total = tail_layout(cap, L.compact_v, v_off);
   at::Tensor k = at::empty({k_total, head_dim_}, L.k.options()), v = at::empty({v_total, head_dim_}, L.v.options());
   at::Tensor pos = at::empty({total}, L.pos.options());
   for (int64_t h = 0; h < n_head_kv_; ++h) {
@@ -160,7 +194,7 @@ void KvCache::append(int64_t l, const at::Tensor& k, const at::Tensor& v, const 
   bool fits = true;
   for (int64_t h = 0; h < n_head_kv_; ++h) fits = fits && (L.ring_window[h] > 0 || L.length[h] + T <= L.capacity[h]);
   if (!fits) grow(l, need);
-  if (L.uniform() && L.compact.empty() && L.compact_v.empty()) {
+  if (L.uniform() && !L.has_compact()) {
     const int64_t cap = L.capacity[0], n = L.length[0];
     L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(k);
     L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, n, T).copy_(v);
@@ -241,7 +275,7 @@ std::vector<std::vector<std::vector<int32_t>>> KvCache::host_positions() const {
 void KvCache::set_window(int64_t l, int64_t h, int64_t sink, int64_t window) {
   LayerKv& L = layers_[l];
   require_full_attention(L, l, "set_window");
-  if (!L.compact.empty() || !L.compact_v.empty())
+  if (L.has_compact())
     throw std::logic_error("KvCache::set_window: layer " + std::to_string(l) + " holds its keys compactly");
   if (window <= 0 || sink < 0 || L.length[h] > sink + window || L.capacity[h] < sink + window)
     throw std::invalid_argument("KvCache::set_window: layer " + std::to_string(l) + " head " + std::to_string(h) +
@@ -328,7 +362,7 @@ static void require_uniform(const LayerKv& L) {
 void KvCache::drop_in_place(int64_t l, const at::Tensor& drop, int64_t n) {
   const LayerKv& L = layers_[l];
   require_uniform(L);
-  if (!L.compact.empty() || !L.compact_v.empty())
+  if (L.has_compact())
     throw std::logic_error("KvCache::drop_in_place: layer " + std::to_string(l) + " holds its keys compactly");
   const int64_t cap = L.capacity[0];
   if (n < 1 || n > cap)
@@ -358,7 +392,7 @@ void KvCache::commit_drop(int64_t l) {
 at::Tensor KvCache::keys(int64_t l) const {
   const LayerKv& L = layers_[l];
   require_uniform(L);
-  if (!L.compact.empty()) {
+  if (!L.compact.empty()) {  // recovered: a new tensor
     std::vector<at::Tensor> heads;
     for (int64_t h = 0; h < n_head_kv_; ++h) heads.push_back(head_keys(l, h));
     return at::stack(heads);
@@ -382,19 +416,11 @@ at::Tensor KvCache::positions(int64_t l) const {
 }
 at::Tensor KvCache::head_keys(int64_t l, int64_t h) const {
   const LayerKv& L = layers_[l];
-  const int64_t c = L.compact_entries(h);
-  if (c == 0) return L.k.narrow(0, L.key_row(h, 0), L.length[h]);
-  const at::Tensor recovered = L.compact[h].recover();
-  if (L.length[h] == c) return recovered;
-  return at::cat({recovered, L.k.narrow(0, L.key_row(h, c), L.length[h] - c)});
+  return live_rows(L.k, L.compact, h, L.key_row(h, 0), L.length[h]);
 }
 at::Tensor KvCache::head_values(int64_t l, int64_t h) const {
   const LayerKv& L = layers_[l];
-  const int64_t c = L.compact_value_entries(h);
-  if (c == 0) return L.v.narrow(0, L.value_row(h, 0), L.length[h]);
-  const at::Tensor recovered = L.compact_v[h].recover();
-  if (L.length[h] == c) return recovered;
-  return at::cat({recovered, L.v.narrow(0, L.value_row(h, c), L.length[h] - c)});
+  return live_rows(L.v, L.compact_v, h, L.value_row(h, 0), L.length[h]);
 }
 at::Tensor KvCache::head_positions(int64_t l, int64_t h) const {
   const LayerKv& L = layers_[l];
@@ -431,42 +457,31 @@ void KvCache::compact_keys(int64_t l, std::vector<CompactKeys> heads, std::vecto
   if (static_cast<int64_t>(heads.size()) != n_head_kv_)
     throw std::invalid_argument(where + ": " + std::to_string(heads.size()) + " heads for " +
                                 std::to_string(n_head_kv_) + " KV heads");
-  std::vector<int64_t> k_off(n_head_kv_);
-  int64_t k_total = 0;
-  for (int64_t h = 0; h < n_head_kv_; ++h) {
+  for (int64_t h = 0; h < n_head_kv_; ++h)
     if (heads[h].n != L.length[h] || heads[h].head_dim != head_dim_)
       throw std::invalid_argument(where + " head " + std::to_string(h) + ": " + std::to_string(heads[h].n) +
                                   " compact entries of head_dim " + std::to_string(heads[h].head_dim) + " for " +
                                   std::to_string(L.length[h]) + " live entries of head_dim " +
                                   std::to_string(head_dim_));
-    k_off[h] = k_total - heads[h].n;
-    k_total += L.capacity[h] - heads[h].n;
-  }
   if (!values.empty()) {
     if (static_cast<int64_t>(values.size()) != n_head_kv_)
       throw std::invalid_argument(where + ": " + std::to_string(values.size()) + " compact value heads for " +
                                   std::to_string(n_head_kv_) + " KV heads");
-    std::vector<int64_t> v_off(n_head_kv_);
-    int64_t v_total = 0;
-    for (int64_t h = 0; h < n_head_kv_; ++h) {
+    for (int64_t h = 0; h < n_head_kv_; ++h)
       if (values[h].n != heads[h].n || values[h].head_dim != head_dim_)
         throw std::invalid_argument(where + " head " + std::to_string(h) + ": " + std::to_string(values[h].n) +
                                     " compact values for " + std::to_string(heads[h].n) + " compact keys");
-      v_off[h] = v_total - values[h].n;
-      v_total += L.capacity[h] - values[h].n;
-    }
-    L.v = at::empty({v_total, head_dim_}, L.v.options());  // no dense value is live either
-    L.v_offset = std::move(v_off);
+    // No dense value is live either: nothing to copy.
+    L.v = at::empty({tail_layout(L.capacity, values, L.v_offset), head_dim_}, L.v.options());
     L.compact_v = std::move(values);
   }
-  L.k = at::empty({k_total, head_dim_}, L.k.options());  // no dense key is live: nothing to copy
-  L.k_offset = std::move(k_off);
+  L.k = at::empty({tail_layout(L.capacity, heads, L.k_offset), head_dim_}, L.k.options());  // no dense key is live
   L.compact = std::move(heads);
 }
 
 void KvCache::expand_keys(int64_t l) {
   LayerKv& L = layers_[l];
-  if (L.compact.empty() && L.compact_v.empty()) return;
+  if (!L.has_compact()) return;
   const int64_t rows = L.pos.size(0);  // the positions keep the layout of the offsets
   at::Tensor k = at::empty({rows, head_dim_}, L.k.options()), v = at::empty({rows, head_dim_}, L.v.options());
   for (int64_t h = 0; h < n_head_kv_; ++h)

@@ -140,8 +140,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const LayerKv& layer, int64_t group, double scale) {
-  if (!layer.compact.empty() || !layer.compact_v.empty())
-    bad("decode_attention: the layer holds compact keys (its channel stage attends)");
+  if (layer.has_compact()) bad("decode_attention: the layer holds compact keys (its channel stage attends)");
   return decode_attention(q, layer.k, layer.v, layer.offset, layer.length, group, scale);
 }
 
@@ -507,8 +506,7 @@ void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 
 void rope_append(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
                  const at::Tensor& sin, RopeLayout layout, const LayerKv& layer, int64_t position) {
-  if (!layer.compact.empty() || !layer.compact_v.empty())
-    bad("rope_append: the layer holds compact keys (use the device-offset overload)");
+  if (layer.has_compact()) bad("rope_append: the layer holds compact keys (use the device-offset overload)");
   for (size_t h = 0; h < layer.length.size(); ++h)
     if (layer.length[h] >= layer.capacity[h]) bad("rope_append: KV head " + std::to_string(h) + " is full");
   rope_append(q, k, v, cos, sin, layout, layer.k, layer.v, layer.pos, layer.offset, layer.length, position);

@@ -165,9 +165,9 @@ bool ChannelPruningBase::kernels_fit(int64_t layer, const KvCache& cache) const 
 }
 
 std::vector<int64_t> ChannelPruningBase::row_bases(const LayerKv& L) {
-  std::vector<int64_t> out;
-  for (size_t h = 0; h < L.offset.size(); ++h) out.push_back(L.value_row(static_cast<int64_t>(h), 0));
-  for (size_t h = 0; h < L.offset.size(); ++h) out.push_back(L.key_row(static_cast<int64_t>(h), 0));
+  std::vector<int64_t> out = L.value_bases();
+  const std::vector<int64_t> keys = L.key_bases();
+  out.insert(out.end(), keys.begin(), keys.end());
   return out;
 }
 
@@ -394,7 +394,6 @@ class Spark : public ChannelPruningBase {
     return mask.scatter_(1, std::get<1>(sal.topk(t, -1)), true);
   }
 
-  /// bool [n, D]: per row, the fewest largest entries whose sum reaches p of the row total (SPARK-p).
   /// The pruning ratio of each saliency segment of SPARK-g, most salient first (§5.5).
   static std::vector<double> group_ratios(int64_t groups) {
     return groups == 5 ? std::vector<double>{0.1, 0.3, 0.5, 0.7, 0.9} : std::vector<double>{0.25, 0.5, 0.75, 1.0};
@@ -423,6 +422,7 @@ class Spark : public ChannelPruningBase {
     return mask.scatter_(1, order, by_rank);
   }
 
+  /// bool [n, D]: per row, the fewest largest entries whose sum reaches p of the row total (SPARK-p).
   static at::Tensor top_p_mask(const at::Tensor& sal, double p) {
     const int64_t D = sal.size(1);
     at::Tensor mask = at::zeros(sal.sizes(), sal.options().dtype(at::kBool));

@@ -54,6 +54,11 @@ struct LayerKv {
   int64_t compact_value_entries(int64_t h) const { return compact_v.empty() ? 0 : compact_v[h].n; }
   /// Entries of head h whose keys are held compactly (0 without a compact prefix).
   int64_t compact_entries(int64_t h) const { return compact.empty() ? 0 : compact[h].n; }
+  /// True when the layer holds keys or values compactly.
+  bool has_compact() const { return !compact.empty() || !compact_v.empty(); }
+  /// key_row(h, 0) / value_row(h, 0) of every head: the bases a kernel adds entry r to.
+  std::vector<int64_t> key_bases() const;
+  std::vector<int64_t> value_bases() const;
   /// True when every head has the same capacity and length: the buffers view as [n_head_kv, cap, D].
   bool uniform() const;
   /// True when KV head h is a ring buffer (ring_window[h] > 0); has_ring: when any head is.
