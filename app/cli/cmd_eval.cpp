@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include <c10/core/DeviceGuard.h>
 #include <nlohmann/json.hpp>
@@ -344,7 +346,12 @@ Runner add_eval(CLI::App& app) {
         !a->name.empty() ? a->name : (a->data.empty() ? a->task : std::filesystem::path(a->data).filename().string());
 
     // Runs the items of this shard at offset, offset + stride, ... on `device`; returns failures.
-    auto run_items = [&](const std::string& device, uint64_t offset, uint64_t stride) -> int {
+    // seconds: the worker's own model build and the time its items took.
+    struct WorkerSeconds {
+      double load = 0, items = 0;
+    };
+    auto run_items = [&](const std::string& device, uint64_t offset, uint64_t stride, WorkerSeconds& seconds) -> int {
+      const auto t_worker = std::chrono::steady_clock::now();
       // The current device for this process's kernels and CUDA graphs (a --devices worker on cuda:1).
       std::optional<c10::DeviceGuard> on_device;
       if (c10::Device(device).is_cuda()) on_device.emplace(c10::Device(device));
@@ -359,6 +366,7 @@ Runner add_eval(CLI::App& app) {
       std::optional<Model> own;
       if (workers) own.emplace(load(device, /*meta=*/false));
       const Engine engine(own ? *own : model);
+      seconds.load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_worker).count();
       std::vector<uint64_t> mine;
       for (uint64_t i = shard, j = 0; i < n_items; i += n_shards, ++j)
         if (j % stride == offset) mine.push_back(i);
@@ -445,23 +453,46 @@ Runner add_eval(CLI::App& app) {
         }
       }
       if (tty) std::fprintf(stderr, "\n");
+      seconds.items = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return failed ? 1 : 0;
     };
 
     const auto t_run = std::chrono::steady_clock::now();
     int rc = 0;
+    // Seconds as reported: the workers' model builds count as load, and the items take as long as
+    // the slowest worker's (as a reference that excludes its model build is timed).
+    double worker_load_s = 0, run_s = 0;
     if (devices.size() <= 1) {
-      rc = run_items(first_device, 0, 1);
+      WorkerSeconds ws;
+      rc = run_items(first_device, 0, 1, ws);
+      run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
     } else {
       std::vector<pid_t> children;
+      std::vector<int> timings;  // a pipe's read end per worker: its WorkerSeconds
       for (size_t d = 0; d < devices.size(); ++d) {
+        int fds[2] = {-1, -1};
+        if (::pipe(fds) != 0) throw std::runtime_error("eval --devices: cannot create a pipe for a worker");
         const pid_t pid = ::fork();
-        if (pid == 0) ::_exit(run_items(devices[d], d, devices.size()));
+        if (pid == 0) {
+          ::close(fds[0]);
+          WorkerSeconds ws;
+          const int failed = run_items(devices[d], d, devices.size(), ws);
+          [[maybe_unused]] const ssize_t n = ::write(fds[1], &ws, sizeof ws);
+          ::_exit(failed);
+        }
+        ::close(fds[1]);
         children.push_back(pid);
+        timings.push_back(fds[0]);
       }
       int status = 0;
-      for (pid_t p : children) {
-        ::waitpid(p, &status, 0);
+      for (size_t d = 0; d < children.size(); ++d) {
+        WorkerSeconds ws;
+        if (::read(timings[d], &ws, sizeof ws) == static_cast<ssize_t>(sizeof ws)) {
+          worker_load_s = std::max(worker_load_s, ws.load);
+          run_s = std::max(run_s, ws.items);
+        }
+        ::close(timings[d]);
+        ::waitpid(children[d], &status, 0);
         rc |= !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       }
       // The workers' outcomes are in the database.
@@ -472,8 +503,6 @@ Runner add_eval(CLI::App& app) {
       for (uint64_t i = shard; i < n_items; i += n_shards)
         if (auto f = finished.find(item_key(i)); f != finished.end()) outcomes[i] = recorded_outcome(store, f->second);
     }
-
-    const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
 
     // Results per configuration over the items of this shard.
     nlohmann::ordered_json results = nlohmann::ordered_json::array();
@@ -539,7 +568,8 @@ Runner add_eval(CLI::App& app) {
       nlohmann::ordered_json j;
       j["model"] = a->random_init.empty() ? a->model : "random:" + a->random_init;
       j["mode"] = run::question_mode_name(mode);
-      j["seconds"] = {{"load", load_s}, {"run", run_s}};  // load: model and samples; run: the items
+      // load: model and samples (+ the slowest worker's model build); run: the items
+      j["seconds"] = {{"load", load_s + worker_load_s}, {"run", run_s}};
       j["results"] = results;
       std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     } else {

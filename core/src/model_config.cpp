@@ -288,6 +288,8 @@ std::string ModelConfig::unfused_features() const {
   add(head_dim != 64 && head_dim != 96 && head_dim != 128 && head_dim != 256,
       ("head_dim " + std::to_string(head_dim)).c_str());
   add(rope_dim() % 2 != 0, "odd rotary_dim");
+  // The sandwich norm's kernel holds a row in one block (kernels/norm.h: kRmsNormResidualMaxHidden).
+  add(sandwich_norms && hidden_size > 8192, "sandwich norms over a hidden size above 8,192");
   return out;
 }
 

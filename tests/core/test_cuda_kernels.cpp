@@ -269,6 +269,47 @@ TEST_F(CudaKernels, RmsNormMatchesReference) {
     }
 }
 
+TEST_F(CudaKernels, RmsNormResidualMatchesReference) {
+  // Gemma's sandwich norm with the next norm left pending (kernels/norm.h): out = residual +
+  // rmsnorm(y; w_post), next_gx = w_next ⊙ out, next_sumsq = Σ out². Reference in fp32; the
+  // baseline is the same formula in HF's dtype order. hidden 1000: not a multiple of the block;
+  // 8192: the largest row (eight elements a thread).
+  const double eps = 1e-6;
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t hidden : {64, 1000, 3840, 8192})
+      for (int64_t rows : {1, 3})
+        for (bool w_fp32 : {false, true})
+          for (bool next : {false, true}) {
+            const std::string what = name(dt) + " hidden=" + std::to_string(hidden) + " rows=" + std::to_string(rows) +
+                                     (w_fp32 ? " fp32 weights" : "") + (next ? " next" : "");
+            const at::ScalarType wt = w_fp32 ? at::kFloat : dt;
+            const at::Tensor y = (at::randn({rows, hidden}, opts(at::kFloat)) * 3).to(dt);
+            const at::Tensor res = at::randn({rows, hidden}, opts(at::kFloat)).to(dt);
+            const at::Tensor w_post = (1 + 0.2 * at::randn({hidden}, opts(at::kFloat))).to(wt);
+            const at::Tensor w_next = next ? (1 + 0.2 * at::randn({hidden}, opts(at::kFloat))).to(wt) : at::Tensor();
+            const auto [out, pending] = ops::rms_norm_residual(y, w_post, res, w_next, eps);
+            const at::Tensor yn = y.to(at::kFloat) * at::rsqrt(y.to(at::kFloat).pow(2).mean(-1, true) + eps);
+            const at::Tensor ref = res.to(at::kFloat) + yn * w_post.to(at::kFloat);
+            const at::Tensor normed = w_fp32 ? (yn * w_post).to(dt) : w_post * yn.to(dt);
+            const at::Tensor base = res + normed;
+            expect_close(out, ref, base, dt, what + " out");
+            if (!next) {
+              EXPECT_FALSE(pending.pending()) << what;
+              continue;
+            }
+            ASSERT_TRUE(pending.pending()) << what;
+            const at::Tensor ref_gx = w_next.to(at::kFloat) * ref;
+            const at::Tensor base_gx = (w_next.to(at::kFloat) * base.to(at::kFloat)).to(dt);
+            expect_close(pending.x, ref_gx, base_gx, dt, what + " next_gx");
+            // Σ out² of the rows the kernel wrote, to fp32 summation order.
+            const at::Tensor own = out.to(at::kFloat).pow(2).sum(-1);
+            EXPECT_TRUE(at::allclose(pending.sumsq.view({rows}), own, 1e-4, 1e-3)) << what << " next_sumsq";
+          }
+  const at::Tensor wide = at::randn({1, 8200}, opts(at::kBFloat16));
+  EXPECT_THROW(ops::rms_norm_residual(wide, at::ones({8200}, opts(at::kBFloat16)), wide, {}, eps),
+               std::invalid_argument);  // above kRmsNormResidualMaxHidden
+}
+
 /// After one decode append into c (every head h's row offset[h] + length[h], c's lengths being those
 /// before the append): those rows hold exactly k[h], v[h] and `position`; every other row of the
 /// caches is as before (k_before, v_before, NaN padding included) and every other position -1.
@@ -322,6 +363,68 @@ TEST_F(CudaKernels, RopeAppendMatchesReference) {
                          what + " k");
             expect_appended(c, k_before, v_before, pos, k, v, position, what);
           }
+}
+
+TEST_F(CudaKernels, RopeAppendNormsHeadsAndRotatesPartially) {
+  // The family features of rope_append (kernels/rope.h): per-head q/k RMSNorm (Qwen3: dtype
+  // weights; Gemma 3: fp32 1 + w) before RoPE, partial rotary (Phi-3: the first rotary_dim
+  // channels rotate, the rest pass), head_dim 64 .. 256, one to eight query heads a KV head.
+  // Reference: fp32 norm then fp32 rotation; baseline: HF's dtype order.
+  std::mt19937 rng(17);
+  const double eps = 1e-6;
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 96, 128, 256})
+      for (int64_t G : {1, 2, 8})
+        for (int norm : {0, 1, 2})  // none, dtype weights, fp32 weights
+          for (bool partial : {false, true})
+            for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kAdjacentPairs}) {
+              if (partial && D == 96) continue;  // 48 rotary channels: fine, but one partial case a size is enough
+              const int64_t R = partial ? D / 2 : D, n_head_kv = 2, H = n_head_kv * G, position = 4099;
+              const std::string what = name(dt) + " D=" + std::to_string(D) + " G=" + std::to_string(G) +
+                                       " norm=" + std::to_string(norm) + (partial ? " partial" : "") +
+                                       (layout == RopeLayout::kRotateHalf ? " rotate-half" : " pairs");
+              at::manual_seed(rng());
+              RaggedCache c = make_cache(n_head_kv, 30, D, dt, rng);
+              at::Tensor pos = at::full({c.k.size(0)}, -1, opts(at::kLong));
+              const at::Tensor k_before = c.k.clone(), v_before = c.v.clone();
+              const at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, R, 2, opts(at::kFloat)) / R);
+              const at::Tensor angles = inv_freq * static_cast<double>(position);
+              const at::Tensor cos = angles.cos().to(dt), sin = angles.sin().to(dt);
+              at::Tensor qkv = (at::randn({(H + 2 * n_head_kv) * D}, opts(at::kFloat)) * 2).to(dt);
+              at::Tensor q = qkv.narrow(0, 0, H * D).view({H, D});
+              at::Tensor k = qkv.narrow(0, H * D, n_head_kv * D).view({n_head_kv, D});
+              at::Tensor v = qkv.narrow(0, (H + n_head_kv) * D, n_head_kv * D).view({n_head_kv, D});
+              const at::Tensor q0 = q.clone(), k0 = k.clone();
+              ops::QkvFeatures f;
+              if (norm) {
+                const at::ScalarType wt = norm == 2 ? at::kFloat : dt;
+                f.q_norm = (1 + 0.3 * at::randn({D}, opts(at::kFloat))).to(wt);
+                f.k_norm = (1 + 0.3 * at::randn({D}, opts(at::kFloat))).to(wt);
+                f.norm_eps = eps;
+              }
+              const at::Tensor offset = at::tensor(c.offset, at::kLong).to(at::kCUDA);
+              const at::Tensor length = at::tensor(c.length, at::kLong).to(at::kCUDA);
+              ops::rope_append(q, k, v, cos, sin, layout, c.k, c.v, pos, offset, length,
+                               at::full({1}, position, opts(at::kLong)), f);
+              // x normalised (fp32 ref / dtype base), then its first R channels rotated.
+              auto expect = [&](const at::Tensor& got, const at::Tensor& x0, const at::Tensor& w, const char* which) {
+                const at::Tensor xf = x0.to(at::kFloat);
+                const at::Tensor xn = norm ? xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) : xf;
+                const at::Tensor ref_n = norm ? xn * w.to(at::kFloat) : xn;
+                const at::Tensor base_n = !norm ? x0 : norm == 2 ? (xn * w).to(dt) : w * xn.to(dt);
+                auto rotate = [&](const at::Tensor& x, at::ScalarType compute) {
+                  const at::Tensor r = ops::ref::rope(x.narrow(-1, 0, R), cos, sin, layout, compute);
+                  return R == D ? r : at::cat({r, x.narrow(-1, R, D - R).to(r.scalar_type())}, -1);
+                };
+                expect_close(got, rotate(ref_n, at::kFloat), rotate(base_n, dt), dt, what + " " + which, 2);
+              };
+              expect(q, q0, f.q_norm, "q");
+              expect(k, k0, f.k_norm, "k");
+              expect_appended(c, k_before, v_before, pos, k, v, position, what);
+              const at::Tensor length_after = length.cpu();
+              for (int64_t h = 0; h < n_head_kv; ++h)
+                EXPECT_EQ(length_after[h].item<int64_t>(), c.length[h] + 1) << what << " length head " << h;
+            }
 }
 
 TEST_F(CudaKernels, QkvRopeAppendMatchesTheProjectionThenRope) {

@@ -332,6 +332,9 @@ std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const a
   const at::Tensor y2 = as_rows(y).contiguous(), r2 = as_rows(residual).contiguous();
   const int64_t m = y2.size(0), hidden = y2.size(1);
   if (r2.sizes() != y2.sizes()) bad("rms_norm_residual: y and residual must both be [m, hidden]");
+  if (hidden > kk::kRmsNormResidualMaxHidden)
+    bad("rms_norm_residual: hidden " + std::to_string(hidden) + " is above the kernel's " +
+        std::to_string(kk::kRmsNormResidualMaxHidden));
   auto check_w = [&](const at::Tensor& w, const char* name) {
     if (w.numel() != hidden || !w.is_contiguous() || w.device() != y.device() ||
         (w.scalar_type() != y.scalar_type() && w.scalar_type() != at::kFloat))
@@ -393,6 +396,9 @@ std::array<at::Tensor, 3> check_rope_append(const at::Tensor& q, const at::Tenso
   const int64_t D = qh.size(1), n_head_kv = kh.size(0);
   if (kh.size(1) != D || vh.size(1) != D || vh.size(0) != n_head_kv || D % 2 != 0)
     bad("rope_append: q, k, v head_dim mismatch (or odd head_dim)");
+  if (D > kk::kRopeAppendMaxHeadDim)
+    bad("rope_append: head_dim " + std::to_string(D) + " is above the kernel's " +
+        std::to_string(kk::kRopeAppendMaxHeadDim));
   if (qh.stride(1) != 1 || kh.stride(1) != 1 || vh.stride(1) != 1) bad("rope_append: q, k, v rows must be contiguous");
   if (cos.numel() != sin.numel() || cos.numel() < 1 || cos.numel() > D / 2 || !cos.is_contiguous() ||
       !sin.is_contiguous())

@@ -24,7 +24,10 @@ cudaError_t rms_norm(DType dtype, const void* x, int64_t x_stride, const void* w
 ///   out = residual + rmsnorm(y; w_post)        (each in dtype: normalised, scaled, added, rounded)
 ///   next_gx = w_next ⊙ out (one rounding), next_sumsq[r] = Σ_j out_j² (fp32 [rows], one part a row)
 /// Weights are dtype or fp32 (w_*_fp32: Gemma's 1 + w, applied before the cast). Without w_next
-/// only out is written. out may alias residual.
+/// only out is written. out may alias residual. hidden <= kRmsNormResidualMaxHidden (a row is held in
+/// one block's registers).
+inline constexpr int64_t kRmsNormResidualMaxHidden = 8192;
+
 struct RmsNormResidualArgs {
   DType dtype = DType::kBFloat16;
   int64_t rows = 1, hidden = 0;

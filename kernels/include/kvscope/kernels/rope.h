@@ -27,6 +27,9 @@ namespace kvscope::kernels {
 
 enum class RopeMode : int { kRotateHalf = 0, kAdjacentPairs = 1 };
 
+/// rope_append's largest head_dim (a warp holds a head in registers).
+inline constexpr int kRopeAppendMaxHeadDim = 256;
+
 struct RopeAppendArgs {
   DType dtype = DType::kBFloat16;
   RopeMode mode = RopeMode::kRotateHalf;
