@@ -40,8 +40,8 @@ Runner add_inspect(CLI::App& app) {
       std::cout << r.id << "  " << (r.incomplete ? "incomplete" : std::string(sessions::to_string(r.status))) << "  "
                 << (r.name.empty() ? "-" : r.name) << "  " << r.model_path << "  " << r.pipeline_spec << "  "
                 << run::budget_label(run::kept_share(r));  // the kept share, whatever unit was given
-      for (const char* m :
-           {"n_prompt", "mean_kl", "top1_agreement", "kv_bytes_live", "decode_tokens_per_s", "beyond_context_tokens"}) {
+      for (const char* m : {"n_prompt", "n_turns", "mean_kl", "top1_agreement", "kv_bytes_live", "decode_tokens_per_s",
+                            "beyond_context_tokens"}) {
         auto it = r.summary.find(m);
         if (it != r.summary.end()) std::cout << "  " << m << "=" << fmt(it->second);
       }

@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include "kvscope/sessions/timeline_blobs.h"
+#include "kvscope/sessions/turn_blobs.h"
 #include "run_options.h"
 
 namespace kvscope::run {
@@ -133,6 +134,19 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
                             std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel())));
   }
   for (const sessions::Blob& b : sessions::timeline_blobs(res.timeline)) store.add_blob(run, b);
+  std::vector<sessions::Turn> turns;
+  for (size_t t = 0; t < res.turn_output_ids.size(); ++t) {
+    sessions::Turn& turn = turns.emplace_back();
+    if (t == 0) {
+      turn.input_ids = req.prompt_ids;
+      turn.input_ids.insert(turn.input_ids.end(), req.question_ids.begin(), req.question_ids.end());
+    } else if (t - 1 < req.follow_up_turns.size()) {
+      turn.input_ids = req.follow_up_turns[t - 1];
+    }
+    turn.output_ids = res.turn_output_ids[t];
+  }
+  for (const sessions::Blob& b : sessions::turn_blobs(turns)) store.add_blob(run, b);
+  if (turns.size() > 1) store.set_summary(run, "n_turns", double(turns.size()));
   auto mean = [](const auto& v) {
     return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
   };

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "kvscope/core/errors.h"
@@ -109,10 +110,7 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
   // only global layers are); they also attend densely over it at decode, so a decode-time stage
   // never sees them (Engine, generate).
   if (ev.config.window(ev.layer) > 0) return {};
-  if (!cache.layer(ev.layer).uniform())
-    throw InputError(
-        "pipeline: re-compressing a cache with head-wise lengths (a later turn after Ada-KV, pyramid "
-        "or streaming heads) is not supported; use a uniform-budget method or rocketkv-mt");
+  if (!cache.layer(ev.layer).uniform()) return compress_ragged(ev, n_kept, reserve);
   const int64_t n_tok = cache.layer(ev.layer).length[0];
   const LayerPrefill in{ev.config, ev.layer, ev.q, cache.keys(ev.layer), cache.values(ev.layer)};
   if (heads_) apply_head_pattern(ev, reserve);
@@ -124,6 +122,57 @@ at::Tensor Pipeline::compress_layer(const LayerEvent& ev, int64_t n_kept, int64_
     scores = rank(in, n_kept);
     const int64_t layer_kept = layer_budget_ ? layer_budget_->layer_kept(scores, n_kept, in) : n_kept;
     cache.retain(ev.layer, budget_->select(scores, layer_kept, in), reserve);
+  }
+  if (decode_) decode_->on_prefill(ev.layer, in, cache);
+  return scores;
+}
+
+at::Tensor Pipeline::compress_ragged(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const {
+  KvCache& cache = ev.cache;
+  const LayerKv& kv = cache.layer(ev.layer);
+  if (kv.has_ring())
+    throw InputError(
+        "pipeline: a later turn after streaming heads is not supported: a ring buffer holds its last "
+        "tokens in place, so the new turn's block cannot attend causally within it; use a pattern-free "
+        "method or rocketkv-mt");
+  if (accumulating()) throw InputError("pipeline: h2o's running totals need equal lengths per KV head on a later turn");
+  if (scorer_ && !scorer_->per_head())
+    throw InputError("pipeline: '" + scorer_->name() +
+                     "' scores a token for the whole layer (every query head), which heads of different lengths "
+                     "do not share: a later turn after a head-wise budget needs a per-head score (tova: gqa=mean)");
+  const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), H = ev.q.size(1), G = H / Hkv;
+  int64_t n_max = 0;
+  for (int64_t n : kv.length) n_max = std::max(n_max, n);
+  const auto dev = kv.k.device();
+  // Each KV head is ranked on its own entries with its group's queries (a scorer's score of one
+  // head does not depend on the others), then the heads' scores share one [Hkv, n_max] table,
+  // padded with -inf, for the budget stages; picks in the padding are dropped.
+  at::Tensor scores;
+  if (scorer_) {
+    scores = at::full({Hkv, n_max}, -std::numeric_limits<float>::infinity(), kv.k.options().dtype(at::kFloat));
+    for (int64_t h = 0; h < Hkv; ++h) {
+      const LayerPrefill one{ev.config, ev.layer, ev.q.narrow(1, h * G, G), cache.head_keys(ev.layer, h).unsqueeze(0),
+                             cache.head_values(ev.layer, h).unsqueeze(0)};
+      scores[h].narrow(0, 0, kv.length[h]).copy_(rank(one, n_kept)[0]);
+    }
+  }
+  // What the budget and decode stages read of the layer: every head's entries, zero-padded.
+  at::Tensor keys = at::zeros({Hkv, n_max, D}, kv.k.options()), values = at::zeros_like(keys);
+  for (int64_t h = 0; h < Hkv; ++h) {
+    keys[h].narrow(0, 0, kv.length[h]).copy_(cache.head_keys(ev.layer, h));
+    values[h].narrow(0, 0, kv.length[h]).copy_(cache.head_values(ev.layer, h));
+  }
+  const LayerPrefill in{ev.config, ev.layer, ev.q, keys, values};
+  int64_t total = 0;
+  for (int64_t n : kv.length) total += n;
+  if (scorer_ && n_kept * Hkv < total) {
+    const int64_t layer_kept = layer_budget_ ? layer_budget_->layer_kept(scores, n_kept, in) : n_kept;
+    std::vector<at::Tensor> kept = budget_->select(scores, layer_kept, in);
+    for (int64_t h = 0; h < Hkv; ++h) {
+      const at::Tensor k = kept[static_cast<size_t>(h)].to(dev);
+      kept[static_cast<size_t>(h)] = k.masked_select(k.lt(kv.length[h]));
+    }
+    cache.retain(ev.layer, kept, reserve);
   }
   if (decode_) decode_->on_prefill(ev.layer, in, cache);
   return scores;

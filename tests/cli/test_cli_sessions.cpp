@@ -15,6 +15,8 @@
 
 #include "../core/test_support.h"
 #include "cli_support.h"
+#include "kvscope/sessions/session_store.h"
+#include "kvscope/sessions/turn_blobs.h"
 
 namespace kvscope {
 namespace {
@@ -48,6 +50,25 @@ TEST_F(CliSessions, RunRecordsASessionAndPrintsItsId) {
   // The budget as the share kept (issue 30), the ratio it was given as a detail.
   EXPECT_NE(list.out.find("  kept "), std::string::npos) << list.out;
   EXPECT_NE(list.out.find("/head (ratio 0.5)"), std::string::npos) << list.out;
+}
+
+TEST_F(CliSessions, RunWithTurnsRecordsEveryTurn) {
+  // Two later turns after Ada-KV (head-wise lengths: every turn re-ranks each head's entries).
+  const auto r = run_cli("run --model " + quote(test::stories_dir()) + " --prompt-file " + quote(dir_ / "story.txt") +
+                         " --turn 'Then the cat' --turn 'The end.' --pipeline snapkv:window=8+adakv"
+                         " --compression-ratio 0.5 --max-new-tokens 4 --db " +
+                         quote(db_) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto store = sessions::SessionStore::open(db_, sessions::OpenMode::kReadOnly);
+  const std::vector<sessions::Turn> turns = sessions::load_turns(store, j["session_id"].get<int64_t>());
+  ASSERT_EQ(turns.size(), 3u);
+  for (size_t t = 0; t < 3; ++t) {
+    EXPECT_EQ(turns[t].input_ids, j["turns"][t]["input_ids"].get<std::vector<int32_t>>()) << "turn " << t;
+    EXPECT_EQ(turns[t].output_ids, j["turns"][t]["output_ids"].get<std::vector<int32_t>>()) << "turn " << t;
+  }
+  EXPECT_EQ(turns[0].input_ids, j["input_ids"].get<std::vector<int32_t>>());
+  EXPECT_NE(run_cli("inspect " + quote(db_)).out.find("n_turns=3"), std::string::npos);
 }
 
 TEST_F(CliSessions, SweepResumesAndCompareAndExportWork) {

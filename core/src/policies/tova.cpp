@@ -23,6 +23,7 @@ constexpr const char* kRef = "TOVA (Oren et al. 2024) §3.3; kvpress TOVAPress";
 class Tova : public ScoringBase {
  public:
   int64_t prefill_queries() const override { return 1; }  // the last prompt token's attention
+  bool per_head() const override { return !all_; }        // gqa=all: one score for the layer
   explicit Tova(const ParamValues& v) : ScoringBase("tova", v), all_(v.at("gqa") == "all") {
     if (!all_) gqa_ = parse_gqa(v.at("gqa"));
   }

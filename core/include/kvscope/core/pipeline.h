@@ -88,6 +88,10 @@ class Pipeline {
   std::vector<std::unique_ptr<Policy>> stages_;
   bool uses_budget_ = true;
   void apply_head_pattern(const LayerEvent& ev, int64_t reserve) const;
+  /// compress_layer for a layer with head-wise lengths (a later turn after Ada-KV, a pyramid or any
+  /// ragged budget): each KV head ranked on its own entries, the budget stages over the heads'
+  /// scores padded with -inf [n_head_kv, longest]. Refuses ring-buffer heads and H2O's totals.
+  at::Tensor compress_ragged(const LayerEvent& ev, int64_t n_kept, int64_t reserve) const;
   const HeadPatternPolicy* heads_ = nullptr;
   const ScoringPolicy* scorer_ = nullptr;
   /// The scorer's scores of `in`, the newest recent_share() x n_kept entries marked kKeepScore.

@@ -91,6 +91,10 @@ class ScoringPolicy : public Policy {
   virtual at::Tensor attention_sum(const LayerPrefill&) const { return {}; }
   /// For an accumulating scorer: the newest entries it always keeps (H2O's recent window).
   virtual int64_t keep_newest() const { return 0; }
+  /// Whether KV head h's scores depend only on its own entries and its group's queries (so a layer
+  /// with head-wise lengths can be ranked head by head: a later turn after Ada-KV). False for a
+  /// layer-wide score, e.g. TOVA's mean over every query head of the layer.
+  virtual bool per_head() const { return true; }
 };
 
 /// S2, across layers: the kept entries per KV head of one layer, from the run's per-head average
