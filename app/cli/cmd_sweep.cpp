@@ -45,7 +45,8 @@ struct Plan {
   /// Chat prompts (--chat, --messages): chat[model][prompt], rendered once with each model's chat
   /// template; empty without them.
   std::vector<std::vector<run::ChatPrompt>> chat;
-  std::string chat_key;  ///< what the chat flags add to every sweep key ("" without them)
+  std::string chat_key;   ///< what the chat flags add to every sweep key ("" without them)
+  std::string turns_key;  ///< what the grid's later turns add to every sweep key ("" without them)
 };
 
 /// The chat flags of a sweep: each prompt file as one user message (--chat, after --system's system
@@ -81,7 +82,7 @@ std::string key(const Plan& p, const Item& it) {
   return "v2|" + g.models[it.model] + "|" + g.prompts[it.prompt] + "|" + p.pipelines[it.pipeline].spec + "|" + p.unit +
          "=" + (it.budget ? format_number(g.budgets[*it.budget]) : "none") +
          "|new=" + std::to_string(g.max_new_tokens) + "|" + p.dtype + "|bos=" + g.bos +
-         "|ref=" + (g.reference_full ? "1" : "0") + p.chat_key;
+         "|ref=" + (g.reference_full ? "1" : "0") + p.chat_key + p.turns_key;
 }
 
 /// 64-bit FNV-1a of `text` in hex: a stable short name for a system message in sweep keys.
@@ -173,6 +174,7 @@ int run_items(const PolicyRegistry& registry, const Plan& plan, uint64_t shard, 
       options.pipeline = plan.pipelines[it.pipeline].spec;
       if (it.budget) options.budget = BudgetSpec{parse_budget_unit(g.budget_unit), g.budgets[*it.budget]};
       options.max_new_tokens = g.max_new_tokens;
+      options.follow_up_turns = g.turns;
       options.reference_full = g.reference_full;
       options.capture = parse_capture_level(g.capture);
       if (!g.pin.empty()) options.pinned_heads = run::parse_pinned_heads(g.pin);
@@ -285,6 +287,15 @@ Plan plan_sweep(const PolicyRegistry& registry, const std::string& grid, uint64_
     }
     p.chat_key = chat.chat ? "|chat" + (chat.system ? "|system=" + fnv1a_hex(*chat.system) : std::string())
                            : std::string("|messages");
+  }
+  if (!g.turns.empty()) {
+    if (!p.chat.empty())
+      throw InputError(g.where("turns"),
+                       "'turns' with --chat: later turns are not rendered with the chat template; give the whole "
+                       "conversation with --messages");
+    std::string joined;
+    for (const std::string& t : g.turns) joined += t + '\0';
+    p.turns_key = "|turns=" + std::to_string(g.turns.size()) + ":" + fnv1a_hex(joined);
   }
   // Each pipeline built once, with the first budget if it uses one (every budget is in range).
   for (size_t i = 0; i < p.pipelines.size(); ++i) {

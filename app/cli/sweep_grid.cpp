@@ -36,6 +36,7 @@ namespace {
 constexpr std::string_view kTopKeys[] = {"models",
                                          "prompts",
                                          "pipelines",
+                                         "turns",
                                          "budget",
                                          "max_new_tokens",
                                          "bos",
@@ -344,6 +345,11 @@ Grid parse_grid_text(std::string_view text, const std::filesystem::path& file, c
     g.budget_lines.push_back(line_of(e));
   }
 
+  if (t.get("turns")) {
+    if (!messages_file.empty())
+      throw InputError(g.where("turns"), "'turns' with --messages: give the whole conversation in the messages file");
+    for (const auto& [turn, line] : strings_of(t, "turns", g)) g.turns.push_back(turn);
+  }
   if (const toml::node* n = t.get("max_new_tokens")) {
     const auto v = n->value<int64_t>();
     if (!n->is_integer() || !v || *v < 1)

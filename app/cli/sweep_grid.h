@@ -20,6 +20,9 @@ struct Grid {
   /// and absolute (symbolic links and `..` resolved; the file need not exist yet).
   std::vector<std::string> models, prompts;
   std::vector<std::string> pipelines;  ///< SPECs as written
+  /// Later user turns of every run, in order (as `run --turn`): each is prefilled onto the same
+  /// cache after the previous turn's generation, and the pipeline compresses again. Empty: one turn.
+  std::vector<std::string> turns;
   /// Model and prompt paths as sweep keys before format 2 held them: the grid's folder as given on
   /// the command line (often relative to the working directory) / path, lexically normal.
   std::vector<std::string> legacy_models, legacy_prompts;

@@ -69,6 +69,31 @@ TEST_F(CliSessions, RunWithTurnsRecordsEveryTurn) {
   }
   EXPECT_EQ(turns[0].input_ids, j["input_ids"].get<std::vector<int32_t>>());
   EXPECT_NE(run_cli("inspect " + quote(db_)).out.find("n_turns=3"), std::string::npos);
+
+  // A grid's turns: the same turns on every run, recorded the same way, and part of the sweep key
+  // (the grid without them is another sweep: its runs are not skipped).
+  std::ofstream(dir_ / "turns.toml") << "models = [\"" << test::stories_dir().string()
+                                     << "\"]\nprompts = [\"story.txt\"]\npipelines = [\"snapkv:window=8+adakv\"]\n"
+                                        "turns = [\"Then the cat\", \"The end.\"]\nmax_new_tokens = 4\n"
+                                        "reference = \"off\"\n[budget]\nunit = \"ratio\"\nvalues = [0.5]\n";
+  const std::string grid_db = (dir_ / "grid-turns.db").string();
+  auto g = run_cli("sweep " + quote(dir_ / "turns.toml") + " --db " + quote(grid_db), true);
+  ASSERT_EQ(g.exit_code, 0) << g.out;
+  const auto grid_store = sessions::SessionStore::open(grid_db, sessions::OpenMode::kReadOnly);
+  const std::vector<sessions::Turn> swept = sessions::load_turns(grid_store, 1);
+  ASSERT_EQ(swept.size(), 3u);
+  for (size_t t = 0; t < 3; ++t) EXPECT_EQ(swept[t], turns[t]) << "turn " << t << ": the sweep ran what run ran";
+  std::ofstream(dir_ / "one-turn.toml") << "models = [\"" << test::stories_dir().string()
+                                        << "\"]\nprompts = [\"story.txt\"]\npipelines = [\"snapkv:window=8+adakv\"]\n"
+                                           "max_new_tokens = 4\nreference = \"off\"\n[budget]\nunit = \"ratio\"\n"
+                                           "values = [0.5]\n";
+  g = run_cli("sweep " + quote(dir_ / "one-turn.toml") + " --db " + quote(grid_db), true);
+  EXPECT_NE(g.out.find("1 runs recorded, 0 already done"), std::string::npos) << g.out;
+  std::ofstream(dir_ / "bad-turns.toml") << "models = [\"m\"]\nprompts = [\"story.txt\"]\npipelines = [\"snapkv\"]\n"
+                                            "turns = [\"ok\", 3]\n[budget]\nunit = \"ratio\"\nvalues = [0.5]\n";
+  g = run_cli("sweep " + quote(dir_ / "bad-turns.toml") + " --db " + quote(grid_db), true);
+  EXPECT_EQ(g.exit_code, 2);
+  EXPECT_NE(g.out.find("bad-turns.toml:4: 'turns' has an element that is not a string"), std::string::npos) << g.out;
 }
 
 TEST_F(CliSessions, SweepResumesAndCompareAndExportWork) {
