@@ -312,7 +312,7 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
     if (layer >= 0 && layer < L)
       d->stored_parts[static_cast<std::size_t>(static_cast<std::int64_t>(p) * L + layer)] = 1;
   };
-  bool any_summary = false, any_topk = false, any_needle = false;
+  bool any_summary = false, any_topk = false, any_needle = false, any_turns = false;
   for (const auto& b : d->record.blobs) {
     if (b.name == "kept_positions") {
       if (b.layer < 0 || b.layer >= L || b.head < 0 || b.head >= H) continue;
@@ -339,6 +339,8 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
       any_topk = true;
     } else if (b.name == "needle_tokens") {
       any_needle = true;
+    } else if (b.name.rfind("turns.", 0) == 0) {
+      any_turns = true;
     } else if (b.name.rfind("timeline.", 0) == 0) {
       d->has_timeline = d->has_timeline || b.name == "timeline.info";
     } else {
@@ -373,6 +375,27 @@ std::shared_ptr<RunData> load_run_data(const sessions::SessionStore& store, std:
         if (const std::int64_t lo = std::max<std::int64_t>(v[i], 0), hi = std::min(v[i + 1], T); lo < hi)
           d->needles.emplace_back(lo, hi);
     }
+
+  if (any_turns) {
+    try {
+      d->turns = sessions::load_turns(store, run);
+    } catch (const sessions::SessionError& e) {
+      d->turns_note = e.what();
+    }
+    // Token texts joined: a tokenizer's pieces carry their own spacing, ids are spaced.
+    auto join = [&](const std::vector<std::int32_t>& v) {
+      std::string out;
+      for (std::int32_t id : v) {
+        auto t = token_text ? token_text(id) : std::nullopt;
+        out += t ? std::move(*t) : (out.empty() ? "#" : " #") + std::to_string(id);
+      }
+      return out;
+    };
+    for (const auto& turn : d->turns) {
+      d->turn_input_text.push_back(join(turn.input_ids));
+      d->turn_output_text.push_back(join(turn.output_ids));
+    }
+  }
 
   for (const auto& s : d->record.step_metrics) {
     auto& v = d->steps[s.name];

@@ -28,6 +28,7 @@
 #include "budget_text.h"
 #include "kvscope/core/timeline.h"
 #include "kvscope/sessions/session_store.h"
+#include "kvscope/sessions/turn_blobs.h"
 
 namespace kvscope::figures {
 
@@ -110,6 +111,13 @@ struct RunData {
   std::vector<std::string> output_text;
   bool tokens_from_tokenizer = false;
   std::string tokenizer_note;  ///< why ids are shown (tokenizer not found, ...)
+
+  /// A multi-turn run's turns (blobs "turns.*", sessions::load_turns; turn 0's input is the prompt):
+  /// empty for a single-turn run. Their positions and steps: turn_spans.h.
+  std::vector<sessions::Turn> turns;
+  /// Per turn, its input and output as text (the token texts joined; "#id" without a tokenizer).
+  std::vector<std::string> turn_input_text, turn_output_text;
+  std::string turns_note;  ///< why the turns could not be read (a malformed blob); the run opens anyway
 
   /// What the run stored (from the blob listing; nothing decoded).
   bool has_kept = false, has_summary = false, has_attention = false, has_cos = false, has_channels = false,

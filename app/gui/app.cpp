@@ -460,6 +460,14 @@ bool apply_options(AppState& s, const GuiOptions& o) {
   if (o.pos_hi >= 0) s.sel.pos_lo = o.pos_lo, s.sel.pos_hi = o.pos_hi;
   if (o.tokens_coloring >= 0) s.tokens.opt.coloring = static_cast<TokenColoring>(o.tokens_coloring);
   clamp_selection(s);
+  if (o.turn > 0 && s.a) {
+    if (o.turn <= static_cast<int>(s.a->turns.size()))
+      panels::select_turn(s, *s.a, o.turn - 1);
+    else
+      s.status = "--turn " + std::to_string(o.turn) + ": run #" + std::to_string(s.a->ref.run) +
+                 (s.a->turns.empty() ? std::string(" is a single-turn run")
+                                     : " has " + std::to_string(s.a->turns.size()) + " turns");
+  }
   if (!o.model.empty()) s.run.form.model_path = o.model;
   if (!s.dbs.empty() && s.run.form.db_path.empty()) s.run.form.db_path = s.dbs[0].path;
   return ok;

@@ -24,6 +24,7 @@
 #include "textures.h"
 #include "timeline_figure.h"
 #include "tokenizer_cache.h"
+#include "turn_spans.h"
 #include "view_table.h"
 #include "view_types.h"
 
@@ -149,6 +150,11 @@ struct TimelineState {
   /// The decode step in focus: set by clicking a step of the one-head map, moved by the Selection
   /// view's step control (shared, so both views show the same step); -1 = none yet (the last step).
   std::int64_t step = -1;
+  /// A multi-turn run (RunData::turns): the turn chosen in the turn selector (-1: all turns), and
+  /// the turns' positions and steps (figures::turn_spans), computed once per run and timeline.
+  int turn = -1;
+  std::string turns_key;  ///< run (and whether its timeline was decoded) `turns` and `turn` are of
+  std::vector<figures::TurnSpan> turns;
 };
 struct SelectionState {
   FigureView fig;

@@ -42,7 +42,7 @@ std::string wrapped_view_names(std::size_t indent, std::size_t width) {
 
 std::string gui_usage() {
   return "usage: kvscope [--open DB]... [--run ID[,ID...]] [--view NAME] [--model PATH]\n"
-         "               [--layer L] [--head H] [--token T] [--positions LO:HI] [--tokens-coloring C]\n"
+         "               [--layer L] [--head H] [--token T] [--positions LO:HI] [--tokens-coloring C] [--turn N]\n"
          "               [--screenshot FILE.png [--frames N] [--size WxH]]\n"
          "  --open DB        session database to open (repeat for several)\n"
          "  --run IDS        runs of the first database: A, then compare runs (default: the newest run)\n"
@@ -53,6 +53,7 @@ std::string gui_usage() {
          "  --layer/--head/--token   initial selection\n"
          "  --positions LO:HI   prompt positions the position axes show (zoom)\n"
          "  --tokens-coloring C Tokens view colouring: kept | keep-rate | attention | score\n"
+         "  --turn N         a multi-turn run: show turn N (its positions and step; Timeline view)\n"
          "  --screenshot F   render headless and write the last frame to F (PNG), then exit\n"
          "  --frames N       frames to render before the screenshot (default 5)\n"
          "  --size WxH       window size (default 1600x1000)\n"
@@ -114,6 +115,9 @@ GuiOptions parse_gui_options(const std::vector<std::string>& args) {
       o.head = to_int("--head", value());
     } else if (a == "--token") {
       o.token = to_int("--token", value());
+    } else if (a == "--turn") {
+      o.turn = static_cast<int>(to_int("--turn", value()));
+      if (o.turn < 1) throw std::invalid_argument("--turn: turns count from 1");
     } else if (a == "--tokens-coloring") {
       const std::string v = value();
       if (v == "kept")

@@ -30,6 +30,7 @@ struct GuiOptions {
   std::int64_t layer = -1, head = -1, token = -1;
   std::int64_t pos_lo = 0, pos_hi = -1;  ///< --positions: the zoomed position window (hi < 0: none)
   int tokens_coloring = -1;              ///< --tokens-coloring: TokenColoring index (-1: default)
+  int turn = 0;                          ///< --turn: the turn of a multi-turn run to show (1-based; 0: all)
   std::string start_run;                 ///< JSON file of a RunRequest to start at launch ("" = none)
   std::int64_t screenshot_at_step = -1;  ///< with start_run: shoot once the run reaches this step
   bool help = false;

@@ -45,8 +45,7 @@ std::vector<Turn> load_turns(const SessionStore& store, int64_t run) {
     if (!ids) throw bad(name + "_ids", "missing beside " + name + "_offsets");
     if (!offsets) throw bad(name + "_offsets", "missing beside " + name + "_ids");
     if (ids->dtype != DType::kI32) throw bad(name + "_ids", "dtype " + std::string(to_string(ids->dtype)));
-    if (offsets->dtype != DType::kI64)
-      throw bad(name + "_offsets", "dtype " + std::string(to_string(offsets->dtype)));
+    if (offsets->dtype != DType::kI64) throw bad(name + "_offsets", "dtype " + std::string(to_string(offsets->dtype)));
     const auto v = ids->values<int32_t>();
     const auto o = offsets->values<int64_t>();
     if (o.size() < 2 || o.front() != 0 || o.back() != static_cast<int64_t>(v.size()))
@@ -59,8 +58,8 @@ std::vector<Turn> load_turns(const SessionStore& store, int64_t run) {
   };
   const auto in = rows("turns.input"), gen = rows("turns.output");
   if (in.size() != gen.size())
-    throw bad("turns.output_offsets", std::to_string(gen.size()) + " turns of outputs for " +
-                                          std::to_string(in.size()) + " of inputs");
+    throw bad("turns.output_offsets",
+              std::to_string(gen.size()) + " turns of outputs for " + std::to_string(in.size()) + " of inputs");
   std::vector<Turn> out;
   for (size_t t = 0; t < in.size(); ++t) out.push_back({in[t], gen[t]});
   return out;

@@ -25,6 +25,22 @@ bool selection_steps(AppState& s, Ui& ui, float height);
 /// The export dialog (a popup; opened by s.exporting.open).
 void export_dialog(AppState& s, Ui& ui);
 
+// ---- multi-turn runs (turns.cpp) -----------------------------------------------------------------
+
+/// The turns of run `a` (positions and steps, from its timeline once decoded), cached in
+/// s.timeline (a new run resets the chosen turn to all turns). Empty for a single-turn run.
+const std::vector<figures::TurnSpan>& turn_spans_of(AppState& s, const RunData& a);
+/// Chooses turn `turn` of run `a` (-1: all turns): the linked position window becomes the turn's
+/// block and outputs (all turns: every position), and the shared step (Timeline / Selection) the
+/// step its block entered at (the first turn: its first decode step).
+void select_turn(AppState& s, const RunData& a, int turn);
+/// The turn selector of a multi-turn run ("all turns", "turn 1", ...) and a table of every turn's
+/// positions, steps, input and output text (rows select too). Draws nothing for a single-turn run.
+void turn_selector(AppState& s, const RunData& a);
+/// Marks the turns on the step axes of `fig` (the Timeline figure's map and per-step plots): a line
+/// where each later turn's prefill step begins, and the chosen turn's steps shaded.
+void mark_turn_steps(const AppState& s, const FigureView& fig);
+
 // ---- helpers shared by the panels (common.cpp) ---------------------------------------------------
 
 /// "Open a run in the Sessions view" placeholder; true when there is no run A.

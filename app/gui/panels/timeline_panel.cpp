@@ -2,7 +2,8 @@
 // (kvscope/core/timeline.h): the selected KV head as one map (step down, position across) with its
 // live / selected entries and recall per step, or every layer x KV head as small maps. Hover names
 // the token, position, step and its state; clicking a head in the grid opens it, clicking the
-// one-head map selects the token and the step (the Selection view's step).
+// one-head map selects the token and the step (the Selection view's step). A multi-turn run gets a
+// turn selector (turns.cpp): a turn's positions become the window, its steps are marked on the map.
 #include <algorithm>
 #include <cmath>
 
@@ -85,6 +86,7 @@ void timeline(AppState& s, Ui& ui) {
     side_selector(s, st.opt.side);
     ImGui::TextDisabled("Run #%lld has no timeline: record runs with capture summary or full (the Run view's default).",
                         static_cast<long long>(a.ref.run));
+    turn_selector(s, a);
     return;
   }
   ImGui::Checkbox("every head", &st.opt.grid);
@@ -106,6 +108,7 @@ void timeline(AppState& s, Ui& ui) {
     ImGui::SameLine();
     position_range_control(s.sel, t->n_positions);
   }
+  turn_selector(s, a);  // a multi-turn run: one turn's positions and steps
   const ImVec2 size = figure_size();
   const std::string key = run_key(&a) + "|" +
                           (st.opt.grid ? "grid"
@@ -115,6 +118,7 @@ void timeline(AppState& s, Ui& ui) {
       key, size, [&] { return figures::timeline_figure(a, st.opt, s.sel, static_cast<int>(size.x)); }, ui.fonts,
       ui.textures);
   const bool hovered = ImGui::IsItemHovered();
+  if (!st.opt.grid) mark_turn_steps(s, st.fig);
   if (t && !st.opt.grid) position_zoom(s.sel, t->n_positions, st.fig, st.drag);
   if (!t || !hovered || (st.drag.active && st.drag.moved)) return;
   const auto hit = st.fig.hit(ImGui::GetMousePos());

@@ -147,6 +147,9 @@ void tokens(AppState& s, Ui& ui) {
     ImGui::SameLine();
     ImGui::TextDisabled("  token ids shown (%s)", ellipsize(a.tokenizer_note, 60).c_str());
   }
+  if (a.turns.size() > 1)
+    ImGui::TextDisabled("The prompt is turn 1 of %zu; the Timeline view shows each turn's positions, steps and texts.",
+                        a.turns.size());
 
   // Overview strip: the exported figure, once the parts it colours by are decoded.
   const ImVec2 overview_size{ImGui::GetContentRegionAvail().x, a.needles.empty() ? 150.0f : 240.0f};
