@@ -39,7 +39,7 @@ struct Args {
   std::string model, random_init, tokenizer, device = "cpu", dtype = "fp32", data, task, db, name, shard, devices, csv,
                                              write_samples, emit_slurm;
   std::vector<int64_t> lengths;
-  int64_t n = 10;
+  int64_t n = 10, turns = 0;
   uint64_t seed = 42;
   std::vector<std::string> essays, code;
   std::vector<double> depths;
@@ -67,6 +67,8 @@ struct Config {
 struct Outcome {
   std::string output;
   double score = 0;
+  std::vector<std::string> turn_outputs;  ///< a multi-turn sample: every turn's output, the first included
+  std::vector<double> turn_scores;        ///< and its score (score is their mean)
   int64_t run_id = -1;
   double needle_kept = -1;  ///< mean over heads; -1 without needles
   std::string error;
@@ -102,6 +104,17 @@ Outcome recorded_outcome(const sessions::SessionStore& store, const sessions::Ru
     double m = 0;
     for (float x : v) m += x;
     o.needle_kept = m / double(v.size());
+  }
+  if (const auto b = store.load_blob(o.run_id, "eval_turns", -1, -1)) {
+    const std::vector<uint8_t> bytes = b->values<uint8_t>();
+    const auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_array())
+      for (const auto& t : j)
+        if (t.is_object() && t.value("output", nlohmann::json()).is_string() &&
+            t.value("score", nlohmann::json()).is_number()) {
+          o.turn_outputs.push_back(t["output"].get<std::string>());
+          o.turn_scores.push_back(t["score"].get<double>());
+        }
   }
   o.done = true;
   return o;
@@ -148,6 +161,10 @@ Runner add_eval(CLI::App& app) {
                 "With --task: RULER's --remove_newline_tab: whitespace runs (noise lines' newlines included) become "
                 "one space");
   cmd->add_option("--depth", a->depths, "With --task niah_paul_graham: needle depths in percent");
+  cmd->add_option("--turns", a->turns,
+                  "With a niah --task: later turns per sample, each asking for another key of the same context "
+                  "(multi-turn; niah_multikey_1 places 3 keys it does not ask)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--words", a->words,
                   "With --task: word list of the keys and cwe/fwe words, one a line (default: wamerican's)");
   cmd->add_option("--wordnet", a->wordnet,
@@ -237,6 +254,7 @@ Runner add_eval(CLI::App& app) {
         for (double d : a->depths) cmdline << " --depth " << format_number(d);
         if (!a->haystack.empty()) cmdline << " --haystack " << q(a->haystack);
         if (a->remove_newline_tab) cmdline << " --remove-newline-tab";
+        if (a->turns > 0) cmdline << " --turns " << a->turns;
         if (!a->words.empty()) cmdline << " --words " << abs(a->words);
         if (!a->wordnet.empty()) cmdline << " --wordnet " << abs(a->wordnet);
         if (a->plain) cmdline << " --plain";
@@ -299,8 +317,13 @@ Runner add_eval(CLI::App& app) {
       o.depths = a->depths;
       o.remove_newline_tab = a->remove_newline_tab;
       o.chat = !a->plain && tmpl != nullptr;
+      o.turns = a->turns;
+      // Sizing counts every turn: the prompt, each later turn's tokens and its answer.
       const PromptTokenCounter count = [&](const EvalSample& s) {
-        return static_cast<int64_t>(run::assemble_eval_prompt(model, tmpl.get(), s).ids.size());
+        const run::EvalPrompt p = run::assemble_eval_prompt(model, tmpl.get(), s);
+        auto n = static_cast<int64_t>(p.ids.size());
+        for (const auto& t : p.turn_ids) n += static_cast<int64_t>(t.size()) + s.max_new_tokens;
+        return n;
       };
       for (int64_t len : a->lengths) {
         o.length = len;
@@ -309,7 +332,8 @@ Runner add_eval(CLI::App& app) {
       }
       std::ostringstream os;
       os << "task=" << a->task << "|seed=" << a->seed << "|n=" << a->n << "|chat=" << o.chat
-         << "|haystack=" << a->haystack << (a->remove_newline_tab ? "|remove_newline_tab" : "");
+         << "|haystack=" << a->haystack << (a->remove_newline_tab ? "|remove_newline_tab" : "")
+         << (a->turns > 0 ? "|turns=" + std::to_string(a->turns) : std::string());
       for (const auto& e : a->essays) os << "|essay=" << std::filesystem::weakly_canonical(e).string();
       for (const auto& c : a->code) os << "|code=" << std::filesystem::weakly_canonical(c).string();
       for (double d : a->depths) os << "|depth=" << format_number(d);
@@ -420,6 +444,8 @@ Runner add_eval(CLI::App& app) {
                                    eval_name + " / " + samples[si].id + " / " + c.label(), key, capture);
             o.output = res.output;
             o.score = res.score;
+            o.turn_outputs = res.turn_outputs;
+            o.turn_scores = res.turn_scores;
             o.run_id = res.run_id;
             if (!res.needle_kept.empty()) {
               double m = 0;
@@ -539,6 +565,12 @@ Runner add_eval(CLI::App& app) {
         row["length"] = samples[si].length;
         row["output"] = o.output;
         row["score"] = o.score;
+        if (!o.turn_scores.empty()) {
+          row["turns"] = nlohmann::ordered_json::array();
+          for (size_t t = 0; t < o.turn_scores.size(); ++t)
+            row["turns"].push_back(
+                {{"output", t < o.turn_outputs.size() ? o.turn_outputs[t] : ""}, {"score", o.turn_scores[t]}});
+        }
         if (o.needle_kept >= 0) row["needle_kept"] = o.needle_kept;
         if (o.run_id >= 0) row["run_id"] = o.run_id;
         if (!o.error.empty()) row["error"] = o.error;

@@ -1,6 +1,7 @@
 #include "eval_prompt.h"
 
 #include <algorithm>
+#include <string>
 
 #include "kvscope/core/errors.h"
 #include "kvscope/core/generate.h"
@@ -14,13 +15,52 @@ namespace {
 std::vector<TextSpan> needle_spans(const EvalSample& s) {
   if (!s.needles.empty()) return s.needles;
   std::vector<TextSpan> out;
-  for (const auto& a : s.answers) {
+  std::vector<std::string> answers = s.answers;
+  for (const EvalTurn& t : s.turns) answers.insert(answers.end(), t.answers.begin(), t.answers.end());
+  for (const auto& a : answers) {
     if (a.empty()) continue;
     for (size_t at = s.context.find(a); at != std::string::npos; at = s.context.find(a, at + a.size()))
       out.push_back({static_cast<int64_t>(at), static_cast<int64_t>(at + a.size())});
   }
   std::sort(out.begin(), out.end(), [](const TextSpan& x, const TextSpan& y) { return x.begin < y.begin; });
   return out;
+}
+
+std::string without_leading_space(const std::string& prefix) {
+  return prefix.starts_with(' ') ? prefix.substr(1) : prefix;
+}
+
+/// The text of later turn `t` in a chat conversation whose first user message is `user`.
+std::string chat_turn_text(const Model& model, const ChatTemplate& tmpl, const EvalSample& s, const std::string& user,
+                           size_t t) {
+  // The answers so far are placeholders: what the template writes around them does not depend on them.
+  const std::string answer = "\x01kvscope answer\x01";
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back({{"role", "user"}, {"content", user}});
+  for (size_t i = 0; i < t; ++i) {
+    messages.push_back({{"role", "assistant"}, {"content", answer}});
+    messages.push_back({{"role", "user"}, {"content", s.turns[i].question}});
+  }
+  messages.push_back({{"role", "assistant"}, {"content", answer}});
+  const std::string before = tmpl.render(messages, /*add_generation_prompt=*/false);
+  messages.push_back({{"role", "user"}, {"content", s.turns[t].question}});
+  const std::string after = tmpl.render(messages, /*add_generation_prompt=*/true);
+  const size_t mark = before.rfind(answer);
+  if (mark == std::string::npos || !after.starts_with(before))
+    throw InputError(tmpl.origin(),
+                     "the chat template does not keep earlier messages as they were when a turn is "
+                     "added (sample '" +
+                         s.id + "'), so later turns cannot follow on one cache");
+  std::string text = before.substr(mark + answer.size()) + after.substr(before.size());
+  // The model ends its answer with a stop token; generation feeds that token back first.
+  for (int32_t id : model.stop_token_ids) {
+    const std::string stop = model.tokenizer->token_text(id);
+    if (!stop.empty() && text.starts_with(stop)) {
+      text = text.substr(stop.size());
+      break;
+    }
+  }
+  return text + without_leading_space(s.turns[t].answer_prefix);
 }
 
 }  // namespace
@@ -44,7 +84,7 @@ EvalPrompt assemble_eval_prompt(const Model& model, const ChatTemplate* tmpl, co
     context_at = at + s.instruction.size();
     head = rendered.substr(0, context_at + s.context.size());
     tail = rendered.substr(head.size());
-    tail += s.answer_prefix.starts_with(' ') ? s.answer_prefix.substr(1) : s.answer_prefix;
+    tail += without_leading_space(s.answer_prefix);
   } else {
     context_at = s.instruction.size();
     head = s.instruction + s.context;
@@ -65,6 +105,9 @@ EvalPrompt assemble_eval_prompt(const Model& model, const ChatTemplate* tmpl, co
   out.question_start = static_cast<int64_t>(out.ids.size());
   const auto q = model.tokenizer->encode(tail);
   out.ids.insert(out.ids.end(), q.begin(), q.end());
+  for (size_t t = 0; t < s.turns.size(); ++t)
+    out.turn_ids.push_back(model.tokenizer->encode(s.chat ? chat_turn_text(model, *tmpl, s, user, t)
+                                                          : s.turns[t].question + s.turns[t].answer_prefix));
   for (const TextSpan& span : needle_spans(s)) {
     const auto b = static_cast<int64_t>(encode_head(std::string_view(head).substr(0, context_at + span.begin)).size());
     const auto e = static_cast<int64_t>(encode_head(std::string_view(head).substr(0, context_at + span.end)).size());

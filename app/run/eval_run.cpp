@@ -83,6 +83,10 @@ std::string sample_json(const EvalSample& s, const EvalPrompt& p, QuestionMode m
   if (!s.all_classes.empty()) j["all_classes"] = s.all_classes;
   if (s.first_line) j["first_line"] = true;
   j["max_new_tokens"] = s.max_new_tokens;
+  if (!s.turns.empty()) {
+    j["turns"] = nlohmann::ordered_json::array();
+    for (const EvalTurn& t : s.turns) j["turns"].push_back({{"question", t.question}, {"answers", t.answers}});
+  }
   j["mode"] = question_mode_name(mode);
   j["question_start"] = p.question_start;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -104,12 +108,15 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
   options.max_new_tokens = s.max_new_tokens;
   options.capture = store ? capture : CaptureLevel::kOff;
   GenerateRequest req = make_request(model, item.pipeline, options);
+  req.follow_up_turns = p.turn_ids;
   if (split) req.question_ids.assign(p.ids.begin() + p.question_start, p.ids.end());
   if (split && item.shared) req.shared = item.shared;
   const int64_t needed = positions_needed(req), context = model.config.max_position_embeddings;
   if (needed > context)
-    throw InputError("sample '" + s.id + "': the prompt is " + std::to_string(p.ids.size()) + " tokens and " +
-                     std::to_string(s.max_new_tokens) + " more may be generated: " + std::to_string(needed) +
+    throw InputError("sample '" + s.id + "': the prompt is " + std::to_string(p.ids.size()) + " tokens" +
+                     (p.turn_ids.empty() ? "" : " (" + std::to_string(p.turn_ids.size() + 1) + " turns)") + " and " +
+                     std::to_string(s.max_new_tokens) + " more may be generated" +
+                     (p.turn_ids.empty() ? "" : " per turn") + ": " + std::to_string(needed) +
                      " > the model's context of " + std::to_string(context) + " tokens");
   EvalRunResult out;
   auto finish = [&](const GenerateResult& res) {
@@ -117,6 +124,23 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
     out.output = model.tokenizer ? model.tokenizer->decode(res.output_ids) : std::string();
     out.score = score(s, out.output);
     out.needle_kept = needle_kept_share(res.kept, p.needle_ids);
+    if (s.turns.empty()) return;
+    // Each later turn scored against its own answers; a turn generation never reached scores 0.
+    out.turn_outputs = {out.output};
+    out.turn_scores = {out.score};
+    for (size_t t = 0; t < s.turns.size(); ++t) {
+      const size_t r = t + 1;
+      const std::string text = r < res.turn_output_ids.size() && model.tokenizer
+                                   ? model.tokenizer->decode(res.turn_output_ids[r])
+                                   : std::string();
+      EvalSample turn = s;
+      turn.answers = s.turns[t].answers;
+      out.turn_outputs.push_back(text);
+      out.turn_scores.push_back(r < res.turn_output_ids.size() ? score(turn, text) : 0.0);
+    }
+    double sum = 0;
+    for (double v : out.turn_scores) sum += v;
+    out.score = sum / static_cast<double>(out.turn_scores.size());
   };
   if (!store) {
     finish(generate(engine, req));
@@ -129,6 +153,14 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
     // The sample's record goes in before record_results marks the run complete: a run killed
     // between the two is not taken for a finished one when the evaluation resumes.
     store->set_summary(out.run_id, "eval_score", out.score);
+    if (!out.turn_scores.empty()) {  // every turn's output and score (docs/eval.md)
+      nlohmann::json turns = nlohmann::json::array();
+      for (size_t t = 0; t < out.turn_scores.size(); ++t)
+        turns.push_back({{"output", out.turn_outputs[t]}, {"score", out.turn_scores[t]}});
+      const std::string js = turns.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      store->add_blob(out.run_id, sessions::Blob::of<uint8_t>("eval_turns", -1, -1, {int64_t(js.size())},
+                                                              std::vector<uint8_t>(js.begin(), js.end())));
+    }
     const std::string js = sample_json(s, p, item.mode);
     store->add_blob(out.run_id, sessions::Blob::of<uint8_t>("eval_sample", -1, -1, {int64_t(js.size())},
                                                             std::vector<uint8_t>(js.begin(), js.end())));

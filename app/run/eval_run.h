@@ -32,7 +32,10 @@ std::string_view question_mode_name(QuestionMode mode);
 struct EvalRunResult {
   std::vector<int32_t> output_ids;  ///< greedy tokens, the stop token not included
   std::string output;               ///< their text
-  double score = 0;                 ///< the sample's metric on `output`, in [0, 1]
+  double score = 0;                 ///< the sample's metric on `output`, in [0, 1]; with turns, the mean over them
+  /// A multi-turn sample (EvalSample::turns): every turn's output text and score, the first included.
+  std::vector<std::string> turn_outputs;
+  std::vector<double> turn_scores;
   /// Per (layer, KV head), row-major [n_layer * n_head_kv]: the share of needle tokens
   /// (EvalPrompt::needle_ids) still in the cache after the prefill and compression; empty when
   /// the sample has no needle.
@@ -57,9 +60,11 @@ struct EvalItem {
 
 /// Runs `item` on `engine`: greedy decoding to the sample's max_new_tokens or a stop id of the
 /// model, the pipeline compressing the context (question-agnostic) or the whole prompt
-/// (question-aware). With `store`, the run is recorded as `run` records one (session_record.h, at
-/// `capture`), under `name` and `sweep_key`, plus the summary "eval_score", the blob "eval_sample"
-/// (u8: the sample as JSON with the mode and question_start), "needle_tokens" (i64 [n, 2]: token
+/// (question-aware). A sample's later turns follow on the same cache (EvalPrompt::turn_ids, each
+/// decoded to max_new_tokens too), the pipeline compressing again with each turn's block (an
+/// evicting method keeps what it kept; RocketKV-MT reselects from the whole history). With `store`, the run is recorded
+/// as `run` records one (session_record.h, at `capture`), under `name` and `sweep_key`, plus the summary "eval_score",
+/// the blob "eval_sample" (u8: the sample as JSON with the mode and question_start), "needle_tokens" (i64 [n, 2]: token
 /// ranges) and "needle_kept" (f32 [n_layer, n_head_kv]); for the full cache (no pipeline) of a
 /// sample with a needle also "needle_attention" (f32 [n_layer, n_head_kv], needle_attention_share
 /// of the prompt + output from question_start on: one more forward of prompt + output). The question

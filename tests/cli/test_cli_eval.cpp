@@ -212,6 +212,65 @@ TEST_F(CliEval, SweepsPipelinesByBudgetsRecordsEverySampleAndResumes) {
   EXPECT_EQ(store.list_runs().size(), 4u);
 }
 
+TEST(EvalPrompt, LaterTurnsAreWhatTheTemplateWritesBetweenAnswers) {
+  // ChatML (pycode-recall-17m): after the answer the template writes "<|im_end|>\n", then the next
+  // user message and the generation prompt. The model's own <|im_end|> (a stop id) is fed back
+  // first, so a turn's tokens start at the newline; the answer prefix follows without its space.
+  const Model model = load_model(recall_dir(), {});
+  const ChatTemplate tmpl = ChatTemplate::load(recall_dir());
+  EvalSample s = load_eval_samples(golden_file()).at(0);
+  s.chat = true;
+  s.turns = {{"\nAnd the other one?", " The other one is", {"1"}}, {"\nLast?", "", {"2"}}};
+  const run::EvalPrompt p = run::assemble_eval_prompt(model, &tmpl, s);
+  ASSERT_EQ(p.turn_ids.size(), 2u);
+  EXPECT_EQ(p.turn_ids[0],
+            model.tokenizer->encode("\n<|im_start|>user\n\nAnd the other one?<|im_end|>\n<|im_start|>assistant\nThe "
+                                    "other one is"));
+  EXPECT_EQ(p.turn_ids[1], model.tokenizer->encode("\n<|im_start|>user\n\nLast?<|im_end|>\n<|im_start|>assistant\n"));
+  // The first turn is as without turns; a plain sample's turn is its question and answer prefix.
+  EvalSample one = s;
+  one.turns.clear();
+  EXPECT_EQ(run::assemble_eval_prompt(model, &tmpl, one).ids, p.ids);
+  s.chat = false;
+  EXPECT_EQ(run::assemble_eval_prompt(model, &tmpl, s).turn_ids.at(0),
+            model.tokenizer->encode("\nAnd the other one? The other one is"));
+}
+
+TEST_F(CliEval, LaterTurnsAreScoredEachAndResumed) {
+  // niah_multikey_1 with two later turns: each turn's output scored against its own key's value,
+  // the item's score their mean; a second run finds the items in the database with their turns.
+  const std::string args =
+      "--task niah_multikey_1 --haystack noise --turns 2 --length 1024 --n 2 --seed 5 "
+      "--write-samples " +
+      quote(dir_ / "mt.jsonl") + " --pipeline snapkv --budget 96 --db " + quote(db_);
+  const json first = eval(args);
+  ASSERT_EQ(first["results"].size(), 1u);
+  const std::vector<EvalSample> samples = load_eval_samples(dir_ / "mt.jsonl");
+  ASSERT_EQ(samples.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const json& row = first["results"][0]["samples"][i];
+    ASSERT_EQ(row["turns"].size(), 3u) << row.dump();
+    EXPECT_EQ(row["turns"][0]["output"], row["output"]);
+    double sum = 0;
+    for (size_t t = 0; t < 3; ++t) {
+      const std::vector<std::string>& answers = t == 0 ? samples[i].answers : samples[i].turns[t - 1].answers;
+      const std::string out = row["turns"][t]["output"].get<std::string>();
+      const double want = out.find(answers[0]) != std::string::npos ? 1.0 : 0.0;
+      EXPECT_EQ(row["turns"][t]["score"].get<double>(), want) << "turn " << t << ": " << out;
+      sum += want;
+    }
+    EXPECT_DOUBLE_EQ(row["score"].get<double>(), sum / 3);
+  }
+  json again = eval(args);
+  again.erase("seconds");
+  json first_results = first;
+  first_results.erase("seconds");
+  EXPECT_EQ(again, first_results);
+  EXPECT_NE(run_cli("eval --model " + quote(recall_dir()) + " --task vt --turns 1 --length 1024 --n 1", true)
+                .out.find("later turns ask for other keys"),
+            std::string::npos);
+}
+
 TEST_F(CliEval, ReadsKvpressColumns) {
   const json g = golden_rows()[0];
   // kvpress's columns: the instruction is part of the context, one "answer".

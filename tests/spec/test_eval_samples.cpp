@@ -133,6 +133,22 @@ TEST(EvalSamples, ProjectFormatOptionalFields) {
   EXPECT_TRUE(s[1].chat);
 }
 
+TEST(EvalSamples, LaterTurnsReadAndWriteBack) {
+  const TempDir tmp;
+  const fs::path file = tmp.write(
+      "turns.jsonl", ok_line(R"(, "turns": [{"question": "\nAnd b?", "answer_prefix": " b is", "answers": ["2"]}, )"
+                             R"({"question": "\nAnd c?", "answers": ["3", "4"]}])") +
+                         "\n");
+  const std::vector<EvalSample> s = load_eval_samples(file);
+  ASSERT_EQ(s.size(), 1u);
+  ASSERT_EQ(s[0].turns.size(), 2u);
+  EXPECT_EQ(s[0].turns[0], (EvalTurn{"\nAnd b?", " b is", {"2"}}));
+  EXPECT_EQ(s[0].turns[1], (EvalTurn{"\nAnd c?", "", {"3", "4"}}));
+  // eval_sample_json writes them; reading that back gives the same sample.
+  const fs::path back = tmp.write("back.jsonl", eval_sample_json(s[0]) + "\n");
+  EXPECT_EQ(load_eval_samples(back).at(0).turns, s[0].turns);
+}
+
 TEST(EvalSamples, EveryBadInputIsOneErrorNamingFileAndLine) {
   const TempDir tmp;
   const std::string file = (tmp.path() / "bad.jsonl").string();
@@ -186,6 +202,15 @@ TEST(EvalSamples, EveryBadInputIsOneErrorNamingFileAndLine) {
       {ok_line(R"(, "id": "")"), "'id' is empty"},
       {ok_line(R"(, "id": 7)"), "'id' must be a string, not number"},
       {ok_line(R"(, "id": "sample-1")"), "id 'sample-1' already used on line 1"},
+      {ok_line(R"(, "turns": {"question": "q"})"),
+       "'turns' must be a list of {question, answers, answer_prefix} objects, not object"},
+      {ok_line(R"(, "turns": ["q"])"), "'turns' [0] must be an object with question and answers"},
+      {ok_line(R"(, "turns": [{"question": "q", "answers": ["1"]}, {"answers": ["2"]}])"),
+       "'turns' [1]: missing field 'question'"},
+      {ok_line(R"(, "turns": [{"question": "q"}])"), "'turns' [0]: missing field 'answers'"},
+      {ok_line(R"(, "turns": [{"question": "q", "answers": []}])"), "'turns' [0]: 'answers' is empty"},
+      {ok_line(R"(, "turns": [{"question": "q", "answers": ["1"], "answer_prefix": 2}])"),
+       "'turns' [0]: 'answer_prefix' must be a string, not number"},
   };
   for (const Case& c : cases) {
     const std::string got = load_error(tmp, ok_line() + "\n" + c.text + "\n" + ok_line(R"(, "id": "z")") + "\n");

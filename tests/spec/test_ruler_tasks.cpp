@@ -311,6 +311,55 @@ TEST(RulerTasks, NiahMultikey2HidesTheNeedleAmongDistractorNeedles) {
   }
 }
 
+TEST(RulerTasks, LaterTurnsAskForTheOtherKeysOfTheContext) {
+  // niah_multikey_1 places 4 keys and asks for one: 3 later turns can ask for the others, each in
+  // the one-key template, its answer the needle of its key; the first question is the one a sample
+  // without turns asks.
+  RulerTaskOptions o = options("niah_multikey_1", 4096, 3);
+  o.haystack = "noise";
+  const auto plain = generate_ruler_samples(o, quarter_bytes);
+  o.turns = 3;
+  const auto samples = generate_ruler_samples(o, quarter_bytes);
+  ASSERT_EQ(samples.size(), 3u);
+  const std::regex needle("One of the special magic numbers for ([a-z]+-[a-z]+) is: ([1-9][0-9]{6})\\.");
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const EvalSample& s = samples[i];
+    EXPECT_EQ(s.question, plain[i].question);
+    EXPECT_EQ(s.answers, plain[i].answers);
+    ASSERT_EQ(s.turns.size(), 3u);
+    std::map<std::string, std::string> value_of;  // key -> value of every needle in the context
+    for (auto it = std::sregex_iterator(s.context.begin(), s.context.end(), needle); it != std::sregex_iterator(); ++it)
+      value_of[(*it)[1]] = (*it)[2];
+    ASSERT_EQ(value_of.size(), 4u);
+    std::set<std::string> asked;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(s.question, m, std::regex("number for (\\S+) mentioned")));
+    asked.insert(m[1]);
+    for (const EvalTurn& t : s.turns) {
+      ASSERT_TRUE(std::regex_match(t.question, m,
+                                   std::regex("\nWhat is the special magic number for (\\S+) mentioned in the "
+                                              "provided text\\?")))
+          << t.question;
+      const std::string key = m[1];
+      EXPECT_TRUE(asked.insert(key).second) << key << " asked twice";
+      EXPECT_EQ(t.answer_prefix, " The special magic number for " + key + " mentioned in the provided text is");
+      ASSERT_EQ(t.answers.size(), 1u);
+      EXPECT_EQ(t.answers[0], value_of.at(key));
+    }
+    EXPECT_EQ(s.needles.size(), 4u) << "every asked key's needle";
+  }
+  o.turns = 4;
+  try {
+    generate_ruler_samples(o, quarter_bytes);
+    FAIL() << "4 later turns for 3 keys";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("places 3 keys its question does not ask for"), std::string::npos) << e.what();
+  }
+  RulerTaskOptions vt = options("vt", 4096, 1);
+  vt.turns = 1;
+  EXPECT_THROW(generate_ruler_samples(vt, quarter_bytes), InputError);
+}
+
 TEST(RulerTasks, NiahMultikey3UsesUuidKeysAndValues) {
   const RulerTaskOptions o = options("niah_multikey_3", 4096, 1);
   const EvalSample s = generate_ruler_samples(o, quarter_bytes).at(0);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <system_error>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -21,10 +22,12 @@ using nlohmann::json;
 /// One line's fields, with errors "<file>: line <n>: <problem>".
 class Line {
  public:
-  Line(const json& obj, const std::filesystem::path& file, size_t line) : obj_(obj), file_(file), line_(line) {}
+  /// `where`: what the fields belong to, before each problem (a later turn: "'turns' [0]: ").
+  Line(const json& obj, const std::filesystem::path& file, size_t line, std::string where = "")
+      : obj_(obj), file_(file), line_(line), where_(std::move(where)) {}
 
   [[noreturn]] void fail(const std::string& problem) const {
-    throw InputError(file_, "line " + std::to_string(line_) + ": " + problem);
+    throw InputError(file_, "line " + std::to_string(line_) + ": " + where_ + problem);
   }
   const json* find(const char* key) const {
     auto it = obj_.find(key);
@@ -64,6 +67,7 @@ class Line {
   const json& obj_;
   const std::filesystem::path& file_;
   size_t line_;
+  std::string where_;
 };
 
 EvalSample parse_line(const json& obj, const std::filesystem::path& file, size_t line_no) {
@@ -113,6 +117,26 @@ EvalSample parse_line(const json& obj, const std::filesystem::path& file, size_t
   if (const json* first = line.find("first_line")) {
     if (!first->is_boolean()) line.fail(std::string("'first_line' must be true or false, not ") + first->type_name());
     s.first_line = first->get<bool>();
+  }
+  if (const json* turns = line.find("turns")) {
+    if (!turns->is_array())
+      line.fail(std::string("'turns' must be a list of {question, answers, answer_prefix} objects, not ") +
+                turns->type_name());
+    for (size_t t = 0; t < turns->size(); ++t) {
+      const json& turn = (*turns)[t];
+      const std::string where = "'turns' [" + std::to_string(t) + "]";
+      if (!turn.is_object()) line.fail(where + " must be an object with question and answers");
+      const Line one(turn, file, line_no, where + ": ");
+      EvalTurn e;
+      e.question = one.text("question", true);
+      e.answer_prefix = one.text("answer_prefix", false);
+      const json* a = one.find("answers");
+      if (!a) one.fail("missing field 'answers'");
+      e.answers = one.answers(*a, "answers", false);
+      if (const std::string problem = metric_input_problem(s.metric, e.answers, s.all_classes); !problem.empty())
+        line.fail(where + ": " + problem);
+      s.turns.push_back(std::move(e));
+    }
   }
   s.id = line.text("id", false, (s.task.empty() ? std::string("sample") : s.task) + "-" + std::to_string(line_no));
   if (s.id.empty()) line.fail("'id' is empty");
@@ -199,6 +223,11 @@ std::string eval_sample_json(const EvalSample& s) {
   if (!s.needles.empty()) {
     j["needles"] = nlohmann::ordered_json::array();
     for (const TextSpan& t : s.needles) j["needles"].push_back({t.begin, t.end});
+  }
+  if (!s.turns.empty()) {
+    j["turns"] = nlohmann::ordered_json::array();
+    for (const EvalTurn& t : s.turns)
+      j["turns"].push_back({{"question", t.question}, {"answer_prefix", t.answer_prefix}, {"answers", t.answers}});
   }
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

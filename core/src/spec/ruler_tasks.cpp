@@ -58,6 +58,9 @@ constexpr std::string_view kMetric = "string_match_all";
 // Random streams of a seed (ruler::stream_seed): sample i uses stream i; the few-shot example of vt
 // one of its own.
 constexpr uint64_t kVtExampleStream = 0xffffffffffff0001ULL;
+// Later turns' keys (RulerTaskOptions::turns) come from streams of their own, so the samples of a
+// seed are the same with or without turns.
+constexpr uint64_t kTurnStreams = 0x7475726e00000000ULL;
 
 std::string_view hay_name(Hay h) {
   switch (h) {
@@ -427,6 +430,22 @@ std::vector<EvalSample> generate_niah(const TaskDef& def, const RulerTaskOptions
     v.pop_back();
   }
 
+  // A later turn asks for one key: niah.py's singular form unless the key has several values.
+  std::string turn_question_t = "\nWhat are all the special magic {v} for {query} mentioned in the provided text?";
+  std::string turn_prefix_t = " The special magic {v} for {query} mentioned in the provided text are";
+  std::string turn_v(kind_plural(def.value));
+  if (def.num_v == 1) {
+    for (std::string* t : {&turn_question_t, &turn_prefix_t}) {
+      *t = replace_all(*t, "are all", "is");
+      *t = replace_all(*t, "are", "is");
+    }
+    turn_v.pop_back();
+  }
+  if (opt.turns < 0 || opt.turns > num_k - def.num_q)
+    throw InputError(std::string(def.name) + ": " + std::to_string(opt.turns) +
+                     " later turns asked, but a sample places " + std::to_string(num_k - def.num_q) + " key" +
+                     (num_k - def.num_q == 1 ? "" : "s") + " its question does not ask for (one a turn)");
+
   std::vector<EvalSample> out;
   std::optional<int64_t> hint;
   for (int64_t i = 0; i < opt.n; ++i) {
@@ -462,10 +481,19 @@ std::vector<EvalSample> generate_niah(const TaskDef& def, const RulerTaskOptions
       queries.push_back(keys[static_cast<size_t>(k)]);
       for (const auto& value : values[static_cast<size_t>(k)]) answers.push_back(value);
     }
+    // Later turns: keys not asked yet, in a random order of their own stream.
+    std::vector<int64_t> turn_keys;
+    for (int64_t k = 0; k < num_k; ++k)
+      if (std::find(asked.begin(), asked.end(), k) == asked.end()) turn_keys.push_back(k);
+    Rng turn_rng(ruler::stream_seed(opt.seed, kTurnStreams + static_cast<uint64_t>(i)));
+    turn_rng.shuffle(turn_keys);
+    turn_keys.resize(static_cast<size_t>(opt.turns));
     std::vector<Item> placed;
     for (size_t j : order) {
       Item item = needles[j];
-      item.answer = std::find(asked.begin(), asked.end(), static_cast<int64_t>(needle_key[j])) != asked.end();
+      const auto k = static_cast<int64_t>(needle_key[j]);
+      item.answer = std::find(asked.begin(), asked.end(), k) != asked.end() ||
+                    std::find(turn_keys.begin(), turn_keys.end(), k) != turn_keys.end();
       placed.push_back(std::move(item));
     }
     std::string query = queries.back();
@@ -479,6 +507,12 @@ std::vector<EvalSample> generate_niah(const TaskDef& def, const RulerTaskOptions
     sample.question = fill(question_t, {{"{v}", v}, {"{query}", query}});
     sample.answer_prefix = fill(prefix_t, {{"{v}", v}, {"{query}", query}});
     sample.answers = answers;
+    for (int64_t k : turn_keys) {
+      const std::string& key = keys[static_cast<size_t>(k)];
+      sample.turns.push_back({fill(turn_question_t, {{"{v}", turn_v}, {"{query}", key}}),
+                              fill(turn_prefix_t, {{"{v}", turn_v}, {"{query}", key}}),
+                              values[static_cast<size_t>(k)]});
+    }
 
     auto distractor = [&](Rng& r) {
       std::string key;
@@ -923,6 +957,9 @@ std::vector<EvalSample> generate_ruler_samples(const RulerTaskOptions& task_opti
   options.seed = ruler::stream_seed(task_options.seed, name_hash);
   if (options.n < 0) throw InputError(options.task + ": n must be >= 0, not " + std::to_string(options.n));
   if (!count_tokens) throw InputError(options.task + ": no token counter given");
+  if (options.turns != 0 && def.family != Family::kNiah)
+    throw InputError(options.task + ": later turns ask for other keys of a niah task's context; " + options.task +
+                     " has none (use niah_multikey_1)");
   if (def.family == Family::kPaulGraham) {
     for (double d : options.depths) {
       if (!(d >= 0 && d <= 100)) {

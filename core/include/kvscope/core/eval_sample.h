@@ -20,6 +20,15 @@ struct TextSpan {
 /// One evaluation sample. The prompt is assembled from instruction, context, question and
 /// answer_prefix as `chat` says (docs/eval.md); the model's output is scored against `answers` by
 /// `metric` (eval_score.h).
+/// A later turn of a multi-turn sample: another question about the same context, asked after the
+/// model's answer to the one before (SCBench's shared-context multi-turn setting).
+struct EvalTurn {
+  std::string question;              ///< the user's next message (chat) or the text that follows (plain)
+  std::string answer_prefix;         ///< the start of this turn's answer ("" if none)
+  std::vector<std::string> answers;  ///< reference answers, at least one, none empty
+  bool operator==(const EvalTurn&) const = default;
+};
+
 struct EvalSample {
   std::string id;             ///< unique in its file; default "<task>-<line>" ("sample-<line>" without a task)
   std::string task;           ///< task name, e.g. "niah_single_1" or "qa_2"; "" if the file names none
@@ -41,6 +50,9 @@ struct EvalSample {
   /// Where the needles sit in `context` (byte ranges, sorted): known for generated samples; empty
   /// when a file gives none (the evaluation then finds the answers' occurrences in the context).
   std::vector<TextSpan> needles;
+  /// Later turns, in order (empty: one question). Each is scored with `metric` on its own output;
+  /// the sample's score is the mean over all turns, the first included.
+  std::vector<EvalTurn> turns;
 };
 
 /// Reads every sample of a JSONL file: one JSON object per line, blank lines skipped, fields not

@@ -36,6 +36,10 @@ struct RulerTaskOptions {
   /// WordNet's index.adj and index.noun (Debian's wordnet-base): niah's adjective-noun keys are
   /// drawn from their common adjectives and nouns, as RULER draws them from wonderwords' lists.
   std::filesystem::path wordnet_dir = "/usr/share/wordnet";
+  /// Later turns per sample (multi-turn, SCBench's shared-context setting; niah tasks only): turn
+  /// t asks for another key of the same context that no earlier turn asked, in the templates'
+  /// one-key form. At most the keys the task places but does not ask (niah_multikey_1: 3).
+  int64_t turns = 0;
 };
 
 /// Tokens of the prompt a sample assembles to (the caller applies the chat template and tokenizer).
