@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kvscope/core/errors.h"
+#include "stacked_decode.h"
 
 namespace kvscope {
 Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
@@ -23,7 +24,7 @@ Pipeline::Pipeline(const PolicyRegistry& registry, std::string_view spec) {
     else if (auto* b = dynamic_cast<const BudgetPolicy*>(policy.get()))
       budget_ = b;
     else if (auto* d = dynamic_cast<DecodeAttentionPolicy*>(policy.get()))
-      decode_ = d;
+      decode_ = decode_ ? (stacked_ = std::make_unique<StackedDecode>(*decode_, *d)).get() : d;  // S4 under S5/S7
     else if (auto* e = dynamic_cast<const DecodeEvictionPolicy*>(policy.get()))
       decode_eviction_ = e;
     stages_.push_back(std::move(policy));

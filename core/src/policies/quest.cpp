@@ -228,7 +228,8 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
 // recomputed in the same launch), sparse attention. Only a new page or an eviction needs sync().
 at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) {
   const LayerKv& kv = cache.layer(layer);
-  if (!kernels_fit(cache) || kv.has_ring()) return {};  // rings attend densely: attend_heads
+  // Rings attend densely, and compact keys (a channel stage before) are read recovered: attend_heads.
+  if (!kernels_fit(cache) || kv.has_ring() || kv.has_compact()) return {};
   const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
   if (!pages_.cover_last_page(layer, cache)) pages_.sync(layer, cache);
   const int64_t page = pages_.page(), width = kernel_plan(cache.head_dim()).width;

@@ -35,28 +35,49 @@ std::vector<ResolvedStage> resolve_pipeline(const PolicyCatalog& catalog, std::s
   const std::string where = "pipeline '" + std::string(spec) + "'";
   std::vector<ResolvedStage> out;
   Stage last = Stage::kHeadPattern;
-  int heads = 0, scoring = 0, layer_budget = 0, budget = 0, decode = 0, maintenance = 0;
+  int heads = 0, scoring = 0, layer_budget = 0, budget = 0, decode = 0, maintenance = 0, channel = 0;
   for (const StageSpec& s : expand_pipeline_presets(spec)) {
     const PolicyDescription& p = catalog.at(s.policy);
     ResolvedStage r{&p, resolve_params(p.name, p.params, s.params)};
-    if (p.stage < last) throw InputError(where + ": stage '" + p.name + "' comes after a later stage");
-    last = p.stage;
+    // A channel stage written after the selection it stacks under (a preset first: rocketkv+spark)
+    // takes its place before it, in stage order.
+    const bool channel_after_selection =
+        p.stage == Stage::kChannel && (last == Stage::kDecodeSelection || last == Stage::kMultiTurn);
+    if (p.stage < last && !channel_after_selection)
+      throw InputError(where + ": stage '" + p.name + "' comes after a later stage");
+    if (!channel_after_selection) last = p.stage;
     if (p.stage == Stage::kHeadPattern && heads++) throw InputError(where + ": more than one head-pattern stage");
     if (p.stage == Stage::kScoring && scoring++) throw InputError(where + ": more than one scoring stage");
     if (p.stage == Stage::kLayerBudget && layer_budget++)
       throw InputError(where + ": more than one layer-budget stage");
     if (p.stage == Stage::kBudget && budget++) throw InputError(where + ": more than one budget stage");
     if (p.stage == Stage::kMaintenance && maintenance++) throw InputError(where + ": more than one maintenance stage");
-    if (stage_info(p.stage).decode_time && decode++)
-      throw InputError(where + ": more than one decode-time attention stage");
-    out.push_back(std::move(r));
+    // Channel pruning (S4) stacks under one decode-time selection (S5 / S7): the selection scores and
+    // attends over the recovered keys (docs/methods.md §4.10).
+    if (p.stage == Stage::kChannel && channel++) throw InputError(where + ": more than one channel-pruning stage");
+    if (stage_info(p.stage).decode_time && p.stage != Stage::kChannel && decode++)
+      throw InputError(where + ": more than one decode-time selection stage");
+    if (channel_after_selection)
+      out.insert(std::find_if(out.begin(), out.end(), [](const auto& x) { return x.policy->stage > Stage::kChannel; }),
+                 std::move(r));
+    else
+      out.push_back(std::move(r));
   }
-  if (!heads && !scoring && !decode)
+  if (channel && decode) {
+    const ResolvedStage& c =
+        *std::find_if(out.begin(), out.end(), [](const auto& r) { return r.policy->stage == Stage::kChannel; });
+    const auto sign = c.params.find("sign");
+    if (sign != c.params.end() && sign->second == "positive")
+      throw InputError(where + ": " + c.policy->name +
+                       " with sign=positive recovers the pruned channels as a logit term of each entry, not as a "
+                       "key, so a selection stage after it has no keys to score; use sign=key");
+  }
+  if (!heads && !scoring && !decode && !channel)
     throw InputError(where + " has no head-pattern, scoring or decode-time stage (e.g. snapkv, keydiff, quest)");
   if (heads && scoring) throw InputError(where + ": a head pattern with a scoring stage is not supported yet");
   if (maintenance && !scoring)
     throw InputError(where + ": eviction while decoding ranks entries with a scoring stage; add one (e.g. tova)");
-  if (maintenance && decode)
+  if (maintenance && (decode || channel))
     throw InputError(where +
                      ": eviction while decoding with a decode-time attention stage is not supported (its side "
                      "stores do not follow the evicted rows)");

@@ -81,7 +81,9 @@ class Pipeline {
   /// pipeline cannot compress a shared prefill (SharedPrefill) and must prefill on its own.
   int64_t prefill_queries() const;
 
-  /// The decode-time attention stage (S4/S5), or null. Mutable: it owns per-run side stores.
+  /// The decode-time attention stage (S4/S5/S7), or null; a channel stage with a selection stage
+  /// is both in one (channel pruning first, the selection over the recovered keys). Mutable: it
+  /// owns per-run side stores.
   DecodeAttentionPolicy* decode_attention() const { return decode_; }
 
  private:
@@ -117,6 +119,8 @@ class Pipeline {
   const BudgetPolicy* budget_ = nullptr;
   const DecodeEvictionPolicy* decode_eviction_ = nullptr;
   DecodeAttentionPolicy* decode_ = nullptr;
+  /// A channel stage stacked under a selection stage (stacked_decode.h): decode_ points here.
+  std::unique_ptr<DecodeAttentionPolicy> stacked_;
 };
 
 }  // namespace kvscope

@@ -1,0 +1,99 @@
+// Channel pruning stacked under decode-time selection (core/src/stacked_decode.h, docs/methods.md
+// §4.10): SPARK/ThinK prune the keys, Quest/HSA score and attend over the recovered keys. Checked
+// against the two ends of the composition: no channel pruned is the selection alone, a selection of
+// every entry is the channel stage alone; bytes per step as the two compose.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+#include "kvscope/core/errors.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/pipeline.h"
+#include "kvscope/core/policy_catalog.h"
+#include "pycode_fixture.h"
+
+namespace kvscope {
+namespace {
+
+class StackedDecodeTest : public test::PycodeSuite {
+ protected:
+  GenerateResult run(const std::string& spec, BudgetSpec budget, int64_t n_new = 8) const {
+    const Pipeline p(*registry_, spec);
+    GenerateRequest r;
+    r.prompt_ids = textwrap_ids();
+    r.max_new_tokens = n_new;
+    r.pipeline = &p;
+    r.budget = budget;
+    r.reference_full = true;
+    return generate(Engine(*model_), r);
+  }
+  static double mean(const std::vector<int64_t>& v) {
+    return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  }
+};
+
+void expect_same_steps(const GenerateResult& a, const GenerateResult& b, const std::string& what) {
+  EXPECT_EQ(a.output_ids, b.output_ids) << what;
+  ASSERT_EQ(a.fidelity.kl.size(), b.fidelity.kl.size()) << what;
+  for (size_t i = 0; i < a.fidelity.kl.size(); ++i)
+    EXPECT_NEAR(a.fidelity.kl[i], b.fidelity.kl[i], 1e-5) << what << " step " << i;
+}
+
+TEST_F(StackedDecodeTest, NoChannelPrunedIsTheSelectionAlone) {
+  const BudgetSpec t{BudgetSpec::Unit::kFetched, 48};
+  for (const char* sel : {"quest", "hsa"}) {
+    const GenerateResult alone = run(sel, t);
+    const GenerateResult stacked = run(std::string("spark:ratio=0+") + sel, t);
+    expect_same_steps(stacked, alone, sel);
+    EXPECT_GT(mean(alone.bytes_read), 0) << sel;
+  }
+}
+
+TEST_F(StackedDecodeTest, ASelectionOfEveryEntryIsTheChannelStageAlone) {
+  const BudgetSpec all{BudgetSpec::Unit::kFetched, 100000};
+  for (const char* channel : {"spark:ratio=0.8,value_ratio=0.5", "think"}) {
+    const GenerateResult alone = run(channel, all);
+    const GenerateResult stacked = run(std::string(channel) + "+quest", all);
+    expect_same_steps(stacked, alone, channel);
+    EXPECT_EQ(stacked.cache_bytes_allocated, alone.cache_bytes_allocated) << channel;
+  }
+}
+
+TEST_F(StackedDecodeTest, BytesPerStepAreTheSelectedRowsAsStored) {
+  // At the same t, the pruned keys make every gathered row cheaper: SPARK at 0.5 over Quest reads
+  // less than Quest alone, and the cache holds fewer bytes; with RocketKV (preset, stage 1 SnapKV)
+  // the channel stage goes before HSA wherever it is written.
+  const BudgetSpec t{BudgetSpec::Unit::kFetched, 48};
+  const GenerateResult quest = run("quest", t), stacked = run("spark+quest", t);
+  ASSERT_FALSE(stacked.bytes_read.empty());
+  EXPECT_LT(mean(stacked.bytes_read), mean(quest.bytes_read));
+  EXPECT_GT(mean(stacked.bytes_read), 0.5 * mean(quest.bytes_read)) << "values and side stores are not pruned";
+  EXPECT_LT(stacked.cache_bytes_allocated, quest.cache_bytes_allocated);
+  const Pipeline written_after(*registry_, "rocketkv+spark");
+  const Pipeline in_order(*registry_, "snapkv:window=32,kernel=63,pool=max,gqa=sum+spark+hsa");
+  EXPECT_EQ(written_after.canonical(), Pipeline(*registry_, in_order.canonical()).canonical());
+  const GenerateResult rocket = run("rocketkv", t), rocket_spark = run("rocketkv+spark", t);
+  EXPECT_LT(mean(rocket_spark.bytes_read), mean(rocket.bytes_read));
+}
+
+TEST_F(StackedDecodeTest, CombinationsThatCannotBeDefinedAreRefused) {
+  auto refused = [&](const std::string& spec, const std::string& why) {
+    try {
+      Pipeline p(*registry_, spec);
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << spec << ": " << e.what();
+    }
+  };
+  refused("spark:sign=positive+quest", "sign=positive recovers the pruned channels as a logit term");
+  refused("spark+think+quest", "more than one channel-pruning stage");
+  refused("quest+hsa", "more than one decode-time selection stage");
+  refused("tova+spark+decoding", "eviction while decoding with a decode-time attention stage");
+  EXPECT_NO_THROW(Pipeline(*registry_, "snapkv+think+sparq"));
+  EXPECT_NO_THROW(Pipeline(*registry_, "spark+rocketkv-mt"));
+}
+
+}  // namespace
+}  // namespace kvscope
