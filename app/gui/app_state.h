@@ -190,8 +190,16 @@ struct RunState {
   double prompt_pending_since = 0;  ///< ImGui time it was first seen
   std::int64_t prompt_tokens = -1;  ///< tokens of the prompt text (no BOS); -1: not known
   std::string prompt_tokens_why;    ///< why not known (no model, tokenizer does not load)
+  /// The later turns' token counts (form.turns, in order), computed once per (tokenizer, turns):
+  /// -1 each while not known (turns_tokens_why says why).
+  std::string turns_key;
+  std::vector<std::int64_t> turns_tokens;
+  std::string turns_tokens_why;
   std::int64_t kept_per_head = -1;  ///< entries per KV head after prefill; -1: not known
   std::string budget_problem;       ///< run::check_kept_entries' one line; non-empty disables Run
+  /// Why the form cannot run, as the Run bar says it this frame (the SPEC, the budget, the chat
+  /// prompt or the later turns; the worker aside); "" when it can.
+  std::string run_problem;
   // The chat template of the form's tokenizer (run_panel.cpp), loaded once per location: the
   // "chat template" box is disabled, with the reason, where there is none.
   std::string chat_location;                          ///< where it was looked for; "" = not yet

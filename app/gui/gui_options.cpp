@@ -180,6 +180,10 @@ void read_run_request(const std::string& path, RunRequest& req) {
       std::ifstream f(text(key, v), std::ios::binary);
       if (!f) throw std::invalid_argument(path + ": prompt_file '" + v.get<std::string>() + "' cannot be read");
       req.prompt.assign(std::istreambuf_iterator<char>(f), {});
+    } else if (key == "turns") {  // later user turns, in order (kvscope-cli run --turn)
+      if (!v.is_array()) throw std::invalid_argument(path + ": 'turns' must be a list of strings");
+      req.turns.clear();
+      for (const auto& t : v) req.turns.push_back(text(key, t));
     } else if (key == "chat")
       req.chat = flag(key, v);
     else if (key == "system")

@@ -43,10 +43,11 @@ std::string gui_usage();
 
 struct RunRequest;
 /// Fills `req` from the JSON object in `path`: any of model_path (or random_init: a config.json), tokenizer_path,
-/// prompt (text) or prompt_file, bos, pipeline_spec, budget_unit, budget_value, device, dtype, max_new_tokens,
-/// allow_beyond_context, reference_full, capture, capture_window, db_path, name; others keep their
-/// value. Throws std::invalid_argument naming the file and the key for an unknown key, a value of
-/// the wrong type, or a file that is not a JSON object.
+/// prompt (text) or prompt_file, turns (later user turns: a list of texts), bos, pipeline_spec,
+/// budget_unit, budget_value, device, dtype, max_new_tokens, allow_beyond_context, reference_full,
+/// capture, capture_window, db_path, name; others keep their value. Throws std::invalid_argument
+/// naming the file and the key for an unknown key, a value of the wrong type, or a file that is not
+/// a JSON object.
 void read_run_request(const std::string& path, RunRequest& req);
 
 }  // namespace kvscope::gui

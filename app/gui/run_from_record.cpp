@@ -35,7 +35,7 @@ bool has_reference(const sessions::RunRecord& rec) {
 }  // namespace
 
 RunFill fill_from_run(const sessions::RunRecord& rec, const std::string& db, const RunRequest& base,
-                      const Tokenizer* tokenizer) {
+                      const Tokenizer* tokenizer, const std::vector<sessions::Turn>& turns) {
   RunFill out;
   RunRequest& f = out.form;
   f = base;
@@ -122,8 +122,31 @@ RunFill fill_from_run(const sessions::RunRecord& rec, const std::string& db, con
     f.budget_value = rec.info.budget.value;
   }
 
-  // Generation: the limit is not recorded; the tokens generated are at most it.
-  const auto generated = static_cast<std::int64_t>(rec.outputs.tokens.size());
+  // Later turns (kvscope-cli run --turn): every turn's input is stored as token ids; the form takes
+  // their text, decoded with the model's tokenizer. Turn 0 is the prompt, filled above.
+  f.turns.clear();
+  if (turns.size() > 1) {
+    const std::size_t n_later = turns.size() - 1;
+    if (!tokenizer) {
+      out.notes.push_back(id + "'s " + std::to_string(n_later) + " later turn" + (n_later == 1 ? "" : "s") +
+                          " (stored as token ids) could not be decoded: no tokenizer loads for its model; the form "
+                          "has no later turns");
+    } else {
+      for (std::size_t t = 1; t < turns.size(); ++t) {
+        const auto& turn_ids = turns[t].input_ids;
+        f.turns.push_back(tokenizer->decode(turn_ids));
+        if (tokenizer->encode(f.turns.back()) != turn_ids)
+          out.notes.push_back("turn " + std::to_string(t + 1) + "'s decoded text tokenizes to other ids than the " +
+                              std::to_string(turn_ids.size()) +
+                              " the run stored: a re-run will not be on the same turn");
+      }
+    }
+  }
+
+  // Generation: the limit is not recorded; the tokens generated are at most it (per turn: the most
+  // any turn generated).
+  auto generated = static_cast<std::int64_t>(rec.outputs.tokens.size());
+  for (const auto& t : turns) generated = std::max(generated, static_cast<std::int64_t>(t.output_ids.size()));
   if (generated > 0) {
     f.max_new_tokens = generated;
     if (generated != base.max_new_tokens)
@@ -173,9 +196,27 @@ bool open_in_run(AppState& s, const std::string& db, std::int64_t run, const Pol
       return false;
     }
   }
+  // The turns of a multi-turn run: read with the run's light part when it is open, else from the store.
+  std::vector<sessions::Turn> turns;
+  std::string turns_note;
+  const RunData* open = s.a && s.a->ref == ref ? s.a.get() : nullptr;
+  for (const auto& o : s.others)
+    if (!open && o->ref == ref) open = o.get();
+  if (open) {
+    turns = open->turns;
+    turns_note = open->turns_note;
+  } else if (const int di = db_index(s, db); di >= 0) {
+    try {
+      turns = sessions::load_turns(*s.dbs[static_cast<std::size_t>(di)].store, run);
+    } catch (const std::exception& e) {
+      turns_note = e.what();
+    }
+  }
   std::string why;
   const Tokenizer* tok = rec.info.model.path.empty() ? nullptr : s.tokenizers.get(rec.info.model.path, &why);
-  RunFill fill = fill_from_run(rec, db, s.run.form, tok);
+  RunFill fill = fill_from_run(rec, db, s.run.form, tok, turns);
+  if (!turns_note.empty())
+    fill.notes.push_back("the run's turns could not be read (" + turns_note + "): the form has no later turns");
   RunState& st = s.run;
   st.form = std::move(fill.form);
   st.fill_notes = std::move(fill.notes);

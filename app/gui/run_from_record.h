@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvscope/core/policy_catalog.h"
+#include "kvscope/sessions/turn_blobs.h"
 #include "kvscope/sessions/types.h"
 #include "run_worker.h"
 
@@ -40,11 +41,17 @@ struct RunFill {
 /// would not be on the same ids). Not recorded, so kept from `base` with a note: max new tokens (set
 /// to the tokens the run generated when it generated any: at most the limit it had), sampling, the
 /// capture window, a tokenizer override (cleared), a random-init run's seed.
+/// A multi-turn run's `turns` (sessions::load_turns; turn 0 is the prompt) fill the form's later
+/// turns with each later turn's input decoded by `tokenizer` (a note for one that no longer
+/// tokenizes to the stored ids), and max new tokens with the most any turn generated; without a
+/// tokenizer the turns cannot be decoded: the form's turns are cleared, with a note. A single-turn
+/// run clears the form's turns.
 RunFill fill_from_run(const sessions::RunRecord& rec, const std::string& db, const RunRequest& base,
-                      const Tokenizer* tokenizer = nullptr);
+                      const Tokenizer* tokenizer = nullptr, const std::vector<sessions::Turn>& turns = {});
 
 /// Fills s.run from run `run` of database `db` (its record from the runs loaded in `s`, else from the
-/// open database) with fill_from_run (the model's tokenizer from s.tokenizers): the form, the
+/// open database) with fill_from_run (the model's tokenizer from s.tokenizers; the turns of an open
+/// run from its RunData, else sessions::load_turns): the form, the
 /// pipeline editor from the run's SPEC (one the catalogue cannot read stays as text with its error,
 /// and Run stays disabled until it is fixed), the notes; then switches to the Run view. False, with
 /// s.status saying why, when the run cannot be read. `catalog` may be null (no editor).

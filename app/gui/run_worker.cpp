@@ -37,6 +37,7 @@ struct ModelSlot {
 run::RunOptions run_options(const PolicyRegistry& registry, const RunRequest& req) {
   run::RunOptions o;
   o.prompt_text = req.prompt;
+  o.follow_up_turns = req.turns;  // make_request refuses them with a chat prompt, as kvscope-cli --turn --chat
   o.bos = run::parse_bos_mode(req.bos);
   if (req.chat) {  // as kvscope-cli --chat [--system]: rendered before the model loads
     o.chat =
@@ -115,6 +116,17 @@ RunUpdate run_with(ModelSlot& slot, const PolicyRegistry& registry, const RunReq
           0});
     std::vector<int32_t> shown = g.prompt_ids;
     bool started = false;
+    if (!g.follow_up_turns.empty()) {
+      // Before a later turn's prefill: the stream shows the turn and continues from its tokens.
+      g.on_turn = [&](std::int64_t turn) {
+        if (turn < 1 || turn > static_cast<std::int64_t>(g.follow_up_turns.size())) return;
+        const auto& ids = g.follow_up_turns[static_cast<std::size_t>(turn - 1)];
+        emit({RunUpdate::Kind::kToken,
+              "\n\n[turn " + std::to_string(turn + 1) + "] " + req.turns[static_cast<std::size_t>(turn - 1)] + "\n",
+              req.db_path, run_id, n});
+        shown = ids;
+      };
+    }
     auto on_token = [&](int32_t id) {
       if (!started) {
         started = true;

@@ -30,6 +30,10 @@ struct RunRequest {
   std::string random_init;
   std::string tokenizer_path;  ///< optional override
   std::string prompt;
+  /// Later user turns, in order (multi-turn, as kvscope-cli run --turn): after each turn's
+  /// generation the next turn is prefilled onto the same cache, the pipeline compresses again, and
+  /// the session stores every turn. Not with `chat` (later turns are not rendered with the template).
+  std::vector<std::string> turns;
   /// The prompt as one user message rendered with the model's chat template (and its generation
   /// prompt), as kvscope-cli --chat: no BOS added (the template writes it), `bos` unused.
   bool chat = false;

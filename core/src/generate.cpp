@@ -273,6 +273,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     if (turn > 0) {
       ++step_no;
       if (recorder) recorder->begin_step();
+      if (req.on_turn) req.on_turn(static_cast<int64_t>(turn));
     }
     if (!res.captures.empty() && turn == 0)  // capture sees the layer before compression
       compress = [&, then = compress](const LayerEvent& ev) {

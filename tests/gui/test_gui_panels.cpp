@@ -709,6 +709,11 @@ TEST(GuiOptionsTest, StartRunReadsTheRunViewFieldsFromJson) {
   EXPECT_TRUE(r.chat);
   EXPECT_EQ(r.system, "Be brief.");
   EXPECT_NE(error_of(R"({"chat": "yes"})").find("'chat' must be true or false"), std::string::npos);
+  // Later turns (the Run view's "Later turns", kvscope-cli run --turn): a list of texts, in order.
+  EXPECT_EQ(error_of(R"({"turns": ["and then?", "\ndef main():\n"]})"), "accepted");
+  EXPECT_EQ(r.turns, (std::vector<std::string>{"and then?", "\ndef main():\n"}));
+  EXPECT_NE(error_of(R"({"turns": "and then?"})").find("'turns' must be a list of strings"), std::string::npos);
+  EXPECT_NE(error_of(R"({"turns": ["a", 3]})").find("'turns' must be a string"), std::string::npos);
   remove_tree(dir);
 }
 

@@ -12,6 +12,7 @@
 #include "headless.h"
 #include "kvscope/core/policy.h"
 #include "kvscope/core/tokenizer.h"
+#include "kvscope/sessions/turn_blobs.h"
 #include "run_from_record.h"
 
 namespace kvscope::gui {
@@ -177,6 +178,42 @@ TEST(FillFromRun, AChatPromptGoesBackToTheChatTemplateBox) {
   EXPECT_EQ(f.form.prompt, "def f():");
 }
 
+// A multi-turn run (kvscope-cli run --turn): the form's later turns are the stored later inputs
+// decoded with the model's tokenizer (turn 0 is the prompt), max new tokens the most any turn
+// generated; without a tokenizer they cannot be decoded, said so; a single-turn run clears them.
+TEST(FillFromRun, ALaterTurnsInputsBecomeTheFormsTurns) {
+  if (!std::filesystem::exists(testing::pycode_dir() / "tokenizer.json")) GTEST_SKIP() << "pycode-16m not present";
+  const auto tok = load_tokenizer(testing::pycode_dir());
+  const std::vector<std::string> texts = {"\n    parser.add_argument(\"--verbose\"", "\n\ndef main():\n"};
+  const std::string prompt = "import argparse\n";
+  const sessions::RunRecord r = record(tok->encode(prompt), prompt);  // its first turn generated 7 tokens
+  const std::vector<sessions::Turn> turns = {{tok->encode(prompt), r.outputs.tokens},
+                                             {tok->encode(texts[0]), {5, 6, 7, 8, 9, 10, 11, 12, 13}},
+                                             {tok->encode(texts[1]), {4}}};
+  RunRequest base;
+  base.turns = {"left over"};
+  const RunFill f = fill_from_run(r, "x.db", base, tok.get(), turns);
+  EXPECT_EQ(f.form.turns, texts);
+  EXPECT_EQ(f.form.prompt, prompt);
+  EXPECT_EQ(f.form.max_new_tokens, 9);  // turn 2 generated the most
+  EXPECT_FALSE(has_note(f, "turn")) << f.notes.size();
+  // Ids the decoded text does not give back: filled, and said so.
+  std::vector<sessions::Turn> odd = turns;
+  odd[2].input_ids = {tok->encode("d").at(0), tok->encode("e").at(0), tok->encode("f").at(0)};
+  ASSERT_NE(tok->encode(tok->decode(odd[2].input_ids)), odd[2].input_ids) << "\"def\" is one token";
+  const RunFill f_odd = fill_from_run(r, "x.db", base, tok.get(), odd);
+  EXPECT_EQ(f_odd.form.turns, (std::vector<std::string>{texts[0], tok->decode(odd[2].input_ids)}));
+  EXPECT_TRUE(has_note(f_odd, "turn 3's decoded text tokenizes to other ids"));
+  EXPECT_FALSE(has_note(f_odd, "turn 2's"));
+  // No tokenizer: the ids cannot become text.
+  const RunFill no_tok = fill_from_run(r, "x.db", base, nullptr, turns);
+  EXPECT_TRUE(no_tok.form.turns.empty());
+  EXPECT_TRUE(has_note(no_tok, "2 later turns (stored as token ids) could not be decoded")) << no_tok.notes.size();
+  // A single-turn run: no later turns, whatever the form had.
+  EXPECT_TRUE(fill_from_run(r, "x.db", base, tok.get()).form.turns.empty());
+  EXPECT_TRUE(fill_from_run(r, "x.db", base, tok.get(), {turns[0]}).form.turns.empty());
+}
+
 TEST(AbMismatch, NamesWhatDiffersWithBothSides) {
   sessions::RunRecord a = record({1, 2, 3, 4});
   sessions::RunRecord b = a;
@@ -277,6 +314,60 @@ TEST_F(OpenInRun, FillsTheRunViewAndItsPipelineEditorFromARun) {
       << s_.run.spec_error;
   EXPECT_TRUE(s_.run.pipeline.stages.empty());
   EXPECT_FALSE(open_in_run(s_, db_, 999, catalog_.get()));
+}
+
+// A multi-turn run that is not open: its turns are read from the database (sessions::load_turns) and
+// fill the form as texts; the Run view draws them (each counted with the model's tokenizer); with
+// the chat box on, Run is refused with kvscope-cli's reason; a run whose model has no tokenizer
+// says its turns could not be decoded.
+TEST_F(OpenInRun, AMultiTurnRunFillsTheLaterTurnsAndTheViewDrawsThem) {
+  if (!std::filesystem::exists(testing::pycode_dir() / "tokenizer.json")) GTEST_SKIP() << "pycode-16m not present";
+  const auto tok = load_tokenizer(testing::pycode_dir());
+  const std::vector<std::string> texts = {"\n    parser.add_argument(\"--verbose\"", "\n\ndef main():\n"};
+  std::int64_t id = -1, no_tokenizer = -1;
+  {
+    auto store = sessions::SessionStore::open(db_);
+    sessions::RunInfo info = store.load_run(runs_.snapkv).info;
+    std::vector<sessions::Turn> turns = {{info.prompt.tokens, {7, 8, 9}}};
+    for (const auto& t : texts) turns.push_back({tok->encode(t), {10, 11, 12, 13}});
+    for (std::int64_t* run : {&id, &no_tokenizer}) {
+      if (run == &no_tokenizer) info.model.path = (dir_ / "no-such-model").string();
+      *run = store.begin_run(info);
+      for (const auto& b : sessions::turn_blobs(turns)) store.add_blob(*run, b);
+      store.finish_run(*run, {{7, 8, 9}, "x"});
+    }
+  }
+  refresh_databases(s_);
+  ASSERT_NE(s_.a->ref.run, id);  // not open: the turns come from the database
+  ASSERT_TRUE(open_in_run(s_, db_, id, catalog_.get())) << s_.status;
+  RunState& st = s_.run;
+  EXPECT_EQ(st.form.turns, texts);
+  EXPECT_EQ(st.form.max_new_tokens, 4);
+  st.pipeline = from_spec("", *catalog_);  // the full cache: no budget check in the way
+  draw(View::kRun);
+  ASSERT_EQ(st.turns_tokens.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(st.turns_tokens[i], static_cast<std::int64_t>(tok->encode(texts[i]).size())) << "turn " << i + 2;
+  EXPECT_TRUE(st.run_problem.empty()) << st.run_problem;
+  // An empty turn box, then the chat box on: Run refused, with the reason.
+  st.form.turns.push_back("");
+  draw(View::kRun);
+  EXPECT_EQ(st.run_problem, "turn 4 is empty: type it or remove it");
+  st.form.turns.pop_back();
+  st.form.chat = true;
+  draw(View::kRun);
+  EXPECT_NE(st.run_problem.find("later turns are not rendered with the chat template"), std::string::npos)
+      << st.run_problem;
+  st.form.turns.clear();
+  draw(View::kRun);
+  EXPECT_EQ(st.run_problem.find("later turns"), std::string::npos) << st.run_problem;
+
+  ASSERT_TRUE(open_in_run(s_, db_, no_tokenizer, catalog_.get())) << s_.status;
+  EXPECT_TRUE(st.form.turns.empty());
+  EXPECT_TRUE(std::any_of(st.fill_notes.begin(), st.fill_notes.end(), [](const std::string& n) {
+    return n.find("2 later turns (stored as token ids) could not be decoded") != n.npos;
+  }));
+  draw(View::kRun);
 }
 
 // A new run becomes A (as when a re-run finishes) on another prompt while B stays: the status line,

@@ -1,7 +1,8 @@
 // The Run window's worker on the embedded pycode-16m model (CPU): a run streams tokens and is
 // recorded as a session the views can open (kept sets, head summary, full capture, fidelity);
 // cancelling between decode steps records the run as failed; the worker thread reports through
-// its queue.
+// its queue; later turns (multi-turn, as kvscope-cli run --turn) continue on the same cache exactly
+// as kvscope::generate does, and Open in Run gives them back.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,8 +12,14 @@
 
 #include "app_state.h"
 #include "gui_test_support.h"
+#include "kvscope/core/engine.h"
+#include "kvscope/core/generate.h"
+#include "kvscope/core/model.h"
+#include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy.h"
 #include "kvscope/core/tokenizer.h"
+#include "kvscope/sessions/turn_blobs.h"
+#include "run_from_record.h"
 #include "run_worker.h"
 
 namespace kvscope::gui {
@@ -176,6 +183,117 @@ TEST(RunWorker, AChatPromptIsRenderedWithTheTemplateAndRecorded) {
   EXPECT_NE(refused.text.find((pycode_dir() / "tokenizer_config.json").string() + ": has no chat template"),
             std::string::npos)
       << refused.text;
+  remove_tree(dir);
+}
+
+// The Run view's later turns: the worker passes them as RunOptions::follow_up_turns, so the session
+// holds 3 turns whose later inputs are the turns' tokens (no BOS) and whose outputs are exactly
+// kvscope::generate's for the same request with follow_up_turns; the stream marks where each turn
+// begins; Open in Run of the recorded run fills the form's turns with the original texts.
+TEST(RunWorker, LaterTurnsContinueOnTheSameCacheAsGenerateDoes) {
+  if (!std::filesystem::exists(pycode_dir() / "model.safetensors")) GTEST_SKIP() << "embedded model missing";
+  const auto dir = make_temp_dir("gui_worker_turns");
+  const auto db = dir / "runs.db";
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  std::atomic<bool> cancel{false};
+  RunRequest r = small_request(db);
+  r.prompt = testing::read_text(pycode_dir() / "golden/prompts/argparse_head.py").substr(0, 700);
+  r.reference_full = false;
+  r.capture = "summary";
+  r.max_new_tokens = 5;
+  r.turns = {"\n    parser.add_argument(\"--verbose\"", "\n\ndef main():\n"};
+  std::string stream;
+  const RunUpdate done = execute_run(
+      registry, r,
+      [&](const RunUpdate& u) {
+        if (u.kind == RunUpdate::Kind::kToken) stream += u.text;
+      },
+      cancel);
+  ASSERT_EQ(done.kind, RunUpdate::Kind::kFinished) << done.text;
+
+  // What kvscope::generate gives the same request (as kvscope-cli run --turn builds it).
+  const Model model = load_model(pycode_dir(), LoadOptions{});
+  const Engine engine(model);
+  GenerateRequest g;
+  g.prompt_ids = prompt_ids(model, r.prompt, BosMode::kAlways);
+  for (const auto& t : r.turns) g.follow_up_turns.push_back(model.tokenizer->encode(t));
+  g.max_new_tokens = r.max_new_tokens;
+  g.stop_ids = model.stop_token_ids;
+  const Pipeline p(registry, r.pipeline_spec);
+  g.pipeline = &p;
+  g.budget = {BudgetSpec::Unit::kFraction, 0.5};
+  g.capture = CaptureLevel::kSummary;
+  const GenerateResult expected = generate(engine, g);
+  ASSERT_EQ(expected.turn_output_ids.size(), 3u);
+
+  const auto store = sessions::SessionStore::open(db.string(), sessions::OpenMode::kReadOnly);
+  const std::vector<sessions::Turn> turns = sessions::load_turns(store, done.run_id);
+  ASSERT_EQ(turns.size(), 3u);
+  EXPECT_EQ(turns[0].input_ids, g.prompt_ids);
+  EXPECT_EQ(turns[1].input_ids, model.tokenizer->encode(r.turns[0]));
+  EXPECT_EQ(turns[2].input_ids, model.tokenizer->encode(r.turns[1]));
+  std::int64_t generated = 0;
+  for (std::size_t t = 0; t < 3; ++t) {
+    EXPECT_FALSE(turns[t].output_ids.empty()) << "turn " << t + 1;
+    EXPECT_EQ(turns[t].output_ids, expected.turn_output_ids[t]) << "turn " << t + 1;
+    generated += static_cast<std::int64_t>(turns[t].output_ids.size());
+  }
+  EXPECT_EQ(done.tokens, generated) << "every turn's tokens are streamed";
+  EXPECT_EQ(store.load_run(done.run_id).row.summary.at("n_turns"), 3.0);
+  // The stream: turn 2 and turn 3 each marked, with their text, after turn 1's tokens.
+  const auto t2 = stream.find("[turn 2] " + r.turns[0]), t3 = stream.find("[turn 3] " + r.turns[1]);
+  ASSERT_NE(t2, std::string::npos) << stream;
+  ASSERT_NE(t3, std::string::npos) << stream;
+  EXPECT_GT(t2, 0u);
+  EXPECT_GT(t3, t2);
+
+  // Open in Run: the form gets the turns back as their texts (the run is open as A: its RunData's turns).
+  AppState s;
+  s.headless = true;
+  GuiOptions o;
+  o.open = {db.string()};
+  ASSERT_TRUE(apply_options(s, o)) << s.status;
+  ASSERT_TRUE(s.a);
+  ASSERT_EQ(s.a->ref.run, done.run_id);
+  s.run.form.turns = {"left over"};
+  ASSERT_TRUE(open_in_run(s, db.string(), done.run_id, nullptr)) << s.status;
+  EXPECT_EQ(s.run.form.turns, r.turns);
+  EXPECT_EQ(s.run.form.prompt, r.prompt);
+  EXPECT_EQ(s.run.form.max_new_tokens, r.max_new_tokens);
+  for (const auto& n : s.run.fill_notes) EXPECT_EQ(n.find("turn"), std::string::npos) << n;
+  remove_tree(dir);
+}
+
+// Refused as kvscope-cli refuses them: later turns with a chat prompt (make_request), and a
+// prompt with turns past the model's context, with the numbers; neither is recorded.
+TEST(RunWorker, LaterTurnsAreRefusedWithAChatPromptAndPastTheContext) {
+  if (!std::filesystem::exists(pycode_dir() / "model.safetensors")) GTEST_SKIP() << "embedded model missing";
+  const auto dir = make_temp_dir("gui_worker_turns_refused");
+  PolicyRegistry registry;
+  register_builtin_policies(registry);
+  std::atomic<bool> cancel{false};
+  RunRequest r = small_request(dir / "runs.db");
+  r.model_path = testing::make_chat_model(dir / "model").string();
+  r.prompt = "def fib(n):";
+  r.chat = true;
+  r.turns = {"and in Rust?"};
+  RunUpdate done = execute_run(
+      registry, r, [](const RunUpdate&) {}, cancel);
+  EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
+  EXPECT_NE(done.text.find("later turns (--turn) are not rendered with the chat template"), std::string::npos)
+      << done.text;
+  EXPECT_EQ(done.run_id, -1);
+
+  r = small_request(dir / "runs.db");
+  r.turns = {"\n\ndef main():\n", "\nif __name__ == \"__main__\":\n"};
+  r.max_new_tokens = 1500;  // 3 x 1500 new tokens alone pass pycode-16m's 4096-token context
+  done = execute_run(
+      registry, r, [](const RunUpdate&) {}, cancel);
+  EXPECT_EQ(done.kind, RunUpdate::Kind::kFailed);
+  EXPECT_NE(done.text.find("the prompt and 2 later turns are"), std::string::npos) << done.text;
+  EXPECT_NE(done.text.find("context of 4096 tokens"), std::string::npos) << done.text;
+  EXPECT_EQ(done.run_id, -1);
   remove_tree(dir);
 }
 

@@ -2,6 +2,7 @@
 // budget and unit, device and dtype; Run executes on the worker thread and streams tokens here,
 // Cancel stops it between decode steps; the finished run is recorded as a session and opened.
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string_view>
@@ -64,8 +65,19 @@ void refresh_chat_template(RunState& st) {
   }
 }
 
-/// Why the form's chat prompt cannot run ("" when it can, or chat is off).
+/// Why the form's later turns cannot run ("" when they can): with the chat box on, refused as
+/// kvscope-cli refuses --turn with --chat; an empty turn box (most likely one added and not typed).
+std::string turns_blocker(const RunRequest& f) {
+  if (f.turns.empty()) return "";
+  if (f.chat) return "later turns are not rendered with the chat template: remove them or uncheck \"chat template\"";
+  for (std::size_t i = 0; i < f.turns.size(); ++i)
+    if (f.turns[i].empty()) return "turn " + std::to_string(i + 2) + " is empty: type it or remove it";
+  return "";
+}
+
+/// Why the form's prompt (chat prompt or later turns) cannot run ("" when it can).
 std::string chat_blocker(const RunState& st) {
+  if (std::string why = turns_blocker(st.form); !why.empty()) return why;
   if (!st.form.chat) return "";
   if (!st.chat_template) return "the model's tokenizer has no chat template: uncheck \"chat template\"";
   if (!st.chat_problem.empty()) return "the chat template fails on this prompt: see Prompt below";
@@ -128,6 +140,100 @@ void count_prompt_tokens(AppState& s) {
     st.prompt_tokens = static_cast<std::int64_t>(f.chat ? run::chat_prompt_ids(*tok, st.chat_rendered).size()
                                                         : tok->encode(f.prompt).size());
     st.prompt_tokens_why.clear();
+  }
+}
+
+/// Updates st.turns_tokens for the form's later turns (each encoded as the run encodes it: no BOS),
+/// re-tokenized only when the tokenizer path or a turn changed.
+void count_turn_tokens(AppState& s) {
+  RunState& st = s.run;
+  const RunRequest& f = st.form;
+  const std::string tok_path = !f.tokenizer_path.empty() ? f.tokenizer_path : f.model_path;
+  std::string key = tok_path;
+  for (const auto& t : f.turns)
+    key += '\n' + std::to_string(t.size()) + ':' + std::to_string(std::hash<std::string>{}(t));
+  if (key == st.turns_key) return;
+  st.turns_key = key;
+  st.turns_tokens.assign(f.turns.size(), -1);
+  st.turns_tokens_why.clear();
+  if (f.turns.empty()) return;
+  if (tok_path.empty()) {
+    st.turns_tokens_why = "choose a model to count them";
+    return;
+  }
+  if (const Tokenizer* tok = s.tokenizers.get(tok_path, &st.turns_tokens_why)) {
+    for (std::size_t i = 0; i < f.turns.size(); ++i)
+      st.turns_tokens[i] = static_cast<std::int64_t>(tok->encode(f.turns[i]).size());
+    st.turns_tokens_why.clear();
+  }
+}
+
+/// Later turns (multi-turn, as kvscope-cli run --turn TEXT ...): one text box per turn ("turn 2",
+/// "turn 3", ...) with its token count and a remove button, then "add a turn"; the positions the run
+/// needs; with the chat box on, the refusal (Run is disabled with it).
+void later_turns(AppState& s) {
+  RunState& st = s.run;
+  RunRequest& f = st.form;
+  count_turn_tokens(s);
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("Later turns");
+  help_marker(
+      "A conversation on one cache, as kvscope-cli run --turn TEXT --turn TEXT: after the prompt's generation, "
+      "turn 2 (with the last generated token before it) is prefilled onto the same cache, the pipeline compresses "
+      "again, and generation continues for up to max new tokens; then turn 3, and so on. The session stores every "
+      "turn (the Timeline view shows them).\nNot with the chat template: later turns are not rendered with it.");
+  if (f.turns.empty()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("none: the prompt is the only turn");
+  }
+  std::size_t remove = f.turns.size();
+  for (std::size_t i = 0; i < f.turns.size(); ++i) {
+    ImGui::PushID(static_cast<int>(i));
+    ImGui::AlignTextToFramePadding();
+    ImGui::Text("turn %zu", i + 2);
+    ImGui::SameLine();
+    const std::int64_t n = i < st.turns_tokens.size() ? st.turns_tokens[i] : -1;
+    if (n >= 0)
+      ImGui::TextDisabled("%lld tokens", static_cast<long long>(n));
+    else
+      ImGui::TextDisabled("? tokens");
+    ImGui::SameLine();
+    if (ImGui::SmallButton("remove")) remove = i;
+    // As tall as the turn's text, 2 to 6 lines (it scrolls past that).
+    const auto lines = std::clamp<std::ptrdiff_t>(std::count(f.turns[i].begin(), f.turns[i].end(), '\n') + 1, 2, 6);
+    input_text_multiline(
+        "##turn", f.turns[i],
+        {-1, static_cast<float>(lines) * ImGui::GetTextLineHeight() + 2 * ImGui::GetStyle().FramePadding.y + 2});
+    ImGui::PopID();
+  }
+  if (remove < f.turns.size()) {
+    f.turns.erase(f.turns.begin() + static_cast<std::ptrdiff_t>(remove));
+    st.turns_key.clear();
+  }
+  if (ImGui::Button("add a turn")) f.turns.emplace_back();
+  if (f.turns.empty()) return;
+  ImGui::SameLine();
+  // Positions the run needs, as make_request counts them (generate.h positions_needed): the prompt,
+  // then per later turn the token before it, the turn and max new tokens again. The model's context
+  // is checked when it loads: a run past it fails with the numbers unless "beyond context".
+  std::int64_t needed = st.prompt_tokens < 0 ? -1 : st.prompt_tokens + (form_adds_bos(f) ? 1 : 0) + f.max_new_tokens;
+  for (std::size_t i = 0; i < f.turns.size() && needed >= 0; ++i)
+    needed =
+        i < st.turns_tokens.size() && st.turns_tokens[i] >= 0 ? needed + st.turns_tokens[i] + 1 + f.max_new_tokens : -1;
+  if (needed >= 0)
+    ImGui::TextDisabled("%zu turns: %lld positions with %lld new tokens per turn", f.turns.size() + 1,
+                        static_cast<long long>(needed), static_cast<long long>(f.max_new_tokens));
+  else
+    ImGui::TextDisabled("%zu turns: positions ? (%s)", f.turns.size() + 1,
+                        !st.turns_tokens_why.empty() ? st.turns_tokens_why.c_str() : st.prompt_tokens_why.c_str());
+  item_tooltip(
+      "what the run's cache positions reach: the prompt (with its BOS) and max new tokens, then per later turn the "
+      "last generated token, the turn and max new tokens again; the model's context is checked when it loads (a run "
+      "past it fails, with the numbers, unless \"beyond context\")");
+  if (const std::string why = turns_blocker(f); !why.empty()) {
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored({0.85f, 0.45f, 0.0f, 1}, "%s", why.c_str());
+    ImGui::PopTextWrapPos();
   }
 }
 
@@ -231,6 +337,9 @@ void run_bar(AppState& s, Ui& ui, bool busy) {
   if (!busy) {
     const bool can = ui.worker != nullptr;
     const std::string chat_problem = chat_blocker(st);
+    st.run_problem = !st.spec_error.empty()       ? "fix the pipeline SPEC: see Pipeline below"
+                     : !st.budget_problem.empty() ? "raise the budget: see Budget below"
+                                                  : chat_problem;
     ImGui::BeginDisabled(!can || !st.budget_problem.empty() || !st.spec_error.empty() || !chat_problem.empty());
     if (ImGui::Button("Run", {120, 0})) {
       RunRequest req = f;
@@ -260,17 +369,21 @@ void run_bar(AppState& s, Ui& ui, bool busy) {
         if (!k.given.empty())
           what += " \xc2\xb7 " + (std::isfinite(k.per_head) ? kvscope::run::budget_label(k) : k.given);
       }
-      ImGui::TextDisabled("%s, %lld new tokens \xe2\x86\x92 %s", what.c_str(), static_cast<long long>(f.max_new_tokens),
+      const std::string turns = f.turns.empty() ? "" : std::to_string(f.turns.size() + 1) + " turns, ";
+      ImGui::TextDisabled("%s, %s%lld new tokens%s \xe2\x86\x92 %s", what.c_str(), turns.c_str(),
+                          static_cast<long long>(f.max_new_tokens), f.turns.empty() ? "" : " each",
                           f.db_path.empty() ? "(choose a database below)" : ellipsize(f.db_path, 50).c_str());
     }
   } else {
     if (ImGui::Button("Cancel", {120, 0})) ui.worker->cancel();
     ImGui::SameLine();
-    ImGui::Text("running: %lld / %lld tokens", static_cast<long long>(st.tokens),
-                static_cast<long long>(f.max_new_tokens));
+    // At most max new tokens per turn (a turn that stops on an end token gives fewer).
+    const std::int64_t most = f.max_new_tokens * static_cast<std::int64_t>(f.turns.size() + 1);
+    ImGui::Text("running: %lld / %lld tokens%s", static_cast<long long>(st.tokens), static_cast<long long>(most),
+                f.turns.empty() ? "" : (" (" + std::to_string(f.turns.size() + 1) + " turns)").c_str());
     ImGui::SameLine();
-    ImGui::ProgressBar(
-        f.max_new_tokens > 0 ? static_cast<float>(st.tokens) / static_cast<float>(f.max_new_tokens) : 0.0f, {-1, 0});
+    ImGui::ProgressBar(most > 0 ? std::min(1.0f, static_cast<float>(st.tokens) / static_cast<float>(most)) : 0.0f,
+                       {-1, 0});
   }
   if (!st.filled_from.empty()) {
     ImGui::AlignTextToFramePadding();
@@ -359,6 +472,7 @@ void run(AppState& s, Ui& ui) {
     }
   }
   input_text_multiline("##prompt", f.prompt, {-1, 110});
+  later_turns(s);
   static_assert(sizeof(std::int64_t) == sizeof(ImS64));
   ImGui::SetNextItemWidth(140);
   ImGui::InputScalar("max new tokens", ImGuiDataType_S64, &f.max_new_tokens);
@@ -369,8 +483,8 @@ void run(AppState& s, Ui& ui) {
   ImGui::Checkbox("beyond context", &f.allow_beyond_context);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
-        "Run even when prompt + max new tokens exceed the model's context\n(refused otherwise; recorded in "
-        "the session as beyond_context_tokens)");
+        "Run even when prompt + max new tokens (and later turns, each with max new tokens) exceed the model's "
+        "context\n(refused otherwise; recorded in the session as beyond_context_tokens)");
   if (!f.greedy) {
     ImGui::SetNextItemWidth(90);
     ImGui::InputDouble("temperature", &f.temperature, 0, 0, "%.2f");

@@ -80,6 +80,9 @@ struct GenerateRequest {
   /// the interval grows to 20x the last snapshot's cost (at most ~5% of the run).
   std::function<void(const GenerateProgress&)> on_progress;
   double progress_interval_ms = 500;
+  /// Called before each later turn's prefill with the turn (1 = the first follow_up_turns entry), on
+  /// the generating thread: a streaming front end marks where the turn's tokens start.
+  std::function<void(int64_t turn)> on_turn;
   /// Test probe: called in every decode step for every layer, after its attention, with the step
   /// (1-based, as Timeline counts: a later turn's prefill is a step too). Forces the eager path.
   std::function<void(const LayerEvent& ev, int64_t step)> decode_probe;
