@@ -23,6 +23,7 @@ class StackedDecodeTest : public test::PycodeSuite {
     const Pipeline p(*registry_, spec);
     GenerateRequest r;
     r.prompt_ids = textwrap_ids();
+    r.prompt_ids.resize(320);  // long enough for 20 pages of 16 and a selection of 48 to choose
     r.max_new_tokens = n_new;
     r.pipeline = &p;
     r.budget = budget;
