@@ -123,9 +123,14 @@ TEST(PolicyCatalog, StageRulesAreEnforcedWithClearMessages) {
       std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "snapkv+adakv+pyramid"); }).find("comes after a later stage"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([&] { resolve_pipeline(c, "snapkv+spark+hsa"); }).find("more than one decode-time attention stage"),
-      std::string::npos);
+  // Channel pruning stacks under one selection stage, written in either order (docs/methods.md §4.10).
+  EXPECT_EQ(error_of([&] { resolve_pipeline(c, "snapkv+spark+hsa"); }), "");
+  EXPECT_EQ(canonical_spec(resolve_pipeline(c, "snapkv+hsa+spark")),
+            canonical_spec(resolve_pipeline(c, "snapkv+spark+hsa")));
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "quest+hsa"); }).find("more than one decode-time selection stage"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_pipeline(c, "spark+spark+hsa"); }).find("more than one channel-pruning stage"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "adakv"); }).find("has no head-pattern, scoring or decode-time stage"),
             std::string::npos);
   EXPECT_NE(error_of([&] { resolve_pipeline(c, "heads:pattern=p.json+snapkv"); }).find("not supported"),
