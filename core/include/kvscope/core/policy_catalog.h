@@ -50,7 +50,9 @@ class PolicyCatalog {
 
 /// Validates `spec` (presets expanded) against `catalog` and returns its stages with every
 /// parameter resolved. Rules: known policies and parameters (resolve_params); stages in execution
-/// order; at most one head-pattern, scoring, layer-budget, budget and decode-time stage; a
+/// order (a channel stage written after a selection stage moves before it); at most one
+/// head-pattern, scoring, layer-budget, budget, channel-pruning and decode-time selection stage (a
+/// channel stage with sign=positive refused under a selection); a
 /// head-pattern, scoring or decode-time stage present; no head pattern together with a scoring
 /// stage; a layer budget only with a scoring stage; a maintenance stage (decode-time eviction) only
 /// with a scoring stage and without a decode-time attention stage. A scoring stage without a layer budget gets its
