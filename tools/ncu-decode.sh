@@ -23,7 +23,7 @@ layers=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['num_hi
   --dtype bf16 --context "$ctx" --decode-steps 3 --budgets 1024 --pipelines none >"$OUT/ncu-$cfg.csv" 2>"$OUT/ncu-$cfg.err" ||
   { tail -20 "$OUT/ncu-$cfg.err" >&2; exit 1; }
 python3 - "$OUT/ncu-$cfg.csv" "$layers" "$cfg" <<'PY'
-import csv, io, sys, collections
+import collections, csv, io, re, sys
 text = open(sys.argv[1]).read()
 start = text.find('"ID"')
 rows = list(csv.DictReader(io.StringIO(text[start:])))[1:]  # the second row holds the units
@@ -33,7 +33,8 @@ def num(r, k):
     try: return float(v)
     except ValueError: return 0.0
 def unit_scale(u):
-    return {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(u, 1)
+    return {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "byte": 1,
+            "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9}.get(u, 1)
 units = list(csv.DictReader(io.StringIO(text[start:])))[0]
 ts = unit_scale(units.get("gpu__time_duration.sum", "nsecond"))
 rs = unit_scale(units.get("dram__bytes_read.sum", "byte"))
@@ -41,14 +42,16 @@ ws = unit_scale(units.get("dram__bytes_write.sum", "byte"))
 # Decode launches: a grid of rope/QKV work per layer; the steps are counted from the attention norms' shape.
 agg = collections.OrderedDict()
 for r in rows:
-    name = r["Kernel Name"].split("(")[0].split("<")[0].strip()
+    found = re.search(r"(\w+_kernel)\b", r["Kernel Name"])
+    name = found.group(1) if found else r["Kernel Name"][:28]
     key = (name, r.get("Grid Size", ""), r.get("Block Size", ""))
     a = agg.setdefault(key, [0, 0.0, 0.0])
     a[0] += 1
     a[1] += num(r, "gpu__time_duration.sum") * ts
     a[2] += (num(r, "dram__bytes_read.sum") * rs + num(r, "dram__bytes_write.sum") * ws)
-steps = 3
-print(f"== {cfg}: {len(rows)} launches profiled ({layers} layers, {steps} decode steps assumed)")
+# Decode steps profiled: launches of the kernel run once per layer (the most frequent grid / layers).
+steps = max(1, round(max(a[0] for a in agg.values()) / layers / 2)) if agg else 1
+print(f"== {cfg}: {len(rows)} launches profiled ({layers} layers, about {steps} decode steps)")
 print(f"{'kernel':28s} {'grid':>16s} {'block':>12s} {'per step':>8s} {'mean us':>8s} {'MB':>8s} {'GB/s':>7s} {'us/step':>8s}")
 tot_t = tot_b = 0.0
 for (name, grid, block), (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
