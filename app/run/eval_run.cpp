@@ -92,6 +92,12 @@ std::string sample_json(const EvalSample& s, const EvalPrompt& p, QuestionMode m
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+/// A text (JSON) as a u8 blob of the run.
+sessions::Blob text_blob(const std::string& name, const std::string& text) {
+  return sessions::Blob::of<uint8_t>(name, -1, -1, {static_cast<int64_t>(text.size())},
+                                     std::vector<uint8_t>(text.begin(), text.end()));
+}
+
 }  // namespace
 
 EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry, const EvalItem& item,
@@ -133,10 +139,10 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
       const std::string text = r < res.turn_output_ids.size() && model.tokenizer
                                    ? model.tokenizer->decode(res.turn_output_ids[r])
                                    : std::string();
-      EvalSample turn = s;
-      turn.answers = s.turns[t].answers;
       out.turn_outputs.push_back(text);
-      out.turn_scores.push_back(r < res.turn_output_ids.size() ? score(turn, text) : 0.0);
+      out.turn_scores.push_back(r < res.turn_output_ids.size()
+                                    ? score(s.metric, text, s.turns[t].answers, s.all_classes, s.first_line)
+                                    : 0.0);
     }
     double sum = 0;
     for (double v : out.turn_scores) sum += v;
@@ -157,13 +163,10 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
       nlohmann::json turns = nlohmann::json::array();
       for (size_t t = 0; t < out.turn_scores.size(); ++t)
         turns.push_back({{"output", out.turn_outputs[t]}, {"score", out.turn_scores[t]}});
-      const std::string js = turns.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      store->add_blob(out.run_id, sessions::Blob::of<uint8_t>("eval_turns", -1, -1, {int64_t(js.size())},
-                                                              std::vector<uint8_t>(js.begin(), js.end())));
+      store->add_blob(out.run_id,
+                      text_blob("eval_turns", turns.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
     }
-    const std::string js = sample_json(s, p, item.mode);
-    store->add_blob(out.run_id, sessions::Blob::of<uint8_t>("eval_sample", -1, -1, {int64_t(js.size())},
-                                                            std::vector<uint8_t>(js.begin(), js.end())));
+    store->add_blob(out.run_id, text_blob("eval_sample", sample_json(s, p, item.mode)));
     std::vector<int64_t> spans;
     for (const TextSpan& t : p.needle_ids) spans.insert(spans.end(), {t.begin, t.end});
     store->add_blob(out.run_id,

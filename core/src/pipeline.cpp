@@ -148,20 +148,19 @@ at::Tensor Pipeline::compress_ragged(const LayerEvent& ev, int64_t n_kept, int64
   // Each KV head is ranked on its own entries with its group's queries (a scorer's score of one
   // head does not depend on the others), then the heads' scores share one [Hkv, n_max] table,
   // padded with -inf, for the budget stages; picks in the padding are dropped.
-  at::Tensor scores;
-  if (scorer_) {
-    scores = at::full({Hkv, n_max}, -std::numeric_limits<float>::infinity(), kv.k.options().dtype(at::kFloat));
-    for (int64_t h = 0; h < Hkv; ++h) {
-      const LayerPrefill one{ev.config, ev.layer, ev.q.narrow(1, h * G, G), cache.head_keys(ev.layer, h).unsqueeze(0),
-                             cache.head_values(ev.layer, h).unsqueeze(0)};
-      scores[h].narrow(0, 0, kv.length[h]).copy_(rank(one, n_kept)[0]);
-    }
-  }
   // What the budget and decode stages read of the layer: every head's entries, zero-padded.
   at::Tensor keys = at::zeros({Hkv, n_max, D}, kv.k.options()), values = at::zeros_like(keys);
+  at::Tensor scores;
+  if (scorer_)
+    scores = at::full({Hkv, n_max}, -std::numeric_limits<float>::infinity(), kv.k.options().dtype(at::kFloat));
   for (int64_t h = 0; h < Hkv; ++h) {
-    keys[h].narrow(0, 0, kv.length[h]).copy_(cache.head_keys(ev.layer, h));
-    values[h].narrow(0, 0, kv.length[h]).copy_(cache.head_values(ev.layer, h));
+    const at::Tensor k = keys[h].narrow(0, 0, kv.length[h]), v = values[h].narrow(0, 0, kv.length[h]);
+    k.copy_(cache.head_keys(ev.layer, h));  // read once: a compact head's keys are recovered on read
+    v.copy_(cache.head_values(ev.layer, h));
+    if (scorer_) {
+      const LayerPrefill one{ev.config, ev.layer, ev.q.narrow(1, h * G, G), k.unsqueeze(0), v.unsqueeze(0)};
+      scores[h].narrow(0, 0, kv.length[h]).copy_(rank(one, n_kept)[0]);
+    }
   }
   const LayerPrefill in{ev.config, ev.layer, ev.q, keys, values};
   int64_t total = 0;

@@ -148,21 +148,19 @@ void mark_turn_steps(const AppState& s, const FigureView& fig) {
   const auto& panels = fig.figure().panels;
   for (std::size_t i = 0; i < panels.size() && i < layouts.size(); ++i) {
     // Steps down a map (y) or across a per-step plot (x).
-    const bool map = std::visit(
+    enum class StepAxis { kNone, kMapY, kPlotX };
+    const StepAxis axis = std::visit(
         [](const auto& p) {
           using T = std::decay_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, viz::Heatmap>) return p.y.label == "decode step";
-          return false;
+          if constexpr (std::is_same_v<T, viz::Heatmap>)
+            if (p.y.label == "decode step") return StepAxis::kMapY;
+          if constexpr (std::is_same_v<T, viz::LinePlot>)
+            if (p.x.label == "decode step") return StepAxis::kPlotX;
+          return StepAxis::kNone;
         },
         panels[i]);
-    const bool plot = std::visit(
-        [](const auto& p) {
-          using T = std::decay_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, viz::LinePlot>) return p.x.label == "decode step";
-          return false;
-        },
-        panels[i]);
-    if (!map && !plot) continue;
+    if (axis == StepAxis::kNone) continue;
+    const bool map = axis == StepAxis::kMapY;
     const viz::PanelLayout& L = layouts[i];
     const viz::AxisMap& m = map ? L.y.map : L.x.map;
     const float x0 = o.x + static_cast<float>(L.plot.x), x1 = o.x + static_cast<float>(L.plot.right());
