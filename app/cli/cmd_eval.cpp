@@ -371,8 +371,13 @@ Runner add_eval(CLI::App& app) {
 
     // Runs the items of this shard at offset, offset + stride, ... on `device`; returns failures.
     // seconds: the worker's own model build and the time its items took.
+    // phases: where the items' time went (the "seconds" of eval --json): the shared prefills, then
+    // summed over the items their prefill (or compression of the shared one) and question, decode
+    // steps, the rest of generation (copying the shared cache, capturing the decode graph) and
+    // recording in the store.
     struct WorkerSeconds {
       double load = 0, items = 0;
+      double shared_prefill = 0, prefill = 0, decode = 0, setup = 0, record = 0;
     };
     auto run_items = [&](const std::string& device, uint64_t offset, uint64_t stride, WorkerSeconds& seconds) -> int {
       const auto t_worker = std::chrono::steady_clock::now();
@@ -432,9 +437,12 @@ Runner add_eval(CLI::App& app) {
               if (shared_sample != si) {
                 const run::EvalPrompt& p = prompts[si];
                 shared.reset();  // the previous sample's cache goes before this one is allocated
+                const auto t_shared = std::chrono::steady_clock::now();
                 shared.emplace(prefill_shared(engine,
                                               std::vector<int32_t>(p.ids.begin(), p.ids.begin() + p.question_start),
                                               n_queries, static_cast<int64_t>(p.ids.size()) + reserve));
+                seconds.shared_prefill +=
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t_shared).count();
                 shared_sample = si;
               }
               item.shared = &*shared;
@@ -442,6 +450,10 @@ Runner add_eval(CLI::App& app) {
             const run::EvalRunResult res =
                 run::run_eval_item(engine, registry, item, store ? &*store : nullptr,
                                    eval_name + " / " + samples[si].id + " / " + c.label(), key, capture);
+            seconds.prefill += res.timing.prefill_ms / 1e3;
+            seconds.decode += res.timing.decode_ms / 1e3;
+            seconds.setup += (res.timing.generate_ms - res.timing.prefill_ms - res.timing.decode_ms) / 1e3;
+            seconds.record += res.timing.record_ms / 1e3;
             o.output = res.output;
             o.score = res.score;
             o.turn_outputs = res.turn_outputs;
@@ -488,9 +500,9 @@ Runner add_eval(CLI::App& app) {
     // Seconds as reported: the workers' model builds count as load, and the items take as long as
     // the slowest worker's (as a reference that excludes its model build is timed).
     double worker_load_s = 0, run_s = 0;
+    WorkerSeconds slowest;  // the phases of the worker that took longest
     if (devices.size() <= 1) {
-      WorkerSeconds ws;
-      rc = run_items(first_device, 0, 1, ws);
+      rc = run_items(first_device, 0, 1, slowest);
       run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
     } else {
       std::vector<pid_t> children;
@@ -515,6 +527,7 @@ Runner add_eval(CLI::App& app) {
         WorkerSeconds ws;
         if (::read(timings[d], &ws, sizeof ws) == static_cast<ssize_t>(sizeof ws)) {
           worker_load_s = std::max(worker_load_s, ws.load);
+          if (ws.items >= run_s) slowest = ws;
           run_s = std::max(run_s, ws.items);
         }
         ::close(timings[d]);
@@ -601,7 +614,14 @@ Runner add_eval(CLI::App& app) {
       j["model"] = a->random_init.empty() ? a->model : "random:" + a->random_init;
       j["mode"] = run::question_mode_name(mode);
       // load: model and samples (+ the slowest worker's model build); run: the items
-      j["seconds"] = {{"load", load_s + worker_load_s}, {"run", run_s}};
+      j["seconds"] = {{"load", load_s + worker_load_s},
+                      {"run", run_s},
+                      {"phases",
+                       {{"shared_prefill", slowest.shared_prefill},
+                        {"prefill", slowest.prefill},
+                        {"decode", slowest.decode},
+                        {"setup", slowest.setup},
+                        {"record", slowest.record}}}};
       j["results"] = results;
       std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     } else {

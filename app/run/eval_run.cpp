@@ -1,6 +1,7 @@
 #include "eval_run.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -71,6 +72,10 @@ std::vector<float> needle_attention_share(const Engine& engine, const std::vecto
 }
 
 namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::string sample_json(const EvalSample& s, const EvalPrompt& p, QuestionMode mode) {
   nlohmann::ordered_json j;
@@ -148,13 +153,22 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
     for (double v : out.turn_scores) sum += v;
     out.score = sum / static_cast<double>(out.turn_scores.size());
   };
+  auto run_generate = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    GenerateResult res = generate(engine, req);
+    out.timing.generate_ms = ms_since(t0);
+    out.timing.prefill_ms = res.prefill_ms;
+    out.timing.decode_ms = res.decode_ms;
+    return res;
+  };
   if (!store) {
-    finish(generate(engine, req));
+    finish(run_generate());
     return out;
   }
+  const auto t_record = std::chrono::steady_clock::now();
   out.run_id = store->begin_run(run_info(model, item.pipeline, registry, req, p.text, name, sweep_key));
   try {
-    const GenerateResult res = generate(engine, req);
+    const GenerateResult res = run_generate();
     finish(res);
     // The sample's record goes in before record_results marks the run complete: a run killed
     // between the two is not taken for a finished one when the evaluation resumes.
@@ -187,6 +201,7 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
                                                               out.needle_attention));
     }
     record_results(*store, out.run_id, model, req, res);
+    out.timing.record_ms = ms_since(t_record) - out.timing.generate_ms;
   } catch (const std::exception& e) {
     store->fail_run(out.run_id, error_message(e));
     throw;

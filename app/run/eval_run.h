@@ -44,6 +44,13 @@ struct EvalRunResult {
   /// and output_ids from the question on, [n_layer * n_head_kv] row-major (blob "needle_attention").
   std::vector<float> needle_attention;
   int64_t run_id = -1;  ///< the recorded run (-1 without a store)
+  /// Where the item's time went, in ms of wall time: generate() in all (prefill_ms and decode_ms
+  /// are GenerateResult's: the prefill or the compression of the shared one plus the question, and
+  /// the decode steps; the rest of generate_ms is setting up, e.g. copying the shared cache and
+  /// capturing the decode graph), and recording the run in the store (0 without one).
+  struct Timing {
+    double generate_ms = 0, prefill_ms = 0, decode_ms = 0, record_ms = 0;
+  } timing;
 };
 
 /// One evaluation item.

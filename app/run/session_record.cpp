@@ -110,30 +110,31 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
     steps.push_back({int64_t(i + 1), "selection_recall", res.selection_recall[i]});
   if (!steps.empty()) store.add_step_metrics(run, steps);
 
-  // Kept prompt positions per (layer, KV head), and the per-head capture.
+  // Kept prompt positions per (layer, KV head), the per-head capture and the timeline: hundreds of
+  // blobs, compressed together (SessionStore::add_blobs).
+  std::vector<sessions::Blob> blobs;
   for (size_t l = 0; l < res.kept.size(); ++l)
     for (size_t h = 0; h < res.kept[l].size(); ++h) {
       const auto& k = res.kept[l][h];
-      store.add_blob(run,
-                     sessions::Blob::of<int64_t>("kept_positions", int64_t(l), int64_t(h), {int64_t(k.size())}, k));
+      blobs.push_back(sessions::Blob::of<int64_t>("kept_positions", int64_t(l), int64_t(h), {int64_t(k.size())}, k));
     }
   for (size_t l = 0; l < res.captures.size(); ++l) {
     const LayerCapture& c = res.captures[l];
-    if (c.summary.defined()) store.add_blob(run, f32_blob("head_summary", int64_t(l), c.summary));
-    if (c.attention.defined()) store.add_blob(run, f32_blob("attention", int64_t(l), c.attention));
-    if (c.cos_to_mean.defined()) store.add_blob(run, f32_blob("cos_to_mean", int64_t(l), c.cos_to_mean));
-    if (c.channel_mean.defined()) store.add_blob(run, f32_blob("channel_mean", int64_t(l), c.channel_mean));
-    if (c.channel_cv.defined()) store.add_blob(run, f32_blob("channel_cv", int64_t(l), c.channel_cv));
-    if (c.keys_pca.defined()) store.add_blob(run, f32_blob("keys_pca", int64_t(l), c.keys_pca));
-    if (c.policy_score.defined()) store.add_blob(run, f32_blob("policy_score", int64_t(l), c.policy_score));
+    if (c.summary.defined()) blobs.push_back(f32_blob("head_summary", int64_t(l), c.summary));
+    if (c.attention.defined()) blobs.push_back(f32_blob("attention", int64_t(l), c.attention));
+    if (c.cos_to_mean.defined()) blobs.push_back(f32_blob("cos_to_mean", int64_t(l), c.cos_to_mean));
+    if (c.channel_mean.defined()) blobs.push_back(f32_blob("channel_mean", int64_t(l), c.channel_mean));
+    if (c.channel_cv.defined()) blobs.push_back(f32_blob("channel_cv", int64_t(l), c.channel_cv));
+    if (c.keys_pca.defined()) blobs.push_back(f32_blob("keys_pca", int64_t(l), c.keys_pca));
+    if (c.policy_score.defined()) blobs.push_back(f32_blob("policy_score", int64_t(l), c.policy_score));
   }
   if (res.topk_unique.defined()) {
     at::Tensor t = res.topk_unique.contiguous();
-    store.add_blob(run, sessions::Blob::of<int64_t>(
-                            "topk_unique", -1, -1, t.sizes().vec(),
-                            std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel())));
+    blobs.push_back(
+        sessions::Blob::of<int64_t>("topk_unique", -1, -1, t.sizes().vec(),
+                                    std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel())));
   }
-  for (const sessions::Blob& b : sessions::timeline_blobs(res.timeline)) store.add_blob(run, b);
+  for (sessions::Blob& b : sessions::timeline_blobs(res.timeline)) blobs.push_back(std::move(b));
   std::vector<sessions::Turn> turns;
   for (size_t t = 0; t < res.turn_output_ids.size(); ++t) {
     sessions::Turn& turn = turns.emplace_back();
@@ -145,7 +146,8 @@ void record_results(sessions::SessionStore& store, int64_t run, const Model& mod
     }
     turn.output_ids = res.turn_output_ids[t];
   }
-  for (const sessions::Blob& b : sessions::turn_blobs(turns)) store.add_blob(run, b);
+  for (sessions::Blob& b : sessions::turn_blobs(turns)) blobs.push_back(std::move(b));
+  store.add_blobs(run, blobs);
   if (turns.size() > 1) store.set_summary(run, "n_turns", double(turns.size()));
   auto mean = [](const auto& v) {
     return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());

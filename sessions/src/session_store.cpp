@@ -22,9 +22,14 @@
 #include <cstdio>
 #include <cstring>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <exception>
 #include <map>
+#include <set>
+#include <thread>
+#include <tuple>
 
 #include "codec.h"
 #include "process.h"
@@ -527,43 +532,108 @@ void SessionStore::add_step_metrics(int64_t run, const std::vector<StepMetric>& 
       ctx);
 }
 
-void SessionStore::add_blob(int64_t run, const Blob& blob) {
-  Impl& m = *impl_;
-  const std::string ctx = run_ctx("add_blob", run) + " '" + blob.name + "' layer " + std::to_string(blob.layer) +
-                          " head " + std::to_string(blob.head);
-  if (m.read_only) throw SessionError(m.path, ctx + ": opened read-only");
-  if (blob.name.empty()) throw SessionError(m.path, ctx + ": empty blob name");
-  if (blob.layer < -1 || blob.head < -1) throw SessionError(m.path, ctx + ": layer and head must be >= -1");
+namespace {
+
+/// What add_blob refuses: returns the blob's error context; throws SessionError.
+std::string check_blob(const std::string& path, const std::string& run_ctx, bool read_only, const Blob& blob) {
+  const std::string ctx =
+      run_ctx + " '" + blob.name + "' layer " + std::to_string(blob.layer) + " head " + std::to_string(blob.head);
+  if (read_only) throw SessionError(path, ctx + ": opened read-only");
+  if (blob.name.empty()) throw SessionError(path, ctx + ": empty blob name");
+  if (blob.layer < -1 || blob.head < -1) throw SessionError(path, ctx + ": layer and head must be >= -1");
   for (int64_t d : blob.shape)
-    if (d < 0) throw SessionError(m.path, ctx + ": negative dimension in shape " + detail::format_shape(blob.shape));
+    if (d < 0) throw SessionError(path, ctx + ": negative dimension in shape " + detail::format_shape(blob.shape));
   const size_t expected = static_cast<size_t>(blob.numel()) * dtype_size(blob.dtype);
   if (blob.data.size() != expected)
-    throw SessionError(m.path, ctx + ": " + std::to_string(blob.data.size()) + " bytes do not fit shape " +
-                                   detail::format_shape(blob.shape) + " of " + std::string(to_string(blob.dtype)) +
-                                   " (" + std::to_string(expected) + " bytes)");
-  // Compress outside the write lock: transactions stay short.
-  const std::vector<uint8_t> frame = detail::zstd_compress(blob.data.data(), blob.data.size());
-  const uint32_t checksum = detail::crc32(frame);
+    throw SessionError(path, ctx + ": " + std::to_string(blob.data.size()) + " bytes do not fit shape " +
+                                 detail::format_shape(blob.shape) + " of " + std::string(to_string(blob.dtype)) + " (" +
+                                 std::to_string(expected) + " bytes)");
+  return ctx;
+}
+
+/// A blob as stored: its zstd frame and the frame's CRC-32.
+struct Frame {
+  std::vector<uint8_t> bytes;
+  uint32_t checksum = 0;
+};
+
+Frame frame_of(const Blob& blob) {
+  Frame f{detail::zstd_compress(blob.data.data(), blob.data.size()), 0};
+  f.checksum = detail::crc32(f.bytes);
+  return f;
+}
+
+void insert_blob(Db& db, int64_t run, const Blob& blob, const Frame& f) {
+  db.cached(
+        "INSERT INTO blobs (run_id, name, layer, head, dtype, shape, codec, data, raw_size, checksum) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'zstd', ?7, ?8, ?9)")
+      .bind(1, run)
+      .bind(2, blob.name)
+      .bind(3, blob.layer)
+      .bind(4, blob.head)
+      .bind(5, to_string(blob.dtype))
+      .bind(6, detail::format_shape(blob.shape))
+      .bind_blob(7, f.bytes.data(), f.bytes.size())
+      .bind(8, static_cast<int64_t>(blob.data.size()))
+      .bind(9, static_cast<int64_t>(f.checksum))
+      .run();
+}
+
+}  // namespace
+
+void SessionStore::add_blob(int64_t run, const Blob& blob) {
+  Impl& m = *impl_;
+  const std::string ctx = check_blob(m.path, run_ctx("add_blob", run), m.read_only, blob);
+  const Frame f = frame_of(blob);  // compressed outside the write lock: transactions stay short
   m.db->write_tx(
       [&] {
-        Db& db = *m.db;
-        require_running(db, run);
-        db.cached(
-              "INSERT INTO blobs (run_id, name, layer, head, dtype, shape, codec, data, raw_size, checksum) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'zstd', ?7, ?8, ?9)")
-            .bind(1, run)
-            .bind(2, blob.name)
-            .bind(3, blob.layer)
-            .bind(4, blob.head)
-            .bind(5, to_string(blob.dtype))
-            .bind(6, detail::format_shape(blob.shape))
-            .bind_blob(7, frame.data(), frame.size())
-            .bind(8, static_cast<int64_t>(expected))
-            .bind(9, static_cast<int64_t>(checksum))
-            .run();
+        require_running(*m.db, run);
+        insert_blob(*m.db, run, blob, f);
         m.heartbeat(run);
       },
       ctx);
+}
+
+void SessionStore::add_blobs(int64_t run, std::span<const Blob> blobs, unsigned threads) {
+  Impl& m = *impl_;
+  const std::string ctx = run_ctx("add_blobs", run);
+  std::set<std::tuple<std::string_view, int64_t, int64_t>> keys;
+  for (const Blob& b : blobs) {
+    const std::string blob_ctx = check_blob(m.path, ctx, m.read_only, b);
+    if (!keys.emplace(b.name, b.layer, b.head).second) throw SessionError(m.path, blob_ctx + ": given twice");
+  }
+  if (blobs.empty()) return;
+  // Compression dominates (tens of MB of kept positions per run): spread it over threads, each
+  // taking every n-th blob, outside the write lock.
+  std::vector<Frame> frames(blobs.size());
+  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  const size_t n = std::min<size_t>(threads, blobs.size());
+  std::vector<std::exception_ptr> errors(n);
+  {
+    std::vector<std::jthread> pool;
+    for (size_t t = 1; t < n; ++t)
+      pool.emplace_back([&, t] {
+        try {
+          for (size_t i = t; i < blobs.size(); i += n) frames[i] = frame_of(blobs[i]);
+        } catch (...) {
+          errors[t] = std::current_exception();
+        }
+      });
+    try {
+      for (size_t i = 0; i < blobs.size(); i += n) frames[i] = frame_of(blobs[i]);
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  m.db->write_tx(
+      [&] {
+        require_running(*m.db, run);
+        for (size_t i = 0; i < blobs.size(); ++i) insert_blob(*m.db, run, blobs[i], frames[i]);
+        m.heartbeat(run);
+      },
+      ctx + " (" + std::to_string(blobs.size()) + " blobs)");
 }
 
 void SessionStore::set_summary(int64_t run, const std::string& name, double value) {

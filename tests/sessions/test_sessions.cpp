@@ -635,6 +635,50 @@ TEST(Sessions, RejectsBadInputWithClearErrors) {
   EXPECT_NE(err.find("missing/sub/x.db: cannot open"), std::string::npos) << err;
 }
 
+TEST(Sessions, AddBlobsStoresABatchOnThreadsAllOrNone) {
+  TempDir dir;
+  const std::string path = dir.file("batch.db");
+  SessionStore s = SessionStore::open(path);
+  const int64_t id = s.begin_run(sample_info("x"));
+  // A run's per-head records: blobs of different sizes and dtypes, more than the threads.
+  std::vector<Blob> blobs;
+  for (int64_t l = 0; l < 5; ++l)
+    for (int64_t h = 0; h < 3; ++h) {
+      std::vector<int64_t> kept;
+      for (int64_t p = 0; p < 100 * (l + 1) + h; p += 1 + (p % 3)) kept.push_back(p);
+      blobs.push_back(Blob::of<int64_t>("kept_positions", l, h, {int64_t(kept.size())}, kept));
+    }
+  blobs.push_back(Blob::of<float>("head_summary", 2, -1, {2, 2}, {0.5f, -1.f, 3.f, 7.f}));
+  blobs.push_back(Blob::of<int32_t>("empty", -1, -1, {0}, {}));
+  s.add_blobs(id, blobs, 4);
+  for (const Blob& b : blobs) {
+    const std::optional<Blob> got = s.load_blob(id, b.name, b.layer, b.head);
+    ASSERT_TRUE(got) << b.name << " " << b.layer << " " << b.head;
+    EXPECT_EQ(got->dtype, b.dtype);
+    EXPECT_EQ(got->shape, b.shape);
+    EXPECT_EQ(got->data, b.data) << b.name << " " << b.layer << " " << b.head;
+  }
+  EXPECT_EQ(s.load_blobs(id, "kept_positions").size(), 15u);
+
+  // A bad blob anywhere in the batch: an error naming it, and none of the batch stored.
+  std::vector<Blob> bad = {Blob::of<float>("a", 0, 0, {1}, {1.f}), Blob::of<float>("w", 1, 2, {3}, {1.f, 2.f}),
+                           Blob::of<float>("c", 0, 0, {1}, {1.f})};
+  std::string err = error_of([&] { s.add_blobs(id, bad); });
+  EXPECT_NE(err.find(path), std::string::npos) << err;
+  EXPECT_NE(err.find("'w' layer 1 head 2: 8 bytes do not fit shape [3]"), std::string::npos) << err;
+  err = error_of([&] { s.add_blobs(id, std::vector<Blob>{bad[0], bad[2], bad[0]}); });
+  EXPECT_NE(err.find("'a' layer 0 head 0: given twice"), std::string::npos) << err;
+  // One already stored: the database refuses it and the batch rolls back as a whole.
+  err = error_of([&] { s.add_blobs(id, std::vector<Blob>{bad[0], blobs[3]}); });
+  EXPECT_NE(err.find("UNIQUE"), std::string::npos) << err;
+  EXPECT_FALSE(s.load_blob(id, "a", 0, 0));
+  EXPECT_FALSE(s.load_blob(id, "c", 0, 0));
+  s.add_blobs(id, {});  // nothing to store: no error
+  s.finish_run(id, RunOutputs{{1}, "x"});
+  err = error_of([&] { s.add_blobs(id, std::vector<Blob>{bad[0]}); });
+  EXPECT_NE(err.find("immutable"), std::string::npos) << err;
+}
+
 // ---- immutability ---------------------------------------------------------------------------------
 
 TEST(Sessions, FinishedRunsAreImmutable) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,11 @@ class SessionStore {
   /// Stores a captured blob, zstd-compressed. Throws unless data.size() == numel * dtype_size
   /// and (name, layer, head) is new for the run.
   void add_blob(int64_t run, const Blob& blob);
+  /// Stores many blobs at once, all or none: each checked as add_blob checks it (and no two with
+  /// the same (name, layer, head)), compressed on up to `threads` threads (0: the hardware's
+  /// count, at most 8), then written in one transaction. What a run's per-head records use (a
+  /// blob per layer and head: hundreds per run).
+  void add_blobs(int64_t run, std::span<const Blob> blobs, unsigned threads = 0);
   /// Sets (or overwrites, while running) one summary metric.
   void set_summary(int64_t run, const std::string& name, double value);
   /// Marks the run complete with its outputs; from then on its rows are immutable.
