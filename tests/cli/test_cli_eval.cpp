@@ -189,6 +189,17 @@ TEST_F(CliEval, SweepsPipelinesByBudgetsRecordsEverySampleAndResumes) {
     EXPECT_NE(r["budget"], nullptr);
   }
   EXPECT_EQ(runs.size(), 4u);
+  // Where the items' time went: each phase measured, together within the items' wall time.
+  const json& phases = first["seconds"]["phases"];
+  double phase_sum = 0;
+  for (const char* p : {"shared_prefill", "prefill", "decode", "setup", "record"}) {
+    ASSERT_TRUE(phases.contains(p)) << phases.dump();
+    EXPECT_GE(phases[p].get<double>(), 0.0) << p;
+    phase_sum += phases[p].get<double>();
+  }
+  EXPECT_GT(phases["decode"].get<double>(), 0.0);
+  EXPECT_GT(phases["record"].get<double>(), 0.0);  // with --db
+  EXPECT_LE(phase_sum, first["seconds"]["run"].get<double>() * 1.001 + 1e-3) << phases.dump();
   {
     const auto store = sessions::SessionStore::open(db_.string(), sessions::OpenMode::kReadOnly);
     const auto rows = store.list_runs();
