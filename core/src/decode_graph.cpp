@@ -5,6 +5,7 @@
 #include "kvscope/core/decode_graph.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,8 +18,11 @@
 
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace kvscope {
@@ -61,6 +65,19 @@ struct DecodeGraph::Impl {
   DeviceDecodeState state;
   at::Tensor logits;  // fp32 [vocab], the graph's output
   at::cuda::CUDAGraph graph;
+  // The after_attention hook's work runs on a side stream, forked from the step after each layer's
+  // attention and joined at the step's end: off the critical path of the layers that follow.
+  std::optional<c10::cuda::CUDAStream> side;
+  std::vector<cudaEvent_t> events;  // one fork per layer, then the join; created before capture
+  size_t next_event = 0;
+
+  ~Impl() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+  cudaEvent_t event() {
+    if (next_event >= events.size()) throw std::runtime_error("DecodeGraph: more hook calls than layers");
+    return events[next_event++];
+  }
 
   Impl(const Engine& e, KvCache& c, DecodeAttentionPolicy* p, std::vector<bool> d)
       : engine(e), cache(c), policy(p), drops(std::move(d)) {}
@@ -120,9 +137,35 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPo
     (void)engine.decode_step_device(cache, s.state, s.policy);
     s.load_state();
     stream.synchronize();
-    s.state.after_attention = std::move(after_attention);  // not in the warm-up: it would record a step
+    if (after_attention) {  // not in the warm-up: it would record a step
+      // Forked per layer (its queries, offsets and lengths are ready once the attention ran), joined
+      // at the end: a layer's eviction (Pipeline::evict_decode_device) only has to be done before
+      // that layer's next step, so its ~20 small launches overlap the later layers' projections.
+      s.side = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, m.device.index());
+      s.events.assign(static_cast<size_t>(cache.n_layer()) + 1, nullptr);
+      for (cudaEvent_t& e : s.events)
+        if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
+          throw std::runtime_error("DecodeGraph: cannot create a CUDA event");
+      s.state.after_attention = [&s, hook = std::move(after_attention)](int64_t layer, const at::Tensor& q,
+                                                                        const at::Tensor& offset,
+                                                                        const at::Tensor& length) {
+        const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+        const cudaEvent_t fork = s.event();
+        C10_CUDA_CHECK(cudaEventRecord(fork, main.stream()));
+        C10_CUDA_CHECK(cudaStreamWaitEvent(s.side->stream(), fork, 0));
+        const c10::cuda::CUDAStreamGuard on_side(*s.side);
+        hook(layer, q, offset, length);
+        // q is the step's own tensor: its memory is not reused while the side stream reads it.
+        c10::cuda::CUDACachingAllocator::recordStream(q.storage().data_ptr(), *s.side);
+      };
+    }
     s.graph.capture_begin();
     s.logits = engine.decode_step_device(cache, s.state, s.policy);
+    if (s.side) {  // join: the step ends when every layer's hook work has
+      const cudaEvent_t join = s.event();
+      C10_CUDA_CHECK(cudaEventRecord(join, s.side->stream()));
+      C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), join, 0));
+    }
     s.graph.capture_end();
     s.load_state();  // capture records without running, but keep it obviously clean
     stream.synchronize();

@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include "ops/cuda_ops.h"
+
 namespace kvscope {
 
 bool LayerKv::has_ring() const {
@@ -359,16 +361,24 @@ static void require_uniform(const LayerKv& L) {
   if (!L.uniform()) throw std::logic_error("KvCache: dense view of a ragged layer (use the per-head accessors)");
 }
 
-void KvCache::drop_in_place(int64_t l, const at::Tensor& drop, int64_t n) {
+void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length) {
   const LayerKv& L = layers_[l];
   require_uniform(L);
   if (L.has_compact())
-    throw std::logic_error("KvCache::drop_in_place: layer " + std::to_string(l) + " holds its keys compactly");
+    throw std::logic_error("KvCache::drop_lowest: layer " + std::to_string(l) + " holds its keys compactly");
   const int64_t cap = L.capacity[0];
   if (n < 1 || n > cap)
-    throw std::logic_error("KvCache::drop_in_place: " + std::to_string(n) + " live entries in a capacity of " +
+    throw std::logic_error("KvCache::drop_lowest: " + std::to_string(n) + " live entries in a capacity of " +
                            std::to_string(cap));
+  if (scores.dim() != 2 || scores.size(0) != n_head_kv_ || scores.size(1) != n)
+    throw std::invalid_argument("KvCache::drop_lowest: scores must be [" + std::to_string(n_head_kv_) + ", " +
+                                std::to_string(n) + "]");
+  if (L.k.is_cuda() && ops::cuda_kernels_available()) {
+    ops::drop_lowest(scores.to(at::kFloat).contiguous(), L.k, L.v, L.pos, cap, length);
+    return;
+  }
   // Row r of the result reads row r + (r >= drop[h]): a gather, then one copy back per buffer.
+  const at::Tensor drop = scores.argmin(1);
   const at::Tensor r = at::arange(n - 1, drop.options()).unsqueeze(0);  // [1, n-1]
   const at::Tensor src = r + (r >= drop.view({-1, 1})).to(at::kLong);   // [Hkv, n-1]
   auto shift = [&](const at::Tensor& buf, int64_t width) {
@@ -380,6 +390,7 @@ void KvCache::drop_in_place(int64_t l, const at::Tensor& drop, int64_t n) {
   shift(L.k, head_dim_);
   shift(L.v, head_dim_);
   shift(L.pos, 0);
+  if (length.defined()) length.sub_(1);
 }
 
 void KvCache::commit_drop(int64_t l) {

@@ -255,8 +255,7 @@ void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, con
   const at::Tensor values = kv.v.view({Hkv, cap, D}).narrow(1, 0, n);
   const at::Tensor queries = q.view({1, q.size(0), q.size(1)});
   const LayerPrefill in{config, layer, queries, keys, values};
-  cache.drop_in_place(layer, rank(in, target).argmin(1), n);
-  length.sub_(1);
+  cache.drop_lowest(layer, rank(in, target), n, length);
 }
 
 }  // namespace kvscope

@@ -234,7 +234,7 @@ TEST(CompactKeysInCache, BadPaths) {
   f.cache.compact_keys(0, f.pack(masks));
   EXPECT_THROW(f.cache.compact_keys(0, f.pack(masks)), std::logic_error);  // twice
   EXPECT_THROW(f.cache.set_window(0, 0, 2, 6), std::logic_error);
-  EXPECT_THROW(f.cache.drop_in_place(0, at::zeros({2}, at::kLong), 8), std::logic_error);
+  EXPECT_THROW(f.cache.drop_lowest(0, at::zeros({2, 8}), 8), std::logic_error);
   // A ring-buffer head overwrites rows in place: no compact keys there.
   Filled g(8, 0);
   g.cache.set_window(0, 1, 2, 6);

@@ -840,6 +840,58 @@ TEST_F(CudaKernels, GemvKernelTakesBatchRowsOnTensorCores) {
 }
 #endif
 
+// Eviction while decoding at its cap (kernels/evict.h): every head drops at::argmin's entry (ties:
+// the first; a NaN: the smallest) and the rows after it move down one, K, V and positions moved
+// bit for bit, rows past n untouched, the device lengths one lower. Reference: the same shift by
+// indexing on the CPU. Shapes cover one row, chunk boundaries (512 / 256 / 128 rows a chunk) and
+// a drop at either end.
+TEST_F(CudaKernels, DropLowestShiftsEveryHeadPastItsArgmin) {
+  std::mt19937 rng(5);
+  int cases = 0;
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+    for (int64_t D : {64, 96, 128, 256})
+      for (auto [n, cap] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 8}, {257, 300}, {1025, 1025}}) {
+        SCOPED_TRACE(name(dt) + " D " + std::to_string(D) + " n " + std::to_string(n) + " cap " + std::to_string(cap));
+        const int64_t H = 4;
+        at::Tensor scores = at::rand({H, n}, at::kFloat);
+        // head 0: its minimum twice (the first wins); head 1: the drop at the last row; head 2: at
+        // row 0; head 3: a NaN (smaller than everything).
+        const int64_t a = std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
+        scores[0][a] = -1;
+        if (a + 1 < n) scores[0][n - 1] = -1;
+        scores[1][n - 1] = -2;
+        scores[2][0] = -3;
+        if (n > 2) scores[3][n / 2] = std::numeric_limits<float>::quiet_NaN();
+        const at::Tensor k = at::randn({H * cap, D}).to(dt), v = at::randn({H * cap, D}).to(dt);
+        const at::Tensor pos = at::randint(0, 1 << 20, {H * cap}, at::kLong);
+        const at::Tensor length = at::full({H}, n, at::kLong);
+        // Reference on the CPU: head h keeps rows [0, d) then [d + 1, n) in place from row 0.
+        at::Tensor k_ref = k.clone(), v_ref = v.clone(), pos_ref = pos.clone();
+        const at::Tensor drop = scores.argmin(1);
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t d = drop[h].item<int64_t>(), b = h * cap;
+          if (d + 1 < n)
+            for (const auto& [dst, src] : {std::pair{&k_ref, &k}, std::pair{&v_ref, &v}})
+              dst->narrow(0, b + d, n - 1 - d).copy_(src->narrow(0, b + d + 1, n - 1 - d));
+          if (d + 1 < n) pos_ref.narrow(0, b + d, n - 1 - d).copy_(pos.narrow(0, b + d + 1, n - 1 - d));
+        }
+        EXPECT_EQ(drop[3].item<int64_t>(), n > 2 ? n / 2 : drop[3].item<int64_t>());
+        const at::Tensor kd = k.cuda(), vd = v.cuda(), pd = pos.cuda(), ld = length.cuda();
+        ops::drop_lowest(scores.cuda(), kd, vd, pd, cap, ld);
+        EXPECT_TRUE(at::equal(kd.cpu(), k_ref));
+        EXPECT_TRUE(at::equal(vd.cpu(), v_ref));
+        EXPECT_TRUE(at::equal(pd.cpu(), pos_ref));
+        EXPECT_TRUE(at::equal(ld.cpu(), at::full({H}, n - 1, at::kLong)));
+        ++cases;
+      }
+  EXPECT_EQ(cases, 32);
+  const at::Tensor k = at::zeros({8, 64}, opts(at::kBFloat16)), pos = at::zeros({8}, opts(at::kLong));
+  EXPECT_THROW(ops::drop_lowest(at::zeros({2, 5}, opts(at::kFloat)), k, k, pos, 3, {}),
+               std::invalid_argument);  // 2 x 3 rows, not 8
+  EXPECT_THROW(ops::drop_lowest(at::zeros({2, 4}, opts(at::kBFloat16)), k, k, pos, 4, {}),
+               std::invalid_argument);  // bf16 scores
+}
+
 TEST_F(CudaKernels, RejectsBadArguments) {
   const at::Tensor q = at::randn({8, 80}, opts(at::kBFloat16));  // head_dim 80: unsupported
   const at::Tensor kv = at::randn({10, 80}, opts(at::kBFloat16));

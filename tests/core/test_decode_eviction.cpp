@@ -246,7 +246,7 @@ TEST_F(DecodeEviction, H2oAccumulatesEveryStepsAttention) {
   EXPECT_EQ(r.decode_steps, 95);
 }
 
-// The CUDA graph's eviction (Pipeline::evict_decode_device: rank, then KvCache::drop_in_place on
+// The CUDA graph's eviction (Pipeline::evict_decode_device: rank, then KvCache::drop_lowest on
 // the device, the host lengths committed after the step) keeps what evict_decode's retain keeps,
 // in the same order: at every step and layer of a run at its cap, both applied to copies of the
 // cache the attention read (here on the CPU; CudaDecodeGraph runs it captured).

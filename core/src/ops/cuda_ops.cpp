@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kvscope/kernels/decode.h"
+#include "kvscope/kernels/evict.h"
 #include "kvscope/kernels/gemv.h"
 #include "kvscope/kernels/mlp.h"
 #include "kvscope/kernels/norm.h"
@@ -368,6 +369,37 @@ std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const a
   return {out, NormedRows(gx, sumsq, eps)};
 }
 
+void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
+                 int64_t capacity, const at::Tensor& length) {
+  const char* op = "drop_lowest";
+  check_same(op, {&k, &v});
+  if (scores.dim() != 2 || scores.scalar_type() != at::kFloat || !scores.is_contiguous() ||
+      scores.device() != k.device())
+    bad("drop_lowest: scores must be contiguous fp32 [n_head_kv, n] on the cache's device");
+  const int64_t Hkv = scores.size(0), n = scores.size(1);
+  if (k.dim() != 2 || !k.is_contiguous() || !v.is_contiguous() || k.sizes() != v.sizes() || k.size(0) != Hkv * capacity)
+    bad("drop_lowest: k and v must be contiguous [n_head_kv * capacity, head_dim]");
+  if (pos.scalar_type() != at::kLong || pos.numel() != Hkv * capacity || !pos.is_contiguous() ||
+      pos.device() != k.device())
+    bad("drop_lowest: pos must be contiguous int64 [n_head_kv * capacity] on the cache's device");
+  if (length.defined() && (length.scalar_type() != at::kLong || length.numel() != Hkv || !length.is_contiguous() ||
+                           length.device() != k.device()))
+    bad("drop_lowest: length must be contiguous int64 [n_head_kv] on the cache's device");
+  const c10::cuda::CUDAGuard guard(k.device());
+  kk::DropLowestArgs a;
+  a.dtype = kernel_dtype(k, op);
+  a.n_head_kv = static_cast<int>(Hkv);
+  a.head_dim = static_cast<int>(k.size(1));
+  a.n = n;
+  a.scores = scores.data_ptr<float>();
+  a.k = k.data_ptr();
+  a.v = v.data_ptr();
+  a.pos = pos.data_ptr<int64_t>();
+  a.capacity = capacity;
+  a.length = length.defined() ? length.data_ptr<int64_t>() : nullptr;
+  check_cuda(kk::drop_lowest(a, at::cuda::getCurrentCUDAStream()), op);
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
   check_same("rms_norm", {&x, &w});
   const at::Tensor x2 = as_rows(x);
@@ -667,6 +699,10 @@ at::Tensor silu_mul(const at::Tensor&, at::Tensor) { unavailable("silu_mul"); }
 std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                     const at::Tensor&, double) {
   unavailable("rms_norm_residual");
+}
+void drop_lowest(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                 const at::Tensor&) {
+  unavailable("drop_lowest");
 }
 
 #endif

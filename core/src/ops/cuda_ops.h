@@ -129,6 +129,15 @@ at::Tensor linear_row_swiglu(const NormedRows& x, const at::Tensor& w_gate_up,
 std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const at::Tensor& w_post,
                                                     const at::Tensor& residual, const at::Tensor& w_next, double eps);
 
+/// Eviction while decoding at its cap in one launch (kernels/evict.h): in each of the n_head_kv
+/// heads of a uniform layer (k, v: dtype [n_head_kv * capacity, D], head h's rows from h *
+/// capacity; pos: int64 [n_head_kv * capacity]) drops the live entry (of the first n) with the
+/// lowest score (fp32 [n_head_kv, n], at::argmin's choice) and moves the later ones down a row;
+/// decrements length (int64 [n_head_kv], the device lengths) when it is defined. Throws
+/// std::invalid_argument on mismatched shapes, dtypes or devices.
+void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
+                 int64_t capacity, const at::Tensor& length);
+
 /// What a family adds to the decode step's q / k path (ModelConfig): per-head q / k RMSNorm
 /// before RoPE (Qwen3, Gemma 3: q_norm / k_norm [head_dim], in the dtype or fp32), and the
 /// sliding-window ring of a layer of window W (kernels/rope.h: ring; rows offset + position % W).

@@ -47,9 +47,11 @@ at::Tensor causal_attention_probs(const at::Tensor& q, const at::Tensor& keys, i
   at::Tensor kt = keys.to(at::kFloat).transpose(1, 2);                           // [Hkv, D, m]
   // kvpress: matmul(q, k^T) / sqrt(head_dim), in the model dtype (fp32 here).
   at::Tensor s = at::bmm(qg, kt).div_(std::sqrt(static_cast<double>(D))).view({Hkv, G, t, m});
-  at::Tensor qi = at::arange(first_pos, first_pos + t, s.options().dtype(at::kLong)).unsqueeze(1);  // [t, 1]
-  at::Tensor kj = at::arange(m, s.options().dtype(at::kLong)).unsqueeze(0);                         // [1, m]
-  s.masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
+  if (m - 1 > first_pos) {  // some key lies after some query (never for the newest query alone)
+    at::Tensor qi = at::arange(first_pos, first_pos + t, s.options().dtype(at::kLong)).unsqueeze(1);  // [t, 1]
+    at::Tensor kj = at::arange(m, s.options().dtype(at::kLong)).unsqueeze(0);                         // [1, m]
+    s.masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
+  }
   return at::softmax(s, -1, at::kFloat);
 }
 

@@ -33,7 +33,7 @@ class Tova : public ScoringBase {
     at::Tensor out = at::full({Hkv, n}, kKeepScore, in.keys.options().dtype(at::kFloat));
     if (n <= 1 || in.queries.size(0) == 0) return out;
     at::Tensor a = window_attention(in, 1).select(2, 0).narrow(2, 0, n - 1);  // [Hkv, G, n-1]
-    at::Tensor s = all_ ? a.reshape({-1, n - 1}).mean(0).unsqueeze(0).expand({Hkv, n - 1}) : reduce_groups(a, gqa_);
+    at::Tensor s = all_ ? a.mean(at::IntArrayRef{0, 1}).unsqueeze(0).expand({Hkv, n - 1}) : reduce_groups(a, gqa_);
     out.narrow(1, 0, n - 1).copy_(s);
     return out;
   }

@@ -30,7 +30,9 @@ class DecodeGraph {
   /// Captures one step at the cache's current lengths and position (one warm-up step runs first
   /// and is undone). The cache (and policy) must outlive the graph and the cache get no other
   /// appends while it is used. `decode_attention`: optional, already prepare_graph()ed.
-  /// `after_attention`: optional, captured into the step after each layer's attention (engine.h).
+  /// `after_attention`: optional, captured into the step after each layer's attention (engine.h), on
+  /// a side stream forked there and joined at the step's end, so its work overlaps the later layers:
+  /// it must touch only its own layer's cache rows and lengths and its own buffers.
   /// Throws std::runtime_error when not supported() or when capture fails.
   /// `drops`: as in supported(); each step then commits the drops to the host (KvCache::commit_drop).
   DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention = nullptr,

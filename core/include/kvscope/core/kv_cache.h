@@ -131,16 +131,18 @@ class KvCache {
   /// Same with a reserve per KV head (streaming heads need none: their ring never grows).
   void retain(int64_t l, const std::vector<at::Tensor>& kept, const std::vector<int64_t>& reserve);
 
-  /// Drops one entry per KV head of uniform layer l in place, keeping the others in order: head
-  /// h's rows drop[h] + 1 .. n - 1 move down one row (K, V and positions). The eviction of a decode
-  /// step at its cap (Pipeline::evict_decode_device): nothing is allocated or read back, so a CUDA
-  /// graph can capture it. n: the live entries per head on the device, which inside a captured step
-  /// run one ahead of the host lengths (the step's append), at most the capacity; drop: int64
-  /// [n_head_kv] on the cache device, each in [0, n) (not checked: a device value). The host
-  /// lengths are left as they are (commit_drop). Throws std::logic_error on a ragged layer or an n
-  /// past the capacity.
-  void drop_in_place(int64_t l, const at::Tensor& drop, int64_t n);
-  /// Counts one entry fewer in every head of layer l: the host side of drop_in_place.
+  /// Drops the lowest-scored entry of every KV head of uniform layer l in place, keeping the others
+  /// in order: head h's rows after argmin_j scores[h, j] (at::argmin's choice) move down one row
+  /// (K, V and positions). The eviction of a decode step at its cap (Pipeline::evict_decode_device):
+  /// nothing is allocated on the host side nor read back, so a CUDA graph can capture it (on CUDA
+  /// one kernel, kernels/evict.h). n: the live entries per head on the device, which inside a
+  /// captured step run one ahead of the host lengths (the step's append), at most the capacity;
+  /// scores: fp32 [n_head_kv, n] on the cache device. `length` (int64 [n_head_kv] on the cache
+  /// device, the step's device lengths), when defined, is decremented by one; the host lengths are
+  /// left as they are (commit_drop). Throws std::logic_error on a ragged or compact layer or an n
+  /// past the capacity, std::invalid_argument on scores of another shape.
+  void drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length = {});
+  /// Counts one entry fewer in every head of layer l: the host side of drop_lowest.
   void commit_drop(int64_t l);
 
   /// Replaces layer l with the given entries (all heads the same count n), leaving room for

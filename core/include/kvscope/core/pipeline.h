@@ -65,7 +65,7 @@ class Pipeline {
   /// evict_decode at interval 1 once every head holds `target` entries, on the device only, for a
   /// captured decode step (DecodeGraph, DeviceLayerHook): the step's entry has made n = target + 1
   /// live entries per head (the host lengths still say target); the scorer ranks them with the
-  /// step's queries q [n_head, head_dim] (post-RoPE) and KvCache::drop_in_place drops the lowest
+  /// step's queries q [n_head, head_dim] (post-RoPE) and KvCache::drop_lowest drops the lowest
   /// of every head, keeping the order, as evict_decode's retain keeps it; `length` (int64
   /// [n_head_kv], the device's live lengths) falls by one. The caller commits the drop on the host
   /// (KvCache::commit_drop) after the step. No-op on sliding-window layers. Same kept set as
