@@ -17,15 +17,15 @@ namespace kvscope::kernels {
 struct DropLowestArgs {
   DType dtype = DType::kBFloat16;
   int n_head_kv = 0;
-  int head_dim = 0;                ///< D; D * dtype_size a multiple of 16 bytes
-  int64_t n = 0;                   ///< live entries of every head, 1..capacity
-  const float* scores = nullptr;   ///< fp32 [n_head_kv, n], contiguous: lower = dropped first
-  void* k = nullptr;               ///< dtype [n_head_kv * capacity, D], 16-byte aligned: head h at row h * capacity
-  void* v = nullptr;               ///< the same layout
-  int64_t* pos = nullptr;          ///< int64 [n_head_kv * capacity]: true positions
-  int64_t capacity = 0;            ///< rows per head
-  int64_t* length = nullptr;       ///< optional int64 [n_head_kv]: each decremented by one
-  int64_t* dropped = nullptr;      ///< optional int64 [n_head_kv]: the row each head dropped
+  int head_dim = 0;               ///< D; D * dtype_size a multiple of 16 bytes
+  int64_t n = 0;                  ///< live entries of every head, 1..capacity
+  const float* scores = nullptr;  ///< fp32 [n_head_kv, n], contiguous: lower = dropped first
+  void* k = nullptr;              ///< dtype [n_head_kv * capacity, D], 16-byte aligned: head h at row h * capacity
+  void* v = nullptr;              ///< the same layout
+  int64_t* pos = nullptr;         ///< int64 [n_head_kv * capacity]: true positions
+  int64_t capacity = 0;           ///< rows per head
+  int64_t* length = nullptr;      ///< optional int64 [n_head_kv]: each decremented by one
+  int64_t* dropped = nullptr;     ///< optional int64 [n_head_kv]: the row each head dropped
 };
 
 /// One block per KV head. Returns cudaErrorInvalidValue on bad sizes or null pointers, else the
