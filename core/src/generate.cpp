@@ -370,7 +370,13 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
                  int64_t layer, const at::Tensor& q, const at::Tensor&, const at::Tensor& length) {
         req.pipeline->evict_decode_device(*config, layer, q, cache, target, length);
       };
-    if (!telemetry && can_graph) graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention, hook, drops);
+    // H2O's running totals move into device buffers the captured steps update (begin_decode_device);
+    // where they cannot, the steps run eagerly on the totals as they are.
+    const bool device_drops =
+        !drops.empty() && !telemetry && can_graph &&
+        req.pipeline->begin_decode_device(engine.model().config, req.pipeline->decode_target(decode_n_kept));
+    if (!telemetry && can_graph && (drops.empty() || device_drops))
+      graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention, hook, drops);
     if (graph && selects && recorder && !decode_attention->stages_graph_selections()) graph.reset();
     bool staged = false;  // a replayed step's selections wait in pinned memory (recorded after the next launch)
     // The previous replay's selections (and, with the oracle, their recall) into the timeline.
@@ -438,6 +444,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       }
     }
     if (staged) record_staged();  // synchronised above
+    if (device_drops) req.pipeline->end_decode_device();
     res.decode_ms += ms_since(t0);
     if (turn < req.follow_up_turns.size()) {
       block.assign(1, next);  // the last chosen token has not been run yet

@@ -62,6 +62,7 @@ std::string Pipeline::canonical() const {
 int64_t Pipeline::begin_run(const RunBudget& budget, const ModelConfig& config) const {
   budget.spec.validate();
   attention_sums_.clear();
+  device_sums_.clear();
   if (heads_) heads_->check(config);
   if (decode_) {
     decode_->configure(budget, config);
@@ -240,8 +241,29 @@ int64_t Pipeline::decode_target(int64_t n_kept) const {
 }
 
 bool Pipeline::evicts_in_place() const {
-  return decode_eviction_ && decode_eviction_->interval() == 1 && !layer_budget_ && budget_->name() == "uniform" &&
-         !accumulating();  // H2O's running totals live on the host side of the step
+  return decode_eviction_ && decode_eviction_->interval() == 1 && !layer_budget_ && budget_->name() == "uniform";
+}
+
+bool Pipeline::begin_decode_device(const ModelConfig& config, int64_t target) const {
+  if (!accumulating()) return true;
+  std::vector<at::Tensor> sums(attention_sums_.size());
+  for (int64_t l = 0; l < static_cast<int64_t>(attention_sums_.size()); ++l) {
+    if (config.window(l) > 0) continue;
+    const at::Tensor& run = attention_sums_[l];
+    if (!run.defined() || run.dim() != 2 || run.size(1) != target) return false;
+    sums[l] = at::zeros({run.size(0), target + 1}, run.options().dtype(at::kFloat));
+    sums[l].narrow(1, 0, target).copy_(run);
+  }
+  if (static_cast<int64_t>(sums.size()) < config.n_layer) return false;  // a layer never accumulated
+  device_sums_ = std::move(sums);
+  return true;
+}
+
+void Pipeline::end_decode_device() const {
+  for (size_t l = 0; l < device_sums_.size(); ++l)
+    if (device_sums_[l].defined())
+      attention_sums_[l] = device_sums_[l].narrow(1, 0, device_sums_[l].size(1) - 1).clone();
+  device_sums_.clear();
 }
 
 void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, const at::Tensor& q, KvCache& cache,
@@ -255,7 +277,25 @@ void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, con
   const at::Tensor values = kv.v.view({Hkv, cap, D}).narrow(1, 0, n);
   const at::Tensor queries = q.view({1, q.size(0), q.size(1)});
   const LayerPrefill in{config, layer, queries, keys, values};
-  cache.drop_lowest(layer, rank(in, target), n, length);
+  if (!accumulating()) {
+    cache.drop_lowest(layer, rank(in, target), n, length);
+    return;
+  }
+  // H2O: the totals of the target kept rows plus this step's attention (the step's entry starts at
+  // 0), ranked as retain_accumulated ranks them; the totals drop the row the cache drops.
+  if (layer >= static_cast<int64_t>(device_sums_.size()) || !device_sums_[layer].defined() ||
+      device_sums_[layer].size(1) != n)
+    throw std::logic_error("pipeline: evict_decode_device for h2o without begin_decode_device at this target");
+  const at::Tensor& sums = device_sums_[layer];
+  sums.narrow(1, n - 1, 1).zero_();
+  sums.add_(scorer_->attention_sum(in));
+  at::Tensor scores = mark_recent(sums.clone(), target);
+  const int64_t newest = std::min(scorer_->keep_newest(), n);
+  if (newest > 0) scores.narrow(1, n - newest, newest).fill_(std::numeric_limits<float>::max());
+  const at::Tensor drop = scores.argmin(1, /*keepdim=*/true);                     // [Hkv, 1]: the kernel's choice too
+  const at::Tensor r = at::arange(n - 1, drop.options()).unsqueeze(0);            // [1, n - 1]
+  sums.narrow(1, 0, n - 1).copy_(sums.gather(1, r + (r >= drop).to(at::kLong)));  // rows after it move down
+  cache.drop_lowest(layer, scores, n, length);
 }
 
 }  // namespace kvscope

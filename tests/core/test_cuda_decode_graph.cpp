@@ -282,14 +282,15 @@ TEST_F(CudaDecodeGraph, RocketKvGraphMatchesEagerFused) { compare_generate("rock
 TEST_F(CudaDecodeGraph, QuestGraphMatchesEagerFused) { compare_generate("quest", 256); }
 
 // Eviction while decoding at its cap (S6 at interval 1) runs inside the graph: each step drops the
-// lowest-ranked entry of every head in place (Pipeline::evict_decode_device); the eager steps
-// re-pack the cache (evict_decode). fp32: the same greedy tokens and cache sizes.
+// lowest-ranked entry of every head in place (Pipeline::evict_decode_device; H2O's running totals in
+// a device buffer); the eager steps re-pack the cache (evict_decode). fp32: the same greedy tokens
+// and cache sizes.
 TEST_F(CudaDecodeGraph, DecodeEvictionRunsInTheGraph) {
   const Model model = load_model(test::pycode_dir(), LoadOptions{c10::Device("cuda:0"), at::kFloat, {}});
   const Engine engine(model);
   PolicyRegistry reg;
   register_builtin_policies(reg);
-  for (const char* spec : {"tova+decoding", "keydiff+decoding", "streamingllm+decoding"}) {
+  for (const char* spec : {"tova+decoding", "keydiff+decoding", "streamingllm+decoding", "h2o:recent=16+decoding"}) {
     const Pipeline pipeline(reg, spec);
     GenerateRequest req;
     req.prompt_ids = random_ids(900, model.config.vocab_size, 41);

@@ -288,8 +288,62 @@ TEST_F(DecodeEviction, InPlaceDropKeepsWhatRetainKeeps) {
   // Interval 8 or an Ada-KV head budget drop more than one entry, or unevenly: not in place.
   EXPECT_FALSE(Pipeline(*registry_, "tova+decoding:interval=8,target=40").evicts_in_place());
   EXPECT_FALSE(Pipeline(*registry_, "tova+adakv+decoding").evicts_in_place());
-  // H2O's running totals are kept outside the captured step: its steps run eagerly.
-  EXPECT_FALSE(Pipeline(*registry_, "h2o:recent=16+decoding").evicts_in_place());
+  // H2O's running totals follow in a device buffer (begin_decode_device): in place too.
+  EXPECT_TRUE(Pipeline(*registry_, "h2o:recent=16+decoding").evicts_in_place());
+}
+
+// H2O in place (the CUDA graph's path: begin_decode_device, then evict_decode_device every step
+// with the running totals in a buffer of target + 1 columns) against the eager path (evict_decode:
+// retain, the totals re-packed): the same tokens through both caches, every layer's positions,
+// keys and values equal after every step, and the same logits.
+TEST_F(DecodeEviction, H2oInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
+  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
+  auto ids = g["input_ids"].get<std::vector<int32_t>>();
+  ids.resize(200);
+  const Engine engine(*model_);
+  const ModelConfig& cfg = model_->config;
+  const int64_t budget = 48, steps = 24;
+  const Pipeline eager(*registry_, "h2o:recent=16+decoding"), in_place(*registry_, "h2o:recent=16+decoding");
+  ASSERT_TRUE(in_place.evicts_in_place());
+  auto prefill = [&](const Pipeline& p, KvCache& cache) {
+    const int64_t n_kept = p.begin_run(
+        RunBudget{BudgetSpec{BudgetSpec::Unit::kStored, double(budget)}, static_cast<int64_t>(ids.size()), steps}, cfg);
+    EXPECT_EQ(n_kept, budget);
+    return engine.prefill(cache, ids, 0, false, [&](const LayerEvent& ev) { p.compress_layer(ev, n_kept, steps); });
+  };
+  KvCache a = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
+  KvCache b = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
+  at::Tensor la = prefill(eager, a), lb = prefill(in_place, b);
+  ASSERT_TRUE(at::equal(la, lb));
+  EXPECT_FALSE(in_place.begin_decode_device(cfg, budget + 1));  // the totals cover 48 entries, not 49
+  ASSERT_TRUE(in_place.begin_decode_device(cfg, budget));
+  for (int64_t step = 0; step < steps; ++step) {
+    const int32_t tok[1] = {static_cast<int32_t>(la.argmax().item<int64_t>())};
+    la = engine.forward(a, tok, false, [&](const LayerEvent& ev) { eager.evict_decode(ev, step, budget); });
+    lb = engine.forward(b, tok, false, [&](const LayerEvent& ev) {
+      const at::Tensor length = at::full({cfg.n_head_kv}, budget + 1, at::kLong);
+      in_place.evict_decode_device(ev.config, ev.layer, ev.q[0], ev.cache, budget, length);
+      EXPECT_TRUE(at::equal(length, at::full({cfg.n_head_kv}, budget, at::kLong)));
+      ev.cache.commit_drop(ev.layer);
+    });
+    ASSERT_TRUE(at::equal(la, lb)) << "step " << step;
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      ASSERT_EQ(a.layer(l).length, b.layer(l).length) << "step " << step << " layer " << l;
+      EXPECT_TRUE(at::equal(a.positions(l), b.positions(l))) << "step " << step << " layer " << l;
+      EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << "step " << step << " layer " << l;
+      EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << "step " << step << " layer " << l;
+    }
+  }
+  in_place.end_decode_device();
+  // The totals are back where the eager steps read them: one more step each way agrees.
+  const int32_t tok[1] = {static_cast<int32_t>(la.argmax().item<int64_t>())};
+  la = engine.forward(a, tok, false, [&](const LayerEvent& ev) { eager.evict_decode(ev, steps, budget); });
+  lb = engine.forward(b, tok, false, [&](const LayerEvent& ev) { in_place.evict_decode(ev, steps, budget); });
+  EXPECT_TRUE(at::equal(la, lb));
+  for (int64_t l = 0; l < cfg.n_layer; ++l) EXPECT_TRUE(at::equal(a.positions(l), b.positions(l))) << l;
+  EXPECT_THROW(in_place.evict_decode_device(cfg, 0, at::zeros({cfg.n_head, cfg.head_dim}), b, budget,
+                                            at::full({cfg.n_head_kv}, budget + 1, at::kLong)),
+               std::logic_error);  // after end_decode_device: no buffers
 }
 
 TEST_F(DecodeEviction, ScorersWithoutADecodeStepRuleAndDecodeTimeStagesAreRefused) {

@@ -62,14 +62,25 @@ class Pipeline {
   /// uniform head budget and no layer budget, so that each step's eviction drops exactly the one
   /// lowest-ranked entry of every KV head (top-target of target + 1).
   bool evicts_in_place() const;
+  /// Before the first evict_decode_device of a decode: an accumulating scorer (H2O) moves each
+  /// global layer's running totals into a device buffer of target + 1 columns that the steps update
+  /// in place (a captured step allocates nothing that outlives it). Returns false (nothing moved)
+  /// when a layer's totals do not cover exactly `target` entries (the cache is not at its cap).
+  /// Other scorers: true, nothing to do.
+  bool begin_decode_device(const ModelConfig& config, int64_t target) const;
+  /// After the last evict_decode_device of a decode: the running totals back where evict_decode
+  /// and a later turn read them.
+  void end_decode_device() const;
   /// evict_decode at interval 1 once every head holds `target` entries, on the device only, for a
   /// captured decode step (DecodeGraph, DeviceLayerHook): the step's entry has made n = target + 1
   /// live entries per head (the host lengths still say target); the scorer ranks them with the
   /// step's queries q [n_head, head_dim] (post-RoPE) and KvCache::drop_lowest drops the lowest
   /// of every head, keeping the order, as evict_decode's retain keeps it; `length` (int64
   /// [n_head_kv], the device's live lengths) falls by one. The caller commits the drop on the host
-  /// (KvCache::commit_drop) after the step. No-op on sliding-window layers. Same kept set as
-  /// evict_decode, up to ties in the scores. Throws std::logic_error unless evicts_in_place().
+  /// (KvCache::commit_drop) after the step. H2O (after begin_decode_device) adds the step's
+  /// attention to the running totals and ranks by them, and the totals drop the same row. No-op on
+  /// sliding-window layers. Same kept set as evict_decode, up to ties in the scores. Throws
+  /// std::logic_error unless evicts_in_place(), or for H2O without begin_decode_device.
   void evict_decode_device(const ModelConfig& config, int64_t layer, const at::Tensor& q, KvCache& cache,
                            int64_t target, const at::Tensor& length) const;
 
@@ -114,6 +125,10 @@ class Pipeline {
   /// Per layer: fp32 [n_head_kv, rows] running attention totals of the live rows, in row order
   /// (accumulating pipelines only; reset by begin_run). Per-run state, as decode_'s side stores.
   mutable std::vector<at::Tensor> attention_sums_;
+  /// Per layer, between begin_decode_device and end_decode_device: fp32 [n_head_kv, target + 1],
+  /// the running totals of the live rows in the first target columns (the last: scratch for the
+  /// step's entry).
+  mutable std::vector<at::Tensor> device_sums_;
 
   const LayerBudgetPolicy* layer_budget_ = nullptr;
   const BudgetPolicy* budget_ = nullptr;
