@@ -246,15 +246,15 @@ bool Pipeline::evicts_in_place() const {
 
 bool Pipeline::begin_decode_device(const ModelConfig& config, int64_t target) const {
   if (!accumulating()) return true;
-  std::vector<at::Tensor> sums(attention_sums_.size());
-  for (int64_t l = 0; l < static_cast<int64_t>(attention_sums_.size()); ++l) {
-    if (config.window(l) > 0) continue;
+  std::vector<at::Tensor> sums(static_cast<size_t>(config.n_layer));
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    if (config.window(l) > 0) continue;                                   // sliding layers are never compressed
+    if (l >= static_cast<int64_t>(attention_sums_.size())) return false;  // never accumulated
     const at::Tensor& run = attention_sums_[l];
     if (!run.defined() || run.dim() != 2 || run.size(1) != target) return false;
     sums[l] = at::zeros({run.size(0), target + 1}, run.options().dtype(at::kFloat));
     sums[l].narrow(1, 0, target).copy_(run);
   }
-  if (static_cast<int64_t>(sums.size()) < config.n_layer) return false;  // a layer never accumulated
   device_sums_ = std::move(sums);
   return true;
 }
