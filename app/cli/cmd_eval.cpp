@@ -399,12 +399,11 @@ Runner add_eval(CLI::App& app) {
       std::vector<uint64_t> mine;
       for (uint64_t i = shard, j = 0; i < n_items; i += n_shards, ++j)
         if (j % stride == offset) mine.push_back(i);
-      // Prefill once, compress many: a sample's context is prefilled once for every question-
-      // agnostic configuration that can compress a copy of it (Pipeline::prefill_queries), when two
-      // or more of them still have to run.
-      auto shareable = [&](const Config& c) {
-        return mode == run::QuestionMode::kAgnostic && c.pipeline && c.pipeline->prefill_queries() >= 0;
-      };
+      // Prefill once, compress many: what a sample's pipelines compress (its context, question-
+      // agnostic; the whole prompt, question-aware) is prefilled once for every configuration that
+      // can compress a copy of it (Pipeline::prefill_queries), when two or more of them still have
+      // to run.
+      auto shareable = [&](const Config& c) { return c.pipeline && c.pipeline->prefill_queries() >= 0; };
       bool sliding = false;
       for (int64_t l = 0; l < model.config.n_layer; ++l) sliding = sliding || model.config.window(l) > 0;
       std::map<size_t, int> to_share;  // sample -> shareable items of it still to run
@@ -438,9 +437,8 @@ Runner add_eval(CLI::App& app) {
                 const run::EvalPrompt& p = prompts[si];
                 shared.reset();  // the previous sample's cache goes before this one is allocated
                 const auto t_shared = std::chrono::steady_clock::now();
-                shared.emplace(prefill_shared(engine,
-                                              std::vector<int32_t>(p.ids.begin(), p.ids.begin() + p.question_start),
-                                              n_queries, static_cast<int64_t>(p.ids.size()) + reserve));
+                shared.emplace(prefill_shared(engine, run::compressed_prompt(p, mode), n_queries,
+                                              static_cast<int64_t>(p.ids.size()) + reserve));
                 seconds.shared_prefill +=
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t_shared).count();
                 shared_sample = si;

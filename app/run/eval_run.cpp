@@ -19,6 +19,12 @@ std::string_view question_mode_name(QuestionMode mode) {
   return mode == QuestionMode::kAgnostic ? "question-agnostic" : "question-aware";
 }
 
+std::vector<int32_t> compressed_prompt(const EvalPrompt& p, QuestionMode mode) {
+  const bool split =
+      mode == QuestionMode::kAgnostic && p.question_start > 0 && p.question_start < static_cast<int64_t>(p.ids.size());
+  return split ? std::vector<int32_t>(p.ids.begin(), p.ids.begin() + p.question_start) : p.ids;
+}
+
 std::vector<float> needle_kept_share(const std::vector<std::vector<std::vector<int64_t>>>& kept,
                                      const std::vector<TextSpan>& needles) {
   std::vector<int64_t> positions;
@@ -111,17 +117,18 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
   const Model& model = engine.model();
   const EvalSample& s = *item.sample;
   const EvalPrompt& p = *item.prompt;
-  const bool split = item.mode == QuestionMode::kAgnostic && item.pipeline && p.question_start > 0 &&
-                     p.question_start < static_cast<int64_t>(p.ids.size());
+  // Question-agnostic with a pipeline: the context is compressed, the question follows.
+  std::vector<int32_t> compressed = item.pipeline ? compressed_prompt(p, item.mode) : p.ids;
+  const bool split = compressed.size() < p.ids.size();
   RunOptions options;
-  options.prompt_ids = split ? std::vector<int32_t>(p.ids.begin(), p.ids.begin() + p.question_start) : p.ids;
+  options.prompt_ids = std::move(compressed);
   options.budget = item.budget;
   options.max_new_tokens = s.max_new_tokens;
   options.capture = store ? capture : CaptureLevel::kOff;
   GenerateRequest req = make_request(model, item.pipeline, options);
   req.follow_up_turns = p.turn_ids;
   if (split) req.question_ids.assign(p.ids.begin() + p.question_start, p.ids.end());
-  if (split && item.shared) req.shared = item.shared;
+  if (item.pipeline && item.shared) req.shared = item.shared;
   const int64_t needed = positions_needed(req), context = model.config.max_position_embeddings;
   if (needed > context)
     throw InputError("sample '" + s.id + "': the prompt is " + std::to_string(p.ids.size()) + " tokens" +

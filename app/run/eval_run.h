@@ -28,6 +28,11 @@ enum class QuestionMode {
 /// "question-agnostic" | "question-aware".
 std::string_view question_mode_name(QuestionMode mode);
 
+/// The tokens a pipeline compresses for `p` in `mode`: question-agnostic, the context (the prompt
+/// up to its question_start, when the prompt has a question part after some context); else the
+/// whole prompt. What a shared prefill (EvalItem::shared) must hold.
+std::vector<int32_t> compressed_prompt(const EvalPrompt& p, QuestionMode mode);
+
 /// The outcome of one sample.
 struct EvalRunResult {
   std::vector<int32_t> output_ids;  ///< greedy tokens, the stop token not included
@@ -60,8 +65,8 @@ struct EvalItem {
   const Pipeline* pipeline = nullptr;  ///< null: the full cache
   std::optional<BudgetSpec> budget;    ///< with a pipeline that uses one
   QuestionMode mode = QuestionMode::kAgnostic;
-  /// Question-agnostic: the sample's context already prefilled (prefill once, compress many),
-  /// its ids the prompt's first question_start; null: the item prefills on its own.
+  /// With a pipeline: compressed_prompt(*prompt, mode) already prefilled (prefill once, compress
+  /// many); null: the item prefills on its own.
   const SharedPrefill* shared = nullptr;
 };
 

@@ -332,8 +332,9 @@ namespace kvscope {
 namespace {
 
 // Prefill once, compress many: configurations evaluated together (one shared prefill of the
-// context per sample) give exactly what each gives evaluated alone (its own prefill), also with a
-// decode-time stage and a pipeline that cannot share (H2O reads every prefill query).
+// context per sample, or of the whole prompt question-aware) give exactly what each gives
+// evaluated alone (its own prefill), also with a decode-time stage and a pipeline that cannot
+// share (H2O reads every prefill query).
 TEST_F(CliEval, SharedPrefillGivesWhatSeparatePrefillsGive) {
   const std::string task = "--task niah_single_1 --length 1024 --n 1 --seed 7";
   const std::vector<std::string> pipelines = {"snapkv:window=64,kernel=5,pool=avg", "tova",
@@ -364,6 +365,26 @@ TEST_F(CliEval, SharedPrefillGivesWhatSeparatePrefillsGive) {
         EXPECT_EQ(t["samples"][i]["needle_kept"], a["samples"][i]["needle_kept"]);
       }
     }
+  EXPECT_GT(together["seconds"]["phases"]["shared_prefill"].get<double>(), 0.0);
+
+  // Question-aware: the whole prompt is prefilled once and compressed per configuration.
+  const std::string aware = task + " --question-aware";
+  const json both =
+      eval(aware + " --pipeline " + pipelines[0] + " --pipeline " + pipelines[2] + " --compression-ratio 0.5");
+  EXPECT_GT(both["seconds"]["phases"]["shared_prefill"].get<double>(), 0.0);
+  ASSERT_EQ(both["results"].size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    const std::string& p = pipelines[k == 0 ? 0 : 2];
+    SCOPED_TRACE("question-aware " + p);
+    const json alone = eval(aware + " --pipeline " + p + " --compression-ratio 0.5");
+    EXPECT_EQ(alone["seconds"]["phases"]["shared_prefill"].get<double>(), 0.0);  // one item: nothing to share
+    EXPECT_EQ(both["results"][k]["samples"][0]["output"], alone["results"][0]["samples"][0]["output"]);
+    EXPECT_EQ(both["results"][k]["samples"][0]["needle_kept"], alone["results"][0]["samples"][0]["needle_kept"]);
+  }
+  // The question-aware items compressed the question too: not what the agnostic items kept.
+  EXPECT_NE(both["results"][0]["samples"][0]["needle_kept"].dump() + both["results"][0]["samples"][0]["output"].dump(),
+            together["results"][0]["samples"][0]["needle_kept"].dump() +
+                together["results"][0]["samples"][0]["output"].dump());
 }
 
 }  // namespace
