@@ -628,6 +628,9 @@ Runner add_eval(CLI::App& app) {
                 << format_number(std::round(load_s * 10) / 10) << " s)\n";
       for (size_t ci = 0; ci < configs.size(); ++ci)
         std::printf("  %-60s score %.3f\n", configs[ci].label().c_str(), results[ci]["score"].get<double>());
+      std::printf("items ran in %.1f s: shared prefill %.1f, prefill %.1f, decode %.1f, setup %.1f, record %.1f%s\n",
+                  run_s, slowest.shared_prefill, slowest.prefill, slowest.decode, slowest.setup, slowest.record,
+                  devices.size() > 1 ? " (the slowest device)" : "");
       if (!a->db.empty()) std::cout << "runs recorded in " << a->db << "\n";
     }
     return rc;
