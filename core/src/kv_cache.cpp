@@ -373,7 +373,7 @@ void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const 
   if (scores.dim() != 2 || scores.size(0) != n_head_kv_ || scores.size(1) != n)
     throw std::invalid_argument("KvCache::drop_lowest: scores must be [" + std::to_string(n_head_kv_) + ", " +
                                 std::to_string(n) + "]");
-  if (L.k.is_cuda() && ops::cuda_kernels_available()) {
+  if (L.k.is_cuda() && ops::drop_lowest_supported(L.k, head_dim_)) {
     ops::drop_lowest(scores.to(at::kFloat).contiguous(), L.k, L.v, L.pos, cap, length);
     return;
   }

@@ -82,10 +82,17 @@ __global__ void __launch_bounds__(kThreads) drop_lowest_kernel(const DropLowestA
 
 }  // namespace
 
+bool drop_lowest_supported(DType dtype, int head_dim) {
+  // A chunk (kThreads * kVecs pieces) must hold at least one row and at most kThreads rows (one
+  // position per thread).
+  const int64_t row_bytes = static_cast<int64_t>(head_dim) * static_cast<int64_t>(dtype_size(dtype));
+  return head_dim > 0 && row_bytes % 16 == 0 && row_bytes / 16 >= kVecs && row_bytes / 16 <= kThreads * kVecs;
+}
+
 cudaError_t drop_lowest(const DropLowestArgs& a, cudaStream_t stream) {
   const int64_t row_bytes = static_cast<int64_t>(a.head_dim) * static_cast<int64_t>(dtype_size(a.dtype));
-  if (a.n_head_kv <= 0 || a.head_dim <= 0 || row_bytes % 16 != 0 || a.n < 1 || a.n > a.capacity || !a.scores || !a.k ||
-      !a.v || !a.pos || row_bytes / 16 > kThreads * kVecs)
+  if (a.n_head_kv <= 0 || !drop_lowest_supported(a.dtype, a.head_dim) || a.n < 1 || a.n > a.capacity || !a.scores ||
+      !a.k || !a.v || !a.pos)
     return cudaErrorInvalidValue;
   drop_lowest_kernel<<<a.n_head_kv, kThreads, 0, stream>>>(a, row_bytes / 16);
   return cudaGetLastError();

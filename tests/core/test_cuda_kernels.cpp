@@ -890,6 +890,10 @@ TEST_F(CudaKernels, DropLowestShiftsEveryHeadPastItsArgmin) {
                std::invalid_argument);  // 2 x 3 rows, not 8
   EXPECT_THROW(ops::drop_lowest(at::zeros({2, 4}, opts(at::kBFloat16)), k, k, pos, 4, {}),
                std::invalid_argument);  // bf16 scores
+  // Rows under 128 bytes (head_dim 32 in bf16) are left to KvCache's LibTorch shift.
+  EXPECT_TRUE(ops::drop_lowest_supported(k, 64));
+  EXPECT_FALSE(ops::drop_lowest_supported(k, 32));
+  EXPECT_TRUE(ops::drop_lowest_supported(k.to(at::kFloat), 32));
 }
 
 TEST_F(CudaKernels, RejectsBadArguments) {

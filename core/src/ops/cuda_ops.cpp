@@ -400,6 +400,12 @@ void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor
   check_cuda(kk::drop_lowest(a, at::cuda::getCurrentCUDAStream()), op);
 }
 
+bool drop_lowest_supported(const at::Tensor& k, int64_t head_dim) {
+  const at::ScalarType t = k.scalar_type();
+  if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) return false;
+  return kk::drop_lowest_supported(kernel_dtype(k, "drop_lowest"), static_cast<int>(head_dim));
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor out) {
   check_same("rms_norm", {&x, &w});
   const at::Tensor x2 = as_rows(x);
@@ -704,6 +710,7 @@ void drop_lowest(const at::Tensor&, const at::Tensor&, const at::Tensor&, const 
                  const at::Tensor&) {
   unavailable("drop_lowest");
 }
+bool drop_lowest_supported(const at::Tensor&, int64_t) { return false; }
 
 #endif
 

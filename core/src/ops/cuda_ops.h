@@ -137,6 +137,9 @@ std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const a
 /// std::invalid_argument on mismatched shapes, dtypes or devices.
 void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
                  int64_t capacity, const at::Tensor& length);
+/// Whether drop_lowest takes a cache of `k`'s dtype and `head_dim` (kernels/evict.h); false without
+/// the kernels.
+bool drop_lowest_supported(const at::Tensor& k, int64_t head_dim);
 
 /// What a family adds to the decode step's q / k path (ModelConfig): per-head q / k RMSNorm
 /// before RoPE (Qwen3, Gemma 3: q_norm / k_norm [head_dim], in the dtype or fp32), and the

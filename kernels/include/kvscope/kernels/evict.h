@@ -28,8 +28,12 @@ struct DropLowestArgs {
   int64_t* dropped = nullptr;     ///< optional int64 [n_head_kv]: the row each head dropped
 };
 
-/// One block per KV head. Returns cudaErrorInvalidValue on bad sizes or null pointers, else the
-/// launch error.
+/// Whether drop_lowest takes rows of head_dim elements of `dtype`: 128 bytes or more, a multiple of
+/// 16 (every head_dim the decode kernels take, in every dtype).
+bool drop_lowest_supported(DType dtype, int head_dim);
+
+/// One block per KV head. Returns cudaErrorInvalidValue on bad sizes, rows drop_lowest_supported
+/// refuses or null pointers, else the launch error.
 cudaError_t drop_lowest(const DropLowestArgs& args, cudaStream_t stream);
 
 }  // namespace kvscope::kernels
