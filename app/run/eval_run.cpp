@@ -180,21 +180,19 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
     // The sample's record goes in before record_results marks the run complete: a run killed
     // between the two is not taken for a finished one when the evaluation resumes.
     store->set_summary(out.run_id, "eval_score", out.score);
+    std::vector<sessions::Blob> blobs;
     if (!out.turn_scores.empty()) {  // every turn's output and score (docs/eval.md)
       nlohmann::json turns = nlohmann::json::array();
       for (size_t t = 0; t < out.turn_scores.size(); ++t)
         turns.push_back({{"output", out.turn_outputs[t]}, {"score", out.turn_scores[t]}});
-      store->add_blob(out.run_id,
-                      text_blob("eval_turns", turns.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+      blobs.push_back(text_blob("eval_turns", turns.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
     }
-    store->add_blob(out.run_id, text_blob("eval_sample", sample_json(s, p, item.mode)));
+    blobs.push_back(text_blob("eval_sample", sample_json(s, p, item.mode)));
     std::vector<int64_t> spans;
     for (const TextSpan& t : p.needle_ids) spans.insert(spans.end(), {t.begin, t.end});
-    store->add_blob(out.run_id,
-                    sessions::Blob::of<int64_t>("needle_tokens", -1, -1, {int64_t(p.needle_ids.size()), 2}, spans));
+    blobs.push_back(sessions::Blob::of<int64_t>("needle_tokens", -1, -1, {int64_t(p.needle_ids.size()), 2}, spans));
     if (!out.needle_kept.empty())
-      store->add_blob(out.run_id,
-                      sessions::Blob::of<float>("needle_kept", -1, -1, {model.config.n_layer, model.config.n_head_kv},
+      blobs.push_back(sessions::Blob::of<float>("needle_kept", -1, -1, {model.config.n_layer, model.config.n_head_kv},
                                                 out.needle_kept));
     if (!item.pipeline && !p.needle_ids.empty()) {
       // The full cache's attention to the needle from the question and answer steps: one more
@@ -203,10 +201,10 @@ EvalRunResult run_eval_item(const Engine& engine, const PolicyRegistry& registry
       ids.insert(ids.end(), res.output_ids.begin(), res.output_ids.end());
       out.needle_attention = needle_attention_share(engine, ids, p.question_start, p.needle_ids);
       if (!out.needle_attention.empty())
-        store->add_blob(out.run_id, sessions::Blob::of<float>("needle_attention", -1, -1,
-                                                              {model.config.n_layer, model.config.n_head_kv},
-                                                              out.needle_attention));
+        blobs.push_back(sessions::Blob::of<float>(
+            "needle_attention", -1, -1, {model.config.n_layer, model.config.n_head_kv}, out.needle_attention));
     }
+    store->add_blobs(out.run_id, blobs);
     record_results(*store, out.run_id, model, req, res);
     out.timing.record_ms = ms_since(t_record) - out.timing.generate_ms;
   } catch (const std::exception& e) {

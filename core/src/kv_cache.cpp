@@ -377,20 +377,20 @@ void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const 
     ops::drop_lowest(scores.to(at::kFloat).contiguous(), L.k, L.v, L.pos, cap, length);
     return;
   }
-  // Row r of the result reads row r + (r >= drop[h]): a gather, then one copy back per buffer.
   const at::Tensor drop = scores.argmin(1);
-  const at::Tensor r = at::arange(n - 1, drop.options()).unsqueeze(0);  // [1, n-1]
-  const at::Tensor src = r + (r >= drop.view({-1, 1})).to(at::kLong);   // [Hkv, n-1]
-  auto shift = [&](const at::Tensor& buf, int64_t width) {
-    const at::Tensor live =
-        width ? buf.view({n_head_kv_, cap, width}).narrow(1, 0, n) : buf.view({n_head_kv_, cap}).narrow(1, 0, n);
-    const at::Tensor idx = width ? src.unsqueeze(2).expand({n_head_kv_, n - 1, width}) : src;
-    live.narrow(1, 0, n - 1).copy_(live.gather(1, idx));
-  };
-  shift(L.k, head_dim_);
-  shift(L.v, head_dim_);
-  shift(L.pos, 0);
+  shift_out(L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, 0, n), drop);
+  shift_out(L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, 0, n), drop);
+  shift_out(L.pos.view({n_head_kv_, cap}).narrow(1, 0, n), drop);
   if (length.defined()) length.sub_(1);
+}
+
+void shift_out(const at::Tensor& live, const at::Tensor& drop) {
+  const int64_t rows = live.size(0), n = live.size(1);
+  // Entry j of the result reads entry j + (j >= drop[r]): a gather, then one copy back.
+  const at::Tensor j = at::arange(n - 1, drop.options()).unsqueeze(0);  // [1, n-1]
+  at::Tensor src = j + (j >= drop.reshape({rows, 1})).to(at::kLong);    // [rows, n-1]
+  if (live.dim() == 3) src = src.unsqueeze(2).expand({rows, n - 1, live.size(2)});
+  live.narrow(1, 0, n - 1).copy_(live.gather(1, src));
 }
 
 void KvCache::commit_drop(int64_t l) {

@@ -292,9 +292,7 @@ void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, con
   at::Tensor scores = mark_recent(sums.clone(), target);
   const int64_t newest = std::min(scorer_->keep_newest(), n);
   if (newest > 0) scores.narrow(1, n - newest, newest).fill_(std::numeric_limits<float>::max());
-  const at::Tensor drop = scores.argmin(1, /*keepdim=*/true);                     // [Hkv, 1]: the kernel's choice too
-  const at::Tensor r = at::arange(n - 1, drop.options()).unsqueeze(0);            // [1, n - 1]
-  sums.narrow(1, 0, n - 1).copy_(sums.gather(1, r + (r >= drop).to(at::kLong)));  // rows after it move down
+  shift_out(sums, scores.argmin(1));  // the row drop_lowest drops: at::argmin's choice, the kernel's too
   cache.drop_lowest(layer, scores, n, length);
 }
 

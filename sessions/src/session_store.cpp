@@ -609,21 +609,17 @@ void SessionStore::add_blobs(int64_t run, std::span<const Blob> blobs, unsigned 
   if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   const size_t n = std::min<size_t>(threads, blobs.size());
   std::vector<std::exception_ptr> errors(n);
+  auto compress = [&](size_t t) {  // worker t: blobs t, t + n, ...
+    try {
+      for (size_t i = t; i < blobs.size(); i += n) frames[i] = frame_of(blobs[i]);
+    } catch (...) {
+      errors[t] = std::current_exception();
+    }
+  };
   {
     std::vector<std::jthread> pool;
-    for (size_t t = 1; t < n; ++t)
-      pool.emplace_back([&, t] {
-        try {
-          for (size_t i = t; i < blobs.size(); i += n) frames[i] = frame_of(blobs[i]);
-        } catch (...) {
-          errors[t] = std::current_exception();
-        }
-      });
-    try {
-      for (size_t i = 0; i < blobs.size(); i += n) frames[i] = frame_of(blobs[i]);
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
+    for (size_t t = 1; t < n; ++t) pool.emplace_back(compress, t);
+    compress(0);
   }
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
