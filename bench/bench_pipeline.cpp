@@ -148,6 +148,10 @@ int main(int argc, char** argv) {
       {"keydiff+decoding", "keydiff+decoding", kvscope::BudgetSpec::Unit::kStored},
       {"streamingllm", "streamingllm", kvscope::BudgetSpec::Unit::kStored},
       {"streamingllm+decoding", "streamingllm+decoding", kvscope::BudgetSpec::Unit::kStored},
+      {"h2o", "h2o", kvscope::BudgetSpec::Unit::kStored},
+      {"h2o+decoding", "h2o+decoding", kvscope::BudgetSpec::Unit::kStored},
+      // kvpress DecodingPress: back to the budget every 32 steps (two graphs: with and without).
+      {"tova+decoding/32", "tova+decoding:interval=32", kvscope::BudgetSpec::Unit::kStored},
   };
   const auto wanted = [&](const std::string& label) {
     return only.empty() || ("," + only + ",").find("," + label + ",") != std::string::npos;

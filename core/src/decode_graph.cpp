@@ -27,7 +27,8 @@
 
 namespace kvscope {
 
-bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t steps, const std::vector<bool>& drops) {
+bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t steps, const std::vector<bool>& drops,
+                            int64_t interval) {
 #ifdef KVSCOPE_HAVE_CUDA_KERNELS
   const Model& m = engine.model();
   if (!m.device.is_cuda()) return false;
@@ -44,7 +45,7 @@ bool DecodeGraph::supported(const Engine& engine, const KvCache& cache, int64_t 
       if (!L.ring_window.empty() && L.ring_window[h] > 0) return false;
       if (L.window > 0) {  // a sliding-window layer decodes as its ring, which stays within the window
         if (!L.ringed || std::min(L.length[h] + steps, L.window) > L.capacity[h]) return false;
-      } else if (L.length[h] + (drop ? 1 : steps) > L.capacity[h]) {
+      } else if (L.length[h] + (drop ? interval : steps) > L.capacity[h]) {
         return false;
       }
     }
@@ -61,10 +62,14 @@ struct DecodeGraph::Impl {
   const Engine& engine;
   KvCache& cache;
   DecodeAttentionPolicy* policy;
-  std::vector<bool> drops;  // per layer, or empty (see supported())
+  std::vector<bool> drops;          // per layer, or empty (see supported())
+  int64_t interval = 1, phase = 0;  // the hooked graph runs when phase + 1 reaches interval
   DeviceDecodeState state;
   at::Tensor logits;  // fp32 [vocab], the graph's output
   at::cuda::CUDAGraph graph;
+  // interval > 1: the step without the hook, and its output.
+  std::optional<at::cuda::CUDAGraph> plain;
+  at::Tensor plain_logits;
   // The after_attention hook's work runs on a side stream, forked from the step after each layer's
   // attention and joined at the step's end: off the critical path of the layers that follow.
   std::optional<c10::cuda::CUDAStream> side;
@@ -79,8 +84,8 @@ struct DecodeGraph::Impl {
     return events[next_event++];
   }
 
-  Impl(const Engine& e, KvCache& c, DecodeAttentionPolicy* p, std::vector<bool> d)
-      : engine(e), cache(c), policy(p), drops(std::move(d)) {}
+  Impl(const Engine& e, KvCache& c, DecodeAttentionPolicy* p, std::vector<bool> d, int64_t every, int64_t since)
+      : engine(e), cache(c), policy(p), drops(std::move(d)), interval(every), phase(since) {}
 
   /// Device state from the cache's host bookkeeping, copied into the tensors the graph reads.
   void load_state() {
@@ -102,11 +107,16 @@ struct DecodeGraph::Impl {
 };
 
 DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPolicy* decode_attention,
-                         DeviceLayerHook after_attention, std::vector<bool> drops) {
+                         DeviceLayerHook after_attention, std::vector<bool> drops, int64_t interval, int64_t phase) {
   const Model& m = engine.model();
-  if (!supported(engine, cache, 1, drops))
+  if (interval < 1 || phase < 0 || phase >= interval)
+    throw std::invalid_argument("DecodeGraph: phase " + std::to_string(phase) + " outside interval " +
+                                std::to_string(interval));
+  if (interval > 1 && (decode_attention || !after_attention))
+    throw std::invalid_argument("DecodeGraph: an eviction interval needs the hook and no decode-attention policy");
+  if (!supported(engine, cache, 1, drops, interval))
     throw std::runtime_error("DecodeGraph: this model/cache cannot run as a CUDA graph");
-  impl_ = std::make_unique<Impl>(engine, cache, decode_attention, std::move(drops));
+  impl_ = std::make_unique<Impl>(engine, cache, decode_attention, std::move(drops), interval, phase);
   Impl& s = *impl_;
   const c10::cuda::CUDAGuard guard(m.device);
   const auto i64 = at::TensorOptions().device(m.device).dtype(at::kLong);
@@ -137,6 +147,14 @@ DecodeGraph::DecodeGraph(const Engine& engine, KvCache& cache, DecodeAttentionPo
     (void)engine.decode_step_device(cache, s.state, s.policy);
     s.load_state();
     stream.synchronize();
+    if (interval > 1) {  // the steps between evictions: no hook
+      s.plain.emplace();
+      s.plain->capture_begin();
+      s.plain_logits = engine.decode_step_device(cache, s.state, s.policy);
+      s.plain->capture_end();
+      s.load_state();
+      stream.synchronize();
+    }
     if (after_attention) {  // not in the warm-up: it would record a step
       // Forked per layer (its queries, offsets and lengths are ready once the attention ran), joined
       // at the end: a layer's eviction (Pipeline::evict_decode_device) only has to be done before
@@ -182,20 +200,23 @@ at::Tensor DecodeGraph::step(int32_t token) {
                      std::to_string(c.vocab_size) + ")");
   const c10::cuda::CUDAGuard guard(s.engine.model().device);
   s.state.token.fill_(static_cast<int64_t>(token));  // a fill kernel: no host buffer to race with
-  s.graph.replay();
+  const bool evicts = !s.plain || s.phase + 1 == s.interval;
+  (evicts ? s.graph : *s.plain).replay();
+  s.phase = evicts ? 0 : s.phase + 1;
   for (int64_t l = 0; l < s.cache.n_layer(); ++l) {
     s.cache.commit_append(l, 1);
-    if (!s.drops.empty() && s.drops[l]) s.cache.commit_drop(l);
+    if (evicts && !s.drops.empty() && s.drops[l]) s.cache.commit_drop(l, s.interval);
   }
   s.cache.advance_position(1);
-  return s.logits;
+  return evicts ? s.logits : s.plain_logits;
 }
 
 #else  // !KVSCOPE_HAVE_CUDA_KERNELS
 
 struct DecodeGraph::Impl {};
 
-DecodeGraph::DecodeGraph(const Engine&, KvCache&, DecodeAttentionPolicy*, DeviceLayerHook, std::vector<bool>) {
+DecodeGraph::DecodeGraph(const Engine&, KvCache&, DecodeAttentionPolicy*, DeviceLayerHook, std::vector<bool>, int64_t,
+                         int64_t) {
   throw std::runtime_error("DecodeGraph: kvscope was built without the CUDA kernels (KVSCOPE_WITH_CUDA=OFF)");
 }
 DecodeGraph::~DecodeGraph() = default;

@@ -68,19 +68,22 @@ auto out_of_memory_guard(const GenerateRequest& req, std::string_view phase, int
                       cause + ")");
 }
 
-/// Per layer, whether a captured decode step evicts in place (Pipeline::evict_decode_device): the
-/// pipeline's S6 stage drops one entry a step (Pipeline::evicts_in_place), no timeline records the
-/// evictions layer by layer, and every global layer is uniform at the target. Empty when any of
-/// that fails: the steps then run eagerly (Pipeline::evict_decode).
+/// Per layer, whether a captured decode step evicts in place (Pipeline::evict_decode_device) from
+/// decode step `step` on: the pipeline's S6 stage keeps the top-target of target + interval
+/// (Pipeline::evicts_in_place), no timeline records the evictions layer by layer, and every global
+/// layer is uniform at target + step % interval entries (the steps since the last eviction: the
+/// eager path evicts after the steps with (step + 1) % interval == 0) with room for the interval.
+/// Empty when any of that fails: the step then runs eagerly (Pipeline::evict_decode).
 std::vector<bool> in_place_drops(const Pipeline& p, const ModelConfig& config, const KvCache& cache, int64_t n_kept,
-                                 bool recording) {
+                                 int64_t step, bool recording) {
   if (recording || !p.evicts_in_place()) return {};
-  const int64_t target = p.decode_target(n_kept);
+  const int64_t target = p.decode_target(n_kept), interval = p.decode_interval();
   std::vector<bool> drops(static_cast<size_t>(cache.n_layer()), false);
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     if (config.window(l) > 0) continue;  // sliding layers keep their ring
     const LayerKv& kv = cache.layer(l);
-    if (!kv.uniform() || kv.length.at(0) != target) return {};
+    if (!kv.uniform() || kv.length.at(0) != target + step % interval || kv.capacity.at(0) < target + interval)
+      return {};
     drops[static_cast<size_t>(l)] = true;
   }
   return drops;
@@ -341,43 +344,54 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
     // decode-time selection policies (stage S5) step eagerly while capture wants their recall.
     std::unique_ptr<DecodeGraph> graph;
     const bool selects = decode_attention && decode_attention->stage() == Stage::kDecodeSelection;
-    // Eviction while decoding keeps the graph where each step drops one entry per head in place
-    // (interval 1, uniform head budget, every global layer at its target, no timeline to record the
-    // evictions per layer); else it re-packs the cache between steps and the step runs eagerly.
-    const std::vector<bool> drops =
-        evicting ? in_place_drops(*req.pipeline, engine.model().config, cache, decode_n_kept, recorder.has_value())
-                 : std::vector<bool>{};
-    const bool can_graph = !req.decode_probe && (!evicting || !drops.empty()) &&
-                           DecodeGraph::supported(engine, cache, req.max_new_tokens, drops) &&
-                           (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens));
-    // A timeline of a selection policy keeps the graph when the policy records its selections in
-    // it (graph_selections). Capture full keeps it too when the exact top-k oracle runs inside the
-    // step (DecodeOracle: the union record and the selection's recall from kernels); else eager.
+    // A replay cannot record per layer: the oracle's hook or a policy's staged selections stand in.
     std::unique_ptr<DecodeOracle> oracle;
-    if (topk && can_graph && (!selects || decode_attention->stages_graph_selections()) &&
-        DecodeOracle::supported(cache, engine.model().config.n_head))
-      oracle =
-          std::make_unique<DecodeOracle>(cache, engine.model().config.n_head, *topk,
-                                         selects ? decode_attention : nullptr, recorder && recorder->any_per_token());
-    const bool eager_selection = selects && recorder && (req.capture == CaptureLevel::kFull) && !oracle;
-    const bool telemetry = (topk && !oracle) || eager_selection;
-    DeviceLayerHook hook;
-    if (oracle)
-      hook = [&cache, o = oracle.get()](int64_t layer, const at::Tensor& q, const at::Tensor& offset,
-                                        const at::Tensor& length) { o->add(layer, q, cache, offset, length); };
-    if (!drops.empty())
-      hook = [&cache, &req, config = &engine.model().config, target = req.pipeline->decode_target(decode_n_kept)](
-                 int64_t layer, const at::Tensor& q, const at::Tensor&, const at::Tensor& length) {
-        req.pipeline->evict_decode_device(*config, layer, q, cache, target, length);
-      };
-    // H2O's running totals move into device buffers the captured steps update (begin_decode_device);
-    // where they cannot, the steps run eagerly on the totals as they are.
-    const bool device_drops =
-        !drops.empty() && !telemetry && can_graph &&
-        req.pipeline->begin_decode_device(engine.model().config, req.pipeline->decode_target(decode_n_kept));
-    if (!telemetry && can_graph && (drops.empty() || device_drops))
-      graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention, hook, drops);
-    if (graph && selects && recorder && !decode_attention->stages_graph_selections()) graph.reset();
+    bool device_drops = false;  // H2O's totals live on the device (begin_decode_device)
+    // Eviction while decoding keeps the graph where each eviction keeps the top-target of target +
+    // interval in place (uniform head budget, every global layer at its phase, no timeline to record
+    // the evictions per layer); else it re-packs the cache and the step runs eagerly. An eager
+    // eviction re-packs at the target (a question past the budget, a prompt under it at first), so
+    // the graph is tried again after each eager step (`graph_later`).
+    auto capture_graph = [&] {
+      const std::vector<bool> drops = evicting ? in_place_drops(*req.pipeline, engine.model().config, cache,
+                                                                decode_n_kept, res.decode_steps, recorder.has_value())
+                                               : std::vector<bool>{};
+      const int64_t interval = drops.empty() ? 1 : req.pipeline->decode_interval();
+      const bool can_graph = !req.decode_probe && (!evicting || !drops.empty()) &&
+                             DecodeGraph::supported(engine, cache, req.max_new_tokens, drops, interval) &&
+                             (!decode_attention || decode_attention->prepare_graph(cache, req.max_new_tokens));
+      // A timeline of a selection policy keeps the graph when the policy records its selections in
+      // it (graph_selections). Capture full keeps it too when the exact top-k oracle runs inside the
+      // step (DecodeOracle: the union record and the selection's recall from kernels); else eager.
+      if (topk && can_graph && (!selects || decode_attention->stages_graph_selections()) &&
+          DecodeOracle::supported(cache, engine.model().config.n_head))
+        oracle =
+            std::make_unique<DecodeOracle>(cache, engine.model().config.n_head, *topk,
+                                           selects ? decode_attention : nullptr, recorder && recorder->any_per_token());
+      const bool eager_selection = selects && recorder && (req.capture == CaptureLevel::kFull) && !oracle;
+      const bool telemetry = (topk && !oracle) || eager_selection;
+      DeviceLayerHook hook;
+      if (oracle)
+        hook = [&cache, o = oracle.get()](int64_t layer, const at::Tensor& q, const at::Tensor& offset,
+                                          const at::Tensor& length) { o->add(layer, q, cache, offset, length); };
+      if (!drops.empty())
+        hook = [&cache, &req, config = &engine.model().config, target = req.pipeline->decode_target(decode_n_kept)](
+                   int64_t layer, const at::Tensor& q, const at::Tensor&, const at::Tensor& length) {
+          req.pipeline->evict_decode_device(*config, layer, q, cache, target, length);
+        };
+      // H2O's running totals move into device buffers the captured steps update
+      // (begin_decode_device); where they cannot, the steps run eagerly on the totals as they are.
+      device_drops =
+          !drops.empty() && !telemetry && can_graph &&
+          req.pipeline->begin_decode_device(engine.model().config, req.pipeline->decode_target(decode_n_kept));
+      if (!telemetry && can_graph && (drops.empty() || device_drops))
+        graph = std::make_unique<DecodeGraph>(engine, cache, decode_attention, hook, drops, interval,
+                                              drops.empty() ? 0 : res.decode_steps % interval);
+      if (graph && selects && recorder && !decode_attention->stages_graph_selections()) graph.reset();
+    };
+    capture_graph();
+    const bool graph_later =
+        !graph && evicting && !recorder && !topk && !req.decode_probe && req.pipeline->evicts_in_place();
     bool staged = false;  // a replayed step's selections wait in pinned memory (recorded after the next launch)
     // The previous replay's selections (and, with the oracle, their recall) into the timeline.
     auto record_staged = [&] {
@@ -433,6 +447,10 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
       }
       ++res.decode_steps;
       next = sampler.next(logits);  // reads the result back: the step is complete
+      if (graph_later && !graph) {
+        capture_graph();
+        res.decode_graph = res.decode_graph || graph != nullptr;
+      }
       progress(false);
       if (full) {
         const auto r0 = std::chrono::steady_clock::now();

@@ -393,10 +393,36 @@ void shift_out(const at::Tensor& live, const at::Tensor& drop) {
   live.narrow(1, 0, n - 1).copy_(live.gather(1, src));
 }
 
-void KvCache::commit_drop(int64_t l) {
+void KvCache::keep_in_place(int64_t l, const at::Tensor& kept, int64_t n, const at::Tensor& length) {
+  const LayerKv& L = layers_[l];
+  require_uniform(L);
+  if (L.has_compact())
+    throw std::logic_error("KvCache::keep_in_place: layer " + std::to_string(l) + " holds its keys compactly");
+  const int64_t cap = L.capacity[0];
+  if (n < 1 || n > cap)
+    throw std::logic_error("KvCache::keep_in_place: " + std::to_string(n) + " live entries in a capacity of " +
+                           std::to_string(cap));
+  if (kept.dim() != 2 || kept.size(0) != n_head_kv_ || kept.size(1) > n)
+    throw std::invalid_argument("KvCache::keep_in_place: kept must be [" + std::to_string(n_head_kv_) +
+                                ", m <= " + std::to_string(n) + "]");
+  const int64_t m = kept.size(1);
+  const at::Tensor idx = kept.to(L.pos.device(), at::kLong);
+  const at::Tensor pos = L.pos.view({n_head_kv_, cap});
+  pos.narrow(1, 0, m).copy_(pos.narrow(1, 0, n).gather(1, idx));
+  const at::Tensor rows = idx.unsqueeze(2).expand({n_head_kv_, m, head_dim_});
+  for (const at::Tensor& t : {L.k, L.v}) {
+    const at::Tensor live = t.view({n_head_kv_, cap, head_dim_});
+    live.narrow(1, 0, m).copy_(live.narrow(1, 0, n).gather(1, rows));
+  }
+  if (length.defined()) length.sub_(n - m);
+}
+
+void KvCache::commit_drop(int64_t l, int64_t count) {
   for (int64_t& len : layers_[l].length) {
-    if (len == 0) throw std::logic_error("KvCache::commit_drop: an empty head of layer " + std::to_string(l));
-    --len;
+    if (len < count)
+      throw std::logic_error("KvCache::commit_drop: a head of layer " + std::to_string(l) + " holds " +
+                             std::to_string(len) + " entries, fewer than " + std::to_string(count));
+    len -= count;
   }
 }
 

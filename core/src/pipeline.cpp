@@ -241,8 +241,11 @@ int64_t Pipeline::decode_target(int64_t n_kept) const {
 }
 
 bool Pipeline::evicts_in_place() const {
-  return decode_eviction_ && decode_eviction_->interval() == 1 && !layer_budget_ && budget_->name() == "uniform";
+  return decode_eviction_ && (decode_eviction_->interval() == 1 || !accumulating()) && !layer_budget_ &&
+         budget_->name() == "uniform";
 }
+
+int64_t Pipeline::decode_interval() const { return decode_eviction_ ? decode_eviction_->interval() : 0; }
 
 bool Pipeline::begin_decode_device(const ModelConfig& config, int64_t target) const {
   if (!accumulating()) return true;
@@ -272,13 +275,18 @@ void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, con
   if (config.window(layer) > 0) return;
   const LayerKv& kv = cache.layer(layer);
   if (!kv.uniform()) throw std::logic_error("pipeline: evict_decode_device on a ragged layer");
-  const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), cap = kv.capacity.at(0), n = target + 1;
+  const int64_t Hkv = cache.n_head_kv(), D = cache.head_dim(), cap = kv.capacity.at(0);
+  const int64_t n = target + decode_eviction_->interval();
   const at::Tensor keys = kv.k.view({Hkv, cap, D}).narrow(1, 0, n);
   const at::Tensor values = kv.v.view({Hkv, cap, D}).narrow(1, 0, n);
   const at::Tensor queries = q.view({1, q.size(0), q.size(1)});
   const LayerPrefill in{config, layer, queries, keys, values};
-  if (!accumulating()) {
+  if (!accumulating() && n == target + 1) {
     cache.drop_lowest(layer, rank(in, target), n, length);
+    return;
+  }
+  if (!accumulating()) {  // kvpress DecodingPress: the top-target of target + interval
+    cache.keep_in_place(layer, at::stack(budget_->select(rank(in, target), target, in)), n, length);
     return;
   }
   // H2O: the totals of the target kept rows plus this step's attention (the step's entry starts at

@@ -285,11 +285,73 @@ TEST_F(DecodeEviction, InPlaceDropKeepsWhatRetainKeeps) {
     (void)generate(engine, req);
     EXPECT_EQ(compared, 11 * cfg.n_layer) << spec;
   }
-  // Interval 8 or an Ada-KV head budget drop more than one entry, or unevenly: not in place.
-  EXPECT_FALSE(Pipeline(*registry_, "tova+decoding:interval=8,target=40").evicts_in_place());
+  // An Ada-KV head budget drops unevenly: not in place. Interval 8 keeps the top-40 of 48 in place.
+  EXPECT_TRUE(Pipeline(*registry_, "tova+decoding:interval=8,target=40").evicts_in_place());
   EXPECT_FALSE(Pipeline(*registry_, "tova+adakv+decoding").evicts_in_place());
-  // H2O's running totals follow in a device buffer (begin_decode_device): in place too.
+  // H2O's running totals follow in a device buffer (begin_decode_device): in place too, at
+  // interval 1 only (its totals grow at every step, evicting or not).
   EXPECT_TRUE(Pipeline(*registry_, "h2o:recent=16+decoding").evicts_in_place());
+  EXPECT_FALSE(Pipeline(*registry_, "h2o:recent=16+decoding:interval=4").evicts_in_place());
+}
+
+// kvpress DecodingPress in place (the CUDA graph's path: evict_decode_device at every interval-th
+// step, KvCache::keep_in_place) against the eager path (evict_decode: retain re-packs): the same
+// tokens through both caches, every layer's positions, keys and values equal after every step.
+TEST_F(DecodeEviction, IntervalInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
+  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
+  auto ids = g["input_ids"].get<std::vector<int32_t>>();
+  ids.resize(200);
+  const Engine engine(*model_);
+  const ModelConfig& cfg = model_->config;
+  const int64_t budget = 48, steps = 20;
+  for (const std::string spec : {"tova+decoding:interval=4", "keydiff+decoding:interval=8"}) {
+    const Pipeline eager(*registry_, spec), in_place(*registry_, spec);
+    ASSERT_TRUE(in_place.evicts_in_place()) << spec;
+    const int64_t interval = in_place.decode_interval();
+    auto prefill = [&](const Pipeline& p, KvCache& cache) {
+      const int64_t n_kept = p.begin_run(
+          RunBudget{BudgetSpec{BudgetSpec::Unit::kStored, double(budget)}, static_cast<int64_t>(ids.size()), steps},
+          cfg);
+      return engine.prefill(cache, ids, 0, false, [&](const LayerEvent& ev) { p.compress_layer(ev, n_kept, steps); });
+    };
+    KvCache a = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
+    KvCache b = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
+    at::Tensor la = prefill(eager, a), lb = prefill(in_place, b);
+    ASSERT_TRUE(at::equal(la, lb)) << spec;
+    int64_t evictions = 0;
+    for (int64_t step = 0; step < steps; ++step) {
+      const int32_t tok[1] = {static_cast<int32_t>(la.argmax().item<int64_t>())};
+      la = engine.forward(a, tok, false, [&](const LayerEvent& ev) { eager.evict_decode(ev, step, budget); });
+      lb = engine.forward(b, tok, false, [&](const LayerEvent& ev) {
+        if ((step + 1) % interval != 0) return;
+        const at::Tensor length = at::full({cfg.n_head_kv}, budget + interval, at::kLong);
+        in_place.evict_decode_device(ev.config, ev.layer, ev.q[0], ev.cache, budget, length);
+        EXPECT_TRUE(at::equal(length, at::full({cfg.n_head_kv}, budget, at::kLong)));
+        ev.cache.commit_drop(ev.layer, interval);
+        ++evictions;
+      });
+      ASSERT_TRUE(at::equal(la, lb)) << spec << " step " << step;
+      for (int64_t l = 0; l < cfg.n_layer; ++l) {
+        ASSERT_EQ(a.layer(l).length, b.layer(l).length) << spec << " step " << step << " layer " << l;
+        EXPECT_TRUE(at::equal(a.positions(l), b.positions(l))) << spec << " step " << step << " layer " << l;
+        EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << spec << " step " << step << " layer " << l;
+        EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << spec << " step " << step << " layer " << l;
+      }
+    }
+    EXPECT_EQ(evictions, steps / interval * cfg.n_layer) << spec;
+  }
+  // keep_in_place refuses what it cannot do, and commit_drop a count past a head's entries.
+  KvCache c = engine.new_cache(64);
+  const std::vector<int32_t> few(ids.begin(), ids.begin() + 10);
+  (void)engine.prefill(c, few);
+  const at::Tensor kept = at::arange(4, at::kLong).repeat({cfg.n_head_kv, 1});
+  EXPECT_THROW(c.keep_in_place(0, kept, 65), std::logic_error);                       // past the capacity
+  EXPECT_THROW(c.keep_in_place(0, kept, 3), std::invalid_argument);                   // more kept than live
+  EXPECT_THROW(c.keep_in_place(0, kept.narrow(0, 0, 1), 10), std::invalid_argument);  // one head's rows
+  EXPECT_THROW(c.commit_drop(0, 11), std::logic_error);                               // 10 live entries
+  c.keep_in_place(0, kept.narrow(1, 1, 3), 10);                                       // rows 1, 2, 3
+  c.commit_drop(0, 7);
+  EXPECT_EQ(to_vec(c.positions(0)[0]), (std::vector<int64_t>{1, 2, 3}));
 }
 
 // H2O in place (the CUDA graph's path: begin_decode_device, then evict_decode_device every step

@@ -142,8 +142,17 @@ class KvCache {
   /// left as they are (commit_drop). Throws std::logic_error on a ragged or compact layer or an n
   /// past the capacity, std::invalid_argument on scores of another shape.
   void drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length = {});
-  /// Counts one entry fewer in every head of layer l: the host side of drop_lowest.
-  void commit_drop(int64_t l);
+  /// Keeps, in every KV head of uniform layer l, the rows `kept` [n_head_kv, m] (int64, ascending,
+  /// each < n, on the cache device) of its n live entries, in place and in order: rows [0, m) of
+  /// head h become its rows kept[h] (K, V and positions). The eviction of a decode step every
+  /// `interval` steps (kvpress DecodingPress, Pipeline::evict_decode_device): one gather and one
+  /// copy per tensor, no host read, so a CUDA graph can capture it. n, `length`: as drop_lowest
+  /// (`length` falls by n - m). Throws std::logic_error on a ragged or compact layer or an n past
+  /// the capacity, std::invalid_argument on `kept` of another shape or m > n.
+  void keep_in_place(int64_t l, const at::Tensor& kept, int64_t n, const at::Tensor& length = {});
+  /// Counts `count` entries fewer in every head of layer l: the host side of drop_lowest (1) and
+  /// keep_in_place (n - m). Throws std::logic_error when a head holds fewer.
+  void commit_drop(int64_t l, int64_t count = 1);
 
   /// Replaces layer l with the given entries (all heads the same count n), leaving room for
   /// `reserve` appended entries per head. k, v: [n_head_kv, n, head_dim]; pos: int64 [n_head_kv, n].

@@ -58,10 +58,13 @@ class Pipeline {
   /// Entries per KV head an eviction while decoding leaves: the stage's target, else `n_kept` (the
   /// run's budget). 0 without the stage.
   int64_t decode_target(int64_t n_kept) const;
-  /// Whether evict_decode can run as evict_decode_device: an S6 stage at interval 1 with the
-  /// uniform head budget and no layer budget, so that each step's eviction drops exactly the one
-  /// lowest-ranked entry of every KV head (top-target of target + 1).
+  /// Whether evict_decode can run as evict_decode_device: an S6 stage with the uniform head budget
+  /// and no layer budget, so that every eviction keeps the top-target of target + interval entries
+  /// in every KV head (at interval 1: drops the one lowest-ranked); H2O (accumulating) only at
+  /// interval 1, as its totals grow at every step.
   bool evicts_in_place() const;
+  /// Decode steps between evictions (the S6 stage's interval); 0 without the stage.
+  int64_t decode_interval() const;
   /// Before the first evict_decode_device of a decode: an accumulating scorer (H2O) moves each
   /// global layer's running totals into a device buffer of target + 1 columns that the steps update
   /// in place (a captured step allocates nothing that outlives it). Returns false (nothing moved)
@@ -71,16 +74,17 @@ class Pipeline {
   /// After the last evict_decode_device of a decode: the running totals back where evict_decode
   /// and a later turn read them.
   void end_decode_device() const;
-  /// evict_decode at interval 1 once every head holds `target` entries, on the device only, for a
-  /// captured decode step (DecodeGraph, DeviceLayerHook): the step's entry has made n = target + 1
-  /// live entries per head (the host lengths still say target); the scorer ranks them with the
-  /// step's queries q [n_head, head_dim] (post-RoPE) and KvCache::drop_lowest drops the lowest
-  /// of every head, keeping the order, as evict_decode's retain keeps it; `length` (int64
-  /// [n_head_kv], the device's live lengths) falls by one. The caller commits the drop on the host
-  /// (KvCache::commit_drop) after the step. H2O (after begin_decode_device) adds the step's
-  /// attention to the running totals and ranks by them, and the totals drop the same row. No-op on
-  /// sliding-window layers. Same kept set as evict_decode, up to ties in the scores. Throws
-  /// std::logic_error unless evicts_in_place(), or for H2O without begin_decode_device.
+  /// evict_decode at an eviction step, on the device only, for a captured decode step
+  /// (DecodeGraph, DeviceLayerHook): the step's entry has made n = target + interval live entries
+  /// per head (the host lengths still say one fewer); the scorer ranks them with the step's queries
+  /// q [n_head, head_dim] (post-RoPE) and the head budget's top-target stay, in order, as
+  /// evict_decode's retain keeps them: KvCache::drop_lowest at interval 1 (one kernel), else
+  /// KvCache::keep_in_place. `length` (int64 [n_head_kv], the device's live lengths) falls by
+  /// interval. The caller commits the drop on the host (KvCache::commit_drop) after the step. H2O
+  /// (after begin_decode_device) adds the step's attention to the running totals and ranks by them,
+  /// and the totals drop the same row. No-op on sliding-window layers. Same kept set as
+  /// evict_decode, up to ties in the scores. Throws std::logic_error unless evicts_in_place(), or
+  /// for H2O without begin_decode_device.
   void evict_decode_device(const ModelConfig& config, int64_t layer, const at::Tensor& q, KvCache& cache,
                            int64_t target, const at::Tensor& length) const;
 
