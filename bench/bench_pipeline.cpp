@@ -82,23 +82,24 @@ int main(int argc, char** argv) {
   std::printf(
       "context %lld, copy bandwidth %.0f GB/s, weights %.2f GB; full cache: prefill %.1f ms, decode %.1f tok/s\n",
       (long long)context, bw / 1e9, weight_bytes / 1e9, full_prefill, full.decode_tokens_per_s());
-  std::printf("%-20s %7s %12s %14s %12s %14s %8s\n", "pipeline", "budget", "prefill ms", "prefill ovh %",
-              "decode tok/s", "bytes/step MB", "% roof");
+  std::printf("%-20s %7s %12s %14s %12s %14s %8s %6s\n", "pipeline", "budget", "prefill ms", "prefill ovh %",
+              "decode tok/s", "bytes/step MB", "% roof", "step");
   nlohmann::json rows = nlohmann::json::array();
   auto report = [&](const std::string& label, int64_t budget, const kvscope::GenerateResult& r) {
     const double bytes =
         r.bytes_read.empty() ? 0 : std::accumulate(r.bytes_read.begin(), r.bytes_read.end(), 0.0) / r.bytes_read.size();
     const double roof = bw / (weight_bytes + bytes), tps = r.decode_tokens_per_s();
     const double ovh = 100.0 * (r.prefill_ms - full_prefill) / full_prefill;
-    std::printf("%-20s %7lld %12.1f %14.1f %12.1f %14.1f %7.1f%%\n", label.c_str(), (long long)budget, r.prefill_ms,
-                ovh, tps, bytes / 1e6, 100 * tps / roof);
+    std::printf("%-20s %7lld %12.1f %14.1f %12.1f %14.1f %7.1f%% %6s\n", label.c_str(), (long long)budget, r.prefill_ms,
+                ovh, tps, bytes / 1e6, 100 * tps / roof, r.decode_graph ? "graph" : "eager");
     rows.push_back({{"pipeline", label},
                     {"budget", budget},
                     {"prefill_ms", r.prefill_ms},
                     {"prefill_overhead_pct", ovh},
                     {"decode_tokens_per_s", tps},
                     {"bytes_read_per_step", bytes},
-                    {"roofline_tokens_per_s", roof}});
+                    {"roofline_tokens_per_s", roof},
+                    {"decode_graph", r.decode_graph}});
   };
   report("full", context, full);
   // Batch rows: `batch` sequences with this run's kept sizes per (layer, KV head), random K/V

@@ -361,7 +361,8 @@ static void require_uniform(const LayerKv& L) {
   if (!L.uniform()) throw std::logic_error("KvCache: dense view of a ragged layer (use the per-head accessors)");
 }
 
-void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length) {
+void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length, int64_t candidates,
+                          const at::Tensor& alongside) {
   const LayerKv& L = layers_[l];
   require_uniform(L);
   if (L.has_compact())
@@ -373,14 +374,23 @@ void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const 
   if (scores.dim() != 2 || scores.size(0) != n_head_kv_ || scores.size(1) != n)
     throw std::invalid_argument("KvCache::drop_lowest: scores must be [" + std::to_string(n_head_kv_) + ", " +
                                 std::to_string(n) + "]");
+  if (candidates < 0 || candidates > n)
+    throw std::invalid_argument("KvCache::drop_lowest: " + std::to_string(candidates) + " candidates of " +
+                                std::to_string(n) + " entries");
+  if (alongside.defined() && (alongside.dim() != 2 || alongside.size(0) != n_head_kv_ || alongside.size(1) < n))
+    throw std::invalid_argument("KvCache::drop_lowest: alongside must be [" + std::to_string(n_head_kv_) +
+                                ", >= " + std::to_string(n) + "]");
   if (L.k.is_cuda() && ops::drop_lowest_supported(L.k, head_dim_)) {
-    ops::drop_lowest(scores.to(at::kFloat).contiguous(), L.k, L.v, L.pos, cap, length);
+    const at::Tensor s =
+        scores.scalar_type() == at::kFloat && scores.is_contiguous() ? scores : scores.to(at::kFloat).contiguous();
+    ops::drop_lowest(s, L.k, L.v, L.pos, cap, length, candidates, alongside);
     return;
   }
-  const at::Tensor drop = scores.argmin(1);
+  const at::Tensor drop = scores.narrow(1, 0, candidates > 0 ? candidates : n).argmin(1);
   shift_out(L.k.view({n_head_kv_, cap, head_dim_}).narrow(1, 0, n), drop);
   shift_out(L.v.view({n_head_kv_, cap, head_dim_}).narrow(1, 0, n), drop);
   shift_out(L.pos.view({n_head_kv_, cap}).narrow(1, 0, n), drop);
+  if (alongside.defined()) shift_out(alongside.narrow(1, 0, n), drop);
   if (length.defined()) length.sub_(1);
 }
 

@@ -294,14 +294,14 @@ void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, con
   if (layer >= static_cast<int64_t>(device_sums_.size()) || !device_sums_[layer].defined() ||
       device_sums_[layer].size(1) != n)
     throw std::logic_error("pipeline: evict_decode_device for h2o without begin_decode_device at this target");
+  // retain_accumulated's ranking: the recent share and the scorer's newest entries marked kept, so
+  // the argmin ranges over the entries before them (at least the first: every entry marked kept
+  // ties, and at::argmin then drops the first).
   const at::Tensor& sums = device_sums_[layer];
   sums.narrow(1, n - 1, 1).zero_();
   sums.add_(scorer_->attention_sum(in));
-  at::Tensor scores = mark_recent(sums.clone(), target);
-  const int64_t newest = std::min(scorer_->keep_newest(), n);
-  if (newest > 0) scores.narrow(1, n - newest, newest).fill_(std::numeric_limits<float>::max());
-  shift_out(sums, scores.argmin(1));  // the row drop_lowest drops: at::argmin's choice, the kernel's too
-  cache.drop_lowest(layer, scores, n, length);
+  const int64_t kept_newest = std::max(static_cast<int64_t>(scorer_->recent_share() * target), scorer_->keep_newest());
+  cache.drop_lowest(layer, sums, n, length, std::max<int64_t>(1, n - kept_newest), sums);
 }
 
 }  // namespace kvscope

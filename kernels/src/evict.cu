@@ -24,9 +24,10 @@ __device__ __forceinline__ bool before(float x, int64_t i, float y, int64_t j) {
 __global__ void __launch_bounds__(kThreads) drop_lowest_kernel(const DropLowestArgs a, int64_t row_vecs) {
   const int h = blockIdx.x, tid = threadIdx.x;
   const float* s = a.scores + static_cast<int64_t>(h) * a.n;
+  const int64_t candidates = a.candidates > 0 ? a.candidates : a.n;
   float best = INFINITY;
   int64_t bi = a.n;  // sentinel: loses to every real entry
-  for (int64_t i = tid; i < a.n; i += kThreads)
+  for (int64_t i = tid; i < candidates; i += kThreads)
     if (before(s[i], i, best, bi)) best = s[i], bi = i;
   for (int o = 16; o > 0; o >>= 1) {
     const float ob = __shfl_down_sync(0xffffffffu, best, o);
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(kThreads) drop_lowest_kernel(const DropLowestA
   uint4* k = static_cast<uint4*>(a.k) + base * row_vecs;
   uint4* v = static_cast<uint4*>(a.v) + base * row_vecs;
   int64_t* pos = a.pos + base;
+  float* along = a.alongside ? a.alongside + static_cast<int64_t>(h) * a.alongside_stride : nullptr;
   const int64_t chunk = kThreads * kVecs / row_vecs;  // rows per chunk
   for (int64_t r0 = drop; r0 < last; r0 += chunk) {
     const int64_t rows = min(chunk, last - r0), pieces = rows * row_vecs;
@@ -63,6 +65,7 @@ __global__ void __launch_bounds__(kThreads) drop_lowest_kernel(const DropLowestA
       }
     }
     const int64_t pr = tid < rows ? pos[r0 + 1 + tid] : 0;
+    const float ar = along && tid < rows ? along[r0 + 1 + tid] : 0.f;
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
@@ -72,7 +75,10 @@ __global__ void __launch_bounds__(kThreads) drop_lowest_kernel(const DropLowestA
         v[r0 * row_vecs + p] = vr[j];
       }
     }
-    if (tid < rows) pos[r0 + tid] = pr;
+    if (tid < rows) {
+      pos[r0 + tid] = pr;
+      if (along) along[r0 + tid] = ar;
+    }
   }
   if (tid == 0) {
     if (a.length) a.length[h] -= 1;
@@ -92,7 +98,7 @@ bool drop_lowest_supported(DType dtype, int head_dim) {
 cudaError_t drop_lowest(const DropLowestArgs& a, cudaStream_t stream) {
   const int64_t row_bytes = static_cast<int64_t>(a.head_dim) * static_cast<int64_t>(dtype_size(a.dtype));
   if (a.n_head_kv <= 0 || !drop_lowest_supported(a.dtype, a.head_dim) || a.n < 1 || a.n > a.capacity || !a.scores ||
-      !a.k || !a.v || !a.pos)
+      !a.k || !a.v || !a.pos || a.candidates < 0 || a.candidates > a.n || (a.alongside && a.alongside_stride < a.n))
     return cudaErrorInvalidValue;
   drop_lowest_kernel<<<a.n_head_kv, kThreads, 0, stream>>>(a, row_bytes / 16);
   return cudaGetLastError();

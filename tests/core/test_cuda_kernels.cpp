@@ -883,13 +883,39 @@ TEST_F(CudaKernels, DropLowestShiftsEveryHeadPastItsArgmin) {
         EXPECT_TRUE(at::equal(pd.cpu(), pos_ref));
         EXPECT_TRUE(at::equal(ld.cpu(), at::full({H}, n - 1, at::kLong)));
         ++cases;
+        if (n <= 16) continue;
+        // H2O's form: the argmin over all but the newest 16 (head 1's -2 is among them, so kept),
+        // the scores themselves shifted alongside the rows (its running totals).
+        const int64_t candidates = n - 16;
+        const at::Tensor drop_c = scores.narrow(1, 0, candidates).argmin(1);
+        at::Tensor s_ref = scores.clone();
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t d = drop_c[h].item<int64_t>();
+          s_ref[h].narrow(0, d, n - 1 - d).copy_(scores[h].narrow(0, d + 1, n - 1 - d));
+        }
+        EXPECT_LT(drop_c[1].item<int64_t>(), candidates);
+        const at::Tensor sd = scores.cuda(), kc = k.cuda(), vc = v.cuda(), pc = pos.cuda();
+        ops::drop_lowest(sd, kc, vc, pc, cap, {}, candidates, sd);
+        EXPECT_TRUE(at::equal(sd.cpu(), s_ref));
+        for (int64_t h = 0; h < H; ++h) {  // each head moved past its own row
+          const int64_t d = drop_c[h].item<int64_t>(), b = h * cap;
+          EXPECT_TRUE(at::equal(pc.cpu().narrow(0, b, d), pos.narrow(0, b, d)));
+          EXPECT_TRUE(at::equal(pc.cpu().narrow(0, b + d, n - 1 - d), pos.narrow(0, b + d + 1, n - 1 - d)));
+          EXPECT_TRUE(at::equal(kc.cpu().narrow(0, b + d, n - 1 - d), k.narrow(0, b + d + 1, n - 1 - d)));
+        }
+        ++cases;
       }
-  EXPECT_EQ(cases, 32);
+  EXPECT_EQ(cases, 48);
   const at::Tensor k = at::zeros({8, 64}, opts(at::kBFloat16)), pos = at::zeros({8}, opts(at::kLong));
   EXPECT_THROW(ops::drop_lowest(at::zeros({2, 5}, opts(at::kFloat)), k, k, pos, 3, {}),
                std::invalid_argument);  // 2 x 3 rows, not 8
   EXPECT_THROW(ops::drop_lowest(at::zeros({2, 4}, opts(at::kBFloat16)), k, k, pos, 4, {}),
                std::invalid_argument);  // bf16 scores
+  EXPECT_THROW(ops::drop_lowest(at::zeros({2, 4}, opts(at::kFloat)), k, k, pos, 4, {}, 5),
+               std::invalid_argument);  // more candidates than entries
+  EXPECT_THROW(
+      ops::drop_lowest(at::zeros({2, 4}, opts(at::kFloat)), k, k, pos, 4, {}, 0, at::zeros({2, 3}, opts(at::kFloat))),
+      std::invalid_argument);  // alongside shorter than the entries
   // Rows under 128 bytes (head_dim 32 in bf16) are left to KvCache's LibTorch shift.
   EXPECT_TRUE(ops::drop_lowest_supported(k, 64));
   EXPECT_FALSE(ops::drop_lowest_supported(k, 32));

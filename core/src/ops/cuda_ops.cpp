@@ -370,7 +370,7 @@ std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const a
 }
 
 void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
-                 int64_t capacity, const at::Tensor& length) {
+                 int64_t capacity, const at::Tensor& length, int64_t candidates, const at::Tensor& alongside) {
   const char* op = "drop_lowest";
   check_same(op, {&k, &v});
   if (scores.dim() != 2 || scores.scalar_type() != at::kFloat || !scores.is_contiguous() ||
@@ -385,6 +385,11 @@ void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor
   if (length.defined() && (length.scalar_type() != at::kLong || length.numel() != Hkv || !length.is_contiguous() ||
                            length.device() != k.device()))
     bad("drop_lowest: length must be contiguous int64 [n_head_kv] on the cache's device");
+  if (candidates < 0 || candidates > n) bad("drop_lowest: candidates outside [0, n]");
+  if (alongside.defined() &&
+      (alongside.dim() != 2 || alongside.scalar_type() != at::kFloat || alongside.size(0) != Hkv ||
+       alongside.size(1) < n || alongside.stride(1) != 1 || alongside.device() != k.device()))
+    bad("drop_lowest: alongside must be fp32 [n_head_kv, >= n] with contiguous rows on the cache's device");
   const c10::cuda::CUDAGuard guard(k.device());
   kk::DropLowestArgs a;
   a.dtype = kernel_dtype(k, op);
@@ -397,6 +402,11 @@ void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor
   a.pos = pos.data_ptr<int64_t>();
   a.capacity = capacity;
   a.length = length.defined() ? length.data_ptr<int64_t>() : nullptr;
+  a.candidates = candidates;
+  if (alongside.defined()) {
+    a.alongside = alongside.data_ptr<float>();
+    a.alongside_stride = alongside.stride(0);
+  }
   check_cuda(kk::drop_lowest(a, at::cuda::getCurrentCUDAStream()), op);
 }
 
@@ -706,8 +716,8 @@ std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor&, const at:
                                                     const at::Tensor&, double) {
   unavailable("rms_norm_residual");
 }
-void drop_lowest(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
-                 const at::Tensor&) {
+void drop_lowest(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&,
+                 int64_t, const at::Tensor&) {
   unavailable("drop_lowest");
 }
 bool drop_lowest_supported(const at::Tensor&, int64_t) { return false; }

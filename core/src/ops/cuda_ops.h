@@ -132,11 +132,13 @@ std::pair<at::Tensor, NormedRows> rms_norm_residual(const at::Tensor& y, const a
 /// Eviction while decoding at its cap in one launch (kernels/evict.h): in each of the n_head_kv
 /// heads of a uniform layer (k, v: dtype [n_head_kv * capacity, D], head h's rows from h *
 /// capacity; pos: int64 [n_head_kv * capacity]) drops the live entry (of the first n) with the
-/// lowest score (fp32 [n_head_kv, n], at::argmin's choice) and moves the later ones down a row;
-/// decrements length (int64 [n_head_kv], the device lengths) when it is defined. Throws
-/// std::invalid_argument on mismatched shapes, dtypes or devices.
+/// lowest score (fp32 [n_head_kv, n], at::argmin's choice over the first `candidates`, 0: all n)
+/// and moves the later ones down a row; decrements length (int64 [n_head_kv], the device lengths)
+/// when it is defined; shifts `alongside` (fp32 [n_head_kv, >= n], contiguous rows; may be
+/// `scores`) with the rows when it is defined. Throws std::invalid_argument on mismatched shapes,
+/// dtypes or devices.
 void drop_lowest(const at::Tensor& scores, const at::Tensor& k, const at::Tensor& v, const at::Tensor& pos,
-                 int64_t capacity, const at::Tensor& length);
+                 int64_t capacity, const at::Tensor& length, int64_t candidates = 0, const at::Tensor& alongside = {});
 /// Whether drop_lowest takes a cache of `k`'s dtype and `head_dim` (kernels/evict.h); false without
 /// the kernels.
 bool drop_lowest_supported(const at::Tensor& k, int64_t head_dim);

@@ -60,13 +60,18 @@ class H2o : public ScoringBase {
   static at::Tensor column_sums(const LayerPrefill& in) {
     const int64_t Hkv = in.keys.size(0), n = in.keys.size(1);
     const int64_t T = in.queries.size(0), H = in.queries.size(1), G = H / Hkv;
-    at::Tensor acc = at::zeros({Hkv, G, n}, in.keys.options().dtype(at::kFloat));
-    const int64_t max_logits = int64_t{16} << 20;
+    // fp32 keys once for every block (the probabilities are fp32, as kvpress computes them). A
+    // block holds at most ~16M logits on the CPU and ~128M (512 MB) on a GPU.
+    const at::Tensor keys = in.keys.to(at::kFloat);
+    const int64_t max_logits = int64_t{in.keys.is_cuda() ? 128 : 16} << 20;
     const int64_t block = std::max<int64_t>(1, max_logits / std::max<int64_t>(1, H * n));
+    if (T == 1)  // one decode step's query: its probabilities are the sums
+      return causal_attention_probs(in.queries, keys, n - 1).select(2, 0);
+    at::Tensor acc = at::zeros({Hkv, G, n}, keys.options());
     for (int64_t r0 = 0; r0 < T; r0 += block) {
       const int64_t tb = std::min(block, T - r0);
       const int64_t first = n - T + r0, m = first + tb;  // keys visible to the block's last query
-      at::Tensor p = causal_attention_probs(in.queries.narrow(0, r0, tb), in.keys.narrow(1, 0, m), first);
+      at::Tensor p = causal_attention_probs(in.queries.narrow(0, r0, tb), keys.narrow(1, 0, m), first);
       acc.narrow(2, 0, m).add_(p.sum(2));  // [Hkv, G, m]
     }
     return acc;

@@ -139,9 +139,14 @@ class KvCache {
   /// captured step run one ahead of the host lengths (the step's append), at most the capacity;
   /// scores: fp32 [n_head_kv, n] on the cache device. `length` (int64 [n_head_kv] on the cache
   /// device, the step's device lengths), when defined, is decremented by one; the host lengths are
-  /// left as they are (commit_drop). Throws std::logic_error on a ragged or compact layer or an n
-  /// past the capacity, std::invalid_argument on scores of another shape.
-  void drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length = {});
+  /// left as they are (commit_drop). `candidates` (1..n; 0: all n): the argmin ranges over the
+  /// first `candidates` entries only, the later ones are kept (H2O's recent window). `alongside`
+  /// (fp32 [n_head_kv, >= n] on the cache device, e.g. `scores` itself), when defined, drops the
+  /// same column (H2O's running totals follow the rows). Throws std::logic_error on a ragged or
+  /// compact layer or an n past the capacity, std::invalid_argument on scores of another shape or
+  /// candidates outside [0, n].
+  void drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length = {},
+                   int64_t candidates = 0, const at::Tensor& alongside = {});
   /// Keeps, in every KV head of uniform layer l, the rows `kept` [n_head_kv, m] (int64, ascending,
   /// each < n, on the cache device) of its n live entries, in place and in order: rows [0, m) of
   /// head h become its rows kept[h] (K, V and positions). The eviction of a decode step every

@@ -4,8 +4,9 @@
 // and the entries after it move down one row (K, V and positions), keeping the others in order, in
 // one launch. Raw device pointers, no torch headers.
 //
-// The dropped row is argmin_j scores[h, j] as at::argmin picks it: the first index of the minimum,
-// a NaN counting as smaller than every number.
+// The dropped row is argmin_j scores[h, j] over the first `candidates` entries as at::argmin picks
+// it: the first index of the minimum, a NaN counting as smaller than every number. The entries past
+// the candidates are always kept (the newest: H2O's recent window).
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -26,6 +27,9 @@ struct DropLowestArgs {
   int64_t capacity = 0;           ///< rows per head
   int64_t* length = nullptr;      ///< optional int64 [n_head_kv]: each decremented by one
   int64_t* dropped = nullptr;     ///< optional int64 [n_head_kv]: the row each head dropped
+  int64_t candidates = 0;         ///< entries the argmin ranges over, 1..n (0: all n)
+  float* alongside = nullptr;     ///< optional fp32 [n_head_kv, alongside_stride]: shifted with the rows
+  int64_t alongside_stride = 0;   ///< >= n (H2O's running totals, which may be `scores` itself)
 };
 
 /// Whether drop_lowest takes rows of head_dim elements of `dtype`: 128 bytes or more, a multiple of
