@@ -361,16 +361,24 @@ static void require_uniform(const LayerKv& L) {
   if (!L.uniform()) throw std::logic_error("KvCache: dense view of a ragged layer (use the per-head accessors)");
 }
 
+/// The capacity per head of uniform, dense-key layer `L` (index l) that an in-place eviction `op` of
+/// n live entries rewrites; throws std::logic_error otherwise.
+static int64_t in_place_capacity(const LayerKv& L, int64_t l, int64_t n, const char* op) {
+  require_uniform(L);
+  if (L.has_compact())
+    throw std::logic_error(std::string("KvCache::") + op + ": layer " + std::to_string(l) +
+                           " holds its keys compactly");
+  const int64_t cap = L.capacity[0];
+  if (n < 1 || n > cap)
+    throw std::logic_error(std::string("KvCache::") + op + ": " + std::to_string(n) +
+                           " live entries in a capacity of " + std::to_string(cap));
+  return cap;
+}
+
 void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length, int64_t candidates,
                           const at::Tensor& alongside) {
   const LayerKv& L = layers_[l];
-  require_uniform(L);
-  if (L.has_compact())
-    throw std::logic_error("KvCache::drop_lowest: layer " + std::to_string(l) + " holds its keys compactly");
-  const int64_t cap = L.capacity[0];
-  if (n < 1 || n > cap)
-    throw std::logic_error("KvCache::drop_lowest: " + std::to_string(n) + " live entries in a capacity of " +
-                           std::to_string(cap));
+  const int64_t cap = in_place_capacity(L, l, n, "drop_lowest");
   if (scores.dim() != 2 || scores.size(0) != n_head_kv_ || scores.size(1) != n)
     throw std::invalid_argument("KvCache::drop_lowest: scores must be [" + std::to_string(n_head_kv_) + ", " +
                                 std::to_string(n) + "]");
@@ -405,13 +413,7 @@ void shift_out(const at::Tensor& live, const at::Tensor& drop) {
 
 void KvCache::keep_in_place(int64_t l, const at::Tensor& kept, int64_t n, const at::Tensor& length) {
   const LayerKv& L = layers_[l];
-  require_uniform(L);
-  if (L.has_compact())
-    throw std::logic_error("KvCache::keep_in_place: layer " + std::to_string(l) + " holds its keys compactly");
-  const int64_t cap = L.capacity[0];
-  if (n < 1 || n > cap)
-    throw std::logic_error("KvCache::keep_in_place: " + std::to_string(n) + " live entries in a capacity of " +
-                           std::to_string(cap));
+  const int64_t cap = in_place_capacity(L, l, n, "keep_in_place");
   if (kept.dim() != 2 || kept.size(0) != n_head_kv_ || kept.size(1) > n)
     throw std::invalid_argument("KvCache::keep_in_place: kept must be [" + std::to_string(n_head_kv_) +
                                 ", m <= " + std::to_string(n) + "]");

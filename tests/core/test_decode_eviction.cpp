@@ -67,6 +67,32 @@ std::vector<int64_t> reference_keep(Rule rule, const at::Tensor& q, const std::v
 
 class DecodeEviction : public test::PycodeSuite {
  protected:
+  /// The first n tokens of the golden argparse prompt.
+  static std::vector<int32_t> prompt_ids(size_t n) {
+    auto ids =
+        test::read_json(test::pycode_dir() / "golden/argparse_head.json")["input_ids"].get<std::vector<int32_t>>();
+    ids.resize(n);
+    return ids;
+  }
+  /// Prefills `ids` into `cache` under `p` at `budget` per head with room for `steps` more.
+  static at::Tensor prefill_compressed(const Pipeline& p, KvCache& cache, const std::vector<int32_t>& ids,
+                                       int64_t budget, int64_t steps) {
+    const int64_t n_kept = p.begin_run(
+        RunBudget{BudgetSpec{BudgetSpec::Unit::kStored, double(budget)}, static_cast<int64_t>(ids.size()), steps},
+        model_->config);
+    EXPECT_EQ(n_kept, budget);
+    return Engine(*model_).prefill(cache, ids, 0, false,
+                                   [&](const LayerEvent& ev) { p.compress_layer(ev, n_kept, steps); });
+  }
+  /// Every layer of `a` and `b` holds the same lengths, positions, keys and values.
+  static void expect_same_cache(const KvCache& a, const KvCache& b, const std::string& what) {
+    for (int64_t l = 0; l < a.n_layer(); ++l) {
+      ASSERT_EQ(a.layer(l).length, b.layer(l).length) << what << " layer " << l;
+      EXPECT_TRUE(at::equal(a.positions(l), b.positions(l))) << what << " layer " << l;
+      EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << what << " layer " << l;
+      EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << what << " layer " << l;
+    }
+  }
   /// Generates `tokens` tokens under `spec` at `budget` per head; checks every step against `rule`.
   static void check(const std::string& spec, Rule rule, int64_t budget, int64_t interval, int64_t target,
                     int64_t tokens = 512, int64_t sink = 4) {
@@ -251,9 +277,7 @@ TEST_F(DecodeEviction, H2oAccumulatesEveryStepsAttention) {
 // in the same order: at every step and layer of a run at its cap, both applied to copies of the
 // cache the attention read (here on the CPU; CudaDecodeGraph runs it captured).
 TEST_F(DecodeEviction, InPlaceDropKeepsWhatRetainKeeps) {
-  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
-  auto ids = g["input_ids"].get<std::vector<int32_t>>();
-  ids.resize(200);
+  const std::vector<int32_t> ids = prompt_ids(200);
   const Engine engine(*model_);
   const ModelConfig& cfg = model_->config;
   const int64_t budget = 48;
@@ -298,9 +322,7 @@ TEST_F(DecodeEviction, InPlaceDropKeepsWhatRetainKeeps) {
 // step, KvCache::keep_in_place) against the eager path (evict_decode: retain re-packs): the same
 // tokens through both caches, every layer's positions, keys and values equal after every step.
 TEST_F(DecodeEviction, IntervalInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
-  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
-  auto ids = g["input_ids"].get<std::vector<int32_t>>();
-  ids.resize(200);
+  const std::vector<int32_t> ids = prompt_ids(200);
   const Engine engine(*model_);
   const ModelConfig& cfg = model_->config;
   const int64_t budget = 48, steps = 20;
@@ -308,15 +330,10 @@ TEST_F(DecodeEviction, IntervalInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
     const Pipeline eager(*registry_, spec), in_place(*registry_, spec);
     ASSERT_TRUE(in_place.evicts_in_place()) << spec;
     const int64_t interval = in_place.decode_interval();
-    auto prefill = [&](const Pipeline& p, KvCache& cache) {
-      const int64_t n_kept = p.begin_run(
-          RunBudget{BudgetSpec{BudgetSpec::Unit::kStored, double(budget)}, static_cast<int64_t>(ids.size()), steps},
-          cfg);
-      return engine.prefill(cache, ids, 0, false, [&](const LayerEvent& ev) { p.compress_layer(ev, n_kept, steps); });
-    };
     KvCache a = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
     KvCache b = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
-    at::Tensor la = prefill(eager, a), lb = prefill(in_place, b);
+    at::Tensor la = prefill_compressed(eager, a, ids, budget, steps);
+    at::Tensor lb = prefill_compressed(in_place, b, ids, budget, steps);
     ASSERT_TRUE(at::equal(la, lb)) << spec;
     int64_t evictions = 0;
     for (int64_t step = 0; step < steps; ++step) {
@@ -331,12 +348,7 @@ TEST_F(DecodeEviction, IntervalInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
         ++evictions;
       });
       ASSERT_TRUE(at::equal(la, lb)) << spec << " step " << step;
-      for (int64_t l = 0; l < cfg.n_layer; ++l) {
-        ASSERT_EQ(a.layer(l).length, b.layer(l).length) << spec << " step " << step << " layer " << l;
-        EXPECT_TRUE(at::equal(a.positions(l), b.positions(l))) << spec << " step " << step << " layer " << l;
-        EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << spec << " step " << step << " layer " << l;
-        EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << spec << " step " << step << " layer " << l;
-      }
+      expect_same_cache(a, b, spec + " step " + std::to_string(step));
     }
     EXPECT_EQ(evictions, steps / interval * cfg.n_layer) << spec;
   }
@@ -359,23 +371,16 @@ TEST_F(DecodeEviction, IntervalInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
 // retain, the totals re-packed): the same tokens through both caches, every layer's positions,
 // keys and values equal after every step, and the same logits.
 TEST_F(DecodeEviction, H2oInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
-  const auto g = test::read_json(test::pycode_dir() / "golden/argparse_head.json");
-  auto ids = g["input_ids"].get<std::vector<int32_t>>();
-  ids.resize(200);
+  const std::vector<int32_t> ids = prompt_ids(200);
   const Engine engine(*model_);
   const ModelConfig& cfg = model_->config;
   const int64_t budget = 48, steps = 24;
   const Pipeline eager(*registry_, "h2o:recent=16+decoding"), in_place(*registry_, "h2o:recent=16+decoding");
   ASSERT_TRUE(in_place.evicts_in_place());
-  auto prefill = [&](const Pipeline& p, KvCache& cache) {
-    const int64_t n_kept = p.begin_run(
-        RunBudget{BudgetSpec{BudgetSpec::Unit::kStored, double(budget)}, static_cast<int64_t>(ids.size()), steps}, cfg);
-    EXPECT_EQ(n_kept, budget);
-    return engine.prefill(cache, ids, 0, false, [&](const LayerEvent& ev) { p.compress_layer(ev, n_kept, steps); });
-  };
   KvCache a = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
   KvCache b = engine.new_cache(static_cast<int64_t>(ids.size()) + steps + 1);
-  at::Tensor la = prefill(eager, a), lb = prefill(in_place, b);
+  at::Tensor la = prefill_compressed(eager, a, ids, budget, steps);
+  at::Tensor lb = prefill_compressed(in_place, b, ids, budget, steps);
   ASSERT_TRUE(at::equal(la, lb));
   EXPECT_FALSE(in_place.begin_decode_device(cfg, budget + 1));  // the totals cover 48 entries, not 49
   ASSERT_TRUE(in_place.begin_decode_device(cfg, budget));
@@ -389,12 +394,7 @@ TEST_F(DecodeEviction, H2oInPlaceKeepsWhatTheEagerPathKeepsEveryStep) {
       ev.cache.commit_drop(ev.layer);
     });
     ASSERT_TRUE(at::equal(la, lb)) << "step " << step;
-    for (int64_t l = 0; l < cfg.n_layer; ++l) {
-      ASSERT_EQ(a.layer(l).length, b.layer(l).length) << "step " << step << " layer " << l;
-      EXPECT_TRUE(at::equal(a.positions(l), b.positions(l))) << "step " << step << " layer " << l;
-      EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << "step " << step << " layer " << l;
-      EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << "step " << step << " layer " << l;
-    }
+    expect_same_cache(a, b, "step " + std::to_string(step));
   }
   in_place.end_decode_device();
   // The totals are back where the eager steps read them: one more step each way agrees.
