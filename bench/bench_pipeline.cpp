@@ -26,6 +26,7 @@ namespace {
 struct Case {
   std::string label, spec;
   kvscope::BudgetSpec::Unit unit;
+  bool named_only = false;  ///< run only when --pipelines names it (H2O: every query's attention at prefill)
 };
 
 }  // namespace
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", steps);
   app.add_option("--json", json_out);
   std::string only;
-  app.add_option("--pipelines", only, "comma-separated labels to run (default: all)");
+  app.add_option("--pipelines", only, "comma-separated labels to run (default: all but h2o and h2o+decoding)");
   app.add_option("--batch", batch,
                  "also decode this many sequences per step with each pipeline's kept sizes (CUDA; RocketKV and "
                  "Quest build their page summaries over the batch; SPARK runs batch 1 only: its channel stores "
@@ -149,8 +150,8 @@ int main(int argc, char** argv) {
       {"keydiff+decoding", "keydiff+decoding", kvscope::BudgetSpec::Unit::kStored},
       {"streamingllm", "streamingllm", kvscope::BudgetSpec::Unit::kStored},
       {"streamingllm+decoding", "streamingllm+decoding", kvscope::BudgetSpec::Unit::kStored},
-      {"h2o", "h2o", kvscope::BudgetSpec::Unit::kStored},
-      {"h2o+decoding", "h2o+decoding", kvscope::BudgetSpec::Unit::kStored},
+      {"h2o", "h2o", kvscope::BudgetSpec::Unit::kStored, true},
+      {"h2o+decoding", "h2o+decoding", kvscope::BudgetSpec::Unit::kStored, true},
       // kvpress DecodingPress: back to the budget every 32 steps (two graphs: with and without).
       {"tova+decoding/32", "tova+decoding:interval=32", kvscope::BudgetSpec::Unit::kStored},
   };
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
   while (std::getline(ss, item, ',')) {
     const int64_t budget = std::stoll(item);
     for (const auto& c : cases) {
-      if (!wanted(c.label)) continue;
+      if (!wanted(c.label) || (c.named_only && only.empty())) continue;
       const kvscope::Pipeline p(registry, c.spec);
       const kvscope::GenerateResult r = run(&p, {c.unit, double(budget)});
       report(c.label, budget, r);
