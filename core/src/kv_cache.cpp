@@ -375,6 +375,18 @@ static int64_t in_place_capacity(const LayerKv& L, int64_t l, int64_t n, const c
   return cap;
 }
 
+/// In each of the rows of `live` ([rows, n] or [rows, n, width], a view into a buffer), moves the
+/// entries after drop[r] (int64 [rows], each in [0, n)) down one place, in place, keeping their
+/// order; entry n - 1 keeps its old value: KvCache::drop_lowest's LibTorch path.
+static void shift_out(const at::Tensor& live, const at::Tensor& drop) {
+  const int64_t rows = live.size(0), n = live.size(1);
+  // Entry j of the result reads entry j + (j >= drop[r]): a gather, then one copy back.
+  const at::Tensor j = at::arange(n - 1, drop.options()).unsqueeze(0);  // [1, n-1]
+  at::Tensor src = j + (j >= drop.reshape({rows, 1})).to(at::kLong);    // [rows, n-1]
+  if (live.dim() == 3) src = src.unsqueeze(2).expand({rows, n - 1, live.size(2)});
+  live.narrow(1, 0, n - 1).copy_(live.gather(1, src));
+}
+
 void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const at::Tensor& length, int64_t candidates,
                           const at::Tensor& alongside) {
   const LayerKv& L = layers_[l];
@@ -400,15 +412,6 @@ void KvCache::drop_lowest(int64_t l, const at::Tensor& scores, int64_t n, const 
   shift_out(L.pos.view({n_head_kv_, cap}).narrow(1, 0, n), drop);
   if (alongside.defined()) shift_out(alongside.narrow(1, 0, n), drop);
   if (length.defined()) length.sub_(1);
-}
-
-void shift_out(const at::Tensor& live, const at::Tensor& drop) {
-  const int64_t rows = live.size(0), n = live.size(1);
-  // Entry j of the result reads entry j + (j >= drop[r]): a gather, then one copy back.
-  const at::Tensor j = at::arange(n - 1, drop.options()).unsqueeze(0);  // [1, n-1]
-  at::Tensor src = j + (j >= drop.reshape({rows, 1})).to(at::kLong);    // [rows, n-1]
-  if (live.dim() == 3) src = src.unsqueeze(2).expand({rows, n - 1, live.size(2)});
-  live.narrow(1, 0, n - 1).copy_(live.gather(1, src));
 }
 
 void KvCache::keep_in_place(int64_t l, const at::Tensor& kept, int64_t n, const at::Tensor& length) {

@@ -199,8 +199,8 @@ at::Tensor Pipeline::accumulate(int64_t layer, const LayerPrefill& in) const {
 
 at::Tensor Pipeline::retain_accumulated(const LayerEvent& ev, const at::Tensor& sums, const LayerPrefill& in,
                                         int64_t n_kept, int64_t reserve) const {
-  at::Tensor scores = mark_recent(sums.clone(), n_kept);
-  const int64_t n = scores.size(1), newest = std::min(scorer_->keep_newest(), n);
+  at::Tensor scores = sums.clone();
+  const int64_t n = scores.size(1), newest = std::min(accumulated_newest_kept(n_kept), n);
   if (newest > 0) scores.narrow(1, n - newest, newest).fill_(std::numeric_limits<float>::max());
   const std::vector<at::Tensor> kept = budget_->select(scores, n_kept, in);
   for (const at::Tensor& k : kept)
@@ -209,6 +209,10 @@ at::Tensor Pipeline::retain_accumulated(const LayerEvent& ev, const at::Tensor& 
   attention_sums_[ev.layer] = sums.gather(1, at::stack(kept).to(sums.device()));
   ev.cache.retain(ev.layer, kept, reserve);
   return scores;
+}
+
+int64_t Pipeline::accumulated_newest_kept(int64_t n_kept) const {
+  return std::max(static_cast<int64_t>(scorer_->recent_share() * n_kept), scorer_->keep_newest());
 }
 
 at::Tensor Pipeline::mark_recent(at::Tensor scores, int64_t n_kept) const {
@@ -300,8 +304,7 @@ void Pipeline::evict_decode_device(const ModelConfig& config, int64_t layer, con
   const at::Tensor& sums = device_sums_[layer];
   sums.narrow(1, n - 1, 1).zero_();
   sums.add_(scorer_->attention_sum(in));
-  const int64_t kept_newest = std::max(static_cast<int64_t>(scorer_->recent_share() * target), scorer_->keep_newest());
-  cache.drop_lowest(layer, sums, n, length, std::max<int64_t>(1, n - kept_newest), sums);
+  cache.drop_lowest(layer, sums, n, length, std::max<int64_t>(1, n - accumulated_newest_kept(target)), sums);
 }
 
 }  // namespace kvscope

@@ -198,10 +198,4 @@ class KvCache {
   std::vector<LayerKv> layers_;
 };
 
-/// In each of the rows of `live` ([rows, n] or [rows, n, width], a view into a buffer), moves the
-/// entries after drop[r] (int64 [rows], each in [0, n)) down one place, in place, keeping their
-/// order; entry n - 1 keeps its old value. The LibTorch shift of KvCache::drop_lowest (K, V and
-/// positions), and of H2O's running totals beside it (Pipeline::evict_decode_device).
-void shift_out(const at::Tensor& live, const at::Tensor& drop);
-
 }  // namespace kvscope

@@ -115,6 +115,9 @@ class Pipeline {
   at::Tensor rank(const LayerPrefill& in, int64_t n_kept) const;
   /// `scores` with the newest recent_share() x n_kept entries marked kKeepScore (in place).
   at::Tensor mark_recent(at::Tensor scores, int64_t n_kept) const;
+  /// Newest entries an accumulating eviction (H2O) always keeps at `n_kept`: the recent share and
+  /// the scorer's own newest (retain_accumulated and evict_decode_device rank alike).
+  int64_t accumulated_newest_kept(int64_t n_kept) const;
   /// Whether eviction while decoding keeps a running attention total per entry (H2O, an
   /// accumulating scorer): attention_sums_ then follows the cache's rows.
   bool accumulating() const { return decode_eviction_ && scorer_ && scorer_->accumulates(); }
