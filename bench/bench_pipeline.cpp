@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
       {"keydiff", "keydiff", kvscope::BudgetSpec::Unit::kStored},
       {"rocketkv", "rocketkv", kvscope::BudgetSpec::Unit::kFetched},
       {"quest", "quest", kvscope::BudgetSpec::Unit::kFetched},
+      {"rocketkv+spark", "rocketkv+spark", kvscope::BudgetSpec::Unit::kFetched},
+      {"quest+spark", "spark+quest", kvscope::BudgetSpec::Unit::kFetched},
       {"spark", "snapkv+spark", kvscope::BudgetSpec::Unit::kStored},
       {"spark-0.8", "snapkv+spark:ratio=0.8", kvscope::BudgetSpec::Unit::kStored},
       {"think", "snapkv+think", kvscope::BudgetSpec::Unit::kStored},

@@ -14,6 +14,8 @@ namespace kvscope {
 bool DecodeOracle::supported(const KvCache& cache, int64_t n_head) {
   if (cache.n_layer() == 0 || !cache.layer(0).k.is_cuda() || !ops::cuda_kernels_available()) return false;
   const int64_t G = n_head / cache.n_head_kv(), D = cache.head_dim();
+  for (int64_t l = 0; l < cache.n_layer(); ++l)
+    if (cache.layer(l).has_compact()) return false;  // the exact top-k kernel reads dense keys
   return n_head % cache.n_head_kv() == 0 && G <= 16 && D % 8 == 0 && D <= 256;
 }
 

@@ -19,7 +19,8 @@ class DecodeAttentionPolicy;
 
 class DecodeOracle {
  public:
-  /// True when the kernels run for this cache (CUDA build, CUDA cache, G <= 16, D a multiple of 8).
+  /// True when the kernels run for this cache (CUDA build, CUDA cache, G <= 16, D a multiple of 8,
+  /// no layer holding compact keys: the exact top-k kernel reads dense keys).
   static bool supported(const KvCache& cache, int64_t n_head);
   /// `topk`: the union record to fill (outlives the oracle). `policy`: its device_selection() is
   /// measured (optional). `exact`: also keep each step's exact top-k as row bits (the timeline's

@@ -41,15 +41,19 @@ struct EntryRegs {
   float k[C], v[C];
 };
 
-template <typename T, int C, int U, int GT>
+template <typename T, int C, int U, int GT, bool kIdx>
 __global__ void __launch_bounds__(kThreads)
     compact_split_kernel(const CompactDecodeArgs a, int64_t chunk, int n_split, float* ws) {
   constexpr int D = C * 32, kMaxGroup = GT;  // GT: the group size rounded up to 1, 2, 4 or 8 (registers)
   __shared__ float s_m[kWarps][kMaxGroup], s_l[kWarps][kMaxGroup];
   __shared__ float s_acc[kWarps][kMaxGroup][D];
+  __shared__ int s_read[kWarps];
   const int h = blockIdx.y, split = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int G = a.group;
-  const int64_t len = a.length[h], nc = a.n_compact ? a.n_compact[h] : 0;
+  // Positions [begin, end) of the split: entries themselves, or slots of the head's index.
+  const int32_t* idx = kIdx ? a.index + static_cast<int64_t>(h) * a.index_stride : nullptr;
+  const int64_t len = kIdx ? min(a.count[h], a.index_stride) : a.length[h], nc = a.n_compact ? a.n_compact[h] : 0;
+  int n_read = 0;  // compact entries this warp attended (lane 0)
   const int64_t begin = static_cast<int64_t>(split) * chunk, end = min(len, begin + chunk);
   const T* Q = static_cast<const T*>(a.q);
   const T* K = static_cast<const T*>(a.k);
@@ -88,9 +92,17 @@ __global__ void __launch_bounds__(kThreads)
     uint8_t sb[U][C];
     float sc[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {                       // round 1: kept bits (or dense keys), values, μ
-      const int64_t t = min(t0 + u * kWarps, end - 1);  // past the split: any live entry, weight 0 below
-      if (vkept && t < nc) {                            // compact values: their kept bits now, the values in round 2
+    int64_t ts[U];  // the entries of the round (past the split: any live one, weight 0 below)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = min(t0 + u * kWarps, end - 1);
+      ts[u] = kIdx ? idx[i] : i;
+      if (kIdx && lane == 0 && t0 + u * kWarps < end && ts[u] < nc) ++n_read;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // round 1: kept bits (or dense keys), values, μ
+      const int64_t t = ts[u];
+      if (vkept && t < nc) {  // compact values: their kept bits now, the values in round 2
         const uint32_t* b = reinterpret_cast<const uint32_t*>(vkept + t * v_row_bytes);
 #pragma unroll
         for (int c = 0; c < C; ++c) vbits[u][c] = b[c];
@@ -119,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {  // round 2 (compact entries): the kept values and sign bytes
-      const int64_t t = min(t0 + u * kWarps, end - 1);
+      const int64_t t = ts[u];
       if (t >= nc) continue;
       const T* row = vals + t * a.stride;
       const uint8_t* srow = sign && a.sign_bytes > 0 ? sign + t * a.sign_bytes : nullptr;
@@ -149,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
     EntryRegs<T, C> e[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t t = min(t0 + u * kWarps, end - 1);
+      const int64_t t = ts[u];
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         e[u].v[c] = dtype::to_f<T>(vraw[u][c]);
@@ -202,7 +214,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < C; ++c) s_acc[warp][g][c * 32 + lane] = acc[g][c];
   }
+  if (lane == 0) s_read[warp] = n_read;
   __syncthreads();
+  if (kIdx && a.compact_read && threadIdx.x == 0) {
+    int n = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) n += s_read[w];
+    reinterpret_cast<int*>(ws + static_cast<int64_t>(a.n_head) * n_split * (D + 2))[h * n_split + split] = n;
+  }
   for (int i = threadIdx.x; i < G * D; i += kThreads) {
     const int g = i / D, j = i % D;
     float M = -INFINITY;
@@ -258,12 +277,24 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CompactDecodeAr
     for (int s = 0; s < n_split; ++s) A = fmaf(s_w[s], part[s * (D + 2) + j], A);
     static_cast<T*>(a.o)[static_cast<int64_t>(i) * D + j] = dtype::from_f<T>(L > 0.f ? A / L : 0.f);
   }
+  if (a.compact_read && i % a.group == 0 && threadIdx.x == 0) {  // the KV head's compact entries read
+    const int* n = reinterpret_cast<const int*>(ws + static_cast<int64_t>(a.n_head) * n_split * (D + 2)) +
+                   static_cast<int64_t>(i / a.group) * n_split;
+    int64_t total = 0;
+    for (int s = 0; s < n_split; ++s) total += n[s];
+    a.compact_read[i / a.group] = total;
+  }
 }
 
 template <typename T, int C, int GT>
 cudaError_t launch_split(const CompactDecodeArgs& a, const CompactDecodePlan& p, float* ws, cudaStream_t stream) {
   constexpr int U = C > 2 ? 2 : 4;  // entries in flight per warp (registers: occupancy)
-  compact_split_kernel<T, C, U, GT><<<dim3(p.n_split, a.n_head_kv), kThreads, 0, stream>>>(a, p.chunk, p.n_split, ws);
+  if (a.index)
+    compact_split_kernel<T, C, U, GT, true>
+        <<<dim3(p.n_split, a.n_head_kv), kThreads, 0, stream>>>(a, p.chunk, p.n_split, ws);
+  else
+    compact_split_kernel<T, C, U, GT, false>
+        <<<dim3(p.n_split, a.n_head_kv), kThreads, 0, stream>>>(a, p.chunk, p.n_split, ws);
   return cudaGetLastError();
 }
 
@@ -309,7 +340,8 @@ CompactDecodePlan plan_compact_decode(int n_head, int n_head_kv, int head_dim, i
   const int64_t want = (kTargetBlocks + std::max(n_head_kv, 1) - 1) / std::max(n_head_kv, 1);
   p.n_split = static_cast<int>(std::clamp<int64_t>(std::min(want, (len + kMinChunk - 1) / kMinChunk), 1, kMaxSplit));
   p.chunk = (len + p.n_split - 1) / p.n_split;
-  p.workspace_bytes = static_cast<size_t>(n_head) * p.n_split * (head_dim + 2) * sizeof(float);
+  p.workspace_bytes = static_cast<size_t>(n_head) * p.n_split * (head_dim + 2) * sizeof(float) +
+                      static_cast<size_t>(std::max(n_head_kv, 1)) * p.n_split * sizeof(int);
   return p;
 }
 
@@ -318,7 +350,8 @@ cudaError_t compact_decode_attention(const CompactDecodeArgs& a, const CompactDe
   if (!compact_decode_head_dim_supported(a.head_dim) || a.group < 1 || a.group > kMaxGroupSize ||
       a.n_head != a.n_head_kv * a.group || a.n_head_kv < 1 || a.n_head_kv > 65535 || !a.q || !a.k || !a.v || !a.o ||
       !a.offset || !a.k_offset || !a.length || p.n_split < 1 || p.chunk < 1 || !workspace ||
-      (a.n_compact && (!a.kept || !a.values)) || (a.sign && (!a.scale || !a.inv_a)))
+      (a.n_compact && (!a.kept || !a.values)) || (a.sign && (!a.scale || !a.inv_a)) ||
+      (a.index && (!a.count || a.index_stride < 1)))
     return cudaErrorInvalidValue;
   float* ws = static_cast<float*>(workspace);
   switch (a.dtype) {

@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();
   // Every global load the block's set-up needs goes out before any is used: the head's length and
   // cache offset, and the group's queries (kQPerThread values per thread, into registers).
-  const int64_t len = a.length[h], k_offset = a.k ? a.offset[h] : 0;
+  const int64_t len = a.length[h], k_offset = a.k ? a.offset[h] : 0, k_first = a.k_first ? a.k_first[h] : 0;
   const T* q = static_cast<const T*>(a.q) + static_cast<int64_t>(h) * G * a.q_stride;
   float qv[kQPerThread];
 #pragma unroll
@@ -491,9 +491,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   float up_lo = INFINITY, up_hi = -INFINITY;
   if (upkeep && tid < R * D) {
     const T* kr = static_cast<const T*>(a.k) + (k_offset + last * page) * D + tid % D;
-    const int64_t rows = len - last * page;
+    const int64_t rows = len - last * page, r0 = max64(k_first - last * page, 0);  // r0 > 0: compact rows first
+    if (r0 > 0 && tid < D) {  // their min / max, kept aside (the page's stored one may hold rolled-back keys)
+      up_lo = to_f<T>(static_cast<const T*>(a.edge_min)[static_cast<int64_t>(h) * D + tid]);
+      up_hi = to_f<T>(static_cast<const T*>(a.edge_max)[static_cast<int64_t>(h) * D + tid]);
+    }
 #pragma unroll 4
-    for (int64_t r = tid / D; r < rows; r += R) {
+    for (int64_t r = r0 + tid / D; r < rows; r += R) {
       const float x = to_f<T>(kr[r * D]);
       up_lo = fminf(up_lo, x);
       up_hi = fmaxf(up_hi, x);
@@ -874,7 +878,7 @@ cudaError_t page_select(const PageSelectArgs& a, void* workspace, cudaStream_t s
       !a.length || !a.index || !a.count || !workspace ||
       (a.mode == PageScore::kHsa && (a.k1 < 1 || a.k1 > a.head_dim || a.index_stride < a.keep)) ||
       (a.mode == PageScore::kQuest && a.index_stride < a.keep * a.page) || (a.k && !a.offset) ||
-      static_cast<int64_t>(a.n_head_kv) * kCluster > 0x7fffffff)
+      (a.k && a.k_first && (!a.edge_min || !a.edge_max)) || static_cast<int64_t>(a.n_head_kv) * kCluster > 0x7fffffff)
     return cudaErrorInvalidValue;
   float* ws = static_cast<float*>(workspace);
   switch (a.dtype) {

@@ -132,6 +132,58 @@ TEST_F(CudaCompactDecode, MatchesTheRecoveredKeysReference) {
         }
 }
 
+TEST_F(CudaCompactDecode, AttendsToASelectionOnlyAndCountsItsCompactRows) {
+  // A decode-time selection stacked over the compact keys (StackedDecode): each head attends the
+  // entries its index lists, compact ones recovered; compact_read counts them per head.
+  at::manual_seed(7);
+  const c10::Device dev("cuda:0");
+  for (const at::ScalarType dt : {at::kFloat, at::kBFloat16})
+    for (const int64_t D : {64, 96, 128, 256})
+      for (const int64_t G : {1, 4, 8}) {
+        const std::string what =
+            std::string(dt == at::kFloat ? "fp32" : "bf16") + " D=" + std::to_string(D) + " G=" + std::to_string(G);
+        SCOPED_TRACE(what);
+        const ModelConfig cfg = test::small_config(1, 3, G, D);
+        const KvCache cache = compact_cache(cfg, {700, 37, 0}, 9, Recovery::kSignValues, dt, dev, true);
+        const LayerKv& L = cache.layer(0);
+        const auto table = ops::compact_layer_table(L, D);
+        ASSERT_TRUE(table.has_value());
+        // Head 0: 300 of 709 entries (both kinds), head 1: 20 of 46, head 2 (no compact entry): 0.
+        const int64_t S = 300;
+        const std::vector<int64_t> take = {300, 20, 0};
+        at::Tensor index = at::full({3, S}, -1, at::kInt);  // unused slots poisoned
+        std::vector<int64_t> want_compact;
+        std::vector<at::Tensor> picked;
+        for (int64_t h = 0; h < 3; ++h) {
+          const at::Tensor rows = std::get<0>(at::randperm(L.length[h], at::kLong).narrow(0, 0, take[h]).sort());
+          index[h].narrow(0, 0, take[h]).copy_(rows);
+          want_compact.push_back(rows.lt(L.compact_entries(h)).sum().item<int64_t>());
+          picked.push_back(rows);
+        }
+        ops::CompactSelection sel{index.to(dev), ops::upload_int64(take, dev),
+                                  at::full({3}, -1, at::TensorOptions().device(dev).dtype(at::kLong))};
+        const at::Tensor q = at::randn({3 * G, D}, at::TensorOptions().device(dev).dtype(dt));
+        const auto [value_base, key_base] = row_bases(L, dev);
+        const at::Tensor got =
+            ops::compact_decode_attention(q, L, *table, value_base, key_base, sel.count, S, G, 0.0, &sel);
+        std::vector<at::Tensor> ref;
+        for (int64_t h = 0; h < 3; ++h) {
+          const at::Tensor r = picked[h].to(dev);
+          const at::Tensor k = cache.head_keys(0, h).index_select(0, r).to(at::kDouble);
+          const at::Tensor v = cache.head_values(0, h).index_select(0, r).to(at::kDouble);
+          const at::Tensor s = at::matmul(q.narrow(0, h * G, G).to(at::kDouble), k.t()) / std::sqrt(double(D));
+          ref.push_back(take[h] == 0 ? at::zeros({G, D}, s.options()) : at::matmul(at::softmax(s, -1), v));
+        }
+        const at::Tensor want = at::cat(ref, 0);
+        const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+        EXPECT_LE(err, dt == at::kFloat ? 2e-5 : 1e-2 * std::max(1.0, want.abs().max().item<double>()));
+        const at::Tensor read = sel.compact_read.cpu();
+        for (int64_t h = 0; h < 3; ++h) EXPECT_EQ(read[h].item<int64_t>(), want_compact[h]) << "head " << h;
+        EXPECT_GT(want_compact[0], 0);
+        EXPECT_LT(want_compact[0], take[0]) << "head 0 should read dense rows too";
+      }
+}
+
 TEST_F(CudaCompactDecode, RejectsBadArguments) {
   const c10::Device dev("cuda:0");
   const ModelConfig cfg = test::small_config(1, 2, 4, 64);

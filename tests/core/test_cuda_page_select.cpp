@@ -205,6 +205,51 @@ TEST_F(CudaPageSelect, LastPageUpkeepRecomputesTheSummariesAndSelectsAsIfFresh) 
           }
 }
 
+TEST_F(CudaPageSelect, CompactEntriesOfTheLastPageComeFromTheEdgeNotFromK) {
+  // A layer whose first entries hold compact keys (channel pruning under the selection) has no row
+  // of K for them: the upkeep takes their min / max from the edge and reads K from k_first on.
+  // Head 0: the last page starts with compact entries (edge used); head 1: the dense keys begin
+  // that page (no edge); head 2: they begin an earlier page. Those entries' rows of K are poisoned.
+  std::mt19937 rng(6);
+  for (at::ScalarType dt : kDtypes)
+    for (int64_t D : {64, 96, 128, 256})
+      for (int64_t page : {7, 16}) {
+        const std::string what =
+            std::string(c10::toString(dt)) + " D=" + std::to_string(D) + " page=" + std::to_string(page);
+        const int64_t G = 2, Hkv = 3;
+        Layer L = make_layer(Hkv, 300, D, dt, rng);  // head 0: 300 entries, its last page starts at 294 / 288
+        std::vector<int64_t> first(Hkv);
+        for (int64_t h = 0; h < Hkv; ++h) {
+          const int64_t n = L.length[h], start = (n - 1) / page * page;
+          first[h] = h == 0 ? n - 1 : h == 1 ? start : std::max<int64_t>(0, start - 3);
+        }
+        ASSERT_GT(first[0] % page, 0) << what;
+        const int64_t cap = max_pages_of(L, page) + 1;
+        auto [lo, hi] = summaries(L, page, cap);
+        const auto [want_lo, want_hi] = std::make_pair(lo.clone(), hi.clone());
+        at::Tensor edge_lo = at::zeros({Hkv, D}, L.k.options()), edge_hi = at::zeros_like(edge_lo);
+        at::Tensor k = L.k.clone();
+        for (int64_t h = 0; h < Hkv; ++h) {
+          const int64_t n = L.length[h], p0 = first[h] / page * page, last = (n - 1) / page;
+          if (first[h] > p0) {
+            const at::Tensor rows = head_keys(L, h).narrow(0, p0, first[h] - p0);
+            edge_lo[h].copy_(std::get<0>(rows.min(0)));
+            edge_hi[h].copy_(std::get<0>(rows.max(0)));
+          }
+          k.narrow(0, L.offset[h], first[h]).fill_(1e4);  // no K row for a compact entry
+          lo[h][last].fill_(1e4);                         // a stale last page
+          hi[h][last].fill_(-1e4);
+        }
+        const ops::CompactPageEdge edge{ops::upload_int64(first, L.k.device()), edge_lo, edge_hi};
+        const at::Tensor q = at::randn({Hkv * G, D}, L.k.options().dtype(at::kFloat)).to(dt);
+        const at::Tensor heads = ops::upload_heads(L.offset, L.length, L.k.device());
+        (void)ops::page_select(ops::PageScore::kQuest, q, lo, hi, heads[1], max_pages_of(L, page), G, page, 0, 2, k,
+                               heads[0], &edge);
+        EXPECT_TRUE(at::equal(lo.cpu(), want_lo.cpu())) << what;
+        EXPECT_TRUE(at::equal(hi.cpu(), want_hi.cpu())) << what;
+      }
+}
+
 TEST_F(CudaPageSelect, PartialLastPageAndDenseHeads) {
   // HSA keeps the first entries of a tie page only up to k2; a head shorter than k2 is dense.
   std::mt19937 rng(4);

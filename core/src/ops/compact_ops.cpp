@@ -68,7 +68,8 @@ using namespace detail;
 
 at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer, const CompactLayerTable& t,
                                     const at::Tensor& value_base_dev, const at::Tensor& key_base_dev,
-                                    const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale) {
+                                    const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale,
+                                    const CompactSelection* sel) {
   const char* op = "compact_decode_attention";
   const at::Tensor q = q_in.dim() == 3 && q_in.size(0) == 1 ? q_in.select(0, 0) : q_in;
   check_same(op, {&q, &layer.k, &layer.v});
@@ -108,6 +109,20 @@ at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer
   a.stride = t.stride;
   a.sign_bytes = t.sign_bytes;
   a.softmax_scale = static_cast<float>(scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(D)));
+  if (sel) {
+    const at::Tensor& ix = sel->index;
+    if (ix.scalar_type() != at::kInt || ix.dim() != 2 || ix.size(0) != Hkv || !ix.is_contiguous() ||
+        ix.device() != q.device())
+      bad("compact_decode_attention: the selection's index must be contiguous int32 [n_head_kv, S] on q's device");
+    for (const at::Tensor* m : {&sel->count, &sel->compact_read})
+      if (m->defined() &&
+          (m->scalar_type() != at::kLong || m->numel() != Hkv || !m->is_contiguous() || m->device() != q.device()))
+        bad("compact_decode_attention: the selection's counts must be contiguous int64 [n_head_kv] on q's device");
+    a.index = ix.data_ptr<int32_t>();
+    a.index_stride = ix.size(1);
+    a.count = sel->count.data_ptr<int64_t>();
+    a.compact_read = sel->compact_read.defined() ? sel->compact_read.data_ptr<int64_t>() : nullptr;
+  }
   at::Tensor out = at::empty({H, D}, q.options());
   a.o = out.data_ptr();
   const kk::CompactDecodePlan plan = kk::plan_compact_decode(a.n_head, a.n_head_kv, a.head_dim, max_len);
@@ -119,7 +134,8 @@ at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer
 #else  // !KVSCOPE_HAVE_CUDA_KERNELS
 
 at::Tensor compact_decode_attention(const at::Tensor&, const LayerKv&, const CompactLayerTable&, const at::Tensor&,
-                                    const at::Tensor&, const at::Tensor&, int64_t, int64_t, double) {
+                                    const at::Tensor&, const at::Tensor&, int64_t, int64_t, double,
+                                    const CompactSelection*) {
   detail::unavailable("compact_decode_attention");
 }
 

@@ -20,6 +20,13 @@ struct CompactLayerTable {
   bool sign = false, values = false;
 };
 
+/// The rows a selection attends in a compact layer: index int32 [n_head_kv, S] (entries, ascending),
+/// count int64 [n_head_kv] (as ops::page_select writes them), and optionally compact_read, int64
+/// [n_head_kv] on the device, where the step writes how many of each head's rows were compact.
+struct CompactSelection {
+  at::Tensor index, count, compact_read;
+};
+
 /// The table of layer `layer`, or nullopt when the kernel cannot read it: no compact keys, an
 /// entry count that differs per entry (SPARK-p), layouts that differ across heads, a head_dim
 /// other than 64 / 96 / 128 / 256, or keys not on CUDA. Valid while the layer stays compact (the
@@ -31,8 +38,11 @@ std::optional<CompactLayerTable> compact_layer_table(const LayerKv& layer, int64
 /// ::key_row(h, 0), the live lengths including the step's entry); max_len >= every length (host bound, plans the
 /// split). Softmax scale 1/sqrt(D) when scale <= 0. Returns [n_head, D] in q's dtype. Throws
 /// std::invalid_argument on mismatched shapes, std::runtime_error without the CUDA kernels.
+/// With `selection`, each head attends only to the entries it lists (a decode-time selection over
+/// the compact layer), max_len then bounding the counts.
 at::Tensor compact_decode_attention(const at::Tensor& q, const LayerKv& layer, const CompactLayerTable& table,
                                     const at::Tensor& value_base_dev, const at::Tensor& key_base_dev,
-                                    const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale = 0.0);
+                                    const at::Tensor& length_dev, int64_t max_len, int64_t group, double scale = 0.0,
+                                    const CompactSelection* selection = nullptr);
 
 }  // namespace kvscope::ops

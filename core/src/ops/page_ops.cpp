@@ -43,7 +43,8 @@ at::Tensor upload_heads(const std::vector<int64_t>& offset, const std::vector<in
 std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& q_in, const at::Tensor& kmin,
                                               const at::Tensor& kmax, const at::Tensor& length_dev, int64_t max_pages,
                                               int64_t group, int64_t page, int64_t k1, int64_t keep,
-                                              const at::Tensor& k, const at::Tensor& offset_dev) {
+                                              const at::Tensor& k, const at::Tensor& offset_dev,
+                                              const CompactPageEdge* edge) {
   const char* op = "page_select";
   check_same(op, {&q_in, &kmin, &kmax});
   const at::Tensor q = q_in.dim() == 3 && q_in.size(0) == 1 ? q_in.select(0, 0) : q_in;
@@ -85,6 +86,16 @@ std::pair<at::Tensor, at::Tensor> page_select(PageScore mode, const at::Tensor& 
     check_heads(op, offset_dev, n_head_kv, q.device());
     a.k = k.data_ptr();
     a.offset = offset_dev.data_ptr<int64_t>();
+    if (edge) {
+      check_heads(op, edge->k_first, n_head_kv, q.device());
+      for (const at::Tensor* m : {&edge->min, &edge->max})
+        if (m->scalar_type() != q.scalar_type() || !m->is_contiguous() || m->numel() != n_head_kv * D ||
+            m->device() != q.device())
+          bad("page_select: the compact edge must be contiguous [n_head_kv, head_dim] in q's dtype and device");
+      a.k_first = edge->k_first.data_ptr<int64_t>();
+      a.edge_min = edge->min.data_ptr();
+      a.edge_max = edge->max.data_ptr();
+    }
   }
   at::Tensor ws = at::empty({static_cast<int64_t>(kk::page_select_workspace_bytes(a))}, q.options().dtype(at::kByte));
   check_cuda(kk::page_select(a, ws.data_ptr(), at::cuda::getCurrentCUDAStream()), op);
@@ -100,7 +111,7 @@ at::Tensor upload_heads(const std::vector<int64_t>&, const std::vector<int64_t>&
 }
 std::pair<at::Tensor, at::Tensor> page_select(PageScore, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                               const at::Tensor&, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                              const at::Tensor&, const at::Tensor&) {
+                                              const at::Tensor&, const at::Tensor&, const CompactPageEdge*) {
   unavailable("page_select");
 }
 

@@ -69,6 +69,17 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
                            const at::Tensor& length_dev) override;
   int64_t after_graph_step(const KvCache& cache) override;
 
+  // A decode-time selection stacked over the compact keys (PagedSelectionBase::read_compact_rows_with).
+  /// True when attend_rows can read `layer` of `cache`: on CUDA, a compact-key table (a layout the
+  /// kernel reads), G <= 8, no recovery bias.
+  bool reads_rows(int64_t layer, const KvCache& cache) const;
+  /// Decode attention of q [n_head, D] (CUDA) over the rows `sel` selects per KV head, compact keys
+  /// (and values) recovered on the fly (kernels/compact_decode.h); max_rows bounds sel's counts.
+  /// graph: inside the CUDA graph (the row bases prepare_graph uploaded), else uploaded now.
+  /// Returns [n_head, D] in q's dtype. Throws std::logic_error where !reads_rows.
+  at::Tensor attend_rows(int64_t layer, const at::Tensor& q, const KvCache& cache, const ops::CompactSelection& sel,
+                         int64_t max_rows, bool graph) const;
+
  protected:
   /// What on_prefill found for one (layer, KV head).
   struct HeadStore {

@@ -9,6 +9,7 @@
 // PageMinMax and PagedSelectionBase in quest.cpp. Used by exacttopk.cpp, quest.cpp, hsa.cpp,
 // sparq.cpp and the test test_decode_selection.cpp.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,8 +18,11 @@
 
 #include "kvscope/core/kv_cache.h"
 #include "kvscope/core/policy.h"
+#include "ops/page_ops.h"
 
 namespace kvscope::policies {
+
+class ChannelPruningBase;
 
 /// Indices of the k largest entries along the last dim of `scores` [..., n] (fp32; 0 <= k <= n),
 /// ties broken towards the lower index (stable sort), returned sorted ascending: int64 [..., k].
@@ -80,14 +84,22 @@ class PageMinMax {
   at::Tensor kmax(int64_t l, int64_t h0, int64_t B) const;
   /// Bytes of live summaries: Σ over built (layer, head) of n_pages · 2 · D · itemsize.
   int64_t bytes() const;
+  /// Layer l holding compact keys on CUDA (a channel stage before the selection): the min / max of
+  /// the compact entries of the page where each head's dense keys begin, for page_select's upkeep
+  /// (ops::CompactPageEdge), as of the last rebuild; null otherwise.
+  const ops::CompactPageEdge* compact_edge(int64_t l) const;
 
  private:
   struct Layer {
     at::Tensor kmin, kmax;         // [Hkv, capacity pages, D]
     std::vector<int64_t> covered;  // entries summarised per head
     bool built = false;
+    std::optional<ops::CompactPageEdge> edge;
   };
   void fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page);
+  /// L.edge from a compact layer's recovered keys (head_keys(h): [len, D]); CUDA only.
+  template <typename Keys>
+  void set_edge(Layer& L, const LayerKv& kv, const Keys& head_keys);
   void reserve(Layer& L, int64_t pages);
   int64_t page_ = 1;
   std::vector<Layer> layers_;
@@ -188,6 +200,15 @@ class PagedSelectionBase : public DecodeSelectionBase {
   std::pair<at::Tensor, at::Tensor> device_selection(int64_t layer) const override;
   /// The page summaries (read-only; tests compare them with the cache rows).
   const PageMinMax& page_summaries() const { return pages_; }
+  /// A channel stage stacked under this selection (StackedDecode): the fused and graph steps then
+  /// take layers holding its compact keys too, scoring the pages of the recovered keys and
+  /// attending the selected rows through `channel`'s compact-key kernel. Null: such layers step
+  /// through attend_heads.
+  void read_compact_rows_with(const ChannelPruningBase* channel) { channel_ = channel; }
+  /// int64 [n_layer, n_head_kv] on the device: the compact rows each KV head attended in the last
+  /// graph step (written by the compact-key kernel); undefined unless prepare_graph found a layer
+  /// holding compact keys.
+  const at::Tensor& graph_compact_read() const { return compact_read_; }
 
  protected:
   /// One page_select call: HSA (k1 channels, keep = k2 tokens) or Quest (keep = pages); width =
@@ -221,13 +242,20 @@ class PagedSelectionBase : public DecodeSelectionBase {
   bool kernels_fit(const KvCache& cache) const;
   /// Scoring + selection (page_select recomputes the page of each head's last entry first) and
   /// the gather attention; record: keep the selection for the step's telemetry.
+  /// offset_dev: the key rows' bases (LayerKv::key_row(h, 0): the offsets unless the layer holds
+  /// compact keys); graph: a step captured in the CUDA graph.
   at::Tensor attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache, const at::Tensor& offset_dev,
-                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record);
+                            const at::Tensor& length_dev, int64_t max_pages, int64_t max_rows, bool record, bool graph);
+  /// The layer's compact keys can go through the kernels (a channel stage reads them).
+  bool reads_compact(int64_t layer, const KvCache& cache) const;
   /// Staging of graph selections: per layer n_head_kv rows of stage_width_ + 1 int32 (the rows
   /// read, then the count), on the device (written inside the graph) and pinned on the host.
   at::Tensor stage_dev_, stage_host_;
   int64_t stage_width_ = 0;
   std::vector<std::pair<at::Tensor, at::Tensor>> device_selection_;  // per layer: the graph path's last page_select
+  const ChannelPruningBase* channel_ = nullptr;
+  std::vector<at::Tensor> key_bases_;  // per layer holding compact keys, for the graph: key_row(h, 0) on the device
+  at::Tensor compact_read_;
 };
 
 }  // namespace kvscope::policies

@@ -28,6 +28,7 @@
 #include "kvscope/core/policies/rocketkv_budget.h"
 #include "ops/cuda_ops.h"
 #include "ops/page_ops.h"
+#include "policies/channel_pruning.h"
 #include "policies/decode_selection.h"
 #include "policies/param_builders.h"
 
@@ -90,9 +91,37 @@ void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
   L.kmax = at::empty_like(L.kmin);
   L.covered.assign(static_cast<size_t>(Hkv), 0);
   L.built = true;
-  if (kv.uniform()) return fill(L, 0, cache.keys(l), 0);  // every head in one pass (a uniform layer has no ring)
+  L.edge.reset();
+  if (kv.uniform()) {
+    const at::Tensor keys = cache.keys(l);  // every head in one pass (a uniform layer has no ring)
+    fill(L, 0, keys, 0);
+    return set_edge(L, kv, [&](int64_t h) { return keys[h]; });
+  }
   for (int64_t h = 0; h < Hkv; ++h)
     if (!kv.ring(h)) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);  // a ring head keeps covered 0: no pages
+  set_edge(L, kv, [&](int64_t h) { return cache.head_keys(l, h); });
+}
+
+template <typename Keys>
+void PageMinMax::set_edge(Layer& L, const LayerKv& kv, const Keys& head_keys) {
+  if (kv.compact.empty() || !kv.k.is_cuda()) return;
+  const int64_t Hkv = static_cast<int64_t>(kv.length.size()), D = L.kmin.size(2);
+  at::Tensor mn = at::zeros({Hkv, D}, kv.k.options()), mx = at::zeros_like(mn);
+  std::vector<int64_t> first(static_cast<size_t>(Hkv));
+  for (int64_t h = 0; h < Hkv; ++h) {
+    const int64_t c = kv.compact_entries(h), p0 = c / page_ * page_;
+    first[h] = c;
+    if (c == p0) continue;                                       // the dense keys begin a page
+    const at::Tensor rows = head_keys(h).narrow(0, p0, c - p0);  // recovered, as the cache reads them
+    mn[h].copy_(rows.amin(0));
+    mx[h].copy_(rows.amax(0));
+  }
+  L.edge = ops::CompactPageEdge{ops::upload_int64(first, kv.k.device()), mn, mx};
+}
+
+const ops::CompactPageEdge* PageMinMax::compact_edge(int64_t l) const {
+  const Layer& L = layers_.at(l);
+  return L.edge ? &*L.edge : nullptr;
 }
 
 void PageMinMax::prepare(int64_t l, const KvCache& cache, int64_t steps) {
@@ -200,15 +229,23 @@ bool PagedSelectionBase::kernels_fit(const KvCache& cache) const {
   return (d == 64 || d == 96 || d == 128 || d == 256) && n_head_ / cache.n_head_kv() <= 16;
 }
 
+bool PagedSelectionBase::reads_compact(int64_t layer, const KvCache& cache) const {
+  return channel_ && channel_->reads_rows(layer, cache) && pages_.compact_edge(layer);
+}
+
 at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q, const KvCache& cache,
                                               const at::Tensor& offset_dev, const at::Tensor& length_dev,
-                                              int64_t max_pages, int64_t max_rows, bool record) {
+                                              int64_t max_pages, int64_t max_rows, bool record, bool graph) {
   const LayerKv& kv = cache.layer(layer);
   const int64_t G = q.size(0) / cache.n_head_kv();
   const KernelPlan k = kernel_plan(cache.head_dim());
+  const bool compact = kv.has_compact();
+  if (compact && !reads_compact(layer, cache))
+    throw std::logic_error(name() + ": layer " + std::to_string(layer) + " holds compact keys no kernel reads");
   auto [index, count] =
       ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
-                       pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep, kv.k, offset_dev);
+                       pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep, kv.k, offset_dev,
+                       compact ? pages_.compact_edge(layer) : nullptr);
   if (record) record_fused_selection(index, count);
   if (!record) {
     if (static_cast<int64_t>(device_selection_.size()) <= layer) device_selection_.resize(layer + 1);
@@ -221,6 +258,11 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
     slot.narrow(1, 0, W).copy_(index.narrow(1, 0, W));
     slot.select(1, stage_width_).copy_(count.clamp_max(W));
   }
+  if (compact) {  // the selected rows as the channel stage stores them (recovered when read)
+    const ops::CompactSelection sel{index, count,
+                                    graph && compact_read_.defined() ? compact_read_[layer] : at::Tensor()};
+    return channel_->attend_rows(layer, q, cache, sel, max_rows, graph);
+  }
   return ops::decode_attention_gather(q, kv.k, kv.v, offset_dev, index, count, max_rows, G);
 }
 
@@ -228,9 +270,9 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
 // recomputed in the same launch), sparse attention. Only a new page or an eviction needs sync().
 at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) {
   const LayerKv& kv = cache.layer(layer);
-  // Rings attend densely, and compact keys (a channel stage before) are read recovered: attend_heads.
-  if (!kernels_fit(cache) || kv.has_ring() || kv.has_compact()) return {};
-  const at::Tensor heads = ops::upload_heads(kv.offset, kv.length, q.device());
+  // Rings attend densely: attend_heads; so do compact keys (a channel stage before) no kernel reads.
+  if (!kernels_fit(cache) || kv.has_ring() || (kv.has_compact() && !reads_compact(layer, cache))) return {};
+  const at::Tensor heads = ops::upload_heads(kv.has_compact() ? kv.key_bases() : kv.offset, kv.length, q.device());
   if (!pages_.cover_last_page(layer, cache)) pages_.sync(layer, cache);
   const int64_t page = pages_.page(), width = kernel_plan(cache.head_dim()).width;
   int64_t max_pages = 1, max_rows = 1;
@@ -239,15 +281,26 @@ at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, 
     max_rows = std::max(max_rows, std::min(n, width));
   }
   bytes_last_ += layer_bytes(kv);
-  return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true);
+  return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true, false);
 }
 
 bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
   if (!configured_ || !kernels_fit(cache)) return false;
   for (int64_t l = 0; l < cache.n_layer(); ++l)
     if (cache.layer(l).has_ring()) return false;  // the kernels would select inside the rings
-  for (int64_t l = 0; l < cache.n_layer(); ++l)
-    if (cache.layer(l).window == 0) pages_.prepare(l, cache, steps);  // sliding layers attend densely
+  key_bases_.assign(static_cast<size_t>(cache.n_layer()), at::Tensor());
+  compact_read_ = at::Tensor();
+  for (int64_t l = 0; l < cache.n_layer(); ++l) {
+    const LayerKv& kv = cache.layer(l);
+    if (kv.window > 0) continue;  // sliding layers attend densely
+    pages_.prepare(l, cache, steps);
+    if (!kv.has_compact()) continue;
+    if (!reads_compact(l, cache)) return false;
+    // The rows stay put while the graph runs (DecodeGraph reserves every step's room first).
+    key_bases_[l] = ops::upload_int64(kv.key_bases(), kv.k.device());
+    if (!compact_read_.defined())
+      compact_read_ = at::zeros({cache.n_layer(), cache.n_head_kv()}, key_bases_[l].options());
+  }
   const at::Tensor& k = cache.layer(0).k;
   if (k.is_cuda()) {  // the staging buffers the captured step writes its selections into
     stage_width_ = kernel_plan(cache.head_dim()).width;
@@ -261,8 +314,9 @@ bool PagedSelectionBase::prepare_graph(const KvCache& cache, int64_t steps) {
 
 at::Tensor PagedSelectionBase::attend_device(int64_t layer, const at::Tensor& q, const KvCache& cache,
                                              const at::Tensor& offset_dev, const at::Tensor& length_dev) {
-  return attend_kernels(layer, q, cache, offset_dev, length_dev, pages_.kmin_all(layer).size(1),
-                        kernel_plan(cache.head_dim()).width, false);
+  const at::Tensor& key_base = cache.layer(layer).has_compact() ? key_bases_.at(layer) : offset_dev;
+  return attend_kernels(layer, q, cache, key_base, length_dev, pages_.kmin_all(layer).size(1),
+                        kernel_plan(cache.head_dim()).width, false, true);
 }
 
 void PagedSelectionBase::stage_graph_selections() {

@@ -185,6 +185,24 @@ at::Tensor ChannelPruningBase::attend_kernels(int64_t layer, const at::Tensor& q
   return ops::decode_attention(q, k, L.v, value_base_dev, length_dev, max_len, total_len, G);
 }
 
+bool ChannelPruningBase::reads_rows(int64_t layer, const KvCache& cache) const {
+  const bool table = layer < static_cast<int64_t>(tables_.size()) && tables_[static_cast<size_t>(layer)].has_value();
+  return table && group_ <= 8 && kernels_fit(layer, cache);
+}
+
+at::Tensor ChannelPruningBase::attend_rows(int64_t layer, const at::Tensor& q, const KvCache& cache,
+                                           const ops::CompactSelection& sel, int64_t max_rows, bool graph) const {
+  if (!reads_rows(layer, cache))
+    throw std::logic_error(name_ + ": layer " + std::to_string(layer) + " has no compact-key kernel table");
+  const LayerKv& L = cache.layer(layer);
+  const int64_t Hkv = cache.n_head_kv();
+  const at::Tensor bases =
+      graph ? row_bases_.at(static_cast<size_t>(layer)) : ops::upload_int64(row_bases(L), q.device());
+  return ops::compact_decode_attention(q, L, *tables_[static_cast<size_t>(layer)], bases.narrow(0, 0, Hkv),
+                                       bases.narrow(0, Hkv, Hkv), sel.count, std::max<int64_t>(max_rows, 1),
+                                       q.size(0) / Hkv, 0.0, &sel);
+}
+
 at::Tensor ChannelPruningBase::recover_into_workspace(int64_t layer, const KvCache& cache) {
   const LayerKv& L = cache.layer(layer);
   const int64_t rows = L.v.size(0);

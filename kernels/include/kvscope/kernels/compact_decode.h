@@ -54,18 +54,26 @@ struct CompactDecodeArgs {
   int64_t v_stride = 0;                ///< kept value channels per entry (with v_kept)
   float softmax_scale = 0.f;           ///< usually 1 / sqrt(D)
   void* o = nullptr;                   ///< dtype [n_head, D], contiguous
+  // Optional selection (a decode-time selection stacked over the compact keys, e.g. Quest's pages):
+  // head h attends only to entries index[h * index_stride + i], i < min(count[h], index_stride)
+  // (each < length[h]), in place of all of them.
+  const int32_t* index = nullptr;  ///< int32 [n_head_kv, index_stride], or null: every live entry
+  int64_t index_stride = 0;
+  const int64_t* count = nullptr;   ///< int64 [n_head_kv] (with index)
+  int64_t* compact_read = nullptr;  ///< optional out int64 [n_head_kv]: compact entries head h attended
 };
 
 /// How pass 1 is cut: n_split splits of chunk entries per KV head.
 struct CompactDecodePlan {
   int n_split = 1;
   int64_t chunk = 0;
-  size_t workspace_bytes = 0;  ///< fp32 partials, n_head * n_split * (D + 2)
+  size_t workspace_bytes = 0;  ///< fp32 partials, n_head * n_split * (D + 2), then int32 [n_head_kv, n_split]
 };
 
 /// True for the head dimensions the kernel is built for (64, 96, 128, 256).
 bool compact_decode_head_dim_supported(int head_dim);
-/// Plans a launch for lengths up to max_len (a host upper bound; entries past it are dropped).
+/// Plans a launch for lengths (with an index: counts) up to max_len (a host upper bound; entries
+/// past it are dropped).
 CompactDecodePlan plan_compact_decode(int n_head, int n_head_kv, int head_dim, int64_t max_len);
 /// Runs both passes on `stream`; workspace: plan.workspace_bytes of device memory. Returns
 /// cudaErrorInvalidValue on bad arguments (head_dim, group, null pointers), else the launch error.

@@ -52,9 +52,18 @@ struct PageSelectArgs {
   /// at rows offset[h] ..), exactly (min / max of the dtype values), and written to kmin / kmax.
   const void* k = nullptr;
   const int64_t* offset = nullptr;  ///< int64 [n_head_kv]
-  int32_t* index = nullptr;         ///< out int32 [n_head_kv, index_stride]: selected entries, ascending
-  int64_t index_stride = 0;         ///< >= rows any head can emit (HSA: keep; Quest: keep * page)
-  int64_t* count = nullptr;         ///< out int64 [n_head_kv]: rows written per head
+  /// Optional, with k: a layer whose first entries hold compact keys (channel pruning stacked under
+  /// the selection, kvscope::LayerKv::compact). k_first: int64 [n_head_kv], the first entry of head
+  /// h whose key is row offset[h] + r of k (entries below it have no row of k); the upkeep reads
+  /// rows from max(page start, k_first[h]) and takes the min / max of the page's compact entries
+  /// from edge_min / edge_max (dtype [n_head_kv, D]: those of the entries from the start of the
+  /// page holding k_first[h] up to k_first[h] - 1). Needs length[h] > k_first[h] (a decode entry).
+  const int64_t* k_first = nullptr;
+  const void* edge_min = nullptr;
+  const void* edge_max = nullptr;
+  int32_t* index = nullptr;  ///< out int32 [n_head_kv, index_stride]: selected entries, ascending
+  int64_t index_stride = 0;  ///< >= rows any head can emit (HSA: keep; Quest: keep * page)
+  int64_t* count = nullptr;  ///< out int64 [n_head_kv]: rows written per head
 };
 
 /// fp32 scratch the selection needs (scores of every page of every head and group member).
