@@ -140,8 +140,8 @@ class DecodeSelectionBase : public DecodeAttentionPolicy {
   /// apply, and attend() falls back to attend_heads. Default: does not apply.
   virtual at::Tensor attend_fused(int64_t layer, const at::Tensor& q, const KvCache& cache) { return {}; }
   /// Records a fused step's selection for last_selection(): index int32 [Hkv, S] (rows ascending),
-  /// count int64 [Hkv] on the device; read lazily (no sync here).
-  void record_fused_selection(const at::Tensor& index, const at::Tensor& count);
+  /// count int64 [Hkv] on the device; read lazily (no sync here). Counts the rows at row_bytes each.
+  void record_fused_selection(const at::Tensor& index, const at::Tensor& count, int64_t row_bytes);
   /// selected_attention + records the selection and counts the K/V rows it gathers.
   at::Tensor attend_selected(int64_t h0, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const at::Tensor& idx, const at::Tensor& valid = {});
@@ -218,9 +218,10 @@ class PagedSelectionBase : public DecodeSelectionBase {
     int64_t k1, keep, width;
   };
   virtual KernelPlan kernel_plan(int64_t head_dim) const = 0;
-  /// K/V and side-store bytes one decode step reads in a layer (all KV heads; a ring head reads
-  /// its every row).
-  virtual int64_t layer_bytes(const LayerKv& kv) const = 0;
+  /// Side-store bytes one fused (or graph) step reads in a layer: the page summaries of every KV
+  /// head that selects (none for one that attends densely). The K/V rows it reads are the ones the
+  /// kernel emits (page_select's counts), as attend_pages counts the rows it gathers.
+  virtual int64_t summary_bytes(const LayerKv& kv) const = 0;
   /// Syncs the page summaries of `layer` and notes which of its KV heads are rings.
   void before_attend(int64_t layer, const KvCache& cache) override;
   /// Dense attention for a ring head (B = 1: a layer with a ring is ragged), else attend_pages.

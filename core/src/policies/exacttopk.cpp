@@ -117,8 +117,9 @@ at::Tensor DecodeSelectionBase::attend_selected(int64_t h0, const at::Tensor& q,
   return selected_attention(q, k, v, idx, valid);
 }
 
-void DecodeSelectionBase::record_fused_selection(const at::Tensor& index, const at::Tensor& count) {
+void DecodeSelectionBase::record_fused_selection(const at::Tensor& index, const at::Tensor& count, int64_t row_bytes) {
   selections_.push_back({0, 0, index, {}, count});
+  bytes_pending_.push_back(count.sum() * row_bytes);
 }
 
 int64_t DecodeSelectionBase::bytes_read_last() const {

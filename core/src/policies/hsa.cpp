@@ -72,15 +72,12 @@ class Hsa : public PagedSelectionBase {
 
  protected:
   KernelPlan kernel_plan(int64_t head_dim) const override { return {true, std::min(k1_, head_dim), k2_, k2_}; }
-  /// Bytes a step reads in one layer: per KV head n_pages·k1 side-store values + k2 K/V rows, or
-  /// every row when the head attends densely (also a ring head).
-  int64_t layer_bytes(const LayerKv& kv) const override {
-    const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item, k1 = std::min(k1_, D);
+  /// Per KV head that selects (k2 < its entries): n_pages·k1 side-store values.
+  int64_t summary_bytes(const LayerKv& kv) const override {
+    const int64_t item = kv.k.element_size(), k1 = std::min(k1_, kv.k.size(1));
     int64_t bytes = 0;
-    for (size_t h = 0; h < kv.length.size(); ++h) {
-      const int64_t n = kv.length[h];
-      bytes += kv.ring(h) || k2_ >= n ? n * row_bytes : (n + page_ - 1) / page_ * k1 * item + k2_ * row_bytes;
-    }
+    for (const int64_t n : kv.length)
+      if (k2_ < n) bytes += (n + page_ - 1) / page_ * k1 * item;
     return bytes;
   }
 

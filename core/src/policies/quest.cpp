@@ -246,7 +246,7 @@ at::Tensor PagedSelectionBase::attend_kernels(int64_t layer, const at::Tensor& q
       ops::page_select(k.hsa ? ops::PageScore::kHsa : ops::PageScore::kQuest, q, pages_.kmin_all(layer),
                        pages_.kmax_all(layer), length_dev, max_pages, G, pages_.page(), k.k1, k.keep, kv.k, offset_dev,
                        compact ? pages_.compact_edge(layer) : nullptr);
-  if (record) record_fused_selection(index, count);
+  if (record) record_fused_selection(index, count, 2 * kv.v.size(1) * kv.v.element_size());
   if (!record) {
     if (static_cast<int64_t>(device_selection_.size()) <= layer) device_selection_.resize(layer + 1);
     device_selection_[layer] = {index, count};
@@ -280,7 +280,7 @@ at::Tensor PagedSelectionBase::attend_fused(int64_t layer, const at::Tensor& q, 
     max_pages = std::max(max_pages, (n + page - 1) / page);
     max_rows = std::max(max_rows, std::min(n, width));
   }
-  bytes_last_ += layer_bytes(kv);
+  bytes_last_ += summary_bytes(kv);
   return attend_kernels(layer, q, cache, heads[0], heads[1], max_pages, max_rows, true, false);
 }
 
@@ -345,15 +345,23 @@ std::pair<at::Tensor, at::Tensor> PagedSelectionBase::device_selection(int64_t l
 }
 
 int64_t PagedSelectionBase::after_graph_step(const KvCache& cache) {
+  // The rows each head's selection emitted, as the step staged them (one read: waits for the step).
+  const int64_t H = n_head_kv_, row = stage_width_ + 1;
+  const at::Tensor counts =
+      stage_dev_.defined() ? stage_dev_.view({-1, row}).select(1, stage_width_).contiguous().cpu() : at::Tensor();
   int64_t bytes = 0;
   for (int64_t l = 0; l < cache.n_layer(); ++l) {
     const LayerKv& kv = cache.layer(l);
+    const int64_t row_bytes = 2 * kv.v.size(1) * kv.v.element_size();
     if (kv.window > 0) {  // a sliding layer's dense step over its ring
-      for (int64_t n : kv.length) bytes += 2 * n * kv.k.size(1) * kv.k.element_size();
+      for (int64_t n : kv.length) bytes += n * row_bytes;
       continue;
     }
     pages_.mark_covered(l, cache);
-    bytes += layer_bytes(kv);
+    bytes += summary_bytes(kv);
+    if (!counts.defined()) throw std::logic_error(name() + ": a graph step without its staged selections");
+    const int32_t* c = counts.data_ptr<int32_t>() + l * H;
+    for (int64_t h = 0; h < H; ++h) bytes += c[h] * row_bytes;
   }
   return bytes;
 }
@@ -376,14 +384,13 @@ class Quest : public PagedSelectionBase {
 
  protected:
   KernelPlan kernel_plan(int64_t) const override { return {false, 0, n_sel(), n_sel() * page_}; }
-  // Bytes count whole selected pages (the gather skips the missing tail of a partial last page);
-  // a ring head reads its every row.
-  int64_t layer_bytes(const LayerKv& kv) const override {
-    const int64_t D = kv.k.size(1), item = kv.k.element_size(), row_bytes = 2 * D * item;
+  // Every page's min and max of a head that selects.
+  int64_t summary_bytes(const LayerKv& kv) const override {
+    const int64_t D = kv.k.size(1), item = kv.k.element_size();
     int64_t bytes = 0;
-    for (size_t h = 0; h < kv.length.size(); ++h) {
-      const int64_t n = kv.length[h], n_pages = (n + page_ - 1) / page_;
-      bytes += kv.ring(h) || n_sel() >= n_pages ? n * row_bytes : n_pages * 2 * D * item + n_sel() * page_ * row_bytes;
+    for (const int64_t n : kv.length) {
+      const int64_t n_pages = (n + page_ - 1) / page_;
+      if (n_sel() < n_pages) bytes += n_pages * 2 * D * item;
     }
     return bytes;
   }
