@@ -199,6 +199,17 @@ TEST_F(CudaCompactDecode, RejectsBadArguments) {
   EXPECT_THROW(
       ops::compact_decode_attention(at::randn({8, 64}, opts), L, *table, off, koff, len.narrow(0, 0, 1), 11, 4),
       std::invalid_argument);
+  // A selection whose index is not int32 [n_head_kv, S], or whose counts are not int64 [n_head_kv].
+  const at::Tensor q = at::randn({8, 64}, opts);
+  const ops::CompactSelection int64_index{at::zeros({2, 4}, opts.dtype(at::kLong)), len, {}};
+  EXPECT_THROW(ops::compact_decode_attention(q, L, *table, off, koff, len, 11, 4, 0.0, &int64_index),
+               std::invalid_argument);
+  const ops::CompactSelection one_head{at::zeros({1, 4}, opts.dtype(at::kInt)), len, {}};
+  EXPECT_THROW(ops::compact_decode_attention(q, L, *table, off, koff, len, 11, 4, 0.0, &one_head),
+               std::invalid_argument);
+  const ops::CompactSelection short_count{at::zeros({2, 4}, opts.dtype(at::kInt)), len.narrow(0, 0, 1), {}};
+  EXPECT_THROW(ops::compact_decode_attention(q, L, *table, off, koff, len, 11, 4, 0.0, &short_count),
+               std::invalid_argument);
 }
 
 }  // namespace

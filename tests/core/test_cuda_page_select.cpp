@@ -289,6 +289,17 @@ TEST_F(CudaPageSelect, RejectsBadArguments) {
   EXPECT_THROW(ops::page_select(ops::PageScore::kHsa, q, lo, hi, len, 9, 4, 4, 8, 8), std::invalid_argument);  // pages
   EXPECT_THROW(ops::page_select(ops::PageScore::kQuest, q, lo.to(at::kFloat), hi, len, 4, 4, 4, 0, 1),
                std::invalid_argument);  // dtype mismatch
+  // A compact edge of the wrong shape or dtype (the upkeep would read past it).
+  const at::Tensor k = at::zeros({64, 128}, o), off = at::zeros({2}, o.dtype(at::kLong));
+  const ops::CompactPageEdge short_edge{off, at::zeros({1, 128}, o), at::zeros({2, 128}, o)};
+  EXPECT_THROW(ops::page_select(ops::PageScore::kQuest, q, lo, hi, len, 4, 4, 4, 0, 1, k, off, &short_edge),
+               std::invalid_argument);
+  const ops::CompactPageEdge fp32_edge{off, at::zeros({2, 128}, o.dtype(at::kFloat)), at::zeros({2, 128}, o)};
+  EXPECT_THROW(ops::page_select(ops::PageScore::kQuest, q, lo, hi, len, 4, 4, 4, 0, 1, k, off, &fp32_edge),
+               std::invalid_argument);
+  const ops::CompactPageEdge int32_first{off.to(at::kInt), at::zeros({2, 128}, o), at::zeros({2, 128}, o)};
+  EXPECT_THROW(ops::page_select(ops::PageScore::kQuest, q, lo, hi, len, 4, 4, 4, 0, 1, k, off, &int32_first),
+               std::invalid_argument);
 }
 
 }  // namespace
