@@ -114,6 +114,7 @@ at::Tensor compact_decode_attention(const at::Tensor& q_in, const LayerKv& layer
     if (ix.scalar_type() != at::kInt || ix.dim() != 2 || ix.size(0) != Hkv || !ix.is_contiguous() ||
         ix.device() != q.device())
       bad("compact_decode_attention: the selection's index must be contiguous int32 [n_head_kv, S] on q's device");
+    if (!sel->count.defined()) bad("compact_decode_attention: a selection needs its counts");
     for (const at::Tensor* m : {&sel->count, &sel->compact_read})
       if (m->defined() &&
           (m->scalar_type() != at::kLong || m->numel() != Hkv || !m->is_contiguous() || m->device() != q.device()))
