@@ -8,11 +8,14 @@
 
 #include <numeric>
 
+#include "kvscope/core/compact_keys.h"
 #include "kvscope/core/errors.h"
 #include "kvscope/core/generate.h"
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy_catalog.h"
+#include "page_summary_reference.h"
 #include "pycode_fixture.h"
+#include "small_config.h"
 
 namespace kvscope {
 namespace {
@@ -94,6 +97,45 @@ TEST_F(StackedDecodeTest, CombinationsThatCannotBeDefinedAreRefused) {
   refused("tova+spark+decoding", "eviction while decoding with a decode-time attention stage");
   EXPECT_NO_THROW(Pipeline(*registry_, "snapkv+think+sparq"));
   EXPECT_NO_THROW(Pipeline(*registry_, "spark+rocketkv-mt"));
+}
+
+TEST(StackedDecodePages, SummariesOfCompactKeysFollowTheCacheWithoutRecoveringIt) {
+  // After the channel stage, a decode step's page upkeep reads only the dense rows appended since:
+  // the compact entries of the page where they begin come from PageMinMax::compact_edge. Every
+  // step, each page served must equal the min/max of the head's current (recovered) rows, for a
+  // compact count inside a page (head 0) and at a page boundary (head 1).
+  const int64_t D = 16, page = 4;
+  const ModelConfig cfg = test::small_config(1, 2, 2, D);
+  for (const char* name : {"quest", "hsa"}) {
+    SCOPED_TRACE(name);
+    KvCache cache(cfg, 8, c10::Device(c10::kCPU), at::kFloat);
+    at::manual_seed(5);
+    cache.append(0, at::randn({2, 22, D}) * 2.0, at::randn({2, 22, D}), at::arange(22, at::kLong));
+    cache.advance_position(22);
+    cache.retain(0, {at::arange(18, at::kLong), at::arange(20, at::kLong)}, std::vector<int64_t>{40, 40});
+    std::vector<CompactKeys> packed;
+    for (int64_t h = 0; h < 2; ++h) {
+      const at::Tensor k = cache.head_keys(0, h);
+      packed.push_back(CompactKeys::pack(k, at::rand({k.size(0), D}).lt(0.5), at::rand({k.size(0)}), at::rand({D})));
+    }
+    cache.compact_keys(0, std::move(packed));
+    auto policy =
+        std::string(name) == "quest"
+            ? test::make_paged("quest", {{"page", std::to_string(page)}, {"k", "8"}})
+            : test::make_paged("hsa", {{"stage1", "false"}, {"page", std::to_string(page)}, {"k1", "6"}, {"k2", "6"}});
+    policy->configure(RunBudget{BudgetSpec{BudgetSpec::Unit::kFetched, 16}, 20, 30}, cfg);
+    policy->on_prefill(0, LayerPrefill{cfg, 0, at::Tensor(), at::Tensor(), at::Tensor()}, cache);
+    ASSERT_NE(policy->page_summaries().compact_edge(0), nullptr);
+    for (int64_t step = 1; step <= 30; ++step) {
+      const int64_t p = cache.next_position();
+      cache.append(0, at::randn({2, 1, D}) * 3.0, at::randn({2, 1, D}), at::full({1}, p, at::kLong));
+      cache.advance_position(1);
+      policy->attend(0, at::randn({4, D}), cache);
+      for (int64_t h = 0; h < 2; ++h)
+        EXPECT_EQ(test::stale_pages(policy->page_summaries(), cache, 0, h), 0) << "step " << step << " head " << h;
+    }
+    EXPECT_EQ(cache.layer(0).compact_entries(0), 18);
+  }
 }
 
 }  // namespace

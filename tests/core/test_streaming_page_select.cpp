@@ -30,6 +30,7 @@
 #include "kvscope/core/pipeline.h"
 #include "kvscope/core/policy.h"
 #include "ops/cuda_ops.h"
+#include "page_summary_reference.h"
 #include "policies/decode_selection.h"
 #include "pycode_fixture.h"
 #include "small_config.h"
@@ -42,34 +43,11 @@ namespace fs = std::filesystem;
 using policies::PagedSelectionBase;
 using policies::PageMinMax;
 using test::attention;
+using test::make_paged;
+using test::page_bounds;
+using test::stale_pages;
 using test::to_vec;
 using test::top_k_error;
-
-/// Element-wise min and max of the current keys of (l, h), per page: fp64 [n_pages, D] each.
-std::pair<at::Tensor, at::Tensor> page_bounds(const KvCache& cache, int64_t l, int64_t h, int64_t page) {
-  const at::Tensor K = cache.head_keys(l, h).to(at::kCPU, at::kDouble);
-  const int64_t N = K.size(0);
-  std::vector<at::Tensor> mn, mx;
-  for (int64_t p = 0; p * page < N; ++p) {
-    const at::Tensor rows = K.narrow(0, p * page, std::min(page, N - p * page));
-    mn.push_back(rows.amin(0));
-    mx.push_back(rows.amax(0));
-  }
-  if (mn.empty()) return {at::empty({0, K.size(1)}, K.options()), at::empty({0, K.size(1)}, K.options())};
-  return {at::stack(mn), at::stack(mx)};
-}
-
-/// Pages of (l, h) the store serves that differ from the min/max of the head's current rows (the
-/// store may also serve no pages at all for a head; it may never serve wrong ones).
-int64_t stale_pages(const PageMinMax& store, const KvCache& cache, int64_t l, int64_t h) {
-  const int64_t n = store.n_pages(l, h);
-  if (n == 0) return 0;
-  const auto [mn, mx] = page_bounds(cache, l, h, store.page());
-  if (mn.size(0) != n) return std::max<int64_t>(n, mn.size(0));  // the wrong page count
-  const at::Tensor smin = store.kmin(l, h, 1)[0].to(at::kCPU, at::kDouble);
-  const at::Tensor smax = store.kmax(l, h, 1)[0].to(at::kCPU, at::kDouble);
-  return smin.ne(mn).any(1).logical_or(smax.ne(mx).any(1)).sum().item<int64_t>();
-}
 
 /// Quest's group-accumulated page scores U[P] = Σ_g Σ_j max(q_gj·Kmax_Pj, q_gj·Kmin_Pj) (fp64) from
 /// the current rows of (l, h).
@@ -185,16 +163,6 @@ struct StepCheck {
         static_cast<long long>(bad_output));
   }
 };
-
-std::unique_ptr<PagedSelectionBase> make_paged(const std::string& name, const ParamValues& params) {
-  PolicyRegistry reg;
-  register_builtin_policies(reg);
-  auto made = reg.make(name, params);
-  auto* p = dynamic_cast<PagedSelectionBase*>(made.get());
-  EXPECT_NE(p, nullptr) << name;
-  made.release();
-  return std::unique_ptr<PagedSelectionBase>(p);
-}
 
 // ---- (a) synthetic cache ---------------------------------------------------------------------------
 

@@ -84,9 +84,10 @@ class PageMinMax {
   at::Tensor kmax(int64_t l, int64_t h0, int64_t B) const;
   /// Bytes of live summaries: Σ over built (layer, head) of n_pages · 2 · D · itemsize.
   int64_t bytes() const;
-  /// Layer l holding compact keys on CUDA (a channel stage before the selection): the min / max of
-  /// the compact entries of the page where each head's dense keys begin, for page_select's upkeep
-  /// (ops::CompactPageEdge), as of the last rebuild; null otherwise.
+  /// Layer l holding compact keys (a channel stage before the selection): the min / max of the
+  /// compact entries of the page where each head's dense keys begin (ops::CompactPageEdge), as of
+  /// the last rebuild, which page_select's upkeep and sync() take in place of those entries; null
+  /// otherwise.
   const ops::CompactPageEdge* compact_edge(int64_t l) const;
 
  private:
@@ -96,8 +97,10 @@ class PageMinMax {
     bool built = false;
     std::optional<ops::CompactPageEdge> edge;
   };
-  void fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page);
-  /// L.edge from a compact layer's recovered keys (head_keys(h): [len, D]); CUDA only.
+  void fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page, int64_t base = 0);
+  /// Brings head h of a layer holding compact keys (with its edge) up to date from its dense rows.
+  void fill_appended(Layer& L, const LayerKv& kv, int64_t h);
+  /// L.edge from a compact layer's recovered keys (head_keys(h): [len, D]).
   template <typename Keys>
   void set_edge(Layer& L, const LayerKv& kv, const Keys& head_keys);
   void reserve(Layer& L, int64_t pages);

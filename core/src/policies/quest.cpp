@@ -57,13 +57,14 @@ void PageMinMax::reserve(Layer& L, int64_t pages) {
   L.kmax = kmax;
 }
 
-void PageMinMax::fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page) {
-  // keys: [B, len, D] rows of heads h0 .. h0+B-1 (same len); recompute pages first_page .. end.
-  const int64_t B = keys.size(0), len = keys.size(1), D = keys.size(2);
+void PageMinMax::fill(Layer& L, int64_t h0, const at::Tensor& keys, int64_t first_page, int64_t base) {
+  // keys: [B, len - base, D] rows of entries base .. len-1 of heads h0 .. h0+B-1 (same len), base
+  // <= first_page * page; recompute pages first_page .. end.
+  const int64_t B = keys.size(0), len = base + keys.size(1), D = keys.size(2);
   const int64_t n_pages = ceil_div(len, page_);
   if (first_page < n_pages) {
     const int64_t start = first_page * page_, m = len - start, full = m / page_, rem = m % page_;
-    at::Tensor rows = keys.narrow(1, start, m);
+    at::Tensor rows = keys.narrow(1, start - base, m);
     at::Tensor mn = L.kmin.narrow(0, h0, B), mx = L.kmax.narrow(0, h0, B);
     if (full > 0) {
       at::Tensor r = rows.narrow(1, 0, full * page_).reshape({B, full, page_, D});
@@ -104,7 +105,7 @@ void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
 
 template <typename Keys>
 void PageMinMax::set_edge(Layer& L, const LayerKv& kv, const Keys& head_keys) {
-  if (kv.compact.empty() || !kv.k.is_cuda()) return;
+  if (kv.compact.empty()) return;
   const int64_t Hkv = static_cast<int64_t>(kv.length.size()), D = L.kmin.size(2);
   at::Tensor mn = at::zeros({Hkv, D}, kv.k.options()), mx = at::zeros_like(mn);
   std::vector<int64_t> first(static_cast<size_t>(Hkv));
@@ -116,7 +117,29 @@ void PageMinMax::set_edge(Layer& L, const LayerKv& kv, const Keys& head_keys) {
     mn[h].copy_(rows.amin(0));
     mx[h].copy_(rows.amax(0));
   }
-  L.edge = ops::CompactPageEdge{ops::upload_int64(first, kv.k.device()), mn, mx};
+  L.edge = ops::CompactPageEdge{kv.k.is_cuda() ? ops::upload_int64(first, kv.k.device()) : at::tensor(first), mn, mx};
+}
+
+void PageMinMax::fill_appended(Layer& L, const LayerKv& kv, int64_t h) {
+  // Only the dense rows are read: the entries past the compact ones, and the compact ones of the
+  // page where they begin as the edge's min / max.
+  const int64_t len = kv.length[h], c = kv.compact_entries(h);
+  int64_t first_page = L.covered[h] / page_, start = first_page * page_;
+  if (start < c) {
+    const int64_t end = std::min(len, start + page_);
+    at::Tensor mn = L.edge->min[h], mx = L.edge->max[h];
+    if (end > c) {
+      const at::Tensor rows = kv.k.narrow(0, kv.key_row(h, c), end - c);
+      mn = at::minimum(mn, rows.amin(0));
+      mx = at::maximum(mx, rows.amax(0));
+    }
+    L.kmin[h][first_page].copy_(mn);
+    L.kmax[h][first_page].copy_(mx);
+    start = end;
+    ++first_page;
+  }
+  if (len > start) fill(L, h, kv.k.narrow(0, kv.key_row(h, start), len - start).unsqueeze(0), first_page, start);
+  L.covered[h] = len;
 }
 
 const ops::CompactPageEdge* PageMinMax::compact_edge(int64_t l) const {
@@ -174,6 +197,11 @@ void PageMinMax::sync(int64_t l, const KvCache& cache) {
     same = same && L.covered[h] == L.covered[0];
   }
   reserve(L, pages);
+  if (kv.has_compact() && L.edge) {  // a channel stage's compact keys: no recovery (fill_appended)
+    for (int64_t h = 0; h < Hkv; ++h)
+      if (kv.length[h] > L.covered[h]) fill_appended(L, kv, h);
+    return;
+  }
   if (kv.uniform() && same) {
     if (kv.length[0] > L.covered[0]) fill(L, 0, cache.keys(l), L.covered[0] / page_);
     return;
