@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < C; ++c) s_acc[warp][g][c * 32 + lane] = acc[g][c];
   }
-  if (lane == 0) s_read[warp] = n_read;
+  if (kIdx && lane == 0) s_read[warp] = n_read;
   __syncthreads();
   if (kIdx && a.compact_read && threadIdx.x == 0) {
     int n = 0;

@@ -110,6 +110,8 @@ class ChannelPruningBase : public DecodeAttentionPolicy {
                             int64_t total_len);
   /// Per head the value rows' bases, then the key rows' bases (LayerKv::value_row / key_row of 0).
   static std::vector<int64_t> row_bases(const LayerKv& L);
+  /// The compact-key kernel's table of `layer` (tables_), or null where it has none.
+  const ops::CompactLayerTable* table(int64_t layer) const;
   /// Bytes one step reads in `layer` (pruned keys as stored, other keys and all values dense).
   int64_t layer_bytes(int64_t layer, const KvCache& cache) const;
   std::string name_;

@@ -98,9 +98,13 @@ void PageMinMax::rebuild(int64_t l, const KvCache& cache) {
     fill(L, 0, keys, 0);
     return set_edge(L, kv, [&](int64_t h) { return keys[h]; });
   }
-  for (int64_t h = 0; h < Hkv; ++h)
-    if (!kv.ring(h)) fill(L, h, cache.head_keys(l, h).unsqueeze(0), 0);  // a ring head keeps covered 0: no pages
-  set_edge(L, kv, [&](int64_t h) { return cache.head_keys(l, h); });
+  std::vector<at::Tensor> heads(static_cast<size_t>(Hkv));  // recovered once, for the pages and the edge
+  for (int64_t h = 0; h < Hkv; ++h) {
+    if (kv.ring(h)) continue;  // a ring head keeps covered 0: no pages
+    heads[h] = cache.head_keys(l, h);
+    fill(L, h, heads[h].unsqueeze(0), 0);
+  }
+  set_edge(L, kv, [&](int64_t h) { return heads[h]; });
 }
 
 template <typename Keys>

@@ -160,8 +160,13 @@ bool ChannelPruningBase::kernels_fit(int64_t layer, const KvCache& cache) const 
   for (int64_t h = 0; h < cache.n_head_kv(); ++h)
     if (const HeadStore* st = find(layer, h); st && st->bias.defined()) return false;
   // Compact values only through the compact-key kernel (the workspace holds keys).
-  const bool table = layer < static_cast<int64_t>(tables_.size()) && tables_[static_cast<size_t>(layer)].has_value();
-  return L.compact_v.empty() || (table && group_ <= 8);
+  return L.compact_v.empty() || (table(layer) && group_ <= 8);
+}
+
+const ops::CompactLayerTable* ChannelPruningBase::table(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(tables_.size())) return nullptr;
+  const auto& t = tables_[static_cast<size_t>(layer)];
+  return t ? &*t : nullptr;
 }
 
 std::vector<int64_t> ChannelPruningBase::row_bases(const LayerKv& L) {
@@ -176,18 +181,15 @@ at::Tensor ChannelPruningBase::attend_kernels(int64_t layer, const at::Tensor& q
                                               const at::Tensor& length_dev, int64_t max_len, int64_t total_len) {
   const LayerKv& L = cache.layer(layer);
   const int64_t G = q.size(0) / cache.n_head_kv();
-  const std::optional<ops::CompactLayerTable>* table =
-      layer < static_cast<int64_t>(tables_.size()) ? &tables_[static_cast<size_t>(layer)] : nullptr;
-  if (!L.compact.empty() && table && table->has_value() && G <= 8)
-    return ops::compact_decode_attention(q, L, **table, value_base_dev, key_base_dev, length_dev, max_len, G);
+  if (const ops::CompactLayerTable* t = table(layer); !L.compact.empty() && t && G <= 8)
+    return ops::compact_decode_attention(q, L, *t, value_base_dev, key_base_dev, length_dev, max_len, G);
   // Dense values (kernels_fit): their rows sit at the offsets, as the workspace's keys do.
   const at::Tensor k = L.compact.empty() ? L.k : recover_into_workspace(layer, cache);
   return ops::decode_attention(q, k, L.v, value_base_dev, length_dev, max_len, total_len, G);
 }
 
 bool ChannelPruningBase::reads_rows(int64_t layer, const KvCache& cache) const {
-  const bool table = layer < static_cast<int64_t>(tables_.size()) && tables_[static_cast<size_t>(layer)].has_value();
-  return table && group_ <= 8 && kernels_fit(layer, cache);
+  return table(layer) && group_ <= 8 && kernels_fit(layer, cache);
 }
 
 at::Tensor ChannelPruningBase::attend_rows(int64_t layer, const at::Tensor& q, const KvCache& cache,
@@ -198,9 +200,8 @@ at::Tensor ChannelPruningBase::attend_rows(int64_t layer, const at::Tensor& q, c
   const int64_t Hkv = cache.n_head_kv();
   const at::Tensor bases =
       graph ? row_bases_.at(static_cast<size_t>(layer)) : ops::upload_int64(row_bases(L), q.device());
-  return ops::compact_decode_attention(q, L, *tables_[static_cast<size_t>(layer)], bases.narrow(0, 0, Hkv),
-                                       bases.narrow(0, Hkv, Hkv), sel.count, std::max<int64_t>(max_rows, 1),
-                                       q.size(0) / Hkv, 0.0, &sel);
+  return ops::compact_decode_attention(q, L, *table(layer), bases.narrow(0, 0, Hkv), bases.narrow(0, Hkv, Hkv),
+                                       sel.count, std::max<int64_t>(max_rows, 1), q.size(0) / Hkv, 0.0, &sel);
 }
 
 at::Tensor ChannelPruningBase::recover_into_workspace(int64_t layer, const KvCache& cache) {
